@@ -1,0 +1,1 @@
+"""maxkernel.clients"""

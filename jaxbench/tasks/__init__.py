@@ -1,0 +1,1 @@
+"""JaxBench task modules, one per task id (e.g. ``8p_GEMM``)."""

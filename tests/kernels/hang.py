@@ -1,0 +1,3 @@
+def workload(a, b):
+    while True:
+        pass

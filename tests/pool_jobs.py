@@ -1,0 +1,120 @@
+"""Tiny job functions for tests/test_tpu_tools_pool.py; imported by name inside pool children."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from maxkernel.tpu_tools.pool import report_progress
+
+
+def ok(x: int = 1) -> dict:
+    report_progress("started")
+    report_progress("computed")
+    return {"y": x * 2, "pid": os.getpid(), "pgid": os.getpgid(0)}
+
+
+def sleep(seconds: float = 1.0) -> dict:
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+def spin() -> dict:
+    while True:
+        pass
+
+
+def segfault() -> dict:
+    print("about to segfault", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return {}
+
+
+def allocate(gigabytes: float = 30.0) -> dict:
+    import numpy as np
+
+    a = np.ones(int(gigabytes * (1 << 30)), dtype=np.uint8)
+    return {"n": int(a.size)}
+
+
+def exit_with(code: int = 3) -> dict:
+    sys.exit(code)
+
+
+def hard_exit(code: int = 4) -> dict:
+    os._exit(code)
+
+
+def fail(text: str = "bad block shape") -> dict:
+    raise ValueError(text)
+
+
+def not_a_dict() -> list:
+    return [1, 2]
+
+
+def spawn_grandchild() -> dict:
+    child = subprocess.Popen(["sleep", "300"])
+    report_progress(f"grandchild {child.pid}")
+    time.sleep(300)
+    return {}
+
+
+def env(names: list[str]) -> dict:
+    import jax
+
+    return {"env": {n: os.environ.get(n) for n in names}, "jax_platforms": jax.config.jax_platforms}
+
+
+def jax_jit() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    report_progress("jit")
+    y = jax.jit(lambda x: jnp.sum(x * 2.0))(jnp.arange(8.0))
+    return {"sum": float(y), "backend": jax.default_backend()}
+
+
+def tpu_compile() -> dict:
+    """A real Mosaic compile of a small Pallas matmul for v6e with compile-only devices (libtpu)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import pallas as pl
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    topo = topologies.get_topology_desc("v6e:2x2", "tpu")
+    report_progress("topology")
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...])
+
+    def matmul(x, y):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32),
+            grid=(2, 2),
+            in_specs=[
+                pl.BlockSpec((128, 256), lambda i, j: (i, 0)),
+                pl.BlockSpec((256, 128), lambda i, j: (0, j)),
+            ],
+            out_specs=pl.BlockSpec((128, 128), lambda i, j: (i, j)),
+        )(x, y)
+
+    sharding = NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
+    arg = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=sharding)
+    compiled = jax.jit(matmul).trace(arg, arg).lower().compile()
+    return {"device_kind": topo.devices[0].device_kind, "text_len": len(compiled.as_text() or "")}
+
+
+def allocate_and_hold(gigabytes: float = 1.0, hold_s: float = 10.0) -> dict:
+    import numpy as np
+
+    a = np.ones(int(gigabytes * (1 << 30)), dtype=np.uint8)  # touched: resident, not just reserved
+    report_progress("allocated")
+    time.sleep(hold_s)
+    return {"n": int(a.size)}

@@ -1,0 +1,104 @@
+"""The expert Pallas references beside 1p, 8p, 12p and 19k: right answers, real TPU compiles.
+
+Validation runs each kernel in TPU interpret mode on CPU at size="small" against the task's own
+``workload``, with the task's tolerances (the harness's ``np.allclose(ref, cand)``), once with the
+module's production config (clamped to the small dims, often one block) and once with a small
+config so the multi-block paths (accumulation over k, online softmax, causal skipping) run too.
+The compile test lowers each kernel at FULL size for tpu-v6e with libtpu's compile-only devices:
+the verdict of the real Mosaic compiler, VMEM limits included.
+"""
+
+import os
+import time
+
+import jax
+import numpy as np
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from maxkernel.jaxbench.registry import load_pallas_reference, load_task
+
+TASKS = ["1p", "8p", "12p", "19k"]
+
+# Small multi-block configs (few grid steps: each costs ~4 ms in TPU interpret mode).
+MULTI_BLOCK = {
+    "1p": lambda ref: ref.FlashConfig(block_q=128, block_kv=128),  # S=256: 3 causal pairs per head
+    "8p": lambda ref: ref.MatmulConfig(block_m=128, block_k=128, block_n=128),  # grid (2, 7, 2)
+    "12p": lambda ref: ref.RMSNormConfig(block_rows=64),  # 4 row blocks
+    "19k": lambda ref: ref.MatmulConfig(block_m=128, block_k=2048, block_n=128),  # grid (1, 2, 4)
+}
+
+
+def _check_close(task, inputs, out) -> None:
+    expected = jax.jit(task.workload)(*inputs)
+    assert out.shape == expected.shape and out.dtype == expected.dtype
+    exp32, out32 = np.asarray(expected, np.float32), np.asarray(out, np.float32)
+    atol, rtol = task.CONFIG.get("atol", 1e-2), task.CONFIG.get("rtol", 1e-2)
+    bad = np.abs(exp32 - out32) > atol + rtol * np.abs(out32)
+    assert not bad.any(), f"{bad.sum()} elements off; max |diff| = {np.abs(exp32 - out32).max()}"
+
+
+@pytest.mark.parametrize("multi_block", [False, True], ids=["production", "multi_block"])
+@pytest.mark.parametrize("task_id", TASKS)
+def test_reference_matches_task_in_tpu_interpret_mode(task_id, multi_block, monkeypatch):
+    task, ref = load_task(task_id), load_pallas_reference(task_id)
+    if multi_block:
+        monkeypatch.setattr(ref, "CONFIG", MULTI_BLOCK[task_id](ref))  # workload reads it per call
+    inputs = task.create_inputs(size="small")
+    try:
+        with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+            out = jax.block_until_ready(jax.jit(ref.workload)(*inputs))
+    finally:
+        pltpu.reset_tpu_interpret_mode_state()
+    _check_close(task, inputs, out)
+
+
+def test_configs_reject_bad_blocks_with_one_precise_error():
+    gemm = load_pallas_reference("8p")
+    with pytest.raises(ValueError, match=r"^K=1000 should be divisible by block_k=256$"):
+        gemm.MatmulConfig(block_m=128, block_k=256, block_n=128).validate(128, 1000, 128)
+    with pytest.raises(ValueError, match=r"block_n=200 should be a multiple of 128"):
+        gemm.MatmulConfig(block_m=128, block_k=128, block_n=200).validate(128, 128, 400)
+    flash = load_pallas_reference("1p")
+    with pytest.raises(ValueError, match=r"S=384 should be divisible by block_kv=256"):
+        flash.FlashConfig(block_q=128, block_kv=256).validate(384)
+    # Blocks larger than the problem are clamped, so the production config serves the small size.
+    assert gemm.CONFIG.clamped(256, 256, 896) == gemm.MatmulConfig(256, 256, 896)
+
+
+def test_flash_pairs_skip_blocks_above_the_diagonal():
+    flash = load_pallas_reference("1p")
+    q_ids, kv_ids = flash._block_pairs(4, 8, 1024, 512, causal=True)
+    assert len(q_ids) == 2 + 4 + 6 + 8  # of 32 (q, kv) blocks, 12 lie wholly above the diagonal
+    assert all(kv * 512 <= q * 1024 + 1023 for q, kv in zip(q_ids, kv_ids, strict=True))
+    assert len(flash._block_pairs(4, 8, 1024, 512, causal=False)[0]) == 32
+
+
+@pytest.fixture(scope="module")
+def v6e_device_sharding():
+    from jax.experimental import topologies
+
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # read when libtpu starts; quiets it
+    try:
+        topo = topologies.get_topology_desc("v6e:2x2", "tpu")
+    except Exception as e:  # no libtpu in this environment
+        pytest.skip(f"no compile-only TPU topology: {e}")
+    return NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+def test_reference_compiles_for_v6e_at_full_size(task_id, v6e_device_sharding):
+    task, ref = load_task(task_id), load_pallas_reference(task_id)
+    shapes = [
+        jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=v6e_device_sharding)
+        for s in jax.eval_shape(lambda: task.create_inputs(size="full"))
+    ]
+    start = time.perf_counter()
+    compiled = jax.jit(ref.workload).trace(*shapes).lower().compile()
+    compile_time_ms = (time.perf_counter() - start) * 1e3
+    cost = compiled.cost_analysis()
+    print(f"{task_id}: compile_time_ms={compile_time_ms:.0f} flops={cost.get('flops'):.3e}")
+    # The CostEstimate reaches XLA, and the FLOPs are at least the task's count (causal halves 1p).
+    flops = task.get_flops("full")
+    assert cost["flops"] >= (flops / 2 if task_id == "1p" else flops)

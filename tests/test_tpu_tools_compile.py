@@ -1,0 +1,81 @@
+"""Real TPU compiles (libtpu compile-only devices) classify each kind of failure."""
+
+import pytest
+from conftest_paths import MATMUL_REF, kernel
+
+from maxkernel.tpu_tools.compile import run_compile
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_correct_tiled_matmul_compiles_with_the_real_tpu_compiler(target):
+    r = run_compile(kernel("good_matmul"), MATMUL_REF, target, "small")
+    assert r.ok, r.failure
+    assert r.compiler == "mosaic-tpu-aot"
+    assert r.num_pallas_calls == 1
+    call = r.pallas_calls[0]
+    assert tuple(call["grid"]) == (2, 2, 4)
+    assert r.output[0].shape == [256, 256] and r.output[0].dtype == "bfloat16"
+    assert r.memory["argument_size_in_bytes"] == 2 * (256 * 512 * 2)
+    assert r.times.compile_ms > 0 and r.environment.libtpu
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_block_breaking_8_128_is_a_lowering_error(target):
+    r = run_compile(kernel("bad_block"), MATMUL_REF, target, "small")
+    assert not r.ok
+    assert r.failure.kind == "lowering_error"
+    assert "(8,128)" in r.failure.summary
+    assert r.failure.line is not None  # points into the candidate file
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_1gib_vmem_scratch_is_vmem_exhausted_with_bytes(target):
+    r = run_compile(kernel("vmem_1gib"), MATMUL_REF, target, "small")
+    assert not r.ok
+    assert r.failure.kind == "vmem_exhausted"
+    assert r.failure.requested_bytes == 16384 * 16384 * 4
+    assert r.failure.capacity_bytes == 128 * 2**20
+    assert "VMEM" in r.failure.summary
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_unsupported_primitive_is_a_lowering_error(target):
+    r = run_compile(kernel("unsupported_op"), MATMUL_REF, target, "small")
+    assert not r.ok
+    assert r.failure.kind == "lowering_error"
+    assert "sort" in r.failure.summary
+
+
+def test_f16_cast_is_rejected_by_mosaic():
+    r = run_compile(kernel("f16_cast"), MATMUL_REF, "tpu-v6e", "small")
+    assert not r.ok
+    assert r.failure.kind == "mosaic_error"
+    assert r.failure.stage == "compile"
+
+
+def test_wrong_output_shape_is_reported_before_compiling():
+    r = run_compile(kernel("wrong_shape"), MATMUL_REF, "tpu-v6e", "small")
+    assert r.failure.kind == "shape_mismatch"
+    assert "[128, 256]" in r.failure.summary and "[256, 256]" in r.failure.summary
+
+
+def test_import_error_names_the_candidate_line():
+    r = run_compile(kernel("import_error"), MATMUL_REF, "tpu-v6e", "small")
+    assert r.failure.kind == "load_error"
+    assert r.failure.line == 8
+    assert "ZeroDivisionError" in r.failure.summary
+
+
+def test_full_size_compiles_without_allocating_inputs():
+    r = run_compile(kernel("good_matmul"), MATMUL_REF, "tpu-v6e", "full")
+    assert r.ok, r.failure
+    assert r.output[0].shape == [4096, 4096]
+    assert r.pallas_calls[0]["grid"][0] == 32
+
+
+def test_cpu_target_compiles_in_interpret_mode_and_checks_tpu_lowering():
+    r = run_compile(kernel("good_matmul"), MATMUL_REF, "cpu", "small")
+    assert r.ok and r.compiler == "xla-cpu-interpret" and not r.warnings
+    bad = run_compile(kernel("bad_block"), MATMUL_REF, "cpu", "small")
+    # interpret mode accepts illegal blocks; the TPU lowering check still flags them
+    assert any("would not lower for TPU" in w for w in bad.warnings)

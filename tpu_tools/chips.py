@@ -1,0 +1,98 @@
+"""TPU chip facts, per JAX device (one TensorCore program's view), used by compile, estimate and prompts.
+
+The numbers are the ones `jax.experimental.pallas.tpu.get_tpu_info_for_chip` returns in jax 0.10.2
+(a test keeps this table equal to it), so `maxkernel chips` answers without importing jax.
+Cores-per-chip comes from the Cloud TPU system-architecture docs (megacore chips expose 2 TensorCores).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLTPU_SOURCE = "jax.experimental.pallas.tpu.get_tpu_info_for_chip (jax 0.10.2)"
+DOCS_SOURCE = "cloud.google.com/tpu/docs/system-architecture-tpu-vm"
+
+
+class ChipSpec(BaseModel):
+    """What one JAX device of this TPU generation offers a kernel."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="maxkernel target name, e.g. 'tpu-v6e'")
+    chip_version: str = Field(description="pltpu.ChipVersion value, e.g. 'v6e'")
+    device_kind: str = Field(description="jax Device.device_kind on this chip")
+    topology: str = Field(description="libtpu topology used for compile-only devices")
+    generation: int
+    tensorcores_per_chip: int
+    vmem_bytes: int
+    smem_bytes: int
+    hbm_bytes: int
+    hbm_gbps: float = Field(description="HBM bandwidth, GB/s (1e9 bytes/s)")
+    peak_bf16_tflops: float
+    peak_int8_tops: float = Field(description="0 where the generation has no int8 MXU path")
+    mxu_shape: tuple[int, int] = Field(description="systolic array (rows, columns)")
+    num_mxus: int
+    lanes: int = 128
+    sublanes: int = 8
+    source: str = PLTPU_SOURCE + "; cores: " + DOCS_SOURCE
+
+    @property
+    def peak_bf16_flops_per_s(self) -> float:
+        return self.peak_bf16_tflops * 1e12
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_gbps * 1e9
+
+
+def _chip(name, version, kind, topology, gen, cores, vmem, smem, hbm, bw, bf16, int8, mxu, n_mxu) -> ChipSpec:
+    return ChipSpec(
+        name=name,
+        chip_version=version,
+        device_kind=kind,
+        topology=topology,
+        generation=gen,
+        tensorcores_per_chip=cores,
+        vmem_bytes=vmem,
+        smem_bytes=smem,
+        hbm_bytes=hbm,
+        hbm_gbps=bw / 1e9,
+        peak_bf16_tflops=bf16 / 1e12,
+        peak_int8_tops=int8 / 1e12,
+        mxu_shape=(mxu, mxu),
+        num_mxus=n_mxu,
+    )
+
+
+MiB = 1 << 20
+CHIPS: dict[str, ChipSpec] = {
+    c.name: c
+    for c in [
+        _chip("tpu-v4", "v4", "TPU v4", "v4:2x2x1", 4, 2, 16 * MiB, MiB, 17_200_000_000, 615e9, 137.5e12, 0, 128, 4),
+        _chip("tpu-v5e", "v5e", "TPU v5 lite", "v5e:2x2", 5, 1, 128 * MiB, MiB, 17_200_000_000, 820e9, 197e12, 394e12, 128, 4),
+        _chip("tpu-v5p", "v5p", "TPU v5", "v5p:2x2x1", 5, 2, 64 * MiB, MiB, 51_500_000_000, 1230e9, 229.5e12, 459e12, 128, 4),
+        _chip("tpu-v6e", "v6e", "TPU v6 lite", "v6e:2x2", 6, 1, 128 * MiB, MiB, 34_400_000_000, 1640e9, 920e12, 1840e12, 256, 2),
+        _chip("tpu-7x", "7x", "TPU7x", "tpu7x:2x2x1", 7, 2, 64 * MiB, MiB, 103_000_000_000, 3700e9, 1155e12, 0, 256, 2),
+    ]
+}
+ALIASES = {"v4": "tpu-v4", "v5e": "tpu-v5e", "v5litepod": "tpu-v5e", "v5p": "tpu-v5p", "v6e": "tpu-v6e", "7x": "tpu-7x", "tpu7x": "tpu-7x", "ironwood": "tpu-7x", "trillium": "tpu-v6e"}
+
+
+class UnknownChipError(ValueError):
+    """The caller named a chip we have no facts for."""
+
+
+def get_chip(name: str) -> ChipSpec:
+    key = name.lower()
+    key = ALIASES.get(key, key)
+    if key not in CHIPS:
+        raise UnknownChipError(f"unknown TPU chip {name!r}; known: {', '.join(CHIPS)}")
+    return CHIPS[key]
+
+
+def chip_for_device_kind(device_kind: str) -> ChipSpec | None:
+    """Map a live jax device's kind ('TPU v6 lite') to its spec; None for CPU/GPU."""
+    for chip in CHIPS.values():
+        if chip.device_kind.lower() == device_kind.lower():
+            return chip
+    return None

@@ -1,0 +1,95 @@
+"""Turn a compiler/runtime exception into a Failure with a one-line cause a person or model can act on."""
+
+from __future__ import annotations
+
+import re
+import traceback
+from pathlib import Path
+
+from maxkernel.tpu_tools.reports import Failure
+
+_ALLOC = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)")
+_BLOCK_RULE = "divisible by 8 and 128"
+
+
+def _candidate_line(exc: BaseException, path: Path | None) -> int | None:
+    """The candidate's line: from the traceback, else from 'at <file>:<line>' in lowering messages."""
+    if path is None:
+        return None
+    line = None
+    mentioned = re.findall(re.escape(path.name) + r":(\d+)", str(exc))
+    if mentioned:
+        line = int(mentioned[-1])
+    for frame in traceback.extract_tb(exc.__traceback__):
+        try:
+            if Path(frame.filename).resolve() == path:
+                line = frame.lineno
+        except OSError:
+            continue
+    return line
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    for raw in text.strip().splitlines():
+        line = raw.strip()
+        if line:
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+def classify_exception(exc: BaseException, stage: str, candidate_path: Path | None = None) -> Failure:
+    """Map an exception raised while tracing/lowering/compiling/running the candidate to a Failure."""
+    text = f"{type(exc).__name__}: {exc}"
+    full = "".join(traceback.format_exception(exc))
+    line = _candidate_line(exc, candidate_path)
+    where = f" (candidate line {line})" if line else ""
+    lowered = text.lower()
+
+    alloc = _ALLOC.search(text)
+    if "resource_exhausted" in lowered and ("space=vmem" in lowered or "vmem" in lowered):
+        req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
+        nums = f": asked {req:,} bytes of VMEM, capacity {cap:,}" if alloc else ""
+        return Failure(
+            kind="vmem_exhausted",
+            summary=f"VMEM exhausted{nums}; use smaller blocks or fewer buffers{where}",
+            message=full,
+            stage=stage,
+            line=line,
+            requested_bytes=req,
+            capacity_bytes=cap,
+        )
+    if "resource_exhausted" in lowered and "smem" in lowered:
+        req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
+        return Failure(
+            kind="smem_exhausted",
+            summary=f"SMEM exhausted{f': asked {req:,} bytes, capacity {cap:,}' if alloc else ''}{where}",
+            message=full,
+            stage=stage,
+            line=line,
+            requested_bytes=req,
+            capacity_bytes=cap,
+        )
+    if "mosaic failed to compile" in lowered or type(exc).__name__ == "MosaicError":
+        detail = _first_line(str(exc).split("Mosaic failed to compile TPU kernel:", 1)[-1])
+        return Failure(
+            kind="mosaic_error", summary=f"Mosaic rejected the kernel: {detail}{where}", message=full, stage=stage, line=line
+        )
+    if _BLOCK_RULE in text or "block shape" in lowered and "pallas tpu lowering" in lowered:
+        return Failure(
+            kind="lowering_error",
+            summary=f"block shape breaks the (8,128) tiling rule: {_first_line(str(exc))}{where}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
+    if "unimplemented primitive" in lowered or "pallas tpu lowering" in lowered or "lowering" in lowered and isinstance(exc, NotImplementedError):
+        return Failure(
+            kind="lowering_error", summary=f"Pallas TPU lowering failed: {_first_line(str(exc))}{where}", message=full, stage=stage, line=line
+        )
+    if isinstance(exc, MemoryError) or "resource_exhausted" in lowered and "out of memory" in lowered:
+        return Failure(kind="oom", summary=f"host memory exhausted: {_first_line(text)}", message=full, stage=stage, line=line)
+    if stage == "compile":
+        return Failure(kind="compile_error", summary=f"compiler error: {_first_line(text)}{where}", message=full, stage=stage, line=line)
+    if stage == "run":
+        return Failure(kind="runtime_error", summary=f"kernel failed while running: {_first_line(text)}{where}", message=full, stage=stage, line=line)
+    return Failure(kind="python_error", summary=f"{_first_line(text)}{where}", message=full, stage=stage, line=line)

@@ -1,0 +1,79 @@
+"""Elementwise comparison with evidence (max errors, worst index, NaN/Inf) and the weak-check guard."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from maxkernel.tpu_tools.reports import SeedResult, Tolerance
+
+
+def within(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Elementwise pass mask: |a - e| <= atol + rtol*|e|; NaN passes only where the reference is NaN too."""
+    e = expected.astype(np.float64)
+    a = actual.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)
+        ok |= (a == e)  # equal infinities
+    ok |= np.isnan(e) & np.isnan(a)
+    return ok
+
+
+def compare_outputs(seed: int, expected: list[np.ndarray], actual: list[np.ndarray], tol: Tolerance) -> SeedResult:
+    """Compare every output leaf; report the worst element over all of them."""
+    total = mismatched = 0
+    max_abs = max_rel = 0.0
+    worst: tuple[float, list[int], float, float] | None = None
+    nan = inf = ref_nan = 0
+    for leaf, (e, a) in enumerate(zip(expected, actual, strict=True)):
+        e64 = e.astype(np.float64)
+        a64 = a.astype(np.float64)
+        ok = within(e, a, tol)
+        total += ok.size
+        mismatched += int(ok.size - ok.sum())
+        nan += int(np.isnan(a64).sum())
+        inf += int(np.isinf(a64).sum())
+        ref_nan += int(np.isnan(e64).sum())
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            diff = np.abs(a64 - e64)
+            diff = np.where(np.isnan(e64) & np.isnan(a64), 0.0, diff)
+            diff = np.where(np.isnan(diff), np.inf, diff)
+            rel = diff / np.maximum(np.abs(e64), 1e-30)
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            max_rel = max(max_rel, float(np.where(diff == 0, 0.0, rel).max()))
+            # worst = the element furthest outside its tolerance band
+            excess = diff - (tol.atol + tol.rtol * np.abs(np.nan_to_num(e64)))
+            idx = np.unravel_index(int(np.argmax(excess)), excess.shape)
+            score = float(excess[idx])
+            if worst is None or score > worst[0]:
+                index = ([leaf] if len(expected) > 1 else []) + [int(i) for i in idx]
+                worst = (score, index, float(e64[idx]), float(a64[idx]))
+    return SeedResult(
+        seed=seed,
+        ok=mismatched == 0,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        mismatch_fraction=mismatched / total if total else 0.0,
+        worst_index=worst[1] if worst else None,
+        worst_expected=worst[2] if worst else None,
+        worst_actual=worst[3] if worst else None,
+        nan_count=nan,
+        inf_count=inf,
+        reference_nan_count=ref_nan,
+    )
+
+
+def trivial_outputs_passing(expected: list[np.ndarray], inputs: list[np.ndarray], tol: Tolerance) -> list[str]:
+    """Which trivial 'kernels' (all zeros, the reference's mean, a copy of an input) would also pass."""
+    passing = []
+    candidates: dict[str, list[np.ndarray]] = {
+        "zeros": [np.zeros_like(e, dtype=np.float64) for e in expected],
+        "reference mean": [np.full(e.shape, np.nanmean(e.astype(np.float64)) if e.size else 0.0) for e in expected],
+    }
+    for i, x in enumerate(inputs):
+        if len(expected) == 1 and x.shape == expected[0].shape:
+            candidates[f"copy of input {i}"] = [x.astype(np.float64)]
+    for name, fake in candidates.items():
+        if all(bool(within(e, f, tol).all()) for e, f in zip(expected, fake, strict=True)):
+            passing.append(name)
+    return passing

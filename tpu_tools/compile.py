@@ -1,0 +1,162 @@
+"""Compile a candidate for a target with the reference's input shapes, timing each stage (runs in a pool child)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from maxkernel.tpu_tools import execution
+from maxkernel.tpu_tools.classify import classify_exception
+from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
+from maxkernel.tpu_tools.problem import load_candidate, load_reference
+from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
+from maxkernel.tpu_tools.targets import parse_target
+
+
+def _specs(tree) -> list[ArraySpec]:
+    import jax
+
+    return [ArraySpec(shape=list(x.shape), dtype=str(x.dtype)) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def pallas_calls_of(jaxpr) -> list[dict[str, Any]]:
+    """Grid, blocks and scratch of every pallas_call in a traced jaxpr."""
+    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+
+    return [c.model_dump(mode="json") for c in find_pallas_calls(jaxpr)]
+
+
+def _memory_stats(compiled) -> dict[str, int]:
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:
+        return {}
+    if stats is None:
+        return {}
+    keys = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "generated_code_size_in_bytes", "alias_size_in_bytes")
+    return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
+
+
+def _cost(compiled) -> dict[str, float]:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:
+        return {}
+    if isinstance(cost, list):
+        cost = cost[0] if cost else {}
+    keys = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
+    return {k: float(cost[k]) for k in keys if cost and k in cost and float(cost[k]) >= 0}
+
+
+def compile_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size: str = "small") -> dict:
+    """Pool job: returns a CompileReport as a JSON-able dict."""
+    return run_compile(kernel_path, reference, target, size).model_dump(mode="json")
+
+
+def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -> CompileReport:
+    import jax
+
+    from maxkernel.tpu_tools.env_info import environment
+
+    started = time.perf_counter()
+    report = CompileReport(ok=False, target=target_name, size=size, kernel_path=kernel_path)
+
+    def finish(failure: Failure | None = None) -> CompileReport:
+        report.failure = failure
+        report.ok = failure is None
+        report.wall_time_s = round(time.perf_counter() - started, 4)
+        with contextlib.suppress(Exception):
+            report.environment = environment()
+        return report
+
+    try:
+        target = parse_target(target_name)
+        ref = load_reference(reference)
+        report.reference = ref.info
+        in_shapes = ref.input_shapes(size)
+        report.expected_output = _specs(jax.eval_shape(ref.workload, *in_shapes))
+    except UsageError as e:
+        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
+    try:
+        cand = load_candidate(kernel_path)
+    except UsageError as e:
+        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
+    except CandidateLoadError as e:
+        return finish(Failure(kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line))
+    report.kernel_sha256 = cand.sha256
+
+    plan = execution.plan_for(target)
+    aot = target.kind == "tpu" and not plan.native
+    if aot:
+        sharding = execution.aot_sharding(target)
+        args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in in_shapes]
+        scope = execution.abstract_tpu_mesh(target)
+        report.compiler, report.compiler_note = "mosaic-tpu-aot", plan.description
+    elif plan.native:
+        args = list(in_shapes)
+        scope = contextlib.nullcontext()
+        report.compiler = "mosaic-tpu" if target.kind == "tpu" else "xla-local"
+        report.compiler_note = plan.description
+    else:
+        args = list(in_shapes)
+        scope = execution.tpu_interpret_mode()
+        report.compiler, report.compiler_note = "xla-cpu-interpret", plan.description
+
+    path = Path(cand.path)
+    stage = "trace"
+    with scope:
+        try:
+            t0 = time.perf_counter()
+            traced = jax.jit(cand.workload).trace(*args)
+            report.times = StageTimes(trace_ms=_ms(t0))
+            report.pallas_calls = pallas_calls_of(traced.jaxpr)
+            report.num_pallas_calls = len(report.pallas_calls)
+            report.output = _specs(traced.out_info)
+            if report.output != report.expected_output:
+                return finish(
+                    Failure(
+                        kind="shape_mismatch",
+                        summary=f"output {_fmt(report.output)} differs from the reference's {_fmt(report.expected_output)}",
+                        stage="trace",
+                    )
+                )
+            stage = "lower"
+            t0 = time.perf_counter()
+            lowered = traced.lower()
+            report.times.lower_ms = _ms(t0)
+            stage = "compile"
+            t0 = time.perf_counter()
+            compiled = lowered.compile()
+            report.times.compile_ms = _ms(t0)
+        except Exception as e:
+            return finish(classify_exception(e, stage, path))
+    report.memory = _memory_stats(compiled)
+    report.cost_analysis = _cost(compiled)
+    if report.num_pallas_calls == 0:
+        report.warnings.append("no pallas_call in the candidate: it is plain JAX (validate reports 'no kernel' by default)")
+    if not aot and not plan.native and report.num_pallas_calls:
+        report.warnings.extend(_tpu_lowering_check(cand.workload, in_shapes, path))
+    return finish()
+
+
+def _tpu_lowering_check(fn, in_shapes, path: Path) -> list[str]:
+    """Interpret mode accepts illegal TPU blocks, so also run the Pallas->Mosaic lowering rules (no compile)."""
+    import jax
+
+    target = parse_target("tpu-v6e")
+    try:
+        with execution.abstract_tpu_mesh(target):
+            jax.jit(fn).trace(*in_shapes).lower(lowering_platforms=("tpu",))
+    except Exception as e:
+        return [f"would not lower for TPU: {classify_exception(e, 'lower', path).summary}"]
+    return []
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1e3, 3)
+
+
+def _fmt(specs: list[ArraySpec]) -> str:
+    return ", ".join(f"{s.dtype}{s.shape}" for s in specs) or "nothing"

@@ -1,0 +1,583 @@
+"""A static TPU performance estimate read from the kernel itself, always labeled `estimate`.
+
+Interpret-mode timings on CPU say nothing about TPU speed, and XLA's cost analysis of an interpreted
+`pallas_call` counts one grid step. So we model the Pallas TPU pipeline from what the kernel declares
+(grid, BlockSpecs, scratch, `pl.CostEstimate`): walk the grid in order, find which blocks are
+re-fetched or written back at each step, and time each step as max(compute, DMA) + a fixed overhead,
+plus a non-overlapped prologue (first fetch) and epilogue (last writeback). Chips come from `chips.py`.
+
+This is a model, not a measurement: it ranks block choices and explains them; a profile is the truth.
+Every constant below says where it comes from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.chips import ChipSpec, get_chip
+from maxkernel.tpu_tools.pallas_info import BlockInfo, IndexMap, PallasCallInfo, UnknownIndexError, index_maps
+
+__all__ = [
+    "CallEstimate",
+    "RooflineEstimate",
+    "StaticEstimate",
+    "default_scoped_vmem_bytes",
+    "estimate_pallas",
+    "roofline",
+]
+
+MiB = 1 << 20
+
+# Fixed cost of one Pallas grid step on TPU (loop bookkeeping, DMA issue/wait, semaphores). The JAX
+# Pallas TPU guides (pipelining / matmul) quote roughly 0.35 us per grid step; we use it for every chip.
+STEP_OVERHEAD_US = 0.35
+
+# Default scoped-VMEM limit Mosaic compiles a kernel against when `vmem_limit_bytes` is not given.
+# Inferred from public "Scoped allocation with size ... and limit 16.00M / 32.00M exceeded scoped vmem
+# limit" compile errors (16 MiB on v4/v5e/v5p, 32 MiB on v6e); 7x assumed equal to v6e. The
+# compile-only check (tier B) is the real verdict; this only flags the risk.
+DEFAULT_SCOPED_VMEM_BYTES = {4: 16 * MiB, 5: 16 * MiB, 6: 32 * MiB, 7: 32 * MiB}
+
+# VMEM tiles are (sublanes, 128 lanes) of 32-bit words; narrower dtypes pack along sublanes:
+# (8,128) for 32-bit, (16,128) for 16-bit, (32,128) for 8-bit (Pallas TPU "details" guide).
+LANES = 128
+
+# VPU throughput: one (8,128) vreg per cycle per ALU slot; we assume 2 useful elementwise ops per cycle
+# per lane-sublane (an assumption: TPU VPUs issue several VALU slots, but loads/stores/converts compete).
+VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2
+# Without any flop count, an elementwise kernel is charged this many VPU ops per element it touches.
+VPU_OPS_PER_ELEMENT = 2
+# A transcendental (exp, rsqrt, ...) costs this many VPU-op equivalents (the EUP is slower per element).
+TRANSCENDENTAL_VPU_OPS = 4
+
+# Above this many grid steps, non-affine index maps are evaluated on the first MAX_ENUMERATED_STEPS
+# steps only and the rest extrapolated (affine maps are handled in closed form at any size).
+MAX_ENUMERATED_STEPS = 1 << 16
+
+
+class RooflineEstimate(BaseModel):
+    kind: Literal["estimate"] = "estimate"
+    chip: str
+    flops: float
+    bytes_accessed: float
+    compute_time_us: float
+    memory_time_us: float
+    time_us: float
+    bound: Literal["compute", "memory"]
+    arithmetic_intensity: float = Field(description="flops per byte")
+
+
+class CallEstimate(BaseModel):
+    """The pipeline model's view of one pallas_call."""
+
+    kernel_name: str
+    grid: tuple[int, ...]
+    steps: int
+    estimated_time_us: float
+    compute_time_us: float = Field(description="sum over steps of MXU/VPU time")
+    dma_time_us: float = Field(description="sum over steps of HBM<->VMEM DMA time (overlapped or not)")
+    overhead_time_us: float
+    prologue_us: float
+    epilogue_us: float
+    flops: float
+    flops_source: str = Field(description="cost_estimate | matmul blocks | total_flops | elementwise")
+    mxu_efficiency: float = Field(description="fraction of MXU rows/columns the blocks fill")
+    hbm_bytes_moved: int
+    min_hbm_bytes: int = Field(description="each operand read or written exactly once")
+    refetch_factors: dict[str, float] = Field(description="bytes moved / array bytes, per operand")
+    vmem_bytes_needed: int
+    padding_waste_fraction: float
+    index_maps: str = Field(description="affine (closed form) | enumerated | sampled | unknown prefetch")
+    notes: list[str] = Field(default_factory=list)
+
+
+class StaticEstimate(BaseModel):
+    kind: Literal["estimate"] = "estimate"
+    chip: str
+    estimated_time_us: float
+    bound: Literal["compute", "memory", "overhead"]
+    roofline_time_us: float
+    fraction_of_roofline: float = Field(description="roofline / estimate, <= 1")
+    hbm_bytes_moved: int
+    flops: float
+    steps: int
+    vmem_bytes_needed: int
+    vmem_capacity_bytes: int
+    vmem_scoped_limit_bytes: int = Field(description="kernel's vmem_limit_bytes, else the chip default")
+    fits_vmem: bool = Field(description="vmem_bytes_needed <= physical VMEM")
+    above_scoped_vmem_limit: bool
+    padding_waste_fraction: float
+    per_call: list[CallEstimate]
+    reason: str
+    assumptions: list[str]
+
+
+def _chip(chip: str | ChipSpec) -> ChipSpec:
+    return chip if isinstance(chip, ChipSpec) else get_chip(chip)
+
+
+def default_scoped_vmem_bytes(chip: str | ChipSpec) -> int:
+    c = _chip(chip)
+    return DEFAULT_SCOPED_VMEM_BYTES.get(c.generation, 16 * MiB)
+
+
+def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec) -> RooflineEstimate:
+    """Time = max(flops / peak bf16, bytes / HBM bandwidth)."""
+    c = _chip(chip)
+    t_c = flops / c.peak_bf16_flops_per_s * 1e6
+    t_m = bytes_accessed / c.hbm_bytes_per_s * 1e6
+    return RooflineEstimate(
+        chip=c.name,
+        flops=float(flops),
+        bytes_accessed=float(bytes_accessed),
+        compute_time_us=t_c,
+        memory_time_us=t_m,
+        time_us=max(t_c, t_m),
+        bound="compute" if t_c >= t_m else "memory",
+        arithmetic_intensity=flops / bytes_accessed if bytes_accessed else math.inf,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tiles, bytes, VMEM
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except TypeError:
+        return 4
+
+
+def _sublane_tile(itemsize: int) -> int:
+    return 8 * max(1, 4 // itemsize) if itemsize <= 4 else 8
+
+
+def _padded_bytes(shape: Sequence[int], itemsize: int) -> int:
+    """Bytes of `shape` laid out in (sublane, 128) VMEM tiles."""
+    dims = [int(s) for s in shape]
+    if not dims:
+        return _sublane_tile(itemsize) * LANES * itemsize  # a scalar still occupies one tile
+    if len(dims) == 1:
+        return _round_up(dims[0], LANES) * itemsize  # assumption: 1-D is lane-padded only
+    sub = _sublane_tile(itemsize)
+    lead = math.prod(dims[:-2])
+    return lead * _round_up(dims[-2], sub) * _round_up(dims[-1], LANES) * itemsize
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _kernel_block_shape(b: BlockInfo) -> list[int]:
+    return [s for s in b.block_shape if s is not None]
+
+
+def _block_padded_bytes(b: BlockInfo) -> int:
+    return _padded_bytes(_kernel_block_shape(b), _itemsize(b.dtype))
+
+
+def _array_bytes(b: BlockInfo) -> int:
+    return math.prod(b.array_shape) * _itemsize(b.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which blocks move at which step
+
+
+def _affine_deps(imap: IndexMap, grid: tuple[int, ...]) -> set[int] | None:
+    """Grid dims the block index depends on, if the map is affine in the grid indices; else None."""
+    r = len(grid)
+    pts = [np.zeros(r, np.int64)]
+    for d in range(r):
+        e = np.zeros(r, np.int64)
+        e[d] = 1 if grid[d] > 1 else 0
+        pts.append(e)
+    # Verification points: the last step, 2*e_d, and a few fixed pseudo-random steps.
+    rng = np.random.default_rng(0)
+    checks = [np.array([g - 1 for g in grid], np.int64)]
+    checks += [np.array([min(2, g - 1) if i == d else 0 for i, g in enumerate(grid)]) for d in range(r)]
+    checks += [np.array([rng.integers(0, g) for g in grid], np.int64) for _ in range(4)]
+    vals = imap.evaluate(np.array(pts + checks).reshape(-1, r))
+    base = vals[0]
+    coef = vals[1 : r + 1] - base  # (r, nout)
+    for p, v in zip(checks, vals[r + 1 :], strict=True):
+        if not np.array_equal(base + p @ coef, v):
+            return None
+    return {d for d in range(r) if grid[d] > 1 and np.any(coef[d] != 0)}
+
+
+def _outer_change_dim(grid: tuple[int, ...], steps: int) -> np.ndarray:
+    """For transitions t -> t+1 (t < steps-1): the outermost grid dim that changes (row-major order)."""
+    t = np.arange(1, steps, dtype=np.int64)
+    out = np.full(t.shape, len(grid) - 1, dtype=np.int64)
+    stride = 1
+    for d in range(len(grid) - 1, -1, -1):
+        # dim d changes at t iff t is a multiple of the product of the inner sizes
+        out = np.where(t % stride == 0, d, out)
+        stride *= grid[d]
+    return out
+
+
+class _Schedule(BaseModel):
+    """Transition classes: each moves `bytes` (padded) over `count` transitions."""
+
+    classes: list[tuple[int, int]]  # (count, dma bytes)
+    moved_per_block: list[int]  # total padded bytes moved per block, incl. first fetch / last writeback
+    first_fetch_bytes: int
+    last_writeback_bytes: int
+    mode: str
+    notes: list[str] = Field(default_factory=list)
+
+
+def _schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) -> _Schedule:
+    grid = tuple(int(g) if g is not None else 1 for g in call.grid)
+    steps = math.prod(grid)
+    blocks = call.blocks
+    maps = index_maps(call)
+    pbytes = [_block_padded_bytes(b) if b.pipelined else 0 for b in blocks]
+    n_in = len(call.inputs)
+    first_fetch = sum(pbytes[:n_in])
+    last_wb = sum(pbytes[n_in:])
+    notes: list[str] = []
+    r = len(grid)
+
+    deps: list[set[int] | None] = []
+    for b, m in zip(blocks, maps, strict=True):
+        if not b.pipelined:
+            deps.append(set())
+        elif b.uses_scalar_prefetch:
+            deps.append(None)
+        else:
+            deps.append(_affine_deps(m, grid) if r else set())
+    need_enum = [i for i, d in enumerate(deps) if d is None]
+
+    if not need_enum:
+        # Closed form: a transition whose outermost changing dim is d moves every block whose deepest
+        # dependency is at or inside d; there are prod(grid[:d]) * (grid[d] - 1) such transitions.
+        deepest = [max(d) if d else -1 for d in deps]  # type: ignore[type-var]
+        classes = []
+        moved = [pb for pb in pbytes]
+        for d in range(r):
+            count = math.prod(grid[:d]) * (grid[d] - 1)
+            if count <= 0:
+                continue
+            movers = [i for i in range(len(blocks)) if deepest[i] >= d]
+            classes.append((count, sum(pbytes[i] for i in movers)))
+            for i in movers:
+                moved[i] += count * pbytes[i]
+        return _Schedule(
+            classes=classes,
+            moved_per_block=moved,
+            first_fetch_bytes=first_fetch,
+            last_writeback_bytes=last_wb,
+            mode="affine (closed form)",
+            notes=notes,
+        )
+
+    # Enumerate (the first MAX_ENUMERATED_STEPS steps) for maps we cannot reduce to a formula.
+    n = min(steps, MAX_ENUMERATED_STEPS)
+    mode = "enumerated" if n == steps else "sampled"
+    pts = np.array(np.unravel_index(np.arange(n), grid)).T if r else np.zeros((n, 0), np.int64)
+    changes = np.zeros((len(blocks), max(n - 1, 0)), dtype=bool)
+    outer = _outer_change_dim(grid, n) if n > 1 else np.zeros(0, np.int64)
+    for i, (d, m) in enumerate(zip(deps, maps, strict=True)):
+        if d is not None:
+            deepest = max(d) if d else -1
+            changes[i] = outer <= deepest
+            continue
+        try:
+            idx = m.evaluate(pts, scalar_prefetch)
+            changes[i] = np.any(idx[1:] != idx[:-1], axis=1)
+        except UnknownIndexError:
+            changes[i] = True  # conservative: a data-dependent block is re-fetched every step
+            notes.append(
+                f"{blocks[i].role} {blocks[i].position} index depends on scalar prefetch: assumed re-fetched each step"
+            )
+    per_t = (changes * np.array(pbytes)[:, None]).sum(axis=0)
+    scale = (steps - 1) / (n - 1) if n > 1 else 0.0
+    uniq, counts = np.unique(per_t, return_counts=True)
+    classes = [(int(round(c * scale)), int(u)) for u, c in zip(uniq, counts, strict=True)]
+    moved = [pbytes[i] + int(round(changes[i].sum() * scale)) * pbytes[i] for i in range(len(blocks))]
+    if mode == "sampled":
+        notes.append(f"index maps evaluated on the first {n} of {steps} steps and extrapolated")
+    return _Schedule(
+        classes=classes,
+        moved_per_block=moved,
+        first_fetch_bytes=first_fetch,
+        last_writeback_bytes=last_wb,
+        mode=mode if not any("scalar prefetch" in x for x in notes) else "unknown prefetch",
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compute per step
+
+
+def _matmul_blocks(call: PallasCallInfo) -> tuple[int, int, int] | None:
+    """(bm, bk, bn) when the call looks like a tiled matmul: lhs [bm,bk], rhs [bk,bn], out [bm,bn]."""
+    if len(call.inputs) < 2 or not call.outputs:
+        return None
+    a, b, o = (_kernel_block_shape(x) for x in (call.inputs[0], call.inputs[1], call.outputs[0]))
+    if len(a) < 2 or len(b) < 2 or len(o) < 2:
+        return None
+    (bm, bk), (bk2, bn), (om, on) = a[-2:], b[-2:], o[-2:]
+    if bk == bk2 and om == bm and on == bn:
+        return bm, bk, bn
+    return None
+
+
+def _vpu_ops_per_s(c: ChipSpec) -> float:
+    # Clock inferred from the MXU peak: peak = 2 flops * rows * cols * num_mxus * clock.
+    clock_hz = c.peak_bf16_flops_per_s / (2 * c.mxu_shape[0] * c.mxu_shape[1] * c.num_mxus)
+    return clock_hz * VPU_ELEMENT_OPS_PER_CYCLE
+
+
+def _vmem_needed(call: PallasCallInfo) -> tuple[int, int, int]:
+    """(VMEM bytes with double buffering + scratch, padded bytes of blocks, real bytes of blocks)."""
+    need, padded, real = 0, 0, 0
+    for b in call.blocks:
+        if not b.pipelined or b.memory_space != "vmem":
+            continue
+        pb = _block_padded_bytes(b)
+        need += (b.buffer_count or 2) * pb
+        padded += pb
+        real += b.block_bytes
+    for s in call.scratch:
+        if s.memory_space == "vmem" and s.bytes:
+            need += _padded_bytes(s.shape, _itemsize(s.dtype))
+    return need, padded, real
+
+
+def _estimate_call(
+    call: PallasCallInfo, c: ChipSpec, total_flops: float | None, scalar_prefetch: Sequence[Any] | None
+) -> CallEstimate:
+    grid = tuple(int(g) if g is not None else 1 for g in call.grid)
+    steps = max(1, math.prod(grid))
+    notes: list[str] = []
+    if any(g is None for g in call.grid):
+        notes.append("dynamic grid dimension counted as 1")
+    sched = _schedule(call, scalar_prefetch)
+    notes += sched.notes
+    bw = c.hbm_bytes_per_s
+
+    # Work per step.
+    mm = _matmul_blocks(call)
+    ce = call.cost_estimate
+    mxu_eff = 1.0
+    transcendentals = float(ce.transcendentals) if ce else 0.0
+    if mm is not None:
+        bm, bk, bn = mm
+        rows, cols = c.mxu_shape
+        # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
+        mxu_eff = (bk / _round_up(bk, rows)) * (bn / _round_up(bn, cols))
+    if ce is not None and ce.flops > 0:
+        flops, src = float(ce.flops), "cost_estimate"
+    elif mm is not None:
+        flops, src = 2.0 * mm[0] * mm[1] * mm[2] * steps, "matmul blocks"
+    elif total_flops is not None:
+        flops, src = float(total_flops), "total_flops"
+    else:
+        flops, src = 0.0, "elementwise"
+    elements = sum(math.prod(_kernel_block_shape(b)) for b in call.blocks if b.pipelined)
+    vpu_rate = _vpu_ops_per_s(c)
+    vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
+    if mm is not None:
+        mxu_s = flops / steps / (c.peak_bf16_flops_per_s * mxu_eff)
+    else:
+        mxu_s = 0.0
+        vpu_ops += flops / steps  # non-matmul flops run on the VPU
+    vpu_s = vpu_ops / vpu_rate
+    compute_s = max(mxu_s, vpu_s)  # assumption: MXU and VPU work overlap within a step
+
+    # Non-pipelined HBM operands (pl.ANY / HBM): the kernel DMAs them itself; charge them once.
+    manual = [b for b in call.blocks if not b.pipelined and b.memory_space in ("any", "hbm")]
+    manual_bytes = sum(_array_bytes(b) for b in manual)
+    if manual:
+        notes.append("operands in pl.ANY/HBM are manual DMAs: charged once each, spread over the steps")
+
+    # Pipeline: step t computes while the DMAs of transition t -> t+1 run.
+    overhead_s = steps * STEP_OVERHEAD_US * 1e-6
+    manual_per_step = manual_bytes / steps
+    steady = 0.0
+    dma_s = 0.0
+    for count, nbytes in sched.classes:
+        t_dma = (nbytes + manual_per_step) / bw
+        steady += count * max(compute_s, t_dma)
+        dma_s += count * t_dma
+    last_step = max(compute_s, manual_per_step / bw)
+    prologue_s = sched.first_fetch_bytes / bw
+    epilogue_s = sched.last_writeback_bytes / bw
+    total_s = prologue_s + steady + last_step + overhead_s + epilogue_s
+
+    moved = sum(sched.moved_per_block) + manual_bytes
+    min_bytes = sum(_array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
+    refetch = {}
+    for b, m in zip(call.blocks, sched.moved_per_block, strict=True):
+        if b.pipelined and _array_bytes(b):
+            refetch[f"{'in' if b.role == 'input' else 'out'}{b.position}"] = m / _array_bytes(b)
+    vmem, padded, real = _vmem_needed(call)
+    return CallEstimate(
+        kernel_name=call.kernel_name,
+        grid=grid,
+        steps=steps,
+        estimated_time_us=total_s * 1e6,
+        compute_time_us=compute_s * steps * 1e6,
+        dma_time_us=(dma_s + prologue_s + epilogue_s) * 1e6,
+        overhead_time_us=overhead_s * 1e6,
+        prologue_us=prologue_s * 1e6,
+        epilogue_us=epilogue_s * 1e6,
+        flops=flops,
+        flops_source=src,
+        mxu_efficiency=mxu_eff,
+        hbm_bytes_moved=int(moved),
+        min_hbm_bytes=int(min_bytes),
+        refetch_factors=refetch,
+        vmem_bytes_needed=vmem,
+        padding_waste_fraction=(padded - real) / padded if padded else 0.0,
+        index_maps=sched.mode,
+        notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The public estimate
+
+ASSUMPTIONS = [
+    f"per-grid-step overhead {STEP_OVERHEAD_US} us (JAX Pallas TPU guides)",
+    "grid runs sequentially in row-major order on one TensorCore (megacore split of parallel dims not modeled)",
+    "an input block is fetched only when its block index changes between consecutive steps; an output "
+    "block is written back when its index changes and at the end",
+    "DMA of step t+1 inputs / step t-1 outputs overlaps step t compute; first fetch and last writeback do not",
+    "DMAs move whole (sublane,128) tiles: (8,128) 32-bit, (16,128) 16-bit, (32,128) 8-bit",
+    "MXU at peak bf16 rate scaled by how fully blocks fill the MXU; f32 matmul passes not modeled",
+    f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
+    f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
+    "VMEM need = buffer_count (default 2) x each pipelined VMEM block + VMEM scratch, tile-padded",
+    "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
+    "XLA ops around the pallas_calls are not counted",
+]
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
+    rl = roofline(flops, nbytes, c)
+    rate = (
+        f"{_fmt_bytes(nbytes)} at {c.hbm_gbps:.0f} GB/s"
+        if rl.bound == "memory"
+        else f"{flops / 1e9:.3g} GFLOP at {c.peak_bf16_tflops:.0f} TFLOP/s"
+    )
+    scoped = default_scoped_vmem_bytes(c)
+    return StaticEstimate(
+        chip=c.name,
+        estimated_time_us=rl.time_us,
+        bound=rl.bound,
+        roofline_time_us=rl.time_us,
+        fraction_of_roofline=1.0,
+        hbm_bytes_moved=int(nbytes),
+        flops=float(flops),
+        steps=0,
+        vmem_bytes_needed=0,
+        vmem_capacity_bytes=c.vmem_bytes,
+        vmem_scoped_limit_bytes=scoped,
+        fits_vmem=True,
+        above_scoped_vmem_limit=False,
+        padding_waste_fraction=0.0,
+        per_call=[],
+        reason=f"no pallas_call: roofline of the XLA cost analysis, {rl.bound}-bound ({rate})",
+        assumptions=["no pallas_call in the candidate: estimate = roofline of the caller's flops/bytes"],
+    )
+
+
+def estimate_pallas(
+    calls: Sequence[PallasCallInfo],
+    chip: str | ChipSpec,
+    *,
+    total_flops: float | None = None,
+    total_bytes: float | None = None,
+    scalar_prefetch: Sequence[Sequence[Any] | None] | None = None,
+) -> StaticEstimate:
+    """Static estimate of the candidate's pallas_calls on `chip` (never faster than the roofline).
+
+    total_flops: the candidate's flops (e.g. the task's get_flops) when a kernel gives no CostEstimate
+    and is not a recognizable matmul; with no calls, total_flops/total_bytes (XLA cost analysis) give
+    the roofline estimate. scalar_prefetch: per call, the prefetch operand values, if known.
+    """
+    c = _chip(chip)
+    if not calls:
+        if total_flops is None or total_bytes is None:
+            raise ValueError("no pallas_call found: pass total_flops and total_bytes (XLA cost analysis)")
+        return _plain_estimate(c, total_flops, total_bytes)
+
+    share = total_flops / len(calls) if total_flops is not None else None
+    per = [
+        _estimate_call(call, c, share, scalar_prefetch[i] if scalar_prefetch else None)
+        for i, call in enumerate(calls)
+    ]
+    flops = sum(p.flops for p in per)
+    min_bytes = sum(p.min_hbm_bytes for p in per)
+    rl = roofline(flops, min_bytes, c)
+    est = sum(p.estimated_time_us for p in per)
+    notes = [n for p in per for n in p.notes]
+    clamped = est < rl.time_us
+    if clamped:
+        notes.append("model came in under the roofline: clamped to it")
+        est = rl.time_us
+    moved = sum(p.hbm_bytes_moved for p in per)
+    vmem = max(p.vmem_bytes_needed for p in per)
+    limits = [x.vmem_limit_bytes for x in calls if x.vmem_limit_bytes]
+    scoped = max(limits) if limits else default_scoped_vmem_bytes(c)
+    comp = sum(p.compute_time_us for p in per)
+    dma = sum(p.dma_time_us for p in per)
+    ovh = sum(p.overhead_time_us for p in per)
+    bound: Literal["compute", "memory", "overhead"] = (
+        "overhead" if ovh >= max(comp, dma) else ("compute" if comp >= dma else "memory")
+    )
+    steps = sum(p.steps for p in per)
+    pad_total = sum(p.padding_waste_fraction * p.hbm_bytes_moved for p in per)
+    reason = _reason(bound, per, c, moved, flops, steps, ovh)
+    return StaticEstimate(
+        chip=c.name,
+        estimated_time_us=est,
+        bound=bound,
+        roofline_time_us=rl.time_us,
+        fraction_of_roofline=min(1.0, rl.time_us / est) if est > 0 else 1.0,
+        hbm_bytes_moved=int(moved),
+        flops=flops,
+        steps=steps,
+        vmem_bytes_needed=vmem,
+        vmem_capacity_bytes=c.vmem_bytes,
+        vmem_scoped_limit_bytes=scoped,
+        fits_vmem=vmem <= c.vmem_bytes,
+        above_scoped_vmem_limit=vmem > scoped,
+        padding_waste_fraction=pad_total / moved if moved else 0.0,
+        per_call=per,
+        reason=reason,
+        assumptions=ASSUMPTIONS + notes,
+    )
+
+
+def _reason(
+    bound: str, per: list[CallEstimate], c: ChipSpec, moved: int, flops: float, steps: int, ovh: float
+) -> str:
+    worst = max(per, key=lambda p: p.estimated_time_us)
+    if bound == "memory":
+        name, factor = max(worst.refetch_factors.items(), key=lambda kv: kv[1], default=("", 1.0))
+        extra = f"; {name} of {worst.kernel_name} moved {factor:.3g}x its size" if factor > 1.05 else ""
+        return f"memory-bound: {_fmt_bytes(moved)} moved at {c.hbm_gbps:.0f} GB/s{extra}"
+    if bound == "compute":
+        eff = f" at {worst.mxu_efficiency:.0%} MXU fill" if worst.mxu_efficiency < 0.999 else ""
+        return f"compute-bound: {flops / 1e9:.3g} GFLOP at {c.peak_bf16_tflops:.0f} TFLOP/s peak bf16{eff}"
+    return f"overhead-bound: {steps} grid steps x {STEP_OVERHEAD_US} us = {ovh:.3g} us; use bigger blocks"

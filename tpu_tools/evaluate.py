@@ -1,0 +1,161 @@
+"""The evaluation facade: compile/validate a candidate through the worker pool, always returning a report.
+
+A hang, crash, OOM or exit inside a child becomes a Failure in the report; the caller stays up.
+Usable from threads (the MCP server) with a `cancel` event that kills the child.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
+from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+
+DEFAULT_TIMEOUT_S = 300.0
+_STATUS_KIND = {"timeout": "timeout", "crashed": "crash", "oom": "oom", "exited": "exited", "cancelled": "cancelled"}
+
+ProgressFn = Callable[[str], None]
+
+
+def outcome_failure(outcome: JobOutcome, what: str) -> Failure:
+    """A child that did not return a report: say exactly how it ended."""
+    kind = _STATUS_KIND.get(outcome.status, "internal_error")
+    summary = f"{what}: {outcome.message}"
+    if kind == "internal_error":
+        summary = f"{what} failed inside maxkernel (a bug, please report): {outcome.message}"
+    return Failure(kind=kind, summary=summary, message=outcome.detail, stage="run")  # type: ignore[arg-type]
+
+
+def _abs_reference(reference: str) -> str:
+    p = Path(reference).expanduser()
+    return str(p.resolve()) if p.exists() else reference
+
+
+class Evaluator:
+    """compile/validate entry points shared by the CLI, the MCP server and benchmarks."""
+
+    def __init__(self, pool: WorkerPool | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.pool = pool or get_default_pool()
+        self.timeout_s = timeout_s
+
+    def _run(
+        self, fn: str, kwargs: dict, *, timeout_s: float | None, on_progress: ProgressFn | None, cancel: threading.Event | None
+    ) -> JobOutcome:
+        spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=timeout_s or self.timeout_s)
+        handle = self.pool.submit(spec, on_progress=on_progress)
+        while True:
+            outcome = handle.wait(0.1)
+            if outcome is not None:
+                return outcome
+            if cancel is not None and cancel.is_set():
+                handle.cancel()
+
+    def compile(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "tpu-v6e",
+        size: str = "small",
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> CompileReport:
+        started = time.perf_counter()
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        if on_progress:
+            on_progress("compile")
+        outcome = self._run(
+            "maxkernel.tpu_tools.compile:compile_job",
+            {"kernel_path": kernel_path, "reference": _abs_reference(reference), "target": target, "size": size},
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        if outcome.status == "ok" and outcome.result is not None:
+            return CompileReport.model_validate(outcome.result)
+        return CompileReport(
+            ok=False,
+            target=target,
+            size=size,
+            kernel_path=kernel_path,
+            failure=outcome_failure(outcome, "compile"),
+            wall_time_s=round(time.perf_counter() - started, 4),
+        )
+
+    def validate(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "cpu",
+        size: str = "small",
+        *,
+        seeds: int | list[int] = 3,
+        atol: float | None = None,
+        rtol: float | None = None,
+        allow_plain_jax: bool = False,
+        allow_weak_check: bool = False,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ValidationReport:
+        from maxkernel.tpu_tools.validate import merge_reports
+
+        started = time.perf_counter()
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        reference = _abs_reference(reference)
+        seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+        out_dir = tempfile.mkdtemp(prefix="maxkernel-validate-")
+        try:
+            outcome = self._run(
+                "maxkernel.tpu_tools.validate:candidate_outputs_job",
+                {
+                    "kernel_path": kernel_path,
+                    "reference": reference,
+                    "target": target,
+                    "size": size,
+                    "seeds": seed_list,
+                    "out_dir": out_dir,
+                    "allow_plain_jax": allow_plain_jax,
+                },
+                timeout_s=timeout_s,
+                on_progress=on_progress,
+                cancel=cancel,
+            )
+            base = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list)
+            if outcome.status != "ok" or outcome.result is None:
+                base.failure = outcome_failure(outcome, "candidate run")
+                base.wall_time_s = round(time.perf_counter() - started, 4)
+                return base
+            cand_side = ValidationReport.model_validate(outcome.result)
+            if not cand_side.ok:
+                cand_side.wall_time_s = round(time.perf_counter() - started, 4)
+                return cand_side
+            outcome = self._run(
+                "maxkernel.tpu_tools.validate:reference_compare_job",
+                {
+                    "reference": reference,
+                    "size": size,
+                    "seeds": seed_list,
+                    "out_dir": out_dir,
+                    "atol": atol,
+                    "rtol": rtol,
+                    "allow_weak_check": allow_weak_check,
+                },
+                timeout_s=timeout_s,
+                on_progress=on_progress,
+                cancel=cancel,
+            )
+            if outcome.status != "ok" or outcome.result is None:
+                cand_side.ok = False
+                cand_side.failure = outcome_failure(outcome, "reference comparison")
+                cand_side.wall_time_s = round(time.perf_counter() - started, 4)
+                return cand_side
+            return merge_reports(cand_side, ValidationReport.model_validate(outcome.result), started)
+        finally:
+            shutil.rmtree(out_dir, ignore_errors=True)

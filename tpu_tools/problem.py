@@ -1,0 +1,279 @@
+"""Load references (JaxBench ids, maxkernel modules, JAXBench-style files, MaxKernel task dirs) and candidates.
+
+Everything here imports user code, so it runs inside a pool child, never in the server process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from maxkernel.tpu_tools.errors import CandidateLoadError, ReferenceLoadError, UsageError
+
+ReferenceKind = Literal["maxkernel", "jaxbench-style", "maxkernel-task-dir"]
+
+
+class ReferenceInfo(BaseModel):
+    """What the verdict says about the reference it used."""
+
+    name: str
+    path: str
+    kind: ReferenceKind
+    sha256: str
+    sizes: list[str]
+    seedable: bool
+    atol: float | None = None
+    rtol: float | None = None
+    notes: list[str] = []
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _import_file(path: Path, prefix: str) -> ModuleType:
+    digest = hashlib.sha256(str(path.resolve()).encode() + path.read_bytes()).hexdigest()[:12]
+    name = f"_maxkernel_{prefix}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if path.name == "__init__.py":
+        spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # sibling imports (helpers beside the file) work as users expect
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def _user_frame_line(tb, path: Path) -> int | None:
+    """The line in `path` where the error surfaced (the last frame in that file)."""
+    line = None
+    for frame in traceback.extract_tb(tb):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    return line
+
+
+@dataclass
+class Reference:
+    """A loaded reference workload with one uniform calling convention."""
+
+    info: ReferenceInfo
+    workload: Callable[..., Any]
+    _create: Callable[[str, int | None], tuple]
+    _flops: Callable[[str], int | None] = field(default=lambda size: None)
+    config: dict = field(default_factory=dict)
+
+    def create_inputs(self, size: str = "small", seed: int | None = None) -> tuple:
+        if size not in self.info.sizes:
+            raise UsageError(f"reference {self.info.name!r} has no size {size!r}; it has {self.info.sizes}")
+        return self._create(size, seed)
+
+    def input_shapes(self, size: str = "small") -> tuple:
+        """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
+        import jax
+
+        return jax.eval_shape(lambda: self.create_inputs(size, None))
+
+    def get_flops(self, size: str) -> int | None:
+        return self._flops(size)
+
+
+def _resolve_reference_path(spec: str) -> tuple[Path, str | None]:
+    """A JaxBench id or a path; returns (path, task_id or None)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path.resolve(), None
+    from maxkernel.jaxbench import registry
+
+    try:
+        task_id = registry.resolve_id(spec)
+    except registry.UnknownTaskError as e:
+        if any(c in spec for c in "/\\") or spec.endswith(".py"):
+            raise ReferenceLoadError(f"reference file not found: {spec}") from None
+        raise ReferenceLoadError(str(e)) from None
+    return registry.task_path(task_id), task_id
+
+
+def load_reference(spec: str) -> Reference:
+    """Load a reference from a JaxBench id, a module file, or a MaxKernel task directory."""
+    path, task_id = _resolve_reference_path(spec)
+    if path.is_dir():
+        if (path / "kernel_task.yaml").exists():
+            return _load_maxkernel_task_dir(path)
+        if (path / "__init__.py").exists():
+            path = path / "__init__.py"
+        else:
+            raise ReferenceLoadError(f"{path} is a directory without kernel_task.yaml or __init__.py")
+    try:
+        module = _import_file(path, "reference")
+    except Exception as e:
+        line = _user_frame_line(e.__traceback__, path)
+        where = f" (line {line})" if line else ""
+        raise ReferenceLoadError(f"reference {path} failed to import{where}: {type(e).__name__}: {e}") from None
+    return _from_module(module, path, task_id)
+
+
+def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Reference:
+    missing = [n for n in ("create_inputs",) if not hasattr(module, n)]
+    workload = getattr(module, "workload", None) or getattr(module, "computation", None)
+    if workload is None:
+        missing.append("workload")
+    if missing:
+        raise ReferenceLoadError(f"reference {path} lacks {', '.join(missing)}")
+    config = dict(getattr(module, "CONFIG", {}) or {})
+    sizes_table = getattr(module, "SIZES", None)
+    params = inspect.signature(module.create_inputs).parameters
+    seedable = "key" in params and "size" in params and isinstance(sizes_table, dict)
+    name = task_id or config.get("name") or path.stem
+    notes: list[str] = []
+    if seedable:
+        sizes = list(sizes_table)
+
+        def create(size: str, seed: int | None) -> tuple:
+            return tuple(module.create_inputs(None, key=seed, size=size))
+
+        kind: ReferenceKind = "maxkernel"
+    else:
+        sizes = ["full"]
+        notes.append("JAXBench-style reference: one fixed seed and one size ('full'); seeds cannot vary inputs")
+
+        def create(size: str, seed: int | None) -> tuple:
+            out = module.create_inputs(**({"dtype": _bf16()} if "dtype" in params else {}))
+            return tuple(out) if isinstance(out, list | tuple) else (out,)
+
+        kind = "jaxbench-style"
+    get_flops = getattr(module, "get_flops", None)
+
+    def flops(size: str) -> int | None:
+        if get_flops is None:
+            return None
+        try:
+            return int(get_flops(size) if "size" in inspect.signature(get_flops).parameters else get_flops())
+        except TypeError:
+            return int(get_flops())
+
+    info = ReferenceInfo(
+        name=str(name),
+        path=str(path),
+        kind=kind,
+        sha256=sha256_file(path),
+        sizes=sizes,
+        seedable=seedable,
+        atol=config.get("atol"),
+        rtol=config.get("rtol"),
+        notes=notes,
+    )
+    return Reference(info=info, workload=workload, _create=create, _flops=flops, config=config)
+
+
+def _bf16():
+    import jax.numpy as jnp
+
+    return jnp.bfloat16
+
+
+def _load_maxkernel_task_dir(path: Path) -> Reference:
+    """MaxKernel task dir: kernel_task.yaml (input_gen_code, atol, rtol) + reference.py (computation)."""
+    import yaml
+
+    try:
+        task = yaml.safe_load((path / "kernel_task.yaml").read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ReferenceLoadError(f"{path}/kernel_task.yaml is not valid YAML: {e}") from None
+    ref_file = path / "reference.py"
+    if not ref_file.exists():
+        raise ReferenceLoadError(f"{path} has kernel_task.yaml but no reference.py")
+    module = _import_file(ref_file, "reference")
+    computation = getattr(module, "computation", None) or getattr(module, "workload", None)
+    if computation is None:
+        raise ReferenceLoadError(f"{ref_file} lacks computation")
+    namespace: dict[str, Any] = {}
+    code = task.get("input_gen_code")
+    if code:
+        exec(compile(code, str(path / "kernel_task.yaml:input_gen_code"), "exec"), namespace)
+    get_inputs = namespace.get("get_inputs") or getattr(module, "get_inputs", None)
+    if get_inputs is None:
+        raise ReferenceLoadError(f"{path}: neither input_gen_code nor reference.py defines get_inputs()")
+    static: dict[str, Any] = {"args": (), "kwargs": {}}
+
+    def create(size: str, seed: int | None) -> tuple:
+        out = get_inputs()
+        # get_inputs() may return the arrays, or (dynamic_args, static_args); static args are bound, not traced.
+        if (
+            isinstance(out, tuple | list)
+            and len(out) == 2
+            and isinstance(out[0], tuple | list)
+            and isinstance(out[1], tuple | list | dict)
+        ):
+            dynamic, stat = out
+            static["args"], static["kwargs"] = (stat, {}) if isinstance(stat, tuple | list) else ((), stat)
+            return tuple(dynamic)
+        return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+    def workload(*inputs):
+        return computation(*inputs, *static["args"], **static["kwargs"])
+
+    info = ReferenceInfo(
+        name=str(task.get("task_id") or path.name),
+        path=str(path),
+        kind="maxkernel-task-dir",
+        sha256=hashlib.sha256((path / "kernel_task.yaml").read_bytes() + ref_file.read_bytes()).hexdigest(),
+        sizes=["full"],
+        seedable=False,
+        atol=task.get("atol"),
+        rtol=task.get("rtol"),
+        notes=["MaxKernel task dir: inputs come from get_inputs() with its fixed seed; seeds cannot vary inputs"],
+    )
+    return Reference(info=info, workload=workload, _create=create, config=dict(task))
+
+
+@dataclass
+class Candidate:
+    path: Path
+    sha256: str
+    workload: Callable[..., Any]
+    module: ModuleType
+
+
+def load_candidate(path_str: str) -> Candidate:
+    """Import a candidate kernel file; import errors become CandidateLoadError with the file's line."""
+    path = Path(path_str).expanduser()
+    if not path.is_file():
+        raise UsageError(f"kernel file not found: {path_str}")
+    try:
+        module = _import_file(path, "candidate")
+    except SyntaxError as e:
+        raise CandidateLoadError(
+            f"SyntaxError in candidate at line {e.lineno}: {e.msg}", line=e.lineno, detail=traceback.format_exc()
+        ) from None
+    except BaseException as e:  # SystemExit included: a candidate must not end the evaluation
+        line = _user_frame_line(e.__traceback__, path)
+        where = f" at line {line}" if line else ""
+        raise CandidateLoadError(
+            f"candidate failed to import{where}: {type(e).__name__}: {e}", line=line, detail=traceback.format_exc()
+        ) from None
+    fn = getattr(module, "workload", None) or getattr(module, "computation", None)
+    if fn is None or not callable(fn):
+        raise CandidateLoadError("candidate defines no callable `workload(*inputs)` (or `computation`)")
+    return Candidate(path=path.resolve(), sha256=sha256_file(path), workload=fn, module=module)

@@ -1,0 +1,97 @@
+"""Human-readable rendering of reports (rich). The JSON form is the model itself."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from maxkernel.tpu_tools.chips import ChipSpec
+from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+
+console = Console()
+
+
+def _failure(f: Failure) -> None:
+    console.print(f"[bold red]✗ {f.kind}[/]: {f.summary}")
+    if f.message and f.kind not in ("usage_error",):
+        tail = f.message.strip().splitlines()[-6:]
+        console.print("[dim]" + "\n".join(tail) + "[/]", highlight=False, markup=False)
+
+
+def _dims(d: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def render_compile(r: CompileReport) -> None:
+    head = "[bold green]✓ compiled[/]" if r.ok else "[bold red]✗ did not compile[/]"
+    console.print(f"{head} {r.kernel_path} for [bold]{r.target}[/] (size {r.size}) with {r.compiler}")
+    if r.compiler_note:
+        console.print(f"  {r.compiler_note}")
+    t = r.times
+    console.print(f"  trace {t.trace_ms} ms, lower {t.lower_ms} ms, compile {t.compile_ms} ms")
+    if r.output:
+        console.print(f"  output: {', '.join(f'{o.dtype}{o.shape}' for o in r.output)}")
+    for call in r.pallas_calls:
+        blocks = ", ".join(str(b.get("block_shape")) for b in call.get("inputs", []))
+        console.print(f"  pallas_call {call.get('name')}: grid {call.get('grid')} in-blocks {blocks}")
+    if r.memory:
+        console.print("  memory: " + ", ".join(f"{k.removesuffix('_in_bytes')}={v:,}" for k, v in r.memory.items()))
+    for w in r.warnings:
+        console.print(f"  [yellow]warning[/]: {w}")
+    if r.failure:
+        _failure(r.failure)
+
+
+def render_validation(r: ValidationReport) -> None:
+    head = "[bold green]✓ correct[/]" if r.ok else "[bold red]✗ not validated[/]"
+    console.print(f"{head} {r.kernel_path} vs {r.reference.name if r.reference else '?'} on {r.target} (size {r.size})")
+    if r.execution:
+        console.print(f"  {r.execution}")
+    if r.tolerance:
+        console.print(f"  tolerance atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.source})")
+    if r.per_seed:
+        table = Table("seed", "ok", "max abs", "max rel", "mismatch", "worst index", "NaN")
+        for s in r.per_seed:
+            table.add_row(
+                str(s.seed),
+                "✓" if s.ok else "✗",
+                f"{s.max_abs_err:.3g}",
+                f"{s.max_rel_err:.3g}",
+                f"{s.mismatch_fraction:.2%}",
+                str(s.worst_index),
+                str(s.nan_count),
+            )
+        console.print(table)
+    for note in r.reference.notes if r.reference else []:
+        console.print(f"  note: {note}")
+    for w in r.warnings:
+        console.print(f"  [yellow]warning[/]: {w}")
+    if r.failure:
+        _failure(r.failure)
+
+
+def render_chips(chips: list[ChipSpec]) -> None:
+    table = Table("chip", "device kind", "TCs/chip", "VMEM", "SMEM", "HBM", "HBM GB/s", "bf16 TFLOP/s", "int8 TOP/s", "MXU")
+    for c in chips:
+        table.add_row(
+            c.name,
+            c.device_kind,
+            str(c.tensorcores_per_chip),
+            f"{c.vmem_bytes >> 20} MiB",
+            f"{c.smem_bytes >> 10} KiB",
+            f"{c.hbm_bytes / 1e9:.1f} GB",
+            f"{c.hbm_gbps:,.0f}",
+            f"{c.peak_bf16_tflops:,.1f}",
+            f"{c.peak_int8_tops:,.0f}" if c.peak_int8_tops else "-",
+            f"{c.mxu_shape[0]}x{c.mxu_shape[1]} ×{c.num_mxus}",
+        )
+    console.print(table)
+    console.print(f"[dim]per JAX device; source: {chips[0].source}[/]")
+
+
+def render_tasks(tasks) -> None:
+    table = Table("id", "model", "operator", "full", "small", "pallas ref")
+    for t in tasks:
+        table.add_row(t.id, t.model, t.operator, _dims(t.full), _dims(t.small), "✓" if t.has_pallas_reference else "")
+    console.print(table)
+    console.print(f"{len(tasks)} tasks")

@@ -1,0 +1,135 @@
+"""The verdict models: the one shape of every result (CLI --json, MCP structured output, orchestrator)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.problem import ReferenceInfo
+
+FailureKind = Literal[
+    "usage_error",  # the caller's mistake (missing file, unknown task) - not a verdict on the kernel
+    "load_error",  # candidate broke on import / lacks workload
+    "python_error",  # an exception in the candidate's own code while tracing or running
+    "lowering_error",  # Pallas->Mosaic lowering rule (block shape not divisible by (8,128), unsupported primitive)
+    "mosaic_error",  # the real Mosaic TPU compiler rejected the kernel
+    "vmem_exhausted",
+    "smem_exhausted",
+    "compile_error",  # any other compiler failure
+    "runtime_error",  # the compiled kernel failed while executing (out-of-bounds DMA, ...)
+    "shape_mismatch",  # output shape/dtype differs from the reference's
+    "output_mismatch",  # numbers differ beyond tolerance
+    "race",  # TPU interpret mode's race detector fired
+    "weak_check",  # a trivial output would pass too: the check cannot tell
+    "no_kernel",  # no pallas_call in the candidate (plain-JAX rewrites need allow_plain_jax)
+    "timeout",
+    "crash",  # segfault or other fatal signal
+    "oom",  # host memory cap exceeded
+    "exited",  # candidate called sys.exit / os._exit
+    "cancelled",
+    "internal_error",  # a bug in maxkernel itself
+]
+
+
+class Failure(BaseModel):
+    """Why a verdict is negative: one line for people and models, the full message for evidence."""
+
+    kind: FailureKind
+    summary: str = Field(description="one-line cause")
+    message: str = Field(default="", description="full compiler/runtime message or traceback")
+    stage: str | None = Field(default=None, description="trace|lower|compile|run|compare|load")
+    line: int | None = Field(default=None, description="line in the candidate file, when known")
+    requested_bytes: int | None = None
+    capacity_bytes: int | None = None
+
+
+class Environment(BaseModel):
+    jax: str
+    jaxlib: str
+    libtpu: str | None
+    platform: str = Field(description="backend the child process ran on, e.g. cpu or tpu")
+    device_kind: str
+
+
+class StageTimes(BaseModel):
+    trace_ms: float | None = None
+    lower_ms: float | None = None
+    compile_ms: float | None = None
+
+
+class ArraySpec(BaseModel):
+    shape: list[int]
+    dtype: str
+
+
+CompilerUsed = Literal["mosaic-tpu", "mosaic-tpu-aot", "xla-cpu-interpret", "xla-local", "lowering-only", "none"]
+
+
+class CompileReport(BaseModel):
+    """Did the candidate compile for the target, with what, and what did it compile?"""
+
+    kind: Literal["compile"] = "compile"
+    ok: bool
+    target: str
+    size: str
+    kernel_path: str
+    kernel_sha256: str | None = None
+    reference: ReferenceInfo | None = None
+    compiler: CompilerUsed = "none"
+    compiler_note: str = ""
+    times: StageTimes = StageTimes()
+    output: list[ArraySpec] = []
+    expected_output: list[ArraySpec] = []
+    num_pallas_calls: int = 0
+    pallas_calls: list[dict[str, Any]] = Field(default_factory=list, description="grid, blocks, scratch per call")
+    memory: dict[str, int] = Field(default_factory=dict, description="compiled memory stats, bytes")
+    cost_analysis: dict[str, float] = Field(default_factory=dict)
+    failure: Failure | None = None
+    warnings: list[str] = []
+    environment: Environment | None = None
+    wall_time_s: float | None = None
+
+
+class SeedResult(BaseModel):
+    seed: int
+    ok: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    mismatch_fraction: float | None = None
+    worst_index: list[int] | None = None
+    worst_expected: float | None = None
+    worst_actual: float | None = None
+    nan_count: int = 0
+    inf_count: int = 0
+    reference_nan_count: int = 0
+    trivial_outputs_passing: list[str] = Field(default_factory=list, description="zeros / mean / input copies that would also pass")
+
+
+class Tolerance(BaseModel):
+    atol: float
+    rtol: float
+    source: str = Field(description="'reference CONFIG', 'caller', or 'default for <dtype>'")
+
+
+class ValidationReport(BaseModel):
+    """Does the candidate compute the reference's answer, on fresh inputs, with evidence?"""
+
+    kind: Literal["validation"] = "validation"
+    ok: bool
+    target: str
+    size: str
+    execution: str = Field(default="", description="how the candidate ran, e.g. 'TPU interpret mode on CPU (race detection on)'")
+    kernel_path: str
+    kernel_sha256: str | None = None
+    reference: ReferenceInfo | None = None
+    seeds: list[int] = []
+    tolerance: Tolerance | None = None
+    per_seed: list[SeedResult] = []
+    has_pallas_call: bool | None = None
+    races_found: bool = False
+    weak_check: bool = False
+    failure: Failure | None = None
+    warnings: list[str] = []
+    environment: Environment | None = None
+    wall_time_s: float | None = None
