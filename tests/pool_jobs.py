@@ -18,8 +18,9 @@ def ok(x: int = 1) -> dict:
 
 
 def sleep(seconds: float = 1.0) -> dict:
+    start = time.time()
     time.sleep(seconds)
-    return {"slept": seconds}
+    return {"start": start, "end": time.time()}
 
 
 def spin() -> dict:

@@ -8,7 +8,6 @@ The compile test lowers each kernel at FULL size for tpu-v6e with libtpu's compi
 the verdict of the real Mosaic compiler, VMEM limits included.
 """
 
-import os
 import time
 
 import jax
@@ -18,6 +17,11 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from maxkernel.jaxbench.registry import load_pallas_reference, load_task
+from maxkernel.tpu_tools import hostenv
+
+# Before any backend starts: CPU runtime, and libtpu without its one-process lockfile, so these
+# compile-only TPU compiles can run beside other processes that load libtpu.
+hostenv.configure()
 
 TASKS = ["1p", "8p", "12p", "19k"]
 
@@ -79,7 +83,6 @@ def test_flash_pairs_skip_blocks_above_the_diagonal():
 def v6e_device_sharding():
     from jax.experimental import topologies
 
-    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # read when libtpu starts; quiets it
     try:
         topo = topologies.get_topology_desc("v6e:2x2", "tpu")
     except Exception as e:  # no libtpu in this environment

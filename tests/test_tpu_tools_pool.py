@@ -6,6 +6,7 @@ import os
 import threading
 import time
 
+import pydantic
 import pytest
 
 from maxkernel.tpu_tools.pool import GIB, JobOutcome, JobSpec, WorkerPool, default_memory_limit_bytes
@@ -118,7 +119,10 @@ def test_concurrency_is_bounded_and_thread_safe(pool):
     outs = [h.wait(30) for h in handles]
     elapsed = time.monotonic() - t0
     assert all(o is not None and o.status == "ok" for o in outs)
-    assert 1.9 <= elapsed < 3.8, elapsed  # two waves of two, plus fork overhead on a busy 2-core box
+    spans = [(o.result["start"], o.result["end"]) for o in outs]
+    most_at_once = max(sum(s <= t < e for s, e in spans) for t, _ in spans)
+    assert most_at_once == 2, spans
+    assert 1.9 <= elapsed < 5.0, elapsed  # two waves of two (~2 s) plus fork overhead on a busy box
 
 
 def test_cancel_queued_job():
@@ -153,6 +157,7 @@ def test_env_reaches_child_and_jax_config():
     }
 
 
+@pytest.mark.slow  # ~12 s: three device-worker starts (a spawned interpreter importing jax each)
 def test_device_worker_is_reused_and_restarted_after_hang_or_memory_cap():
     with WorkerPool(max_workers=1, device_owner=True) as p:
         first = p.run(spec("ok", needs_device=True))
@@ -179,7 +184,7 @@ def test_spec_defaults_and_env_override(monkeypatch):
     monkeypatch.setenv("MAXKERNEL_MEMORY_LIMIT_BYTES", str(3 * GIB))
     assert default_memory_limit_bytes() == 3 * GIB
     assert JobSpec(fn="m:f").memory_limit_bytes == 3 * GIB
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError):
         JobSpec(fn="m:f").timeout_s = 1  # frozen
     assert JobOutcome(status="ok", message="ok").progress == []
 

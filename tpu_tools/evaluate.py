@@ -12,9 +12,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.profile import ProfileReport
+    from maxkernel.tpu_tools.trace_summary import TraceSummary
 
 DEFAULT_TIMEOUT_S = 300.0
 _STATUS_KIND = {"timeout": "timeout", "crashed": "crash", "oom": "oom", "exited": "exited", "cancelled": "cancelled"}
@@ -159,3 +164,68 @@ class Evaluator:
             return merge_reports(cand_side, ValidationReport.model_validate(outcome.result), started)
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
+
+    # ---- profile (appended: the profile/trace issue) -----------------------------------------------
+    def profile(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "cpu",
+        size: str = "small",
+        *,
+        trace_dir: str | None = None,
+        measure_interpret: bool = False,
+        reps: int = 30,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ProfileReport:
+        """Time the candidate against the reference (interleaved), trace it and estimate it for the target."""
+        from maxkernel.tpu_tools.profile import ProfileReport
+
+        started = time.perf_counter()
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        if on_progress:
+            on_progress("profile")
+        # On a TPU host only the device-owning worker sees the chip; elsewhere children run on CPU.
+        spec = JobSpec(
+            fn="maxkernel.tpu_tools.profile:profile_job",
+            kwargs={
+                "kernel_path": kernel_path,
+                "reference": _abs_reference(reference),
+                "target": target,
+                "size": size,
+                "trace_dir": str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
+                "measure_interpret": measure_interpret,
+                "reps": reps,
+            },
+            timeout_s=timeout_s or self.timeout_s,
+            needs_device=bool(getattr(self.pool, "device_owner", False)),
+        )
+        handle = self.pool.submit(spec, on_progress=on_progress)
+        while (outcome := handle.wait(0.1)) is None:
+            if cancel is not None and cancel.is_set():
+                handle.cancel()
+        if outcome.status == "ok" and outcome.result is not None:
+            return ProfileReport.model_validate(outcome.result)
+        return ProfileReport(
+            ok=False,
+            target=target,
+            size=size,
+            kernel_path=kernel_path,
+            failure=outcome_failure(outcome, "profile"),
+            wall_time_s=round(time.perf_counter() - started, 4),
+        )
+
+    def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:
+        return summarize_trace(path, top)
+
+
+def summarize_trace(path: str, top: int = 15) -> TraceSummary:
+    """Summarize a profiler trace file or logdir in this process (it is data: no child needed).
+
+    Raises trace_summary.TraceFormatError (a ValueError) for missing, empty, corrupt or unknown files.
+    """
+    from maxkernel.tpu_tools.trace_summary import summarize_trace as _summarize
+
+    return _summarize(Path(path).expanduser(), top=top)

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from multiprocessing import spawn
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from maxkernel.tpu_tools import pool_child
 from maxkernel.tpu_tools.pool_child import report_progress
-from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_PRELOAD",

@@ -41,7 +41,10 @@ def _redirect_stdio(path: str) -> None:
     # stdout too: an MCP stdio server's protocol stream must never see a kernel's prints.
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:  # no O_CREAT: if the parent already gave up on us and removed the file, don't leave a new one
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)

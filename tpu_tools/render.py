@@ -33,7 +33,7 @@ def render_compile(r: CompileReport) -> None:
         console.print(f"  output: {', '.join(f'{o.dtype}{o.shape}' for o in r.output)}")
     for call in r.pallas_calls:
         blocks = ", ".join(str(b.get("block_shape")) for b in call.get("inputs", []))
-        console.print(f"  pallas_call {call.get('name')}: grid {call.get('grid')} in-blocks {blocks}")
+        console.print(f"  pallas_call {call.get('kernel_name') or call.get('name')}: grid {call.get('grid')} in-blocks {blocks}")
     if r.memory:
         console.print("  memory: " + ", ".join(f"{k.removesuffix('_in_bytes')}={v:,}" for k, v in r.memory.items()))
     for w in r.warnings:

@@ -13,6 +13,7 @@ is untested on a device (no accelerator here).
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -234,12 +235,17 @@ def op_events(events: list[_Event]) -> tuple[list[_Event], str]:
         for e in events:
             if _is_device_process(e.process) and e.thread == "XLA Modules":
                 modules[e.process].append(e)
-        for mods in modules.values():
+        starts = {}
+        for proc, mods in modules.items():
             mods.sort(key=lambda m: m.start_us)
+            starts[proc] = [m.start_us for m in mods]
         for e in dev:
             if "hlo_module" not in e.args:
-                owner = next((m for m in modules[e.process] if m.start_us <= e.start_us < m.end_us), None)
-                e.args = {**e.args, "hlo_module": _strip_module_id(owner.name) if owner else "?"}
+                # modules on one device run one at a time: the owner is the last one started before the op
+                i = bisect.bisect_right(starts.get(e.process, []), e.start_us) - 1
+                owner = modules[e.process][i] if i >= 0 else None
+                inside = owner is not None and e.start_us < owner.end_us
+                e.args = {**e.args, "hlo_module": _strip_module_id(owner.name) if inside else "?"}
             e.args.setdefault("hlo_op", e.name)
         return dev, "device"
     host = [e for e in events if "hlo_op" in e.args and not e.name.startswith("end: ")]

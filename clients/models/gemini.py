@@ -29,7 +29,7 @@ from maxkernel.clients.models.base import (
 )
 from maxkernel.clients.models.pricing import cost_usd
 
-_TRUE = ("1", "true", "yes")
+_TRUE = ("1", "true")  # what google-genai itself accepts
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

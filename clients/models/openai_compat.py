@@ -21,6 +21,7 @@ from maxkernel.clients.models.base import (
     ModelSettings,
     TransientModelError,
     Usage,
+    split_system,
 )
 from maxkernel.clients.models.pricing import cost_usd
 
@@ -123,8 +124,7 @@ class OpenAICompatModel(Model):
     async def request(
         self, messages: Sequence[Message], settings: ModelSettings | None = None
     ) -> ModelResponse:
-        if not any(m.role != "system" for m in messages):
-            raise ValueError("a model request needs at least one user message, got only system messages")
+        split_system(messages)  # same validation as every provider; OpenAI takes system turns inline
         try:
             completion = await self.client.chat.completions.create(
                 model=self.model_id,

@@ -5,9 +5,10 @@ scale is folded into q at input creation, so the workload applies none.
 
 Tolerance: with k, v ~ N(0,1)·0.02 the attention is near-uniform and row i has magnitude about
 0.02/√(i+1) (≈3e-4 for the last rows at S = 4096), so the harness's atol = 1e-2 lets an all-zeros
-output pass most rows. atol = 2e-5 sits an order of magnitude below the smallest row scale (an all-zeros
-output fails every row), and above the bf16 rounding noise of a correct f32-accumulating kernel
-(≈1e-6 there); rtol stays 1e-2 for the large early rows.
+output pass most rows. atol = 1e-4 is ~3x below the smallest row scale, so an all-zeros output (or one
+that zeroes the later rows) fails; a correct kernel with f32 softmax, with or without bf16 probabilities in
+the PV matmul, stays within half of this bound at S = 4096 (measured on CPU against a NumPy f32 reference;
+the error peaks at ~5e-5 on the early rows). rtol stays 1e-2.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ CONFIG = {
     "operator": "sparse_attention",
     **SIZES["full"],
     "dtype": "bfloat16",
-    "atol": 2e-5,
+    "atol": 1e-4,
     "rtol": 1e-2,
 }
 

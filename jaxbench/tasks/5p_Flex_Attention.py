@@ -5,8 +5,8 @@ added in the dtype *before* the causal mask.
 
 Tolerance: k, v ~ N(0,1)·0.02 give near-uniform attention, so row i has magnitude about 0.02/√(i+1)
 (≈3e-4 at the end of S = 4096) and the harness's atol = 1e-2 lets an all-zeros output pass most rows.
-atol = 2e-5 is far below every row's scale (all-zeros fails) yet above a correct kernel's bf16
-rounding noise; rtol = 1e-2 covers the large early rows.
+atol = 1e-4 is ~3x below the smallest row scale (all-zeros fails), and a correct f32-softmax kernel stays
+within half of the bound at S = 4096 (measured against a NumPy f32 reference); rtol = 1e-2.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CONFIG = {
     "operator": "flex_attention",
     **SIZES["full"],
     "dtype": "bfloat16",
-    "atol": 2e-5,
+    "atol": 1e-4,
     "rtol": 1e-2,
 }
 

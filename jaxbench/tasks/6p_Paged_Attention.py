@@ -5,8 +5,8 @@ is a length mask (p < kv_lens[i]), not causal; with every kv_len at the maximum 
 
 Tolerance: k, v ~ N(0,1)·0.02 over 4096 positions make the attention near-uniform and the output about
 0.02/√4096 ≈ 3e-4, so the harness's atol = 1e-2 cannot tell a correct kernel from zeros. atol = 2e-5
-is ~15x below the output scale (all-zeros fails) and ~10x above the bf16 rounding noise of a correct
-f32-accumulating kernel; rtol = 1e-2 as elsewhere.
+is ~15x below the output scale (all-zeros fails), while a correct f32-softmax kernel uses under a
+quarter of the bound (measured at 4096 positions against a NumPy f32 reference); rtol = 1e-2.
 """
 
 from __future__ import annotations

@@ -1,0 +1,165 @@
+"""Evaluations per minute through the warm worker pool vs a fresh `python -c` per evaluation.
+
+Not a test: prints figures. The evaluation is selectable (`--job module:function`, JSON `--kwargs`) so it
+can point at the real validate job; the default builds small inputs, runs a tiny Pallas matmul in TPU
+interpret mode and compares it to jnp. Also prints the median libtpu compile time (compile-only v6e
+devices) of a small Pallas matmul, measured inside a pool child.
+
+    .venv/bin/python benchmarks/eval_overhead.py [--job eval_overhead:tiny_pallas_eval] [-n 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _matmul(interpret, block: int = 128, n: int = 256):
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+    def matmul(x, y):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((n, n), jnp.float32),
+            grid=(n // block, n // block),
+            # x is (n, n): load the [block, n] row panel for this i-tile
+            in_specs=[
+                pl.BlockSpec((block, n), lambda i, j: (i, 0)),
+                # y is (n, n): load the [n, block] column panel for this j-tile
+                pl.BlockSpec((n, block), lambda i, j: (0, j)),
+            ],
+            out_specs=pl.BlockSpec((block, block), lambda i, j: (i, j)),
+            interpret=interpret,
+        )(x, y)
+
+    return matmul
+
+
+def tiny_pallas_eval(n: int = 256, seed: int = 0) -> dict:
+    """A small representative evaluation: inputs, TPU-interpret Pallas matmul, compare to jnp."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental.pallas import tpu as pltpu
+
+    t0 = time.perf_counter()
+    kx, ky = jax.random.split(jax.random.key(seed))
+    x = jax.random.normal(kx, (n, n), jnp.float32)
+    y = jax.random.normal(ky, (n, n), jnp.float32)
+    got = jax.block_until_ready(jax.jit(_matmul(pltpu.InterpretParams()))(x, y))
+    want = jnp.dot(x, y, precision=jax.lax.Precision.HIGHEST)
+    err = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
+    return {"max_abs_err": err, "ok": err < 1e-3, "job_s": time.perf_counter() - t0}
+
+
+def topology_compile_times(repeats: int = 5, topology: str = "v6e:2x2") -> dict:
+    """libtpu compile (lower + Mosaic compile, compile-only devices) of a fresh small Pallas matmul, N times."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.experimental import topologies
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    t0 = time.perf_counter()
+    topo = topologies.get_topology_desc(topology, "tpu")
+    topology_s = time.perf_counter() - t0
+    sharding = NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
+    arg = jax.ShapeDtypeStruct((256, 256), jnp.float32, sharding=sharding)
+    times = []
+    for _ in range(repeats):
+        fn = _matmul(False)  # a new function object each time: no jit cache hit
+        t = time.perf_counter()
+        jax.jit(fn).trace(arg, arg).lower().compile()
+        times.append(time.perf_counter() - t)
+    return {"topology_s": topology_s, "compile_s": times, "device_kind": topo.devices[0].device_kind}
+
+
+def _fresh_process(fn: str, kwargs: dict) -> tuple[float, dict]:
+    module, _, func = fn.partition(":")
+    code = (
+        f"import sys, json, importlib; sys.path[:0] = {[HERE, *sys.path]!r}; "
+        f"print(json.dumps(getattr(importlib.import_module({module!r}), {func!r})(**json.loads({json.dumps(kwargs)!r}))))"
+    )
+    env = {**os.environ, "TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"fresh-process evaluation failed:\n{proc.stderr[-2000:]}")
+    return elapsed, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", default="eval_overhead:tiny_pallas_eval", help="module:function to evaluate")
+    parser.add_argument("--kwargs", default="{}", help="JSON kwargs for the job")
+    parser.add_argument("-n", type=int, default=8, help="evaluations through the pool (fresh: n/2, min 3)")
+    parser.add_argument("--compiles", type=int, default=5)
+    args = parser.parse_args()
+    kwargs = json.loads(args.kwargs)
+
+    from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+
+    spec = JobSpec(fn=args.job, kwargs=kwargs, timeout_s=300)
+    with WorkerPool(max_workers=1) as pool:
+        t = time.perf_counter()
+        pool.warm_up()
+        first = pool.run(spec)
+        cold_s = time.perf_counter() - t
+        if first.status != "ok":
+            raise SystemExit(f"job failed in the pool: {first.message}\n{first.detail[-2000:]}")
+        pool_times = []
+        for _ in range(args.n):
+            t = time.perf_counter()
+            out = pool.run(spec)
+            pool_times.append(time.perf_counter() - t)
+            assert out.status == "ok", out.message
+        compiled = pool.run(JobSpec(fn="eval_overhead:topology_compile_times", kwargs={"repeats": args.compiles}))
+    with WorkerPool(max_workers=2) as pool2:
+        pool2.warm_up()
+        pool2.run(spec)
+        t = time.perf_counter()
+        handles = [pool2.submit(spec) for _ in range(args.n)]
+        assert all(h.wait().status == "ok" for h in handles)
+        two_workers_s = time.perf_counter() - t
+
+    fresh_times = [_fresh_process(args.job, kwargs)[0] for _ in range(max(3, args.n // 2))]
+
+    pool_med, fresh_med = statistics.median(pool_times), statistics.median(fresh_times)
+    job_s = out.result.get("job_s") if isinstance(out.result, dict) else None
+    print(f"job {args.job} {kwargs or ''} (result: {json.dumps(out.result)})")
+    print(f"  pool, first evaluation (starts the forkserver, imports jax): {cold_s:6.2f} s")
+    print(f"  warm pool, 1 worker : median {pool_med:5.2f} s/eval  -> {60 / pool_med:6.1f} evals/min")
+    print(f"  warm pool, 2 workers: {args.n / two_workers_s * 60:6.1f} evals/min ({args.n} evals in {two_workers_s:.2f} s)")
+    print(f"  fresh python -c     : median {fresh_med:5.2f} s/eval  -> {60 / fresh_med:6.1f} evals/min")
+    print(f"  ratio (fresh / warm pool, 1 worker): {fresh_med / pool_med:.1f}x")
+    if job_s is not None:
+        print(
+            f"  overhead beyond the job's own {job_s:.2f} s: pool {pool_med - job_s:.2f} s, "
+            f"fresh {fresh_med - job_s:.2f} s"
+        )
+    if compiled.status == "ok":
+        c = compiled.result
+        print(
+            f"libtpu compile, small Pallas matmul for {c['device_kind']}: median "
+            f"{statistics.median(c['compile_s']) * 1000:.0f} ms over {len(c['compile_s'])} "
+            f"(first {c['compile_s'][0] * 1000:.0f} ms; topology {c['topology_s'] * 1000:.0f} ms)"
+        )
+    else:
+        print(f"libtpu compile: {compiled.status}: {compiled.message}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,480 @@
+"""The MCP tools: typed arguments in, the evaluation core's report models out.
+
+Each long tool resolves its arguments on the event loop (cheap: file checks, task ids), then runs the
+blocking `Evaluator` call in a worker thread while the loop forwards its stages as progress. If the
+request is cancelled the Evaluator's cancel event is set, which kills the child process.
+
+A negative verdict (does not compile, wrong numbers, hangs past its timeout) is a normal result with
+`ok=false`. `ToolError` is kept for the caller's mistakes and for kernels that took their process down.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import anyio
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from maxkernel.server.workspace import Workspace, WorkspaceError, sha256_text
+from maxkernel.tpu_tools import reports
+from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
+from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
+from maxkernel.tpu_tools.tasks import TaskSummary
+from maxkernel.tpu_tools.trace_summary import TraceFormatError, TraceSummary
+
+T = TypeVar("T")
+ProgressFn = Callable[[str], None]
+# The profile verdict model lands with Evaluator.profile; until then the tool says it is missing.
+ProfileReport: type[BaseModel] = getattr(reports, "ProfileReport", None) or dict  # type: ignore[assignment]
+HEARTBEAT_S = 15.0
+# Endings where the kernel took its child process down: not a verdict a model can read field by field.
+_FATAL_KINDS = {"crash", "oom", "exited", "internal_error"}
+
+
+@dataclass
+class AppState:
+    """What every request shares; built by the server's lifespan."""
+
+    workspace: Workspace
+    pool: WorkerPool
+    evaluator: Evaluator
+    task_cache: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------- models
+
+
+class EvaluationReport(BaseModel):
+    """compile -> validate -> profile of one kernel, stopping at the first negative verdict."""
+
+    kind: Literal["evaluation"] = "evaluation"
+    ok: bool = Field(description="every stage that ran passed")
+    stopped_at: Literal["compile", "validate", "profile"] | None = Field(
+        default=None, description="the stage whose verdict was negative; None if all passed"
+    )
+    kernel_path: str = Field(description="the exact file that was evaluated")
+    kernel_sha256: str
+    compile: CompileReport
+    validation: ValidationReport | None = None
+    profile: ProfileReport | None = None  # type: ignore[valid-type]
+    notes: list[str] = []
+
+
+class TaskDetail(BaseModel):
+    """A JaxBench task: its summary, and the reference source a candidate must match."""
+
+    summary: TaskSummary
+    reference_path: str
+    reference_source: str
+    pallas_reference_source: str | None = Field(
+        default=None, description="the task's own expert Pallas kernel, when it ships one"
+    )
+
+
+class SavedTraceSummary(TraceSummary):
+    """A trace summary, also saved in the workspace (readable as maxkernel://artifacts/{sha})."""
+
+    artifact_sha256: str
+    artifact_uri: str
+
+
+# -------------------------------------------------------------------------------- arguments
+
+KernelSource = Annotated[
+    str | None,
+    Field(description="the candidate module's full Python text (saved as kernels/<sha256>.py in the workspace)"),
+]
+KernelPath = Annotated[
+    str | None,
+    Field(description="path of the candidate module inside the workspace (relative to it, or absolute)"),
+]
+Reference = Annotated[
+    str,
+    Field(
+        description="the problem to match: a JaxBench task id ('8p_GEMM', '8p') or a reference module path "
+        "inside the workspace"
+    ),
+]
+Size = Annotated[Literal["small", "full"], Field(description="input sizes from the reference's SIZES")]
+Timeout = Annotated[float, Field(gt=0, le=3600, description="wall-clock limit per child process, seconds")]
+CompileTarget = Annotated[
+    str, Field(description="'tpu-v4'|'tpu-v5e'|'tpu-v5p'|'tpu-v6e'|'tpu-7x' (real Mosaic compiler), 'cpu', 'local'")
+]
+RunTarget = Annotated[
+    str, Field(description="where to run: 'cpu' (TPU interpret mode, race detection), a tpu-* chip, or 'local'")
+]
+Seeds = Annotated[int, Field(ge=1, le=16, description="number of fresh input seeds to compare on")]
+Tol = Annotated[float | None, Field(ge=0, description="override the reference's tolerance")]
+
+
+def resolve_kernel(ws: Workspace, kernel_source: str | None, kernel_path: str | None) -> Path:
+    if (kernel_source is None) == (kernel_path is None):
+        raise ToolError("give exactly one of kernel_source (the module text) or kernel_path (a workspace file)")
+    if kernel_source is not None:
+        if not kernel_source.strip():
+            raise ToolError("kernel_source is empty")
+        return ws.save_kernel(kernel_source)
+    try:
+        path = ws.resolve(kernel_path or "", kind="kernel")
+    except WorkspaceError as e:
+        raise ToolError(str(e)) from None
+    if not path.is_file():
+        raise ToolError(f"kernel path {kernel_path!r} is not a file")
+    return path
+
+
+def resolve_reference(ws: Workspace, reference: str) -> str:
+    """A workspace path (absolute) or a canonical JaxBench id."""
+    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
+
+    ref = reference.strip()
+    if not ref:
+        raise ToolError("reference is empty: give a JaxBench task id or a workspace path")
+    if any(c in ref for c in "/\\") or ref.endswith(".py") or (ws.root / ref).exists():
+        try:
+            return str(ws.resolve(ref, kind="reference"))
+        except WorkspaceError as e:
+            raise ToolError(str(e)) from None
+    try:
+        return resolve_id(ref)
+    except UnknownTaskError as e:
+        raise ToolError(f"{e} (or give a reference module path inside the workspace)") from None
+
+
+def check_target(target: str) -> str:
+    try:
+        return parse_target(target).name
+    except UnknownTargetError as e:
+        raise ToolError(str(e)) from None
+
+
+def finish(report: T, tool: str) -> T:
+    """Fill the kernel's hash; turn a kernel that killed its process, or a caller mistake, into ToolError."""
+    path = Path(report.kernel_path)  # type: ignore[attr-defined]
+    if report.kernel_sha256 is None and path.is_file():  # type: ignore[attr-defined]
+        report.kernel_sha256 = sha256_text(path.read_text(encoding="utf-8"))  # type: ignore[attr-defined]
+    failure = report.failure  # type: ignore[attr-defined]
+    if failure is not None and failure.kind == "usage_error":
+        raise ToolError(failure.summary)
+    if failure is not None and failure.kind in _FATAL_KINDS:
+        detail = failure.message.strip()[-2000:]
+        raise ToolError(
+            f"{tool}: kernel {path} (sha256 {report.kernel_sha256}) ended with {failure.kind}: "  # type: ignore[attr-defined]
+            f"{failure.summary}" + (f"\n{detail}" if detail else "")
+        )
+    return report
+
+
+async def run_blocking(
+    ctx: Context, fn: Callable[[ProgressFn, threading.Event], T], *, prefix: str = ""
+) -> T:
+    """Run `fn(on_progress, cancel)` in a thread; forward its stages as MCP progress; cancel kills it."""
+    stages: queue.SimpleQueue[str] = queue.SimpleQueue()
+    cancel = threading.Event()
+    count = 0
+    last_stage = "queued"
+
+    def on_progress(stage: str) -> None:
+        stages.put(f"{prefix}{stage}")
+
+    async def drain() -> bool:
+        nonlocal count, last_stage
+        sent = False
+        while True:
+            try:
+                last_stage = stages.get_nowait()
+            except queue.Empty:
+                return sent
+            count += 1
+            sent = True
+            await ctx.report_progress(count, None, message=last_stage)
+
+    async def forward() -> None:
+        nonlocal count
+        last_sent = time.monotonic()
+        while True:
+            await anyio.sleep(0.1)
+            if await drain():
+                last_sent = time.monotonic()
+            elif time.monotonic() - last_sent > HEARTBEAT_S:  # keeps HTTP read timeouts from firing
+                count += 1
+                last_sent = time.monotonic()
+                await ctx.report_progress(count, None, message=f"{last_stage} (still running)")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forward)
+            result = await anyio.to_thread.run_sync(lambda: fn(on_progress, cancel), abandon_on_cancel=True)
+            tg.cancel_scope.cancel()
+        await drain()
+        return result
+    finally:
+        cancel.set()  # cancelled (or done): the Evaluator kills the child within ~0.1 s
+
+
+def _state(ctx: Context) -> AppState:
+    return ctx.request_context.lifespan_context
+
+
+# ---------------------------------------------------------------------------------- the tools
+
+EVALUATES = ToolAnnotations(  # writes only content-addressed files: same input, same file
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+READS = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+
+
+async def compile_kernel(
+    ctx: Context[AppState],
+    reference: Reference,
+    kernel_source: KernelSource = None,
+    kernel_path: KernelPath = None,
+    target: CompileTarget = "tpu-v6e",
+    size: Size = "small",
+    timeout_s: Timeout = 300.0,
+) -> CompileReport:
+    """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
+
+    Returns the compiler's verdict: ok, grid/blocks per pallas_call, memory, or the classified failure
+    with the line in the kernel. kernel_path in the report is the exact file compiled.
+    """
+    st = _state(ctx)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    report = await run_blocking(
+        ctx,
+        lambda progress, cancel: st.evaluator.compile(
+            str(kernel), ref, tgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+    )
+    return finish(report, "compile_kernel")
+
+
+async def validate_kernel(
+    ctx: Context[AppState],
+    reference: Reference,
+    kernel_source: KernelSource = None,
+    kernel_path: KernelPath = None,
+    target: RunTarget = "cpu",
+    size: Size = "small",
+    seeds: Seeds = 3,
+    atol: Tol = None,
+    rtol: Tol = None,
+    allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
+    allow_weak_check: Annotated[
+        bool, Field(description="accept a check that trivial outputs (zeros, mean) would also pass")
+    ] = False,
+    timeout_s: Timeout = 300.0,
+) -> ValidationReport:
+    """Run the kernel and the reference on fresh inputs and compare (on CPU: TPU interpret mode, races).
+
+    Returns per-seed errors, the tolerance used and where it came from, or the classified failure.
+    """
+    st = _state(ctx)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    report = await run_blocking(
+        ctx,
+        lambda progress, cancel: st.evaluator.validate(
+            str(kernel),
+            ref,
+            tgt,
+            size,
+            seeds=seeds,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
+        ),
+    )
+    return finish(report, "validate_kernel")
+
+
+def _profile_call(st: AppState, kernel: Path, ref: str, target: str, size: str, timeout_s: float):
+    profile = getattr(st.evaluator, "profile", None)
+    if profile is None or ProfileReport is dict:
+        raise ToolError("profile_kernel is not available in this maxkernel build (Evaluator.profile missing)")
+    return lambda progress, cancel: profile(
+        str(kernel), ref, target, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+    )
+
+
+async def profile_kernel(
+    ctx: Context[AppState],
+    reference: Reference,
+    kernel_source: KernelSource = None,
+    kernel_path: KernelPath = None,
+    target: RunTarget = "local",
+    size: Size = "small",
+    timeout_s: Timeout = 600.0,
+) -> ProfileReport:  # type: ignore[valid-type]
+    """Time the kernel against the reference (interleaved runs) and capture a trace summary.
+
+    On CPU the times are interpret-mode host times and are labeled so: they are not TPU speedups.
+    """
+    st = _state(ctx)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    report = await run_blocking(ctx, _profile_call(st, kernel, ref, tgt, size, timeout_s))
+    return finish(report, "profile_kernel")
+
+
+async def evaluate_kernel(
+    ctx: Context[AppState],
+    reference: Reference,
+    kernel_source: KernelSource = None,
+    kernel_path: KernelPath = None,
+    compile_target: CompileTarget = "tpu-v6e",
+    validate_target: RunTarget = "cpu",
+    profile_target: RunTarget = "local",
+    size: Size = "small",
+    seeds: Seeds = 3,
+    profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
+    timeout_s: Timeout = 300.0,
+) -> EvaluationReport:
+    """Compile, then validate, then profile one kernel, stopping at the first negative verdict."""
+    st = _state(ctx)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    ref = resolve_reference(st.workspace, reference)
+    ctgt, vtgt, ptgt = check_target(compile_target), check_target(validate_target), check_target(profile_target)
+    sha = sha256_text(kernel.read_text(encoding="utf-8"))
+    compiled = await run_blocking(
+        ctx,
+        lambda progress, cancel: st.evaluator.compile(
+            str(kernel), ref, ctgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+        prefix="compile: ",
+    )
+    out = EvaluationReport(
+        ok=False, kernel_path=str(kernel), kernel_sha256=sha, compile=finish(compiled, "evaluate_kernel")
+    )
+    if not compiled.ok:
+        out.stopped_at = "compile"
+        return out
+    validated = await run_blocking(
+        ctx,
+        lambda progress, cancel: st.evaluator.validate(
+            str(kernel), ref, vtgt, size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+        prefix="validate: ",
+    )
+    out.validation = finish(validated, "evaluate_kernel")
+    if not validated.ok:
+        out.stopped_at = "validate"
+        return out
+    if not profile:
+        out.ok = True
+        out.notes.append("profile skipped (profile=false)")
+        return out
+    try:
+        call = _profile_call(st, kernel, ref, ptgt, size, timeout_s)
+    except ToolError as e:
+        out.ok = True
+        out.notes.append(f"profile skipped: {e}")
+        return out
+    profiled = finish(await run_blocking(ctx, call, prefix="profile: "), "evaluate_kernel")
+    out.profile = profiled
+    out.ok = bool(getattr(profiled, "ok", True))
+    out.stopped_at = None if out.ok else "profile"
+    return out
+
+
+async def summarize_trace(
+    ctx: Context[AppState],
+    trace_path: Annotated[
+        str,
+        Field(description="a profiler logdir or trace file (.trace.json.gz, .json, .xplane.pb) in the workspace"),
+    ],
+    top: Annotated[int, Field(ge=1, le=200, description="how many ops to list, by self time")] = 15,
+) -> SavedTraceSummary:
+    """Summarize a jax.profiler trace: top ops by self time, categories, busy fraction, idle gaps."""
+    from maxkernel.tpu_tools.trace_summary import summarize_trace as summarize
+
+    st = _state(ctx)
+    try:
+        path = st.workspace.resolve(trace_path, kind="trace")
+        summary = await anyio.to_thread.run_sync(lambda: summarize(path, top))
+    except (WorkspaceError, TraceFormatError) as e:
+        raise ToolError(str(e)) from None
+    sha, _ = st.workspace.save_artifact(summary.model_dump_json(indent=2))
+    return SavedTraceSummary(
+        **summary.model_dump(), artifact_sha256=sha, artifact_uri=f"maxkernel://artifacts/{sha}"
+    )
+
+
+def task_summaries(st: AppState) -> list[TaskSummary]:
+    if "all" not in st.task_cache:
+        from maxkernel.tpu_tools.tasks import list_tasks as all_tasks
+
+        st.task_cache["all"] = all_tasks()
+    return st.task_cache["all"]
+
+
+def task_detail(task: str) -> TaskDetail:
+    from maxkernel.jaxbench import registry
+    from maxkernel.tpu_tools.tasks import summarize_task
+
+    try:
+        task_id = registry.resolve_id(task)
+    except registry.UnknownTaskError as e:
+        raise ToolError(str(e)) from None
+    path = registry.task_path(task_id)
+    pallas = registry.pallas_reference_path(task_id)
+    return TaskDetail(
+        summary=summarize_task(task_id),
+        reference_path=str(path),
+        reference_source=path.read_text(encoding="utf-8"),
+        pallas_reference_source=pallas.read_text(encoding="utf-8") if pallas else None,
+    )
+
+
+async def list_tasks(ctx: Context[AppState]) -> list[TaskSummary]:
+    """The 50 JaxBench tasks: id, name, model, operator, dtype, full and small sizes."""
+    st = _state(ctx)
+    return await anyio.to_thread.run_sync(lambda: task_summaries(st))
+
+
+async def get_task(
+    task: Annotated[str, Field(description="a JaxBench task id: '8p_GEMM', '8p' or 'GEMM'")],
+) -> TaskDetail:
+    """One JaxBench task: its sizes and dtype, and the reference source a kernel must match."""
+    return await anyio.to_thread.run_sync(lambda: task_detail(task))
+
+
+def list_chips() -> list[ChipSpec]:
+    """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
+    return list(CHIPS.values())
+
+
+def register(server: MCPServer) -> None:
+    for fn, title in [
+        (compile_kernel, "Compile a Pallas kernel for a TPU"),
+        (validate_kernel, "Validate a kernel against its reference"),
+        (profile_kernel, "Profile a kernel"),
+        (evaluate_kernel, "Compile, validate and profile a kernel"),
+        (summarize_trace, "Summarize a profiler trace"),
+    ]:
+        server.tool(title=title, annotations=EVALUATES)(fn)
+    for fn, title in [
+        (list_tasks, "List the JaxBench tasks"),
+        (get_task, "Get a JaxBench task"),
+        (list_chips, "List TPU chips"),
+    ]:
+        server.tool(title=title, annotations=READS)(fn)

@@ -1,0 +1,71 @@
+"""Validation through the worker pool: right, wrong, racy, trivial, and plain-JAX candidates."""
+
+import pytest
+from conftest_paths import MATMUL_REF, PLUS_ONE_REF, TINY_REF, kernel
+
+from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.pool import WorkerPool
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with WorkerPool(max_workers=2) as pool:
+        yield Evaluator(pool, timeout_s=120)
+
+
+def test_correct_kernel_passes_three_seeds_with_evidence(evaluator):
+    r = evaluator.validate(kernel("good_matmul"), MATMUL_REF, "tpu-v6e", "small")
+    assert r.ok, r.failure
+    assert [s.seed for s in r.per_seed] == [0, 1, 2] and all(s.ok for s in r.per_seed)
+    assert "interpret mode" in r.execution and "race detection on" in r.execution
+    assert r.tolerance.source == "reference CONFIG"
+    assert r.has_pallas_call and not r.races_found and not r.weak_check
+    assert len(r.kernel_sha256) == 64 and len(r.reference.sha256) == 64
+    assert r.environment is None or r.environment.jax
+
+
+def test_off_by_one_kernel_fails_with_worst_index(evaluator):
+    r = evaluator.validate(kernel("off_by_one"), MATMUL_REF, "cpu", "small", seeds=2)
+    assert not r.ok
+    assert r.failure.kind == "output_mismatch"
+    worst = r.per_seed[0].worst_index
+    assert len(worst) == 2 and all(0 <= i < 256 for i in worst)
+    assert f"{worst}" in r.failure.summary and r.per_seed[0].mismatch_fraction > 0.5
+
+
+def test_racy_dma_kernel_fails_in_tpu_interpret_mode(evaluator):
+    r = evaluator.validate(kernel("racy_dma"), PLUS_ONE_REF, "tpu-v6e", "small", seeds=1)
+    assert not r.ok
+    assert r.failure.kind == "race" and r.races_found
+    assert "RACE" in r.failure.message
+
+
+def test_race_free_twin_passes(evaluator):
+    r = evaluator.validate(kernel("good_dma"), PLUS_ONE_REF, "tpu-v6e", "small", seeds=1)
+    assert r.ok, r.failure
+
+
+def test_zeros_kernel_is_caught_by_the_weak_check_guard(evaluator):
+    r = evaluator.validate(kernel("zeros"), TINY_REF, "cpu", "small", seeds=2)
+    assert not r.ok
+    assert r.failure.kind == "weak_check" and r.weak_check
+    assert "zeros" in r.failure.summary
+    allowed = evaluator.validate(kernel("zeros"), TINY_REF, "cpu", "small", seeds=2, allow_weak_check=True)
+    assert allowed.ok and allowed.warnings
+
+
+def test_plain_jax_candidate_is_no_kernel_unless_allowed(evaluator):
+    r = evaluator.validate(kernel("plain_jax"), MATMUL_REF, "cpu", "small", seeds=1)
+    assert r.failure.kind == "no_kernel"
+    ok = evaluator.validate(kernel("plain_jax"), MATMUL_REF, "cpu", "small", seeds=1, allow_plain_jax=True)
+    assert ok.ok, ok.failure
+
+
+def test_jaxbench_style_and_maxkernel_dir_references_validate(evaluator):
+    from conftest_paths import REFS
+
+    r = evaluator.validate(kernel("plain_jax"), str(REFS / "jaxbench_style_matmul.py"), "cpu", "full", seeds=1, allow_plain_jax=True)
+    assert r.ok, r.failure
+    assert any("fixed seed" in n for n in r.reference.notes)
+    r = evaluator.validate(kernel("good_matmul"), str(REFS / "maxkernel_task"), "cpu", "full", seeds=1)
+    assert r.ok, r.failure
