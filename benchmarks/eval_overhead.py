@@ -64,6 +64,16 @@ def tiny_pallas_eval(n: int = 256, seed: int = 0) -> dict:
     return {"max_abs_err": err, "ok": err < 1e-3, "job_s": time.perf_counter() - t0}
 
 
+def small_jit(seed: int = 0) -> dict:
+    """The smallest evaluation that still uses jax: one tiny jit. Measures pure per-evaluation overhead."""
+    import jax
+    import jax.numpy as jnp
+
+    t0 = time.perf_counter()
+    value = float(jax.jit(lambda x: jnp.sum(x * 2.0))(jnp.arange(8.0) + seed))
+    return {"value": value, "job_s": time.perf_counter() - t0}
+
+
 def topology_compile_times(repeats: int = 5, topology: str = "v6e:2x2") -> dict:
     """libtpu compile (lower + Mosaic compile, compile-only devices) of a fresh small Pallas matmul, N times."""
     import jax
@@ -101,6 +111,56 @@ def _fresh_process(fn: str, kwargs: dict) -> tuple[float, dict]:
     return elapsed, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _measure(fn: str, kwargs: dict, n: int) -> dict:
+    from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+
+    spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=300)
+    with WorkerPool(max_workers=1) as pool:
+        t = time.perf_counter()
+        pool.warm_up()
+        first = pool.run(spec)
+        cold_s = time.perf_counter() - t
+        if first.status != "ok":
+            raise SystemExit(f"job failed in the pool: {first.message}\n{first.detail[-2000:]}")
+        pool_s, job_s = [], []
+        for _ in range(n):
+            t = time.perf_counter()
+            out = pool.run(spec)
+            pool_s.append(time.perf_counter() - t)
+            assert out.status == "ok", out.message
+            job_s.append(out.result.get("job_s", 0.0))
+    with WorkerPool(max_workers=2) as pool2:
+        t = time.perf_counter()
+        handles = [pool2.submit(spec) for _ in range(n)]
+        assert all(h.wait().status == "ok" for h in handles)
+        two_workers_s = time.perf_counter() - t
+    fresh = [_fresh_process(fn, kwargs) for _ in range(max(3, n // 2))]
+    return {
+        "result": out.result,
+        "cold_s": cold_s,
+        "pool_s": statistics.median(pool_s),
+        "job_s": statistics.median(job_s),
+        "two_workers_per_min": n / two_workers_s * 60,
+        "fresh_s": statistics.median(t for t, _ in fresh),
+        "fresh_job_s": statistics.median(r.get("job_s", 0.0) for _, r in fresh),
+    }
+
+
+def _print(fn: str, kwargs: dict, m: dict) -> None:
+    print(f"job {fn} {json.dumps(kwargs) if kwargs else ''} -> {json.dumps(m['result'])}")
+    print(f"  pool, first evaluation (starts the forkserver, imports jax): {m['cold_s']:5.2f} s")
+    print(f"  warm pool, 1 worker : median {m['pool_s']:5.2f} s/eval -> {60 / m['pool_s']:6.1f} evals/min")
+    print(f"  warm pool, 2 workers: {m['two_workers_per_min']:6.1f} evals/min")
+    print(f"  fresh python -c     : median {m['fresh_s']:5.2f} s/eval -> {60 / m['fresh_s']:6.1f} evals/min")
+    print(f"  ratio fresh / warm pool (1 worker): {m['fresh_s'] / m['pool_s']:.1f}x")
+    pool_over, fresh_over = m["pool_s"] - m["job_s"], m["fresh_s"] - m["fresh_job_s"]
+    print(
+        f"  overhead outside the job function: pool {pool_over:.2f} s, fresh {fresh_over:.2f} s "
+        f"({fresh_over / max(pool_over, 1e-3):.1f}x); job itself {m['job_s']:.2f} s in pool, "
+        f"{m['fresh_job_s']:.2f} s fresh"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", default="eval_overhead:tiny_pallas_eval", help="module:function to evaluate")
@@ -112,43 +172,11 @@ def main() -> None:
 
     from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
 
-    spec = JobSpec(fn=args.job, kwargs=kwargs, timeout_s=300)
+    for fn, kw in ((args.job, kwargs), ("eval_overhead:small_jit", {})):
+        _print(fn, kw, _measure(fn, kw, args.n))
     with WorkerPool(max_workers=1) as pool:
-        t = time.perf_counter()
-        pool.warm_up()
-        first = pool.run(spec)
-        cold_s = time.perf_counter() - t
-        if first.status != "ok":
-            raise SystemExit(f"job failed in the pool: {first.message}\n{first.detail[-2000:]}")
-        pool_times = []
-        for _ in range(args.n):
-            t = time.perf_counter()
-            out = pool.run(spec)
-            pool_times.append(time.perf_counter() - t)
-            assert out.status == "ok", out.message
-        compiled = pool.run(JobSpec(fn="eval_overhead:topology_compile_times", kwargs={"repeats": args.compiles}))
-    with WorkerPool(max_workers=2) as pool2:
-        pool2.warm_up()
-        pool2.run(spec)
-        t = time.perf_counter()
-        handles = [pool2.submit(spec) for _ in range(args.n)]
-        assert all(h.wait().status == "ok" for h in handles)
-        two_workers_s = time.perf_counter() - t
-
-    fresh_times = [_fresh_process(args.job, kwargs)[0] for _ in range(max(3, args.n // 2))]
-
-    pool_med, fresh_med = statistics.median(pool_times), statistics.median(fresh_times)
-    job_s = out.result.get("job_s") if isinstance(out.result, dict) else None
-    print(f"job {args.job} {kwargs or ''} (result: {json.dumps(out.result)})")
-    print(f"  pool, first evaluation (starts the forkserver, imports jax): {cold_s:6.2f} s")
-    print(f"  warm pool, 1 worker : median {pool_med:5.2f} s/eval  -> {60 / pool_med:6.1f} evals/min")
-    print(f"  warm pool, 2 workers: {args.n / two_workers_s * 60:6.1f} evals/min ({args.n} evals in {two_workers_s:.2f} s)")
-    print(f"  fresh python -c     : median {fresh_med:5.2f} s/eval  -> {60 / fresh_med:6.1f} evals/min")
-    print(f"  ratio (fresh / warm pool, 1 worker): {fresh_med / pool_med:.1f}x")
-    if job_s is not None:
-        print(
-            f"  overhead beyond the job's own {job_s:.2f} s: pool {pool_med - job_s:.2f} s, "
-            f"fresh {fresh_med - job_s:.2f} s"
+        compiled = pool.run(
+            JobSpec(fn="eval_overhead:topology_compile_times", kwargs={"repeats": args.compiles})
         )
     if compiled.status == "ok":
         c = compiled.result

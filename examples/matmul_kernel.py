@@ -47,7 +47,9 @@ def matmul(a, b, *, bm=BLOCK_M, bk=BLOCK_K, bn=BLOCK_N, interpret=False):
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
-        cost_estimate=pl.CostEstimate(flops=2 * m * n * k, transcendentals=0, bytes_accessed=2 * (m * k + k * n + m * n)),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * m * n * k, transcendentals=0, bytes_accessed=2 * (m * k + k * n + m * n)
+        ),
         interpret=interpret,
     )(a, b)
 

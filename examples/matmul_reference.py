@@ -3,7 +3,13 @@
 import jax
 import jax.numpy as jnp
 
-CONFIG = {"name": "example_matmul", "model": "example", "operator": "dense_matmul", "atol": 2e-2, "rtol": 2e-2}
+CONFIG = {
+    "name": "example_matmul",
+    "model": "example",
+    "operator": "dense_matmul",
+    "atol": 2e-2,
+    "rtol": 2e-2,
+}
 SIZES = {"full": {"m": 4096, "k": 4096, "n": 4096}, "small": {"m": 256, "k": 512, "n": 256}}
 
 

@@ -10,13 +10,14 @@ A negative verdict (does not compile, wrong numbers, hangs past its timeout) is 
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -24,22 +25,36 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from maxkernel.server.models import (
+    CompileTarget,
+    EvaluationReport,
+    KernelPath,
+    KernelSource,
+    MeasureInterpret,
+    Reference,
+    Reps,
+    RunTarget,
+    SavedTraceSummary,
+    Seeds,
+    Size,
+    TaskDetail,
+    Timeout,
+    Tol,
+)
 from maxkernel.server.workspace import Workspace, WorkspaceError, sha256_text
-from maxkernel.tpu_tools import reports
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.evaluate import Evaluator
 from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
 from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
 from maxkernel.tpu_tools.tasks import TaskSummary
-from maxkernel.tpu_tools.trace_summary import TraceFormatError, TraceSummary
+from maxkernel.tpu_tools.trace_summary import TraceFormatError
 
 T = TypeVar("T")
 ProgressFn = Callable[[str], None]
-# The profile verdict model lands with Evaluator.profile; until then the tool says it is missing.
-ProfileReport: type[BaseModel] = getattr(reports, "ProfileReport", None) or dict  # type: ignore[assignment]
 HEARTBEAT_S = 15.0
 # Endings where the kernel took its child process down: not a verdict a model can read field by field.
 _FATAL_KINDS = {"crash", "oom", "exited", "internal_error"}
@@ -52,78 +67,13 @@ class AppState:
     workspace: Workspace
     pool: WorkerPool
     evaluator: Evaluator
-    task_cache: dict[str, Any] = field(default_factory=dict)
-
-
-# ---------------------------------------------------------------------------------------- models
-
-
-class EvaluationReport(BaseModel):
-    """compile -> validate -> profile of one kernel, stopping at the first negative verdict."""
-
-    kind: Literal["evaluation"] = "evaluation"
-    ok: bool = Field(description="every stage that ran passed")
-    stopped_at: Literal["compile", "validate", "profile"] | None = Field(
-        default=None, description="the stage whose verdict was negative; None if all passed"
-    )
-    kernel_path: str = Field(description="the exact file that was evaluated")
-    kernel_sha256: str
-    compile: CompileReport
-    validation: ValidationReport | None = None
-    profile: ProfileReport | None = None  # type: ignore[valid-type]
-    notes: list[str] = []
-
-
-class TaskDetail(BaseModel):
-    """A JaxBench task: its summary, and the reference source a candidate must match."""
-
-    summary: TaskSummary
-    reference_path: str
-    reference_source: str
-    pallas_reference_source: str | None = Field(
-        default=None, description="the task's own expert Pallas kernel, when it ships one"
-    )
-
-
-class SavedTraceSummary(TraceSummary):
-    """A trace summary, also saved in the workspace (readable as maxkernel://artifacts/{sha})."""
-
-    artifact_sha256: str
-    artifact_uri: str
-
-
-# -------------------------------------------------------------------------------- arguments
-
-KernelSource = Annotated[
-    str | None,
-    Field(description="the candidate module's full Python text (saved as kernels/<sha256>.py in the workspace)"),
-]
-KernelPath = Annotated[
-    str | None,
-    Field(description="path of the candidate module inside the workspace (relative to it, or absolute)"),
-]
-Reference = Annotated[
-    str,
-    Field(
-        description="the problem to match: a JaxBench task id ('8p_GEMM', '8p') or a reference module path "
-        "inside the workspace"
-    ),
-]
-Size = Annotated[Literal["small", "full"], Field(description="input sizes from the reference's SIZES")]
-Timeout = Annotated[float, Field(gt=0, le=3600, description="wall-clock limit per child process, seconds")]
-CompileTarget = Annotated[
-    str, Field(description="'tpu-v4'|'tpu-v5e'|'tpu-v5p'|'tpu-v6e'|'tpu-7x' (real Mosaic compiler), 'cpu', 'local'")
-]
-RunTarget = Annotated[
-    str, Field(description="where to run: 'cpu' (TPU interpret mode, race detection), a tpu-* chip, or 'local'")
-]
-Seeds = Annotated[int, Field(ge=1, le=16, description="number of fresh input seeds to compare on")]
-Tol = Annotated[float | None, Field(ge=0, description="override the reference's tolerance")]
 
 
 def resolve_kernel(ws: Workspace, kernel_source: str | None, kernel_path: str | None) -> Path:
     if (kernel_source is None) == (kernel_path is None):
-        raise ToolError("give exactly one of kernel_source (the module text) or kernel_path (a workspace file)")
+        raise ToolError(
+            "give exactly one of kernel_source (the module text) or kernel_path (a workspace file)"
+        )
     if kernel_source is not None:
         if not kernel_source.strip():
             raise ToolError("kernel_source is empty")
@@ -152,7 +102,11 @@ def resolve_reference(ws: Workspace, reference: str) -> str:
     try:
         return resolve_id(ref)
     except UnknownTaskError as e:
-        raise ToolError(f"{e} (or give a reference module path inside the workspace)") from None
+        raise ToolError(f"{_mcp_hint(e)} (or give a reference module path inside the workspace)") from None
+
+
+def _mcp_hint(e: Exception) -> str:
+    return str(e).replace("`maxkernel tasks` lists them", "list_tasks lists them")
 
 
 def check_target(target: str) -> str:
@@ -179,46 +133,56 @@ def finish(report: T, tool: str) -> T:
     return report
 
 
+class Progress:
+    """One request's progress notifications: the counter must only increase, across all its stages."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.count = 0
+        self.last = "queued"
+
+    async def send(self, message: str) -> None:
+        self.count += 1
+        self.last = message
+        await self.ctx.report_progress(self.count, None, message=message)
+
+
 async def run_blocking(
-    ctx: Context, fn: Callable[[ProgressFn, threading.Event], T], *, prefix: str = ""
+    ctx: Context,
+    fn: Callable[[ProgressFn, threading.Event], T],
+    *,
+    prefix: str = "",
+    progress: Progress | None = None,
 ) -> T:
     """Run `fn(on_progress, cancel)` in a thread; forward its stages as MCP progress; cancel kills it."""
     stages: queue.SimpleQueue[str] = queue.SimpleQueue()
     cancel = threading.Event()
-    count = 0
-    last_stage = "queued"
-
-    def on_progress(stage: str) -> None:
-        stages.put(f"{prefix}{stage}")
+    prog = progress or Progress(ctx)
 
     async def drain() -> bool:
-        nonlocal count, last_stage
         sent = False
         while True:
             try:
-                last_stage = stages.get_nowait()
+                stage = stages.get_nowait()
             except queue.Empty:
                 return sent
-            count += 1
             sent = True
-            await ctx.report_progress(count, None, message=last_stage)
+            await prog.send(f"{prefix}{stage}")
 
     async def forward() -> None:
-        nonlocal count
         last_sent = time.monotonic()
         while True:
             await anyio.sleep(0.1)
             if await drain():
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent > HEARTBEAT_S:  # keeps HTTP read timeouts from firing
-                count += 1
                 last_sent = time.monotonic()
-                await ctx.report_progress(count, None, message=f"{last_stage} (still running)")
+                await prog.send(f"{prog.last.removesuffix(' (still running)')} (still running)")
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(forward)
-            result = await anyio.to_thread.run_sync(lambda: fn(on_progress, cancel), abandon_on_cancel=True)
+            result = await anyio.to_thread.run_sync(lambda: fn(stages.put, cancel), abandon_on_cancel=True)
             tg.cancel_scope.cancel()
         await drain()
         return result
@@ -253,8 +217,8 @@ async def compile_kernel(
     with the line in the kernel. kernel_path in the report is the exact file compiled.
     """
     st = _state(ctx)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
@@ -285,8 +249,8 @@ async def validate_kernel(
     Returns per-seed errors, the tolerance used and where it came from, or the classified failure.
     """
     st = _state(ctx)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.validate(
@@ -307,12 +271,23 @@ async def validate_kernel(
     return finish(report, "validate_kernel")
 
 
-def _profile_call(st: AppState, kernel: Path, ref: str, target: str, size: str, timeout_s: float):
-    profile = getattr(st.evaluator, "profile", None)
-    if profile is None or ProfileReport is dict:
-        raise ToolError("profile_kernel is not available in this maxkernel build (Evaluator.profile missing)")
-    return lambda progress, cancel: profile(
-        str(kernel), ref, target, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+def _profile_call(
+    st: AppState, kernel: Path, ref: str, target: str, size: str, timeout_s: float, reps: int, interp: bool
+) -> Callable[[ProgressFn, threading.Event], ProfileReport]:
+    # The trace lands in the workspace, so summarize_trace (and the host) can read it afterwards.
+    sha = sha256_text(kernel.read_text(encoding="utf-8"))
+    trace_dir = st.workspace.root / "traces" / f"{sha[:16]}-{target}-{size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return lambda progress, cancel: st.evaluator.profile(
+        str(kernel),
+        ref,
+        target,
+        size,
+        trace_dir=str(trace_dir),
+        measure_interpret=interp,
+        reps=reps,
+        timeout_s=timeout_s,
+        on_progress=progress,
+        cancel=cancel,
     )
 
 
@@ -321,19 +296,23 @@ async def profile_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: RunTarget = "local",
+    target: RunTarget = "tpu-v6e",
     size: Size = "small",
+    reps: Reps = 30,
+    measure_interpret: MeasureInterpret = False,
     timeout_s: Timeout = 600.0,
-) -> ProfileReport:  # type: ignore[valid-type]
-    """Time the kernel against the reference (interleaved runs) and capture a trace summary.
+) -> ProfileReport:
+    """Time the kernel against the reference (interleaved, with a noise floor), trace it, estimate it.
 
-    On CPU the times are interpret-mode host times and are labeled so: they are not TPU speedups.
+    A speedup appears only when both ran natively on the same device. Without the chip a Pallas kernel
+    gets a labeled static estimate for the target instead; interpret-mode times are never speedups.
+    The trace is kept under the workspace's traces/ (trace_path in the report).
     """
     st = _state(ctx)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
-    report = await run_blocking(ctx, _profile_call(st, kernel, ref, tgt, size, timeout_s))
-    return finish(report, "profile_kernel")
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    call = _profile_call(st, kernel, ref, tgt, size, timeout_s, reps, measure_interpret)
+    return finish(await run_blocking(ctx, call), "profile_kernel")
 
 
 async def evaluate_kernel(
@@ -343,24 +322,31 @@ async def evaluate_kernel(
     kernel_path: KernelPath = None,
     compile_target: CompileTarget = "tpu-v6e",
     validate_target: RunTarget = "cpu",
-    profile_target: RunTarget = "local",
+    profile_target: RunTarget = "tpu-v6e",
     size: Size = "small",
     seeds: Seeds = 3,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
+    reps: Reps = 30,
     timeout_s: Timeout = 300.0,
 ) -> EvaluationReport:
     """Compile, then validate, then profile one kernel, stopping at the first negative verdict."""
     st = _state(ctx)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     ref = resolve_reference(st.workspace, reference)
-    ctgt, vtgt, ptgt = check_target(compile_target), check_target(validate_target), check_target(profile_target)
+    ctgt, vtgt, ptgt = (
+        check_target(compile_target),
+        check_target(validate_target),
+        check_target(profile_target),
+    )
+    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     sha = sha256_text(kernel.read_text(encoding="utf-8"))
+    prog = Progress(ctx)
     compiled = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
             str(kernel), ref, ctgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
         ),
         prefix="compile: ",
+        progress=prog,
     )
     out = EvaluationReport(
         ok=False, kernel_path=str(kernel), kernel_sha256=sha, compile=finish(compiled, "evaluate_kernel")
@@ -371,9 +357,17 @@ async def evaluate_kernel(
     validated = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.validate(
-            str(kernel), ref, vtgt, size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            vtgt,
+            size,
+            seeds=seeds,
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
         prefix="validate: ",
+        progress=prog,
     )
     out.validation = finish(validated, "evaluate_kernel")
     if not validated.ok:
@@ -383,15 +377,9 @@ async def evaluate_kernel(
         out.ok = True
         out.notes.append("profile skipped (profile=false)")
         return out
-    try:
-        call = _profile_call(st, kernel, ref, ptgt, size, timeout_s)
-    except ToolError as e:
-        out.ok = True
-        out.notes.append(f"profile skipped: {e}")
-        return out
-    profiled = finish(await run_blocking(ctx, call, prefix="profile: "), "evaluate_kernel")
-    out.profile = profiled
-    out.ok = bool(getattr(profiled, "ok", True))
+    call = _profile_call(st, kernel, ref, ptgt, size, timeout_s, reps, False)
+    out.profile = finish(await run_blocking(ctx, call, prefix="profile: ", progress=prog), "evaluate_kernel")
+    out.ok = out.profile.ok
     out.stopped_at = None if out.ok else "profile"
     return out
 
@@ -400,12 +388,14 @@ async def summarize_trace(
     ctx: Context[AppState],
     trace_path: Annotated[
         str,
-        Field(description="a profiler logdir or trace file (.trace.json.gz, .json, .xplane.pb) in the workspace"),
+        Field(
+            description="a profiler logdir or trace file (.trace.json.gz, .json, .xplane.pb) in the workspace"
+        ),
     ],
     top: Annotated[int, Field(ge=1, le=200, description="how many ops to list, by self time")] = 15,
 ) -> SavedTraceSummary:
     """Summarize a jax.profiler trace: top ops by self time, categories, busy fraction, idle gaps."""
-    from maxkernel.tpu_tools.trace_summary import summarize_trace as summarize
+    from maxkernel.tpu_tools.evaluate import summarize_trace as summarize
 
     st = _state(ctx)
     try:
@@ -419,12 +409,12 @@ async def summarize_trace(
     )
 
 
-def task_summaries(st: AppState) -> list[TaskSummary]:
-    if "all" not in st.task_cache:
-        from maxkernel.tpu_tools.tasks import list_tasks as all_tasks
+@functools.cache
+def task_summaries() -> list[TaskSummary]:
+    """Imports every task module once (~seconds), so cached for the process."""
+    from maxkernel.tpu_tools.tasks import list_tasks as all_tasks
 
-        st.task_cache["all"] = all_tasks()
-    return st.task_cache["all"]
+    return all_tasks()
 
 
 def task_detail(task: str) -> TaskDetail:
@@ -434,7 +424,7 @@ def task_detail(task: str) -> TaskDetail:
     try:
         task_id = registry.resolve_id(task)
     except registry.UnknownTaskError as e:
-        raise ToolError(str(e)) from None
+        raise ToolError(_mcp_hint(e)) from None
     path = registry.task_path(task_id)
     pallas = registry.pallas_reference_path(task_id)
     return TaskDetail(
@@ -445,10 +435,9 @@ def task_detail(task: str) -> TaskDetail:
     )
 
 
-async def list_tasks(ctx: Context[AppState]) -> list[TaskSummary]:
+async def list_tasks() -> list[TaskSummary]:
     """The 50 JaxBench tasks: id, name, model, operator, dtype, full and small sizes."""
-    st = _state(ctx)
-    return await anyio.to_thread.run_sync(lambda: task_summaries(st))
+    return await anyio.to_thread.run_sync(task_summaries)
 
 
 async def get_task(

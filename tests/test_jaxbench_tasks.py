@@ -113,7 +113,9 @@ def test_small_inputs_and_workload(task_id):
     assert any(not np.array_equal(x, y) for x, y in zip(a, b, strict=True)), "a new key gave the same inputs"
     for x in a:
         assert jnp.issubdtype(x.dtype, jnp.floating) or x.dtype == jnp.int32, x.dtype
-    assert any(x.dtype == jnp.dtype(m.CONFIG["dtype"]) for x in _floats(a)), "dtype=None is not CONFIG['dtype']"
+    assert any(x.dtype == jnp.dtype(m.CONFIG["dtype"]) for x in _floats(a)), (
+        "dtype=None is not CONFIG['dtype']"
+    )
     # An int seed and the equivalent key agree.
     c = m.create_inputs(key=1234, size="small")
     assert all(np.array_equal(x, y) for x, y in zip(b, c, strict=True))

@@ -18,7 +18,9 @@ def evaluator():
 
 def test_hang_times_out_promptly_then_a_good_kernel_validates(evaluator):
     t0 = time.monotonic()
-    r = evaluator.validate(kernel("hang"), MATMUL_REF, "cpu", "small", seeds=1, allow_plain_jax=True, timeout_s=5)
+    r = evaluator.validate(
+        kernel("hang"), MATMUL_REF, "cpu", "small", seeds=1, allow_plain_jax=True, timeout_s=5
+    )
     elapsed = time.monotonic() - t0
     assert r.failure.kind == "timeout" and "5" in r.failure.summary
     assert elapsed <= 5 + 2

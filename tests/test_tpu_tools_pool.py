@@ -9,7 +9,15 @@ import time
 import pydantic
 import pytest
 
-from maxkernel.tpu_tools.pool import GIB, JobOutcome, JobSpec, WorkerPool, default_memory_limit_bytes
+from maxkernel.tpu_tools.pool import (
+    GIB,
+    JobOutcome,
+    JobSpec,
+    WorkerPool,
+    default_memory_limit_bytes,
+    get_default_pool,
+    report_progress,
+)
 
 JOBS = "pool_jobs"  # tests/pool_jobs.py; tests/ is on sys.path (pytest rootdir-relative import)
 
@@ -194,3 +202,10 @@ def test_closed_pool_refuses_jobs():
     p.close()
     with pytest.raises(RuntimeError, match="closed"):
         p.submit(spec("ok"))
+
+
+def test_default_pool_is_one_per_process():
+    pool = get_default_pool()
+    assert pool is get_default_pool()
+    assert pool.run(spec("ok")).status == "ok"
+    report_progress("outside a pool child: a no-op")

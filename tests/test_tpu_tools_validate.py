@@ -64,7 +64,14 @@ def test_plain_jax_candidate_is_no_kernel_unless_allowed(evaluator):
 def test_jaxbench_style_and_maxkernel_dir_references_validate(evaluator):
     from conftest_paths import REFS
 
-    r = evaluator.validate(kernel("plain_jax"), str(REFS / "jaxbench_style_matmul.py"), "cpu", "full", seeds=1, allow_plain_jax=True)
+    r = evaluator.validate(
+        kernel("plain_jax"),
+        str(REFS / "jaxbench_style_matmul.py"),
+        "cpu",
+        "full",
+        seeds=1,
+        allow_plain_jax=True,
+    )
     assert r.ok, r.failure
     assert any("fixed seed" in n for n in r.reference.notes)
     r = evaluator.validate(kernel("good_matmul"), str(REFS / "maxkernel_task"), "cpu", "full", seeds=1)

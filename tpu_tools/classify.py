@@ -72,7 +72,11 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
     if "mosaic failed to compile" in lowered or type(exc).__name__ == "MosaicError":
         detail = _first_line(str(exc).split("Mosaic failed to compile TPU kernel:", 1)[-1])
         return Failure(
-            kind="mosaic_error", summary=f"Mosaic rejected the kernel: {detail}{where}", message=full, stage=stage, line=line
+            kind="mosaic_error",
+            summary=f"Mosaic rejected the kernel: {detail}{where}",
+            message=full,
+            stage=stage,
+            line=line,
         )
     if _BLOCK_RULE in text or "block shape" in lowered and "pallas tpu lowering" in lowered:
         return Failure(
@@ -82,14 +86,43 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
             stage=stage,
             line=line,
         )
-    if "unimplemented primitive" in lowered or "pallas tpu lowering" in lowered or "lowering" in lowered and isinstance(exc, NotImplementedError):
+    if (
+        "unimplemented primitive" in lowered
+        or "pallas tpu lowering" in lowered
+        or "lowering" in lowered
+        and isinstance(exc, NotImplementedError)
+    ):
         return Failure(
-            kind="lowering_error", summary=f"Pallas TPU lowering failed: {_first_line(str(exc))}{where}", message=full, stage=stage, line=line
+            kind="lowering_error",
+            summary=f"Pallas TPU lowering failed: {_first_line(str(exc))}{where}",
+            message=full,
+            stage=stage,
+            line=line,
         )
     if isinstance(exc, MemoryError) or "resource_exhausted" in lowered and "out of memory" in lowered:
-        return Failure(kind="oom", summary=f"host memory exhausted: {_first_line(text)}", message=full, stage=stage, line=line)
+        return Failure(
+            kind="oom",
+            summary=f"host memory exhausted: {_first_line(text)}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
     if stage == "compile":
-        return Failure(kind="compile_error", summary=f"compiler error: {_first_line(text)}{where}", message=full, stage=stage, line=line)
+        return Failure(
+            kind="compile_error",
+            summary=f"compiler error: {_first_line(text)}{where}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
     if stage == "run":
-        return Failure(kind="runtime_error", summary=f"kernel failed while running: {_first_line(text)}{where}", message=full, stage=stage, line=line)
-    return Failure(kind="python_error", summary=f"{_first_line(text)}{where}", message=full, stage=stage, line=line)
+        return Failure(
+            kind="runtime_error",
+            summary=f"kernel failed while running: {_first_line(text)}{where}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
+    return Failure(
+        kind="python_error", summary=f"{_first_line(text)}{where}", message=full, stage=stage, line=line
+    )

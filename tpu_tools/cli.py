@@ -40,7 +40,9 @@ def _check_inputs(args) -> None:
                 resolve_id(args.reference)
             except UnknownTaskError as e:
                 hint = "reference file not found" if any(c in args.reference for c in "/\\.") else str(e)
-                raise UsageError(f"{hint}: {args.reference}" if hint.startswith("reference") else hint) from None
+                raise UsageError(
+                    f"{hint}: {args.reference}" if hint.startswith("reference") else hint
+                ) from None
 
 
 def _verdict_exit(report) -> int:
@@ -97,7 +99,9 @@ def cmd_tasks(args) -> int:
 
 def _add_eval_args(p: argparse.ArgumentParser, default_target: str) -> None:
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
-    p.add_argument("--reference", "-r", required=True, help="JaxBench task id (e.g. 8p_GEMM) or reference file/dir")
+    p.add_argument(
+        "--reference", "-r", required=True, help="JaxBench task id (e.g. 8p_GEMM) or reference file/dir"
+    )
     p.add_argument("--target", "-t", default=default_target, help=f"one of {', '.join(TARGET_NAMES)}")
     p.add_argument("--size", default="small", help="reference size: small (default) or full")
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit per child process, seconds")
@@ -118,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float)
     p.add_argument("--rtol", type=float)
     p.add_argument("--allow-plain-jax", action="store_true", help="accept candidates without a pallas_call")
-    p.add_argument("--allow-weak-check", action="store_true", help="accept when a trivial output would also pass")
+    p.add_argument(
+        "--allow-weak-check", action="store_true", help="accept when a trivial output would also pass"
+    )
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("chips", help="TPU chip specs")

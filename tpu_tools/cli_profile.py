@@ -44,10 +44,6 @@ def cmd_trace(args) -> int:
     return 0
 
 
-def _ms(x: float) -> str:
-    return f"{x:.4g} ms"
-
-
 def render_profile(r) -> None:
     from rich.table import Table
 
@@ -59,12 +55,11 @@ def render_profile(r) -> None:
     if r.execution:
         console.print(f"  {r.execution}; timings on {r.measured_on}, {r.input_sets} rotated input sets")
     if r.measured:
-        table = Table("program", "median", "95% CI", "min", "IQR", "n", "source", "note")
+        table = Table("program", "median ms", "95% CI ms", "IQR ms", "n", "source")
         for name, s in r.measured.items():
             ci = f"{s.ci95_low_ms:.4g}–{s.ci95_high_ms:.4g}"
-            table.add_row(
-                name, _ms(s.median_ms), ci, _ms(s.min_ms), _ms(s.iqr_ms), str(s.n), s.timing_source, s.note
-            )
+            source = s.timing_source + (f" ({s.note})" if s.note else "")
+            table.add_row(name, f"{s.median_ms:.4g}", ci, f"{s.iqr_ms:.3g}", str(s.n), source)
         console.print(table)
     if r.noise_floor:
         nf = r.noise_floor

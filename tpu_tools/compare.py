@@ -13,12 +13,14 @@ def within(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> np.ndarr
     a = actual.astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         ok = np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)
-        ok |= (a == e)  # equal infinities
+        ok |= a == e  # equal infinities
     ok |= np.isnan(e) & np.isnan(a)
     return ok
 
 
-def compare_outputs(seed: int, expected: list[np.ndarray], actual: list[np.ndarray], tol: Tolerance) -> SeedResult:
+def compare_outputs(
+    seed: int, expected: list[np.ndarray], actual: list[np.ndarray], tol: Tolerance
+) -> SeedResult:
     """Compare every output leaf; report the worst element over all of them."""
     total = mismatched = 0
     max_abs = max_rel = 0.0
@@ -63,12 +65,16 @@ def compare_outputs(seed: int, expected: list[np.ndarray], actual: list[np.ndarr
     )
 
 
-def trivial_outputs_passing(expected: list[np.ndarray], inputs: list[np.ndarray], tol: Tolerance) -> list[str]:
+def trivial_outputs_passing(
+    expected: list[np.ndarray], inputs: list[np.ndarray], tol: Tolerance
+) -> list[str]:
     """Which trivial 'kernels' (all zeros, the reference's mean, a copy of an input) would also pass."""
     passing = []
     candidates: dict[str, list[np.ndarray]] = {
         "zeros": [np.zeros_like(e, dtype=np.float64) for e in expected],
-        "reference mean": [np.full(e.shape, np.nanmean(e.astype(np.float64)) if e.size else 0.0) for e in expected],
+        "reference mean": [
+            np.full(e.shape, np.nanmean(e.astype(np.float64)) if e.size else 0.0) for e in expected
+        ],
     }
     for i, x in enumerate(inputs):
         if len(expected) == 1 and x.shape == expected[0].shape:

@@ -35,7 +35,13 @@ def _memory_stats(compiled) -> dict[str, int]:
         return {}
     if stats is None:
         return {}
-    keys = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "generated_code_size_in_bytes", "alias_size_in_bytes")
+    keys = (
+        "argument_size_in_bytes",
+        "output_size_in_bytes",
+        "temp_size_in_bytes",
+        "generated_code_size_in_bytes",
+        "alias_size_in_bytes",
+    )
     return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
 
 
@@ -135,7 +141,9 @@ def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -
     report.memory = _memory_stats(compiled)
     report.cost_analysis = _cost(compiled)
     if report.num_pallas_calls == 0:
-        report.warnings.append("no pallas_call in the candidate: it is plain JAX (validate reports 'no kernel' by default)")
+        report.warnings.append(
+            "no pallas_call in the candidate: it is plain JAX (validate reports 'no kernel' by default)"
+        )
     if not aot and not plan.native and report.num_pallas_calls:
         report.warnings.extend(_tpu_lowering_check(cand.workload, in_shapes, path))
     return finish()

@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from maxkernel.tpu_tools.trace_summary import TraceSummary
 
 DEFAULT_TIMEOUT_S = 300.0
-_STATUS_KIND = {"timeout": "timeout", "crashed": "crash", "oom": "oom", "exited": "exited", "cancelled": "cancelled"}
+_STATUS_KIND = {
+    "timeout": "timeout",
+    "crashed": "crash",
+    "oom": "oom",
+    "exited": "exited",
+    "cancelled": "cancelled",
+}
 
 ProgressFn = Callable[[str], None]
 
@@ -49,7 +55,13 @@ class Evaluator:
         self.timeout_s = timeout_s
 
     def _run(
-        self, fn: str, kwargs: dict, *, timeout_s: float | None, on_progress: ProgressFn | None, cancel: threading.Event | None
+        self,
+        fn: str,
+        kwargs: dict,
+        *,
+        timeout_s: float | None,
+        on_progress: ProgressFn | None,
+        cancel: threading.Event | None,
     ) -> JobOutcome:
         spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=timeout_s or self.timeout_s)
         handle = self.pool.submit(spec, on_progress=on_progress)
@@ -77,7 +89,12 @@ class Evaluator:
             on_progress("compile")
         outcome = self._run(
             "maxkernel.tpu_tools.compile:compile_job",
-            {"kernel_path": kernel_path, "reference": _abs_reference(reference), "target": target, "size": size},
+            {
+                "kernel_path": kernel_path,
+                "reference": _abs_reference(reference),
+                "target": target,
+                "size": size,
+            },
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
@@ -132,7 +149,9 @@ class Evaluator:
                 on_progress=on_progress,
                 cancel=cancel,
             )
-            base = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list)
+            base = ValidationReport(
+                ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list
+            )
             if outcome.status != "ok" or outcome.result is None:
                 base.failure = outcome_failure(outcome, "candidate run")
                 base.wall_time_s = round(time.perf_counter() - started, 4)
@@ -228,4 +247,10 @@ def summarize_trace(path: str, top: int = 15) -> TraceSummary:
     """
     from maxkernel.tpu_tools.trace_summary import summarize_trace as _summarize
 
-    return _summarize(Path(path).expanduser(), top=top)
+    p = Path(path).expanduser()
+    if p.is_dir() and not (p / "plugins" / "profile").is_dir():
+        # a `profile --trace-dir` folder holds one logdir per capture: take the newest capture
+        runs = sorted(p.glob("*/plugins/profile/*/"), key=lambda d: d.stat().st_mtime)
+        if runs:
+            p = runs[-1]
+    return _summarize(p, top=top)

@@ -35,7 +35,9 @@ def plan_for(target: Target) -> ExecutionPlan:
     if target.kind == "local":
         native = platform != "cpu"
         what = f"local {platform} device ({local_device_kind()})"
-        return ExecutionPlan(target, native, what if native else "local CPU: Pallas kernels run in TPU interpret mode")
+        return ExecutionPlan(
+            target, native, what if native else "local CPU: Pallas kernels run in TPU interpret mode"
+        )
     assert target.chip is not None
     if platform == "tpu" and local_device_kind().lower() == target.chip.device_kind.lower():
         return ExecutionPlan(target, True, f"on the {target.chip.device_kind} chip present here")
@@ -77,7 +79,9 @@ def abstract_tpu_mesh(target: Target):
         (1,),
         ("x",),
         (AxisType.Auto,),
-        abstract_device=AbstractDevice(device_kind=dev.device_kind, num_cores=getattr(dev, "num_cores", 1), platform="tpu"),
+        abstract_device=AbstractDevice(
+            device_kind=dev.device_kind, num_cores=getattr(dev, "num_cores", 1), platform="tpu"
+        ),
     )
     with jax.sharding.use_abstract_mesh(mesh):
         yield

@@ -19,7 +19,10 @@ def has_tpu_devices() -> bool:
 
 
 def has_gpu_plugin() -> bool:
-    return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin"))
+    return any(
+        importlib.util.find_spec(m) is not None
+        for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm60_plugin")
+    )
 
 
 def configure() -> None:

@@ -6,218 +6,64 @@ wall-clock timeout and a memory cap, and any of those endings becomes a `JobOutc
 crash of the caller. Children fork from a multiprocessing forkserver that has jax preloaded (importing
 jax starts no backend, so forking it is safe), which makes an evaluation cost ~0.3 s instead of ~1.5 s.
 
-Memory cap: forked children get RLIMIT_AS = the cap (libtpu compile-only needs ~2.3 GB of address space
-for a small Pallas compile and ran under a 3 GiB cap, so the cap does not break TPU compiles), plus a
-parent-side resident-set watchdog over the whole process group. The device-owning worker gets only the
-watchdog: on a real TPU host libtpu maps device memory into the address space, so RLIMIT_AS would
-break it.
+Memory cap: forked children get RLIMIT_AS = the cap, plus a parent-side resident-set watchdog over the
+whole process group (every 0.5 s; a /proc scan costs ~3 ms). Measured: a libtpu compile-only v6e Pallas
+compile peaks at 2.3 GB virtual / 0.42 GB resident and works under a 3 GiB RLIMIT_AS, and a 30 GB numpy
+allocation fails cleanly with MemoryError -> "oom". The device-owning worker gets only the watchdog: on
+a real TPU host libtpu maps device memory into the address space (inferred; no TPU here to measure), so
+an address-space cap could break it.
 
 On a TPU host (`/dev/accel*` or `/dev/vfio/*`), jobs with `needs_device=True` go to one long-lived,
 spawned worker that alone initialises the device backend, one job at a time; a hung job gets it killed
-and restarted. Child side: `pool_child.py`.
+and restarted. Also here: `pool_types.py` (JobSpec, JobOutcome, JobHandle), `pool_watch.py` (one
+child watched until it ends), `pool_child.py` (the child side).
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
-import contextlib
 import glob
 import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from multiprocessing import spawn
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from maxkernel.tpu_tools import pool_child
 from maxkernel.tpu_tools.pool_child import report_progress
+from maxkernel.tpu_tools.pool_types import (
+    GIB,
+    JobHandle,
+    JobOutcome,
+    JobSpec,
+    default_memory_limit_bytes,
+    kill_group,
+)
+from maxkernel.tpu_tools.pool_watch import Job, kill_job, read_tail, starting_without_main, watch
 
 __all__ = [
     "DEFAULT_PRELOAD",
+    "GIB",
     "JobHandle",
     "JobOutcome",
     "JobSpec",
     "WorkerPool",
     "default_memory_limit_bytes",
+    "detect_device_owner",
     "get_default_pool",
     "report_progress",
 ]
 
 DEFAULT_PRELOAD = ("jax", "jax.numpy", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "numpy")
-GIB = 1 << 30
-STDERR_TAIL_BYTES = 4096
-WATCHDOG_INTERVAL_S = 0.5
 DEVICE_WORKER_START_TIMEOUT_S = 300.0
-# Children must not import jax-free: the pool module itself is preloaded so unpickling the target is free.
+# Preloaded too, so unpickling a child's target costs nothing.
 _CHILD_MODULES = ("maxkernel.tpu_tools.pool_child",)
-
-
-def default_memory_limit_bytes() -> int:
-    """16 GiB, or MAXKERNEL_MEMORY_LIMIT_BYTES when set."""
-    raw = os.environ.get("MAXKERNEL_MEMORY_LIMIT_BYTES")
-    return int(raw) if raw else 16 * GIB
-
-
-class JobSpec(BaseModel):
-    """One evaluation: a function imported and called in an isolated child."""
-
-    model_config = ConfigDict(frozen=True)
-
-    fn: str = Field(description="'package.module:function', imported in the child; returns a JSON-able dict")
-    kwargs: dict = Field(default_factory=dict, description="JSON-able keyword arguments for fn")
-    timeout_s: float = Field(default=120.0, gt=0, description="wall-clock limit; the process group is killed")
-    memory_limit_bytes: int | None = Field(
-        default_factory=default_memory_limit_bytes, description="address-space / resident cap; None = none"
-    )
-    needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
-
-
-Status = Literal["ok", "timeout", "crashed", "oom", "exited", "error", "cancelled"]
-
-
-class JobOutcome(BaseModel):
-    """How an evaluation ended. `message` is one precise line; `detail` holds traceback / stderr tail."""
-
-    status: Status
-    result: dict | None = None
-    message: str
-    detail: str = ""
-    exit_code: int | None = None
-    signal: str | None = None
-    duration_s: float = 0.0
-    progress: list[str] = Field(default_factory=list)
-
-
-class JobHandle:
-    """A submitted job: wait for it, cancel it, watch its progress. Safe to use from any thread."""
-
-    def __init__(self, spec: JobSpec, on_progress: Callable[[str], None] | None) -> None:
-        self.spec = spec
-        self._on_progress = on_progress
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._outcome: JobOutcome | None = None
-        self._progress: list[str] = []
-        self._pgid: int | None = None  # set while a process runs this job
-        self._cancelled = False
-        self._started_at: float | None = None
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def progress(self) -> list[str]:
-        with self._lock:
-            return list(self._progress)
-
-    def wait(self, timeout: float | None = None) -> JobOutcome | None:
-        """The outcome, or None if `timeout` seconds pass first."""
-        self._done.wait(timeout)
-        return self._outcome
-
-    def cancel(self) -> None:
-        """Kill the job's whole process group (or drop it from the queue); its outcome is 'cancelled'."""
-        with self._lock:
-            if self._done.is_set():
-                return
-            self._cancelled = True
-            pgid, started = self._pgid, self._started_at is not None
-        if pgid is not None:
-            _kill_group(pgid)
-        elif not started:
-            self._finish(JobOutcome(status="cancelled", message="cancelled before it started"))
-
-    def _add_progress(self, stage: str) -> None:
-        with self._lock:
-            self._progress.append(stage)
-        if self._on_progress is not None:
-            try:
-                self._on_progress(stage)
-            except Exception:  # noqa: BLE001 - a caller's callback must not take down the runner
-                pass
-
-    def _finish(self, outcome: JobOutcome) -> bool:
-        with self._lock:
-            if self._done.is_set():
-                return False
-            outcome.progress = list(self._progress)
-            self._outcome = outcome
-            self._pgid = None
-            self._done.set()
-        return True
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL a job's process group (the child made itself its leader with setsid())."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill_job(proc) -> None:
-    """Kill a running job from its runner thread (the only thread that polls `proc`)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        # No such group: either it is over, or the child has not reached setsid() yet. Only the latter
-        # may get a plain kill; once the child is reaped its pid could belong to someone else.
-        if proc.exitcode is None:
-            try:
-                os.kill(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    except PermissionError:
-        pass
-
-
-def _group_rss_bytes(pgid: int) -> int:
-    """Resident set of every process in the group (the job and anything it started)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            if int(fields[2]) == pgid:  # state, ppid, pgrp, ...
-                total += int(fields[21]) * page  # rss in pages
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
-
-
-def _read_tail(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - STDERR_TAIL_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
 
 
 def detect_device_owner() -> bool:
@@ -226,41 +72,6 @@ def detect_device_owner() -> bool:
     if raw is not None and raw.strip() != "":
         return raw.strip().lower() in ("1", "true", "yes", "on")
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/*"))
-
-
-_start_lock = threading.Lock()  # multiprocessing.Process.start is not thread-safe (shared _children set)
-
-
-@contextlib.contextmanager
-def _starting_without_main():
-    """Start processes without re-running the caller's __main__ in the child.
-
-    multiprocessing re-imports the parent's main script in every spawned/forkserver child; for pytest,
-    an MCP server or a benchmark script that is slow at best and re-runs the script at worst. Our
-    targets live in pool_child, so the child never needs __main__.
-    """
-    original = spawn.get_preparation_data
-
-    def without_main(name):
-        data = original(name)
-        data.pop("init_main_from_path", None)
-        data.pop("init_main_from_name", None)
-        return data
-
-    with _start_lock:
-        spawn.get_preparation_data = without_main
-        try:
-            yield
-        finally:
-            spawn.get_preparation_data = original
-
-
-class _Job:
-    """What one running job needs while it is watched: its process, pipe and stderr file."""
-
-    def __init__(self, handle: JobHandle, proc, conn, stderr_path: str) -> None:
-        self.handle, self.proc, self.conn, self.stderr_path = handle, proc, conn, stderr_path
-        self.clean_end = False  # the child reported a result itself (and, for the device worker, lives on)
 
 
 class WorkerPool:
@@ -301,6 +112,7 @@ class WorkerPool:
         self._device_proc = None
         self._device_conn = None
         self._device_stderr: str | None = None
+        _all_pools.add(self)
 
     # ---- public API -------------------------------------------------------------------------------
     def submit(self, spec: JobSpec, on_progress: Callable[[str], None] | None = None) -> JobHandle:
@@ -332,7 +144,7 @@ class WorkerPool:
         """Start the forkserver now (it imports the preload list, ~1 s) instead of on the first job."""
         from multiprocessing import forkserver
 
-        with _starting_without_main():
+        with starting_without_main():
             forkserver.ensure_running()
 
     def close(self) -> None:
@@ -353,7 +165,7 @@ class WorkerPool:
         # The device thread owns the worker (it alone polls it): wake it, let it reap the worker.
         proc = self._device_proc
         if proc is not None:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
         if self._device_thread is not None:
             self._device_thread.join(10)
         with self._cond:  # runner threads finish within a moment of their group being killed
@@ -396,7 +208,7 @@ class WorkerPool:
             if handle._cancelled:
                 return
             handle._started_at = time.monotonic()
-        fd, stderr_path = tempfile.mkstemp(prefix="maxkernel-job-", suffix=".log")
+        fd, stderr_path = tempfile.mkstemp(prefix=f"maxkernel-job-{os.getpid()}-", suffix=".log")
         os.close(fd)
         recv_conn, send_conn = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
@@ -412,126 +224,29 @@ class WorkerPool:
             ),
             name="maxkernel-job",
         )
+        outcome = None
         try:
-            with _starting_without_main():
-                proc.start()
-            send_conn.close()
+            try:
+                with starting_without_main():
+                    proc.start()
+            finally:
+                send_conn.close()
             with handle._lock:
                 handle._pgid = proc.pid
                 cancelled = handle._cancelled
             if cancelled:
-                _kill_job(proc)
-            job = _Job(handle, proc, recv_conn, stderr_path)
-            outcome = self._watch(job, time.monotonic() + spec.timeout_s)
-            _kill_group(proc.pid)  # whatever the job left behind in its group
+                kill_job(proc)
+            outcome = watch(Job(handle, proc, recv_conn, stderr_path), time.monotonic() + spec.timeout_s)
+            kill_group(proc.pid)  # whatever the job left behind in its group
             proc.join(5)
-            handle._finish(outcome)
         finally:
+            # Clean up before waking the caller: a CLI may exit the moment wait() returns.
             recv_conn.close()
             try:
                 os.unlink(stderr_path)
             except OSError:
                 pass
-
-    # ---- watching one job -------------------------------------------------------------------------
-    def _watch(self, job: _Job, deadline: float) -> JobOutcome:
-        """Follow a running job until it ends, times out, is cancelled or exceeds memory."""
-        handle, spec, proc = job.handle, job.handle.spec, job.proc
-        t0 = handle._started_at or time.monotonic()
-        next_check = time.monotonic() + WATCHDOG_INTERVAL_S
-        conn_open = True
-
-        def out(**kw) -> JobOutcome:
-            return JobOutcome(duration_s=round(time.monotonic() - t0, 4), **kw)
-
-        while True:
-            now = time.monotonic()
-            if handle._cancelled:
-                _kill_job(proc)
-                return out(status="cancelled", message="cancelled; process group killed")
-            if now >= deadline:
-                _kill_job(proc)
-                return out(
-                    status="timeout",
-                    message=f"timed out after {spec.timeout_s:.1f} s; process group killed",
-                    detail=_read_tail(job.stderr_path),
-                )
-            if now >= next_check:
-                next_check = now + WATCHDOG_INTERVAL_S
-                cap = spec.memory_limit_bytes
-                if cap:
-                    rss = _group_rss_bytes(proc.pid)
-                    if rss > cap:
-                        _kill_job(proc)
-                        return out(
-                            status="oom",
-                            message=f"exceeded memory cap of {_gib(cap)} (resident set {_gib(rss)}); "
-                            "process group killed",
-                            detail=_read_tail(job.stderr_path),
-                        )
-            waitables = [proc.sentinel] + ([job.conn] if conn_open else [])
-            ready = multiprocessing.connection.wait(waitables, timeout=min(deadline, next_check) - now)
-            if conn_open and job.conn in ready:
-                try:
-                    message = job.conn.recv()
-                except (EOFError, OSError):
-                    conn_open = False
-                    continue
-                if message[0] == "progress":
-                    handle._add_progress(message[1])
-                    continue
-                return self._terminal(message, job, out)
-            if proc.sentinel in ready:
-                # The process is gone; a terminal message may still sit in the pipe.
-                while conn_open and job.conn.poll(0):
-                    try:
-                        message = job.conn.recv()
-                    except (EOFError, OSError):
-                        break
-                    if message[0] == "progress":
-                        handle._add_progress(message[1])
-                    else:
-                        return self._terminal(message, job, out)
-                if handle._cancelled:
-                    return out(status="cancelled", message="cancelled; process group killed")
-                return self._died(job, out)
-
-    def _terminal(self, message: tuple, job: _Job, out) -> JobOutcome:
-        kind = message[0]
-        job.clean_end = True
-        if kind == "ok":
-            return out(status="ok", result=json.loads(message[1]), message="ok")
-        if kind == "exited":
-            code_repr, code = message[1], message[2]
-            return out(status="exited", message=f"called sys.exit({code_repr})", exit_code=code)
-        _, type_name, text, tb = message
-        first = (text.strip().splitlines() or [""])[0][:500]
-        line = f"{type_name}: {first}" if first else type_name
-        tail = _read_tail(job.stderr_path).strip()
-        detail = tb + (f"\n--- stderr tail ---\n{tail}" if tail else "")
-        if kind == "oom":
-            cap = job.handle.spec.memory_limit_bytes
-            what = f"exceeded memory cap of {_gib(cap)}" if cap else "ran out of host memory"
-            return out(status="oom", message=f"{what} ({line})", detail=detail)
-        return out(status="error", message=line, detail=detail)
-
-    def _died(self, job: _Job, out) -> JobOutcome:
-        """The process ended without a terminal message: a signal or os._exit."""
-        job.proc.join(5)
-        code = job.proc.exitcode
-        tail = _read_tail(job.stderr_path)
-        if code is not None and code < 0:
-            name = _signal_name(-code)
-            desc = (signal.strsignal(-code) or name).lower()
-            if -code == signal.SIGKILL:
-                desc += "; possibly the kernel OOM killer"
-            return out(status="crashed", message=f"killed by {name} ({desc})", signal=name, detail=tail)
-        return out(
-            status="exited",
-            message=f"exited with code {code} before returning a result (os._exit?)",
-            exit_code=code,
-            detail=tail,
-        )
+        handle._finish(outcome)
 
     # ---- device lane ------------------------------------------------------------------------------
     def _device_loop(self) -> None:
@@ -560,7 +275,7 @@ class WorkerPool:
         if self._device_proc is not None and self._device_proc.is_alive():
             return None
         self._stop_device_worker()
-        fd, self._device_stderr = tempfile.mkstemp(prefix="maxkernel-device-", suffix=".log")
+        fd, self._device_stderr = tempfile.mkstemp(prefix=f"maxkernel-device-{os.getpid()}-", suffix=".log")
         os.close(fd)
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the only one to touch the device
         parent_conn, child_conn = ctx.Pipe(duplex=True)
@@ -569,7 +284,7 @@ class WorkerPool:
             args=(child_conn, self._device_env, list(sys.path), self._device_stderr, self.preload),
             name="maxkernel-device-worker",
         )
-        with _starting_without_main():
+        with starting_without_main():
             proc.start()
         child_conn.close()
         self._device_proc, self._device_conn = proc, parent_conn
@@ -582,7 +297,7 @@ class WorkerPool:
                     return None
             except (EOFError, OSError):
                 pass
-        tail = _read_tail(self._device_stderr)
+        tail = read_tail(self._device_stderr)
         self._stop_device_worker()
         return f"device worker failed to start\n{tail}"
 
@@ -590,7 +305,7 @@ class WorkerPool:
         proc, conn, path = self._device_proc, self._device_conn, self._device_stderr
         self._device_proc = self._device_conn = self._device_stderr = None
         if proc is not None:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.join(5)
         if conn is not None:
             conn.close()
@@ -613,11 +328,22 @@ class WorkerPool:
             handle._started_at = time.monotonic()
             handle._pgid = proc.pid
         conn.send((spec.fn, json.dumps(spec.kwargs)))
-        job = _Job(handle, proc, conn, self._device_stderr)
-        outcome = self._watch(job, time.monotonic() + spec.timeout_s)
+        job = Job(handle, proc, conn, self._device_stderr)
+        outcome = watch(job, time.monotonic() + spec.timeout_s)
         if not job.clean_end:
             self._stop_device_worker()  # hung, killed or crashed: the next device job starts a fresh one
         handle._finish(outcome)
+
+
+_all_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_pools() -> None:
+    # Registered after multiprocessing's own exit hook, so it runs first: without it that hook would
+    # join our non-daemon children (a hung job, an idle device worker) forever.
+    for pool in list(_all_pools):
+        pool.close()
 
 
 _default_pool: WorkerPool | None = None
@@ -630,5 +356,4 @@ def get_default_pool() -> WorkerPool:
     with _default_lock:
         if _default_pool is None or _default_pool._closed:
             _default_pool = WorkerPool()
-            atexit.register(_default_pool.close)
         return _default_pool

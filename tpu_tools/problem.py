@@ -47,7 +47,9 @@ def _import_file(path: Path, prefix: str) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     if path.name == "__init__.py":
-        spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[str(path.parent)]
+        )
     else:
         spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -130,7 +132,9 @@ def load_reference(spec: str) -> Reference:
     except Exception as e:
         line = _user_frame_line(e.__traceback__, path)
         where = f" (line {line})" if line else ""
-        raise ReferenceLoadError(f"reference {path} failed to import{where}: {type(e).__name__}: {e}") from None
+        raise ReferenceLoadError(
+            f"reference {path} failed to import{where}: {type(e).__name__}: {e}"
+        ) from None
     return _from_module(module, path, task_id)
 
 
@@ -156,7 +160,9 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
         kind: ReferenceKind = "maxkernel"
     else:
         sizes = ["full"]
-        notes.append("JAXBench-style reference: one fixed seed and one size ('full'); seeds cannot vary inputs")
+        notes.append(
+            "JAXBench-style reference: one fixed seed and one size ('full'); seeds cannot vary inputs"
+        )
 
         def create(size: str, seed: int | None) -> tuple:
             out = module.create_inputs(**({"dtype": _bf16()} if "dtype" in params else {}))
@@ -243,7 +249,9 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
         seedable=False,
         atol=task.get("atol"),
         rtol=task.get("rtol"),
-        notes=["MaxKernel task dir: inputs come from get_inputs() with its fixed seed; seeds cannot vary inputs"],
+        notes=[
+            "MaxKernel task dir: inputs come from get_inputs() with its fixed seed; seeds cannot vary inputs"
+        ],
     )
     return Reference(info=info, workload=workload, _create=create, config=dict(task))
 
@@ -265,13 +273,17 @@ def load_candidate(path_str: str) -> Candidate:
         module = _import_file(path, "candidate")
     except SyntaxError as e:
         raise CandidateLoadError(
-            f"SyntaxError in candidate at line {e.lineno}: {e.msg}", line=e.lineno, detail=traceback.format_exc()
+            f"SyntaxError in candidate at line {e.lineno}: {e.msg}",
+            line=e.lineno,
+            detail=traceback.format_exc(),
         ) from None
     except BaseException as e:  # SystemExit included: a candidate must not end the evaluation
         line = _user_frame_line(e.__traceback__, path)
         where = f" at line {line}" if line else ""
         raise CandidateLoadError(
-            f"candidate failed to import{where}: {type(e).__name__}: {e}", line=line, detail=traceback.format_exc()
+            f"candidate failed to import{where}: {type(e).__name__}: {e}",
+            line=line,
+            detail=traceback.format_exc(),
         ) from None
     fn = getattr(module, "workload", None) or getattr(module, "computation", None)
     if fn is None or not callable(fn):

@@ -255,6 +255,10 @@ def run_profile(
                 f"not measured: target chip absent (Pallas kernel runs in interpret mode on {device.platform.upper()}); "
                 "pass measure_interpret to time it anyway (not representative)"
             )
+        if not calls and not plan.native:
+            report.execution = (
+                f"plain JAX (no pallas_call): runs natively on {device.platform}; {plan.description}"
+            )
         report_progress("measure")
         fns = {"reference": ref_fn, "reference_repeat": ref_fn}
         if cand_fn is not None:

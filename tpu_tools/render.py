@@ -33,9 +33,13 @@ def render_compile(r: CompileReport) -> None:
         console.print(f"  output: {', '.join(f'{o.dtype}{o.shape}' for o in r.output)}")
     for call in r.pallas_calls:
         blocks = ", ".join(str(b.get("block_shape")) for b in call.get("inputs", []))
-        console.print(f"  pallas_call {call.get('kernel_name') or call.get('name')}: grid {call.get('grid')} in-blocks {blocks}")
+        console.print(
+            f"  pallas_call {call.get('kernel_name') or call.get('name')}: grid {call.get('grid')} in-blocks {blocks}"
+        )
     if r.memory:
-        console.print("  memory: " + ", ".join(f"{k.removesuffix('_in_bytes')}={v:,}" for k, v in r.memory.items()))
+        console.print(
+            "  memory: " + ", ".join(f"{k.removesuffix('_in_bytes')}={v:,}" for k, v in r.memory.items())
+        )
     for w in r.warnings:
         console.print(f"  [yellow]warning[/]: {w}")
     if r.failure:
@@ -44,11 +48,15 @@ def render_compile(r: CompileReport) -> None:
 
 def render_validation(r: ValidationReport) -> None:
     head = "[bold green]✓ correct[/]" if r.ok else "[bold red]✗ not validated[/]"
-    console.print(f"{head} {r.kernel_path} vs {r.reference.name if r.reference else '?'} on {r.target} (size {r.size})")
+    console.print(
+        f"{head} {r.kernel_path} vs {r.reference.name if r.reference else '?'} on {r.target} (size {r.size})"
+    )
     if r.execution:
         console.print(f"  {r.execution}")
     if r.tolerance:
-        console.print(f"  tolerance atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.source})")
+        console.print(
+            f"  tolerance atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.source})"
+        )
     if r.per_seed:
         table = Table("seed", "ok", "max abs", "max rel", "mismatch", "worst index", "NaN")
         for s in r.per_seed:
@@ -71,7 +79,18 @@ def render_validation(r: ValidationReport) -> None:
 
 
 def render_chips(chips: list[ChipSpec]) -> None:
-    table = Table("chip", "device kind", "TCs/chip", "VMEM", "SMEM", "HBM", "HBM GB/s", "bf16 TFLOP/s", "int8 TOP/s", "MXU")
+    table = Table(
+        "chip",
+        "device kind",
+        "TCs/chip",
+        "VMEM",
+        "SMEM",
+        "HBM",
+        "HBM GB/s",
+        "bf16 TFLOP/s",
+        "int8 TOP/s",
+        "MXU",
+    )
     for c in chips:
         table.add_row(
             c.name,
@@ -92,6 +111,8 @@ def render_chips(chips: list[ChipSpec]) -> None:
 def render_tasks(tasks) -> None:
     table = Table("id", "model", "operator", "full", "small", "pallas ref")
     for t in tasks:
-        table.add_row(t.id, t.model, t.operator, _dims(t.full), _dims(t.small), "✓" if t.has_pallas_reference else "")
+        table.add_row(
+            t.id, t.model, t.operator, _dims(t.full), _dims(t.small), "✓" if t.has_pallas_reference else ""
+        )
     console.print(table)
     console.print(f"{len(tasks)} tasks")

@@ -63,7 +63,9 @@ class ArraySpec(BaseModel):
     dtype: str
 
 
-CompilerUsed = Literal["mosaic-tpu", "mosaic-tpu-aot", "xla-cpu-interpret", "xla-local", "lowering-only", "none"]
+CompilerUsed = Literal[
+    "mosaic-tpu", "mosaic-tpu-aot", "xla-cpu-interpret", "xla-local", "lowering-only", "none"
+]
 
 
 class CompileReport(BaseModel):
@@ -82,7 +84,9 @@ class CompileReport(BaseModel):
     output: list[ArraySpec] = []
     expected_output: list[ArraySpec] = []
     num_pallas_calls: int = 0
-    pallas_calls: list[dict[str, Any]] = Field(default_factory=list, description="grid, blocks, scratch per call")
+    pallas_calls: list[dict[str, Any]] = Field(
+        default_factory=list, description="grid, blocks, scratch per call"
+    )
     memory: dict[str, int] = Field(default_factory=dict, description="compiled memory stats, bytes")
     cost_analysis: dict[str, float] = Field(default_factory=dict)
     failure: Failure | None = None
@@ -103,7 +107,9 @@ class SeedResult(BaseModel):
     nan_count: int = 0
     inf_count: int = 0
     reference_nan_count: int = 0
-    trivial_outputs_passing: list[str] = Field(default_factory=list, description="zeros / mean / input copies that would also pass")
+    trivial_outputs_passing: list[str] = Field(
+        default_factory=list, description="zeros / mean / input copies that would also pass"
+    )
 
 
 class Tolerance(BaseModel):
@@ -119,7 +125,9 @@ class ValidationReport(BaseModel):
     ok: bool
     target: str
     size: str
-    execution: str = Field(default="", description="how the candidate ran, e.g. 'TPU interpret mode on CPU (race detection on)'")
+    execution: str = Field(
+        default="", description="how the candidate ran, e.g. 'TPU interpret mode on CPU (race detection on)'"
+    )
     kernel_path: str
     kernel_sha256: str | None = None
     reference: ReferenceInfo | None = None

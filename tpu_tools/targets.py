@@ -35,5 +35,7 @@ def parse_target(name: str) -> Target:
     try:
         chip = get_chip(key)
     except UnknownChipError:
-        raise UnknownTargetError(f"unknown target {name!r}; choose one of: {', '.join(TARGET_NAMES)}") from None
+        raise UnknownTargetError(
+            f"unknown target {name!r}; choose one of: {', '.join(TARGET_NAMES)}"
+        ) from None
     return Target(name=chip.name, kind="tpu", chip=chip)

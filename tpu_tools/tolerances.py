@@ -26,11 +26,20 @@ def default_tolerance(dtype: str) -> Tolerance:
 
 
 def choose_tolerance(
-    dtype: str, *, ref_atol: float | None, ref_rtol: float | None, atol: float | None = None, rtol: float | None = None
+    dtype: str,
+    *,
+    ref_atol: float | None,
+    ref_rtol: float | None,
+    atol: float | None = None,
+    rtol: float | None = None,
 ) -> Tolerance:
     if atol is not None or rtol is not None:
         base = default_tolerance(dtype)
-        return Tolerance(atol=base.atol if atol is None else atol, rtol=base.rtol if rtol is None else rtol, source="caller")
+        return Tolerance(
+            atol=base.atol if atol is None else atol,
+            rtol=base.rtol if rtol is None else rtol,
+            source="caller",
+        )
     if ref_atol is not None or ref_rtol is not None:
         base = default_tolerance(dtype)
         return Tolerance(

@@ -41,7 +41,13 @@ def _dtypes(tree) -> list[str]:
 
 
 def candidate_outputs_job(
-    kernel_path: str, reference: str, target: str, size: str, seeds: list[int], out_dir: str, allow_plain_jax: bool = False
+    kernel_path: str,
+    reference: str,
+    target: str,
+    size: str,
+    seeds: list[int],
+    out_dir: str,
+    allow_plain_jax: bool = False,
 ) -> dict:
     """Pool job (candidate side). Returns a partial ValidationReport; outputs go to out_dir/seed_<n>.npz."""
     import jax
@@ -59,13 +65,17 @@ def candidate_outputs_job(
         report.failure = Failure(kind="usage_error", summary=str(e), stage="load")
         return report.model_dump(mode="json")
     except CandidateLoadError as e:
-        report.failure = Failure(kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line)
+        report.failure = Failure(
+            kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line
+        )
         return report.model_dump(mode="json")
     report.kernel_sha256 = cand.sha256
     plan = execution.plan_for(tgt)
     detect_races = tgt.kind == "tpu" and not plan.native
     report.execution = plan.description + (" (race detection on)" if detect_races else "")
-    scope = contextlib.nullcontext() if plan.native else execution.tpu_interpret_mode(detect_races=detect_races)
+    scope = (
+        contextlib.nullcontext() if plan.native else execution.tpu_interpret_mode(detect_races=detect_races)
+    )
     path = Path(cand.path)
     fn = jax.jit(cand.workload)
     race_log = io.StringIO()
@@ -136,17 +146,25 @@ def reference_compare_job(
         expected = _to_numpy(expected_tree)
         dtypes = _dtypes(expected_tree)
         if report.tolerance is None:
-            report.tolerance = choose_tolerance(dtypes[0], ref_atol=ref.info.atol, ref_rtol=ref.info.rtol, atol=atol, rtol=rtol)
+            report.tolerance = choose_tolerance(
+                dtypes[0], ref_atol=ref.info.atol, ref_rtol=ref.info.rtol, atol=atol, rtol=rtol
+            )
         with np.load(Path(out_dir) / f"seed_{seed}.npz") as saved:
             actual = [saved[f"arr_{i}"] for i in range(len(saved.files) - 1)]
             actual_dtypes = [str(d) for d in saved["dtypes"]]
         if [a.shape for a in actual] != [e.shape for e in expected] or actual_dtypes != dtypes:
             got = ", ".join(f"{d}{list(a.shape)}" for d, a in zip(actual_dtypes, actual, strict=False))
             want = ", ".join(f"{d}{list(e.shape)}" for d, e in zip(dtypes, expected, strict=False))
-            report.failure = Failure(kind="shape_mismatch", summary=f"output {got} differs from the reference's {want}", stage="compare")
+            report.failure = Failure(
+                kind="shape_mismatch",
+                summary=f"output {got} differs from the reference's {want}",
+                stage="compare",
+            )
             return report.model_dump(mode="json")
         result = compare_outputs(seed, expected, actual, report.tolerance)
-        result.trivial_outputs_passing = trivial_outputs_passing(expected, _to_numpy(inputs), report.tolerance)
+        result.trivial_outputs_passing = trivial_outputs_passing(
+            expected, _to_numpy(inputs), report.tolerance
+        )
         weak = set(result.trivial_outputs_passing)
         weak_everywhere = weak if weak_everywhere is None else weak_everywhere & weak
         report.per_seed.append(result)
@@ -172,12 +190,16 @@ def reference_compare_job(
         if allow_weak_check:
             report.warnings.append(msg)
         else:
-            report.failure = Failure(kind="weak_check", summary=msg + " (pass allow_weak_check to accept)", stage="compare")
+            report.failure = Failure(
+                kind="weak_check", summary=msg + " (pass allow_weak_check to accept)", stage="compare"
+            )
     report.ok = report.failure is None
     return report.model_dump(mode="json")
 
 
-def merge_reports(candidate_side: ValidationReport, reference_side: ValidationReport, started: float) -> ValidationReport:
+def merge_reports(
+    candidate_side: ValidationReport, reference_side: ValidationReport, started: float
+) -> ValidationReport:
     """The final verdict: candidate evidence + reference comparison."""
     merged = candidate_side.model_copy(deep=True)
     merged.per_seed = reference_side.per_seed

@@ -65,4 +65,6 @@ def get_flops(size: str = "full") -> int:
     (the sheet's formula); the dense reference does N/K = 4x more expert work than it counts."""
     d = SIZES[size]
     tokens = d["batch"] * d["seq_len"]
-    return 2 * tokens * d["emb_dim"] * d["num_experts"] + tokens * d["top_k"] * 6 * d["emb_dim"] * d["mlp_dim"]
+    return (
+        2 * tokens * d["emb_dim"] * d["num_experts"] + tokens * d["top_k"] * 6 * d["emb_dim"] * d["mlp_dim"]
+    )

@@ -17,7 +17,13 @@ import jax.numpy as jnp
 from maxkernel.jaxbench.common import make_key, normal, resolve_dtype, split
 
 SIZES = {
-    "full": {"num_experts": 128, "num_experts_per_tok": 8, "emb_dim": 4096, "moe_mlp_dim": 1536, "seq_len": 4096},
+    "full": {
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "emb_dim": 4096,
+        "moe_mlp_dim": 1536,
+        "seq_len": 4096,
+    },
     # Group size 256 as in the full shape.
     "small": {"num_experts": 8, "num_experts_per_tok": 8, "emb_dim": 256, "moe_mlp_dim": 256, "seq_len": 256},
 }

@@ -47,8 +47,9 @@ def create_inputs(dtype=None, *, key=None, size: str = "full") -> tuple[jax.Arra
     return pair_act, mask, left_proj, right_proj, left_gate, right_gate, center_scale, out_proj, out_gate
 
 
-def workload(pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale,
-             out_proj_w, out_gate_w) -> jax.Array:  # fmt: skip
+def workload(
+    pair_act, mask, left_proj_w, right_proj_w, left_gate_w, right_gate_w, center_scale, out_proj_w, out_gate_w
+) -> jax.Array:
     """Outgoing triangle update; output [N, N, C] in the dtype."""
     act = pair_act * mask
     left = (act @ left_proj_w) * jax.nn.sigmoid(act @ left_gate_w)

@@ -104,8 +104,12 @@ def get_flops(size: str = "full") -> int:
     """Projections plus attention. Unlike the original benchmark() formula (which counts the PV term
     with head dim 192), PV is counted with v_head_dim = 128: 2·B·H·S²·(192 + 128)."""
     d = SIZES[size]
-    b, s, e, h, ql, kvl = (d[k] for k in ("batch", "seq_len", "emb_dim", "num_heads", "q_lora_rank", "kv_lora_rank"))
+    b, s, e, h, ql, kvl = (
+        d[k] for k in ("batch", "seq_len", "emb_dim", "num_heads", "q_lora_rank", "kv_lora_rank")
+    )
     qk = _NOPE + _ROPE
-    proj = 2 * b * s * (e * ql + ql * h * qk + e * (kvl + _ROPE) + kvl * h * _NOPE + kvl * h * _VD + h * _VD * e)
+    proj = (
+        2 * b * s * (e * ql + ql * h * qk + e * (kvl + _ROPE) + kvl * h * _NOPE + kvl * h * _VD + h * _VD * e)
+    )
     attn = 2 * b * h * s * s * (qk + _VD)
     return proj + attn

@@ -32,7 +32,12 @@ def create_inputs(dtype=None, *, key=None, size: str = "full") -> tuple[jax.Arra
     k1, k2, k3, k4 = split(make_key(key, SEED), 4)
     e, m = d["emb_dim"], d["mlp_dim"]
     x = normal(k1, (d["batch"], d["seq_len"], e), dtype)
-    return x, normal(k2, (e, m), dtype, 0.02), normal(k3, (e, m), dtype, 0.02), normal(k4, (m, e), dtype, 0.02)
+    return (
+        x,
+        normal(k2, (e, m), dtype, 0.02),
+        normal(k3, (e, m), dtype, 0.02),
+        normal(k4, (m, e), dtype, 0.02),
+    )
 
 
 def workload(x, gate_kernel, up_kernel, down_kernel) -> jax.Array:

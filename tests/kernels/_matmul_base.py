@@ -24,7 +24,10 @@ def tiled_matmul(a, b, bm=128, bk=128, bn=128, k_steps=None, scratch=None, kerne
     return pl.pallas_call(
         kernel,
         grid=(m // bm, n // bn, k_steps if k_steps is not None else k // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+        in_specs=[
+            pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+            pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+        ],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
         out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
         scratch_shapes=scratch or [pltpu.VMEM((bm, bn), jnp.float32)],

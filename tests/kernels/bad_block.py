@@ -1,4 +1,5 @@
 """Block (100, 128) breaks the (8, 128) tiling rule on a 256-row array."""
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

@@ -1,4 +1,5 @@
 """A float16 cast inside the kernel: lowers, but the Mosaic compiler rejects it."""
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
@@ -11,4 +12,6 @@ def _kernel(a_ref, o_ref):
 def workload(a, b):
     m, _ = a.shape
     n = b.shape[1]
-    return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(a[:, :n].astype(jnp.float32)).astype(a.dtype)
+    return pl.pallas_call(_kernel, out_shape=jax.ShapeDtypeStruct((m, n), a.dtype))(
+        a[:, :n].astype(jnp.float32)
+    ).astype(a.dtype)

@@ -1,4 +1,5 @@
 """The race-free twin of racy_dma.py."""
+
 import jax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu

@@ -1,4 +1,5 @@
 """Off-by-one in the K loop: the last K tile is never accumulated."""
+
 from _matmul_base import tiled_matmul
 
 

@@ -1,6 +1,6 @@
 """Reads the VMEM buffer while the DMA into it is still in flight: a data race."""
+
 import jax
-import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 

@@ -1,4 +1,5 @@
 """jnp.sort inside a TPU kernel: no Pallas TPU lowering rule exists for it."""
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

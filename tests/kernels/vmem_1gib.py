@@ -1,4 +1,5 @@
 """A 1 GiB f32 VMEM scratch beside the accumulator: no TPU has that much VMEM."""
+
 import jax.numpy as jnp
 from _matmul_base import matmul_kernel, tiled_matmul
 from jax.experimental.pallas import tpu as pltpu

@@ -1,4 +1,5 @@
 """A 'kernel' that ignores its input and writes zeros."""
+
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl

@@ -1,4 +1,5 @@
 """A JAXBench-style baseline: CONFIG, create_inputs(dtype), workload; one fixed seed, no sizes."""
+
 import jax
 import jax.numpy as jnp
 

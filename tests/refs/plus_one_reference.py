@@ -1,4 +1,5 @@
 """y = x + 1 (f32): the reference for the DMA test kernels."""
+
 import jax
 import jax.numpy as jnp
 

@@ -1,4 +1,5 @@
 """Outputs ~1e-4 with the harness's atol=1e-2: an all-zeros output would pass. The weak-check guard must see it."""
+
 import jax
 import jax.numpy as jnp
 

@@ -1,0 +1,129 @@
+"""What the search algorithms evaluate kernels through: a small async interface, a cache and a dispatcher.
+
+`Evaluator.evaluate(source, task) -> NodeVerdict` is all an algorithm needs; `remote.MCPEvaluator`
+implements it over an MCP server, `objective.EstimateEvaluator` with the static estimate alone (for
+benchmarks). `Dispatcher` spreads K evaluations in flight over several evaluators and re-queues the
+work of one that dies; `CachedEvaluator` makes sure the same kernel is never evaluated twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from maxkernel.clients.search.graph import NodeVerdict, source_hash
+from maxkernel.clients.search.store import EvalCache, cache_key
+
+
+class EvalTask(BaseModel):
+    """What every candidate of one search is judged against."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reference: str = Field(description="JaxBench task id or reference path, as the server resolves it")
+    target: str = Field(default="tpu-v6e", description="chip the kernel is compiled and estimated for")
+    size: str = "small"
+    seeds: int = Field(default=3, ge=1, le=16)
+    validate_target: str = "cpu"
+    profile_target: str = "local"
+    timeout_s: float = 300.0
+
+
+class EvaluatorDown(Exception):
+    """The evaluator itself is gone (server died, connection refused): the work belongs elsewhere."""
+
+
+class NoEvaluators(Exception):
+    """Every evaluator given to the search has died."""
+
+
+@runtime_checkable
+class Evaluator(Protocol):
+    name: str
+
+    async def tool_versions(self) -> str: ...
+
+    async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
+        """Judge one kernel. Raises EvaluatorDown when the evaluator (not the kernel) is broken."""
+        ...
+
+
+class Dispatcher:
+    """K evaluations in flight over several evaluators; work of a dead one is re-queued on the others."""
+
+    def __init__(self, evaluators: Sequence[Evaluator], concurrency: int = 2) -> None:
+        if not evaluators:
+            raise ValueError("give at least one evaluator (--server)")
+        self.evaluators = list(evaluators)
+        self.alive = list(evaluators)
+        self.in_flight = {e.name: 0 for e in evaluators}
+        self.slots = asyncio.Semaphore(max(1, concurrency))
+        self.dead: list[str] = []
+        self.name = "+".join(e.name for e in evaluators)
+
+    async def tool_versions(self) -> str:
+        versions = sorted({await e.tool_versions() for e in self.alive})
+        return ";".join(versions)
+
+    async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
+        async with self.slots:
+            while True:
+                if not self.alive:
+                    raise NoEvaluators(f"every evaluator died: {', '.join(self.dead)}")
+                ev = min(self.alive, key=lambda e: self.in_flight[e.name])
+                self.in_flight[ev.name] += 1
+                try:
+                    return await ev.evaluate(source, task, seeds=seeds)
+                except EvaluatorDown as e:
+                    if ev in self.alive:
+                        self.alive.remove(ev)
+                        self.dead.append(f"{ev.name} ({e})")
+                finally:
+                    self.in_flight[ev.name] -= 1
+
+
+class CachedEvaluator:
+    """Never evaluates one kernel twice: a shared on-disk cache plus de-duplication of work in flight."""
+
+    def __init__(self, inner: Evaluator | Dispatcher, cache: EvalCache | None, reference_hash: str) -> None:
+        self.inner, self.cache, self.reference_hash = inner, cache, reference_hash
+        self.name = inner.name
+        self._versions: str | None = None
+        self._pending: dict[str, asyncio.Future[NodeVerdict]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    async def versions(self) -> str:
+        if self._versions is None:
+            self._versions = await self.inner.tool_versions()
+        return self._versions
+
+    async def evaluate(self, source: str, task: EvalTask) -> tuple[NodeVerdict, bool]:
+        """(verdict, came_from_cache)."""
+        versions = await self.versions()
+        parts = (source_hash(source), self.reference_hash, task.target, task.size, versions)
+        key = cache_key(*parts)
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            self.hits += 1
+            return hit, True
+        if key in self._pending:
+            self.hits += 1
+            return await asyncio.shield(self._pending[key]), True
+        fut: asyncio.Future[NodeVerdict] = asyncio.get_running_loop().create_future()
+        self._pending[key] = fut
+        try:
+            self.misses += 1
+            verdict = await self.inner.evaluate(source, task)
+            if self.cache is not None:
+                self.cache.put(key, parts, verdict)
+            fut.set_result(verdict)
+            return verdict, False
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        finally:
+            self._pending.pop(key, None)

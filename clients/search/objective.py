@@ -1,0 +1,79 @@
+"""An estimate-only evaluator: trace the kernel in-process and rank it by the static TPU estimate.
+
+For benchmarks and offline dry runs, where compiling and validating every candidate would cost more
+than the question asked ("which algorithm finds the best tile config in fewest evaluations"). It uses
+tpu_tools directly (load the candidate, trace it, find its pallas_calls, `estimate_pallas`), the same
+path the profile job takes for its `static_estimate`. Nothing is validated: verdicts say so, and the
+time is always labeled `estimate`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from maxkernel.clients.search.evaluator import EvalTask
+from maxkernel.clients.search.graph import NodeVerdict, sha256_text
+
+
+class EstimateEvaluator:
+    """valid = traces, output shape matches, and fits the chip's scoped VMEM; time = static estimate."""
+
+    name = "estimate"
+
+    def __init__(self, reference: str, target: str = "tpu-v6e", size: str = "small") -> None:
+        import jax
+
+        from maxkernel.tpu_tools.problem import load_reference
+
+        self.ref = load_reference(reference)
+        self.target, self.size = target, size
+        self.shapes = self.ref.input_shapes(size)
+        self.expected = jax.eval_shape(self.ref.workload, *self.shapes)
+        self.flops = self.ref.get_flops(size)
+        self._dir = tempfile.TemporaryDirectory(prefix="mk-estimate-")
+        self.calls = 0
+
+    async def tool_versions(self) -> str:
+        from importlib.metadata import version
+
+        return f"estimate-jax-{version('jax')}"
+
+    def estimate(self, source: str) -> NodeVerdict:
+        import jax
+
+        from maxkernel.tpu_tools.estimate import estimate_pallas
+        from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+        from maxkernel.tpu_tools.problem import load_candidate
+
+        self.calls += 1
+        started = time.perf_counter()
+        path = Path(self._dir.name) / f"k_{sha256_text(source)[:16]}.py"
+        path.write_text(source, encoding="utf-8")
+
+        def verdict(status: str, **kw) -> NodeVerdict:
+            return NodeVerdict(
+                status=status, server=self.name, duration_s=round(time.perf_counter() - started, 4), **kw
+            )
+
+        try:
+            cand = load_candidate(str(path))
+            jaxpr = jax.make_jaxpr(cand.workload)(*self.shapes)
+        except Exception as e:
+            return verdict("invalid", stopped_at="compile", failure=f"trace: {type(e).__name__}: {e}"[:2000])
+        out = [(tuple(a.shape), str(a.dtype)) for a in jaxpr.out_avals]
+        want = [(tuple(a.shape), str(a.dtype)) for a in jax.tree_util.tree_leaves(self.expected)]
+        if out != want:
+            return verdict("invalid", stopped_at="compile", failure=f"output {out} differs from reference {want}")
+        try:
+            est = estimate_pallas(find_pallas_calls(jaxpr), self.target, total_flops=self.flops)
+        except Exception as e:
+            return verdict("invalid", stopped_at="profile", failure=f"estimate: {type(e).__name__}: {e}"[:2000])
+        profile = {"static_estimate": est.model_dump(mode="json"), "note": "estimate only: not validated"}
+        if est.above_scoped_vmem_limit:
+            return verdict("invalid", stopped_at="compile", failure="above the scoped VMEM limit", profile=profile)
+        return verdict("valid", time_us=est.estimated_time_us, time_label="estimate", profile=profile)
+
+    async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
+        return self.estimate(source)

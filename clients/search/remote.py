@@ -1,0 +1,134 @@
+"""`Evaluator` over an MCP server: the search's only way to judge a kernel for real.
+
+One `MCPEvaluator` per server (an URL, a stdio command, or an in-process server object in tests). It
+calls `evaluate_kernel` (compile -> validate -> profile) and reads the structured report into a
+`NodeVerdict`. A tool result with is_error is the kernel's fault (it took its process down); a broken
+connection or protocol error is the server's, and becomes `EvaluatorDown` so the work moves elsewhere.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+from maxkernel.clients.search.evaluator import EvalTask, EvaluatorDown
+from maxkernel.clients.search.graph import NodeVerdict
+
+
+def time_of(profile: dict[str, Any] | None) -> tuple[float | None, str | None]:
+    """The ranking time: a native on-chip median when there is one, else the labeled static estimate."""
+    if not profile:
+        return None, None
+    cand = (profile.get("measured") or {}).get("candidate")
+    if cand and profile.get("candidate_measured") and profile.get("candidate_execution") == "native":
+        return float(cand["median_ms"]) * 1000.0, "measured"
+    est = profile.get("static_estimate")
+    if est and est.get("estimated_time_us") is not None:
+        return float(est["estimated_time_us"]), "estimate"
+    return None, None
+
+
+def verdict_from_report(report: dict[str, Any], server: str, versions: str, duration_s: float) -> NodeVerdict:
+    ok = bool(report.get("ok"))
+    t, label = time_of(report.get("profile"))
+    failure = None
+    stage = report.get("stopped_at")
+    if stage and report.get(stage if stage != "validate" else "validation"):
+        f = report[stage if stage != "validate" else "validation"].get("failure") or {}
+        failure = f"{f.get('kind', '?')}: {f.get('summary', '')}".strip()
+    return NodeVerdict(
+        status="valid" if ok else "invalid",
+        stopped_at=stage,
+        time_us=t if ok else None,
+        time_label=label if ok else None,
+        compile=report.get("compile"),
+        validation=report.get("validation"),
+        profile=report.get("profile"),
+        failure=failure,
+        server=server,
+        tool_versions=versions,
+        duration_s=round(duration_s, 3),
+    )
+
+
+def client_target(spec: Any) -> Any:
+    """What `mcp.Client` takes: a server object as is, an http(s) URL as is, `stdio:CMD ARGS` as params."""
+    if not isinstance(spec, str):
+        return spec
+    if spec.startswith(("http://", "https://")):
+        return spec
+    if spec.startswith("stdio:"):
+        from mcp import StdioServerParameters
+
+        argv = shlex.split(spec[len("stdio:") :])
+        return StdioServerParameters(command=argv[0], args=argv[1:])
+    raise ValueError(f"--server {spec!r}: give an http(s)://host:port/mcp URL or 'stdio:COMMAND ARGS'")
+
+
+class MCPEvaluator:
+    """Evaluates kernels on one MCP server. Use inside `async with` (the connection lives that long)."""
+
+    def __init__(self, spec: Any, *, name: str | None = None, read_timeout_s: float = 1800.0) -> None:
+        self.spec = spec
+        self.name = name or (spec if isinstance(spec, str) else f"in-process:{id(spec):x}")
+        self.read_timeout_s = read_timeout_s
+        self._stack: AsyncExitStack | None = None
+        self._client: Any = None
+        self._versions = ""
+
+    async def __aenter__(self) -> MCPEvaluator:
+        from mcp import Client
+
+        self._stack = AsyncExitStack()
+        try:
+            self._client = await self._stack.enter_async_context(
+                Client(client_target(self.spec), read_timeout_seconds=self.read_timeout_s)
+            )
+        except Exception as e:
+            await self._stack.aclose()
+            raise EvaluatorDown(f"cannot connect to {self.name}: {type(e).__name__}: {e}") from e
+        info = self._client.server_info
+        self._versions = f"{getattr(info, 'name', '?')}-{getattr(info, 'version', '?')}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._stack is not None:
+            try:
+                await self._stack.aclose()
+            except Exception:  # a dead server's transport may fail to close cleanly; nothing to save
+                pass
+
+    async def tool_versions(self) -> str:
+        return self._versions
+
+    async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
+        if self._client is None:
+            raise EvaluatorDown(f"{self.name} is not connected")
+        args = {
+            "reference": task.reference,
+            "kernel_source": source,
+            "compile_target": task.target,
+            "validate_target": task.validate_target,
+            "profile_target": task.profile_target,
+            "size": task.size,
+            "seeds": seeds or task.seeds,
+            "timeout_s": task.timeout_s,
+        }
+        started = time.perf_counter()
+        try:
+            result = await self._client.call_tool("evaluate_kernel", args)
+        except Exception as e:  # transport or protocol failure: the server, not the kernel
+            raise EvaluatorDown(f"{type(e).__name__}: {e}") from e
+        took = time.perf_counter() - started
+        if result.is_error:
+            text = " ".join(getattr(c, "text", "") for c in result.content).strip()
+            return NodeVerdict(
+                status="invalid",
+                failure=text[:4000] or "evaluate_kernel failed",
+                server=self.name,
+                tool_versions=self._versions,
+                duration_s=round(took, 3),
+            )
+        return verdict_from_report(result.structured_content or {}, self.name, self._versions, took)

@@ -1,0 +1,148 @@
+"""`maxkernel-server`: serve the evaluation tools over MCP (stdio by default, or streamable HTTP).
+
+HTTP binds 127.0.0.1 unless told otherwise. Binding any other address runs kernels for whoever can
+reach the port, so it requires a bearer token (MAXKERNEL_TOKEN or --token-file) and the Host names
+clients will use (--allowed-host); without both the server refuses to start (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+
+log = logging.getLogger("maxkernel.server")
+
+
+class StaticTokenVerifier(TokenVerifier):
+    """Accepts exactly one shared secret (compared in constant time)."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token.encode()):
+            return AccessToken(token=token, client_id="maxkernel-client", scopes=[])
+        return None
+
+
+class StartupError(Exception):
+    """The flags ask for an unsafe or impossible setup; the message says how to fix it."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: str | None) -> str | None:
+    if token_file:
+        try:
+            token = Path(token_file).expanduser().read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise StartupError(f"cannot read --token-file {token_file}: {e.strerror}") from None
+        if not token:
+            raise StartupError(f"--token-file {token_file} is empty")
+        return token
+    return os.environ.get("MAXKERNEL_TOKEN", "").strip() or None
+
+
+def http_security(host: str, port: int, token: str | None, allowed_hosts: list[str]) -> dict:
+    """MCPServer / run() keyword arguments for the HTTP transport; refuses unsafe non-loopback binds."""
+    from mcp.server.auth.settings import AuthSettings
+    from mcp.server.transport_security import TransportSecuritySettings
+    from pydantic import AnyHttpUrl
+
+    if not is_loopback(host):
+        missing = [
+            what
+            for what, have in (
+                ("a bearer token (export MAXKERNEL_TOKEN or pass --token-file FILE)", token),
+                ("the host names clients connect with (--allowed-host NAME, repeatable)", allowed_hosts),
+            )
+            if not have
+        ]
+        if missing:
+            raise StartupError(
+                f"refusing to bind {host}:{port} without " + " and ".join(missing) + "; "
+                "or bind 127.0.0.1 (the default)"
+            )
+    server_kwargs: dict = {}
+    run_kwargs: dict = {"host": host, "port": port}
+    public = allowed_hosts[0] if allowed_hosts else host
+    if token:
+        base = f"http://{public}" + ("" if ":" in public else f":{port}")
+        server_kwargs["token_verifier"] = StaticTokenVerifier(token)
+        server_kwargs["auth"] = AuthSettings(
+            issuer_url=AnyHttpUrl(base),
+            resource_server_url=AnyHttpUrl(f"{base}/mcp"),
+            validate_token_resource=False,
+        )
+    if allowed_hosts:
+        hosts = [h for a in allowed_hosts for h in ([a] if ":" in a else [a, f"{a}:*"])]
+        origins = [f"{s}://{h}" for h in allowed_hosts for s in ("http", "https")]
+        run_kwargs["transport_security"] = TransportSecuritySettings(
+            allowed_hosts=hosts, allowed_origins=origins
+        )
+    return {"server": server_kwargs, "run": run_kwargs}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="maxkernel-server", description=__doc__.splitlines()[0])
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    p.add_argument("--workspace", default="./maxkernel-work", help="where kernels and artifacts are saved")
+    p.add_argument("--token-file", help="file holding the HTTP bearer token (else env MAXKERNEL_TOKEN)")
+    p.add_argument(
+        "--allowed-host", action="append", default=[], help="Host header value clients use (repeatable)"
+    )
+    p.add_argument("--max-workers", type=int, default=2, help="evaluations run at once (default 2)")
+    p.add_argument("--timeout", type=float, default=300.0, help="default per-evaluation limit, seconds")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="maxkernel-server: %(message)s")
+    if args.max_workers < 1:
+        print("maxkernel-server: --max-workers should be >= 1", file=sys.stderr)
+        return 2
+    try:
+        security = (
+            http_security(args.host, args.port, read_token(args.token_file), args.allowed_host)
+            if args.transport == "http"
+            else {"server": {}, "run": {}}
+        )
+    except StartupError as e:
+        print(f"maxkernel-server: {e}", file=sys.stderr)
+        return 2
+
+    from maxkernel.server.app import build_server
+
+    server = build_server(
+        args.workspace, max_workers=args.max_workers, timeout_s=args.timeout, **security["server"]
+    )
+    if args.transport == "stdio":
+        server.run()
+    else:
+        auth = "bearer token required" if "auth" in security["server"] else "no auth (loopback only)"
+        log.info(
+            "http://%s:%d/mcp (%s), workspace %s", args.host, args.port, auth, Path(args.workspace).resolve()
+        )
+        server.run(transport="streamable-http", **security["run"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

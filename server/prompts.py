@@ -1,0 +1,90 @@
+"""MCP prompts: the subagent roles' prompts, rendered with the task and the target chip's numbers.
+
+A host shows these as slash commands; the text is the same the orchestrator's loops send, so a human
+in the loop and the Auto loop ground the model the same way.
+"""
+
+from __future__ import annotations
+
+import json
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver.prompts.base import Message, UserMessage
+
+from maxkernel.server.tools import task_detail
+from maxkernel.subagents import (
+    get_role,
+    render_analyze_profile_prompt,
+    render_debug_prompt,
+    render_implement_prompt,
+    render_plan_prompt,
+)
+from maxkernel.tpu_tools.chips import UnknownChipError, get_chip
+
+DEFAULT_TARGET = "tpu-v6e"
+
+
+def task_spec(task: str) -> str:
+    """A task as prompt text: its summary, then the reference source it must match."""
+    d = task_detail(task)
+    return (
+        f"JaxBench task {d.summary.id} ({d.summary.name}; model {d.summary.model}, operator "
+        f"{d.summary.operator}).\n\nSummary:\n```json\n{d.summary.model_dump_json(indent=2)}\n```\n\n"
+        f"Reference (`{d.reference_path}`; the kernel's `workload(*inputs)` must match its `workload`):\n"
+        f"```python\n{d.reference_source.rstrip()}\n```\n"
+    )
+
+
+def _chip(target: str | None):
+    try:
+        return get_chip(target or DEFAULT_TARGET)
+    except UnknownChipError as e:
+        raise ValueError(str(e)) from None
+
+
+def _messages(role: str, text: str) -> list[Message]:
+    return [UserMessage(f"{get_role(role).system_prompt}\n\n{text}")]
+
+
+def plan_kernel(
+    task: str, kernel: str = "", feedback: str = "", target: str = DEFAULT_TARGET
+) -> list[Message]:
+    """Plan a Pallas kernel for a JaxBench task on a TPU: tiling, grid, VMEM budget, accumulator."""
+    return _messages(
+        "planner", render_plan_prompt(task_spec(task), _chip(target), kernel or None, feedback or None)
+    )
+
+
+def implement_kernel(plan: str, task: str, target: str = DEFAULT_TARGET) -> list[Message]:
+    """Write the Pallas module that carries out a plan."""
+    return _messages("implementer", render_implement_prompt(plan, task_spec(task), _chip(target)))
+
+
+def debug_kernel(kernel: str, error: str, target: str = DEFAULT_TARGET, task: str = "") -> list[Message]:
+    """Explain why a kernel fails (compiler error or verdict JSON) and return the fixed module."""
+    spec = task_spec(task) if task else None
+    return _messages("debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec))
+
+
+def analyze_profile(
+    report: str, trace_summary: str = "", target: str = DEFAULT_TARGET, kernel: str = ""
+) -> list[Message]:
+    """Name the bottleneck from a profile report (JSON) and a trace summary; propose the next move."""
+    try:
+        report_value = json.loads(report)
+    except json.JSONDecodeError:
+        report_value = report
+    return _messages(
+        "profile_analyst",
+        render_analyze_profile_prompt(report_value, trace_summary or None, _chip(target), kernel or None),
+    )
+
+
+def register(server: MCPServer) -> None:
+    for fn, title in [
+        (plan_kernel, "Plan a TPU kernel"),
+        (implement_kernel, "Implement a kernel plan"),
+        (debug_kernel, "Debug a failing kernel"),
+        (analyze_profile, "Analyze a kernel profile"),
+    ]:
+        server.prompt(title=title)(fn)

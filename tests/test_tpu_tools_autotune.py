@@ -1,0 +1,86 @@
+"""autotune: prune before running (VMEM, legality), keep failures as data, report the best valid config."""
+
+from __future__ import annotations
+
+import pytest
+
+from maxkernel.tpu_tools.autotune import SpaceError, autotune, expand
+from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.pool import WorkerPool
+
+# A generic user template: no clamping, so a block larger than the array is taken as written.
+SOURCE = """
+import functools
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BM, BN, BK = ${bm}, ${bn}, ${bk}
+
+
+def _kernel(a_ref, b_ref, o_ref, acc_ref, *, k_steps):
+    @pl.when(pl.program_id(2) == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(a_ref[...], b_ref[...], preferred_element_type=jnp.float32)
+
+    @pl.when(pl.program_id(2) == k_steps - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def workload(a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    grid = (pl.cdiv(m, BM), pl.cdiv(n, BN), pl.cdiv(k, BK))
+    return pl.pallas_call(
+        functools.partial(_kernel, k_steps=grid[2]),
+        out_shape=jax.ShapeDtypeStruct((m, n), a.dtype),
+        grid=grid,
+        in_specs=[pl.BlockSpec((BM, BK), lambda i, j, kk: (i, kk)), pl.BlockSpec((BK, BN), lambda i, j, kk: (kk, j))],
+        out_specs=pl.BlockSpec((BM, BN), lambda i, j, kk: (i, j)),
+        scratch_shapes=[pltpu.VMEM((BM, BN), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=100 * 2**20
+        ),
+        interpret=False,
+    )(a, b)
+"""
+
+
+def test_space_errors_are_the_callers():
+    with pytest.raises(SpaceError, match="non-empty list"):
+        expand({"bm": []})
+    assert len(expand({"a": [1, 2], "b": ["x", "y", "z"]})) == 6
+
+
+def test_small_sweep_prunes_by_vmem_and_layout_keeps_failures_and_picks_a_valid_best(tmp_path):
+    space = {"bm": [128, 256, 8192, 100], "bn": [128, 896, 8192], "bk": [256]}
+    with WorkerPool(max_workers=1) as pool:
+        report = autotune(
+            Evaluator(pool, timeout_s=240),
+            SOURCE,
+            space,
+            "8p_GEMM",
+            "tpu-v6e",
+            "small",
+            max_configs=2,
+            workdir=tmp_path,
+        )
+    by_cfg = {(r.config["bm"], r.config["bn"]): r for r in report.configs}
+    huge = by_cfg[(8192, 8192)]
+    assert huge.status == "pruned" and huge.pruned_reason == "vmem" and huge.compile_ok is None
+    assert "VMEM" in huge.failure  # the reason is kept as data on the config
+    assert by_cfg[(100, 128)].pruned_reason == "layout"  # 100 rows: neither a multiple of 8 nor M
+    assert report.pruned["vmem"] >= 1 and report.space_size == 12
+    assert report.evaluated == 2 and report.kind == "estimate"
+    assert report.best is not None and report.best.status == "valid" and report.best.validate_ok
+    assert report.best.config == {
+        "bm": 256,
+        "bn": 896,
+        "bk": 256,
+    }  # one grid step per k: the fastest estimate
+    ranked = [r for r in report.configs if r.status == "not_run"]
+    assert all(r.estimate_us >= report.best.estimate_us for r in ranked)

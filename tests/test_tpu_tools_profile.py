@@ -1,0 +1,130 @@
+"""profile: a candidate equal to the reference ties, 4x the work is slower, Pallas-on-CPU is never a speedup."""
+
+import textwrap
+
+import pytest
+from conftest_paths import MATMUL_REF, ROOT, kernel
+
+from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.profile import INTERPRET_LABEL, ProfileReport, run_profile
+
+PALLAS_MATMUL = str(ROOT / "examples" / "matmul_kernel.py")
+SAME_AS_REFERENCE = kernel("plain_jax")  # returns the reference's own jnp computation
+
+SLOW_4X = textwrap.dedent(
+    """
+    import jax.numpy as jnp
+
+    def workload(a, b):  # the reference's dot, done four times over
+        acc = sum(jnp.dot(a * (i + 1), b, preferred_element_type=jnp.float32) for i in range(4))
+        return (acc / 10).astype(a.dtype)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def pallas_profile():
+    return run_profile(PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "small", reps=10)
+
+
+@pytest.fixture(scope="module")
+def pallas_interpret_profile():
+    return run_profile(
+        PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "small", measure_interpret=True, reps=5, min_time_s=0.0
+    )
+
+
+def test_candidate_equal_to_the_reference_is_a_tie():
+    # A 95% CI misses 1.0 for identical programs 5% of the time by construction: allow two retries.
+    for _ in range(3):
+        r = run_profile(SAME_AS_REFERENCE, MATMUL_REF, "cpu", "small")
+        assert r.ok, r.failure
+        assert r.candidate_measured and r.candidate_execution == "native"
+        if r.speedup.ci95_low <= 1.0 <= r.speedup.ci95_high:
+            break
+    assert r.speedup.ci95_low <= 1.0 <= r.speedup.ci95_high, r.speedup
+    assert set(r.measured) == {"reference", "reference_repeat", "candidate"}
+    assert r.noise_floor is not None and r.input_sets >= 2
+    assert r.static_estimate is None  # cpu target: no chip to estimate for
+    assert r.throughput.flops_source == "get_flops" and r.throughput.flops == 2 * 256 * 512 * 256
+    assert set(r.throughput.per_function) == {"reference", "candidate"}
+    assert r.throughput.per_function["reference"].roofline_fraction is None  # CPU: no chip peak
+
+
+def test_four_times_the_work_is_slower(tmp_path):
+    slow = tmp_path / "slow_4x.py"
+    slow.write_text(SLOW_4X)
+    r = run_profile(str(slow), MATMUL_REF, "tpu-v6e", "small")
+    assert r.ok, r.failure
+    assert r.speedup.ci95_high < 1.0, r.speedup
+    assert r.speedup.significant
+    # plain JAX on a TPU target: the estimate is the roofline of XLA's cost analysis, labeled
+    assert r.static_estimate.kind == "estimate" and r.static_estimate.per_call == []
+    assert "not on tpu-v6e" in r.speedup_note
+    assert r.throughput.peak_chip == "tpu-v6e" and r.throughput.peak_label.startswith("estimate")
+
+
+def test_pallas_kernel_without_its_chip_is_not_measured(pallas_profile):
+    r = pallas_profile
+    assert r.ok, r.failure
+    assert r.has_pallas_call
+    assert not r.candidate_measured and r.candidate_execution is None
+    assert r.candidate_not_measured_reason.startswith("not measured: target chip absent")
+    assert "interpret mode" in r.candidate_not_measured_reason
+    assert set(r.measured) == {"reference", "reference_repeat"}
+    assert r.speedup is None and r.noise_floor is not None
+    est = r.static_estimate
+    assert est is not None and est.kind == "estimate" and est.chip == "tpu-v6e"
+    assert len(est.per_call) == 1 and est.per_call[0].grid == (2, 2, 2)
+    assert est.flops == 2 * 256 * 512 * 256
+
+
+def test_interpret_timing_is_labeled_and_never_a_speedup(pallas_interpret_profile):
+    r = pallas_interpret_profile
+    assert r.ok, r.failure
+    assert r.candidate_measured and r.candidate_execution == "interpret"
+    assert r.candidate_not_measured_reason is None
+    assert r.interpret_timing_label == INTERPRET_LABEL
+    assert r.measured["candidate"].note == INTERPRET_LABEL
+    assert r.speedup is None and "interpret" in r.speedup_note
+    assert "candidate" not in r.throughput.per_function
+    assert r.static_estimate is not None
+
+
+def test_trace_summary_is_present(pallas_profile):
+    s = pallas_profile.trace_summary
+    assert s is not None and s.n_op_events > 0
+    assert "jit_reference" in s.modules_self_us
+    assert pallas_profile.trace_path.startswith(pallas_profile.trace_dir)
+
+
+def test_candidate_errors_are_classified():
+    r = run_profile(kernel("wrong_shape"), MATMUL_REF, "tpu-v6e", "small")
+    assert not r.ok and r.failure.kind == "shape_mismatch"
+    r = run_profile(kernel("import_error"), MATMUL_REF, "cpu", "small")
+    assert r.failure.kind == "load_error" and r.failure.line is not None
+    r = run_profile(kernel("good_matmul"), "no/such_reference.py", "cpu", "small")
+    assert r.failure.kind == "usage_error"
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with WorkerPool(max_workers=1) as pool:
+        yield Evaluator(pool)
+
+
+def test_evaluator_profile_through_the_pool(evaluator, tmp_path):
+    stages = []
+    r = evaluator.profile(
+        SAME_AS_REFERENCE, MATMUL_REF, "cpu", trace_dir=str(tmp_path), reps=5, on_progress=stages.append
+    )
+    assert isinstance(r, ProfileReport) and r.ok, r.failure
+    assert r.trace_dir.startswith(str(tmp_path)) and r.trace_summary is not None
+    assert "measure" in stages
+    assert ProfileReport.model_validate_json(r.model_dump_json()) == r
+
+
+def test_evaluator_profile_timeout_is_a_failure(evaluator):
+    r = evaluator.profile(kernel("hang"), MATMUL_REF, "cpu", timeout_s=3)
+    assert not r.ok and r.failure.kind == "timeout"

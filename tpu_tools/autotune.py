@@ -1,0 +1,334 @@
+"""Sweep a kernel template's tunables: prune before running, then compile and validate the best-ranked.
+
+A template is source text with `${name}` placeholders. Every point of the space is rendered, then
+pruned without compiling: render errors, the caller's legality check, a trace at the reference's
+shapes that fails, blocks breaking the (8,128) layout rule, and VMEM need over the chip's VMEM or the
+kernel's scoped limit. The survivors are ranked by the static estimate (labeled `estimate`), and the
+top `max_configs` go through the Evaluator (compile, validate; profile when the chip is present and
+the objective is `measured`). Failures are kept as data on each config, never raised.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.evaluate import Evaluator
+
+MAX_SPACE = 4096
+DEFAULT_ESTIMATE_CHIP = "tpu-v6e"
+Status = Literal["pruned", "not_run", "compile_failed", "invalid", "valid"]
+Objective = Literal["estimate", "measured"]
+CheckFn = Callable[[dict[str, Any]], Sequence[str]]
+
+
+class ConfigResult(BaseModel):
+    """One point of the space and how far it got."""
+
+    config: dict[str, Any]
+    status: Status
+    pruned_reason: str | None = Field(default=None, description="render|illegal|trace|layout|vmem")
+    estimate_us: float | None = Field(default=None, description="static estimate (an estimate, not a timing)")
+    estimate_bound: str | None = None
+    vmem_bytes_needed: int | None = None
+    compile_ok: bool | None = None
+    validate_ok: bool | None = None
+    measured_median_ms: float | None = Field(
+        default=None, description="native timing on the chip, if present"
+    )
+    failure: str | None = Field(default=None, description="why it was pruned or failed")
+    kernel_path: str | None = None
+
+
+class AutotuneReport(BaseModel):
+    """The sweep's verdict: every config's result, the best valid one, and why the rest were dropped."""
+
+    kind: Literal["estimate", "measured"] = Field(description="what ranked `best`")
+    reference: str
+    target: str
+    size: str
+    objective: Objective
+    space_size: int
+    configs: list[ConfigResult]
+    best: ConfigResult | None = None
+    pruned: dict[str, int] = Field(default_factory=dict, description="reason -> count, before anything ran")
+    evaluated: int = Field(description="configs compiled (and validated when they compiled)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class SpaceError(ValueError):
+    """The caller's search space is malformed (empty, too large, not lists)."""
+
+
+def expand(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The cross product of `space`, in order; raises SpaceError for an empty or huge space."""
+    if not space:
+        raise SpaceError("the search space names no tunable: pass e.g. {'block_m': [128, 256]}")
+    for k, vals in space.items():
+        if isinstance(vals, str | bytes) or not isinstance(vals, Sequence) or not vals:
+            raise SpaceError(f"tunable {k!r} needs a non-empty list of values, got {vals!r}")
+    n = 1
+    for vals in space.values():
+        n *= len(vals)
+    if n > MAX_SPACE:
+        raise SpaceError(f"the space has {n} configs, more than {MAX_SPACE}: narrow some tunables")
+    keys = list(space)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.values())]
+
+
+def render(template_source: str, config: Mapping[str, Any]) -> str:
+    """Fill `${name}` placeholders; a placeholder the config lacks raises KeyError."""
+    return Template(template_source).substitute({k: str(v) for k, v in config.items()})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pool jobs: trace a candidate at the reference's shapes and estimate it, no compile.
+
+
+def layout_problems(calls: Sequence[Any]) -> list[str]:
+    """Blocks whose last two dims break the TPU (8,128) rule (divisible, or equal to the array dim)."""
+    out = []
+    for call in calls:
+        for b in call.blocks:
+            if not b.pipelined or b.memory_space not in ("vmem", "any"):
+                continue
+            dims = [(i, s) for i, s in enumerate(b.block_shape) if s is not None]
+            for (i, s), align in zip(dims[-2:], (8, 128)[-len(dims[-2:]) :], strict=True):
+                if s % align and s != b.array_shape[i]:
+                    out.append(
+                        f"{call.kernel_name} {b.role} {b.position}: block dim {s} of {tuple(b.block_shape)} "
+                        f"is not a multiple of {align} nor the array dim {b.array_shape[i]}"
+                    )
+    return out
+
+
+def _estimate_one(kernel_path: str, ref: Any, shapes: tuple, chip: str, size: str) -> dict:
+    import jax
+
+    from maxkernel.tpu_tools.estimate import estimate_pallas
+    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+    from maxkernel.tpu_tools.problem import load_candidate
+
+    try:
+        cand = load_candidate(kernel_path)
+        traced = jax.jit(cand.workload).trace(*shapes)
+        calls = find_pallas_calls(traced.jaxpr)
+    except Exception as e:  # the candidate's own failure: data for the sweep
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+    if not calls:
+        return {"ok": False, "error": "no pallas_call in the rendered kernel"}
+    try:
+        est = estimate_pallas(calls, chip, total_flops=ref.get_flops(size))
+    except Exception as e:
+        return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
+    return {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
+
+
+def _chip_for(target: str) -> str:
+    from maxkernel.tpu_tools.targets import parse_target
+
+    tgt = parse_target(target)
+    return tgt.chip.name if tgt.chip is not None else DEFAULT_ESTIMATE_CHIP
+
+
+def estimate_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size: str = "small") -> dict:
+    """Pool job: the StaticEstimate dict of one candidate (trace only), or {'ok': False, 'error': ...}."""
+    return estimate_batch_job([kernel_path], reference, target, size)["results"][0]
+
+
+def estimate_batch_job(
+    kernel_paths: list[str], reference: str, target: str = "tpu-v6e", size: str = "small"
+) -> dict:
+    """Pool job: estimate several candidates in one child (one jax start-up for the whole sweep)."""
+    from maxkernel.tpu_tools.pool import report_progress
+    from maxkernel.tpu_tools.problem import load_reference
+
+    ref = load_reference(reference)
+    shapes = ref.input_shapes(size)
+    chip = _chip_for(target)
+    results = []
+    for i, path in enumerate(kernel_paths):
+        report_progress(f"estimate {i + 1}/{len(kernel_paths)}")
+        results.append(_estimate_one(path, ref, shapes, chip, size))
+    return {"chip": chip, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sweep
+
+
+def _prune_by_estimate(r: ConfigResult, res: dict) -> None:
+    if not res.get("ok"):
+        r.status, r.pruned_reason, r.failure = "pruned", "trace", res.get("error")
+        return
+    est = res["estimate"]
+    r.estimate_us = float(est["estimated_time_us"])
+    r.estimate_bound = est["bound"]
+    r.vmem_bytes_needed = int(est["vmem_bytes_needed"])
+    if res["layout_problems"]:
+        r.status, r.pruned_reason, r.failure = "pruned", "layout", "; ".join(res["layout_problems"][:3])
+    elif not est["fits_vmem"]:
+        r.status, r.pruned_reason = "pruned", "vmem"
+        r.failure = f"needs {est['vmem_bytes_needed']} B of VMEM, the chip has {est['vmem_capacity_bytes']} B"
+    elif est["above_scoped_vmem_limit"]:
+        r.status, r.pruned_reason = "pruned", "vmem"
+        r.failure = (
+            f"needs {est['vmem_bytes_needed']} B of VMEM, above the kernel's scoped limit "
+            f"{est['vmem_scoped_limit_bytes']} B (raise vmem_limit_bytes)"
+        )
+
+
+def autotune(
+    evaluator: Evaluator,
+    template_source: str,
+    space: Mapping[str, Sequence[Any]],
+    reference: str,
+    target: str = "tpu-v6e",
+    size: str = "small",
+    *,
+    max_configs: int = 4,
+    objective: Objective = "estimate",
+    workdir: str | Path | None = None,
+    check: CheckFn | None = None,
+    validate_seeds: int = 1,
+) -> AutotuneReport:
+    """Sweep `space` over `template_source` for `reference` on `target`; see the module docstring."""
+    if max_configs < 1:
+        raise SpaceError(f"max_configs should be >= 1, got {max_configs}")
+    configs = expand(space)
+    work = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="maxkernel-autotune-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = [ConfigResult(config=c, status="not_run") for c in configs]
+    notes: list[str] = []
+
+    to_estimate: list[ConfigResult] = []
+    for i, r in enumerate(results):
+        try:
+            source = render(template_source, r.config)
+        except (KeyError, ValueError) as e:
+            r.status, r.pruned_reason, r.failure = "pruned", "render", f"template placeholder missing: {e}"
+            continue
+        problems = list(check(r.config)) if check is not None else []
+        if problems:
+            r.status, r.pruned_reason, r.failure = "pruned", "illegal", "; ".join(problems)
+            continue
+        path = work / f"config_{i:04d}.py"
+        path.write_text(source)
+        r.kernel_path = str(path)
+        to_estimate.append(r)
+
+    if to_estimate:
+        from maxkernel.tpu_tools.evaluate import outcome_failure
+        from maxkernel.tpu_tools.pool import JobSpec
+
+        outcome = evaluator.pool.run(
+            JobSpec(
+                fn="maxkernel.tpu_tools.autotune:estimate_batch_job",
+                kwargs={
+                    "kernel_paths": [r.kernel_path for r in to_estimate],
+                    "reference": _abs(reference),
+                    "target": target,
+                    "size": size,
+                },
+                timeout_s=evaluator.timeout_s,
+            )
+        )
+        if outcome.status == "ok" and outcome.result is not None:
+            for r, res in zip(to_estimate, outcome.result["results"], strict=True):
+                _prune_by_estimate(r, res)
+            notes.append(f"estimates are static estimates for {outcome.result['chip']}, not timings")
+        else:
+            notes.append(f"no static estimates ({outcome_failure(outcome, 'estimate').summary}): unranked")
+
+    ranked = sorted(
+        (r for r in results if r.status == "not_run"),
+        key=lambda r: r.estimate_us if r.estimate_us is not None else float("inf"),
+    )
+    chip_present = bool(getattr(evaluator.pool, "device_owner", False))
+    validate_target = target if chip_present else "cpu"
+    if not chip_present:
+        notes.append("no accelerator attached: validated in TPU interpret mode on CPU")
+    for r in ranked[:max_configs]:
+        assert r.kernel_path is not None
+        comp = evaluator.compile(r.kernel_path, reference, target, size)
+        r.compile_ok = comp.ok
+        if not comp.ok:
+            r.status = "compile_failed"
+            r.failure = comp.failure.summary if comp.failure else "compile failed"
+            continue
+        val = evaluator.validate(r.kernel_path, reference, validate_target, size, seeds=validate_seeds)
+        r.validate_ok = val.ok
+        r.status = "valid" if val.ok else "invalid"
+        if not val.ok:
+            r.failure = val.failure.summary if val.failure else "validation failed"
+
+    kind: Literal["estimate", "measured"] = "estimate"
+    valid = [r for r in results if r.status == "valid"]
+    if objective == "measured":
+        if chip_present and valid:
+            for r in valid:
+                assert r.kernel_path is not None
+                prof = evaluator.profile(r.kernel_path, reference, target, size)
+                stats = prof.measured.get("candidate") if prof.candidate_measured else None
+                r.measured_median_ms = stats.median_ms if stats is not None else None
+            kind = "measured"
+        else:
+            notes.append("objective 'measured' needs the chip present: ranked by the static estimate instead")
+    if kind == "measured":
+        timed = [r for r in valid if r.measured_median_ms is not None]
+        best = min(timed, key=lambda r: r.measured_median_ms or 0.0, default=None)
+    else:
+        best = min(
+            valid, key=lambda r: r.estimate_us if r.estimate_us is not None else float("inf"), default=None
+        )
+    return AutotuneReport(
+        kind=kind,
+        reference=reference,
+        target=target,
+        size=size,
+        objective=objective,
+        space_size=len(configs),
+        configs=results,
+        best=best,
+        pruned=dict(Counter(r.pruned_reason for r in results if r.status == "pruned" and r.pruned_reason)),
+        evaluated=sum(1 for r in results if r.compile_ok is not None),
+        notes=notes,
+    )
+
+
+def _abs(reference: str) -> str:
+    p = Path(reference).expanduser()
+    return str(p.resolve()) if p.exists() else reference
+
+
+def autotune_kernel(
+    template_source: str,
+    space: dict[str, list[Any]],
+    reference: str,
+    target: str = "tpu-v6e",
+    size: str = "small",
+    max_configs: int = 4,
+    objective: Objective = "estimate",
+    evaluator: Evaluator | None = None,
+) -> AutotuneReport:
+    """One-call entry point for the MCP tool `autotune_kernel` (default pool, a fresh workdir)."""
+    from maxkernel.tpu_tools.evaluate import Evaluator
+
+    return autotune(
+        evaluator or Evaluator(),
+        template_source,
+        space,
+        reference,
+        target,
+        size,
+        max_configs=max_configs,
+        objective=objective,
+    )

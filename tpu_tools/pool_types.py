@@ -1,0 +1,120 @@
+"""The worker pool's job types: what to run (`JobSpec`), how it ended (`JobOutcome`), and the handle.
+
+Apart from `pool.py` so the watcher (`pool_watch.py`) and the pool share them without a cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 1 << 30
+
+
+def default_memory_limit_bytes() -> int:
+    """16 GiB, or MAXKERNEL_MEMORY_LIMIT_BYTES when set."""
+    raw = os.environ.get("MAXKERNEL_MEMORY_LIMIT_BYTES")
+    return int(raw) if raw else 16 * GIB
+
+
+class JobSpec(BaseModel):
+    """One evaluation: a function imported and called in an isolated child."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fn: str = Field(description="'package.module:function', imported in the child; returns a JSON-able dict")
+    kwargs: dict = Field(default_factory=dict, description="JSON-able keyword arguments for fn")
+    timeout_s: float = Field(default=120.0, gt=0, description="wall-clock limit; the process group is killed")
+    memory_limit_bytes: int | None = Field(
+        default_factory=default_memory_limit_bytes, description="address-space / resident cap; None = none"
+    )
+    needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
+
+
+Status = Literal["ok", "timeout", "crashed", "oom", "exited", "error", "cancelled"]
+
+
+class JobOutcome(BaseModel):
+    """How an evaluation ended. `message` is one precise line; `detail` holds traceback / stderr tail."""
+
+    status: Status
+    result: dict | None = None
+    message: str
+    detail: str = ""
+    exit_code: int | None = None
+    signal: str | None = None
+    duration_s: float = 0.0
+    progress: list[str] = Field(default_factory=list)
+
+
+class JobHandle:
+    """A submitted job: wait for it, cancel it, watch its progress. Safe to use from any thread."""
+
+    def __init__(self, spec: JobSpec, on_progress: Callable[[str], None] | None) -> None:
+        self.spec = spec
+        self._on_progress = on_progress
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._outcome: JobOutcome | None = None
+        self._progress: list[str] = []
+        self._pgid: int | None = None  # set while a process runs this job
+        self._cancelled = False
+        self._started_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def progress(self) -> list[str]:
+        with self._lock:
+            return list(self._progress)
+
+    def wait(self, timeout: float | None = None) -> JobOutcome | None:
+        """The outcome, or None if `timeout` seconds pass first."""
+        self._done.wait(timeout)
+        return self._outcome
+
+    def cancel(self) -> None:
+        """Kill the job's whole process group (or drop it from the queue); its outcome is 'cancelled'."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._cancelled = True
+            pgid, started = self._pgid, self._started_at is not None
+        if pgid is not None:
+            kill_group(pgid)
+        elif not started:
+            self._finish(JobOutcome(status="cancelled", message="cancelled before it started"))
+
+    def _add_progress(self, stage: str) -> None:
+        with self._lock:
+            self._progress.append(stage)
+        if self._on_progress is not None:
+            try:
+                self._on_progress(stage)
+            except Exception:  # noqa: BLE001 - a caller's callback must not take down the runner
+                pass
+
+    def _finish(self, outcome: JobOutcome) -> bool:
+        with self._lock:
+            if self._done.is_set():
+                return False
+            outcome.progress = list(self._progress)
+            self._outcome = outcome
+            self._pgid = None
+            self._done.set()
+        return True
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a job's process group (the child made itself its leader with setsid())."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
