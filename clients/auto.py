@@ -261,6 +261,8 @@ class AutoLoop:
         else:
             cur = st.current
             detail = {
+                "plan": f"plan: {(cur.plan or {}).get('strategy', '')[:60]}",
+                "implement": f"kernel-{len(cur.attempts) - 1}.py written",
                 "compile": "compiled" if (cur.compile or {}).get("ok") else "compile failed",
                 "validate": "validated on fresh inputs",
                 "debug": "fix proposed"

@@ -35,14 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--reference", help="your own reference module (maxkernel reference format)")
     a.add_argument("--size", choices=["small", "full"], default="small")
     a.add_argument("--target", default="tpu-v6e", help="tpu-v4|tpu-v5e|tpu-v5p|tpu-v6e|tpu-7x|cpu")
-    a.add_argument("--model", help="offline, gemini-<version> or openai:<model> (default: gemini if a key is set)")
+    a.add_argument(
+        "--model", help="offline, gemini-<version> or openai:<model> (default: gemini if a key is set)"
+    )
     a.add_argument("--iterations", type=int, default=5)
     a.add_argument("--max-debug", type=int, default=3, help="debugger attempts per iteration")
     a.add_argument("--seeds", type=int, default=3, help="fresh input seeds per validation")
     a.add_argument("--no-profile", action="store_true", help="skip profiling (rank nothing, keep the first)")
     a.add_argument("--out", default="runs", help="parent of the run directory (default runs/)")
     a.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last finished step")
-    a.add_argument("--server", action="append", default=[], metavar="URL", help="a running server (repeatable)")
+    a.add_argument(
+        "--server", action="append", default=[], metavar="URL", help="a running server (repeatable)"
+    )
     a.add_argument("--token", help="bearer token for --server (else env MAXKERNEL_TOKEN)")
     a.add_argument("--workspace", help="workspace of the spawned stdio server (default: RUN_DIR/workspace)")
     a.add_argument("--max-usd", type=float)
@@ -141,12 +145,16 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
         else:
             reference, spec = args.task, ""
             if args.reference:
-                spec = Path(args.reference).read_text(encoding="utf-8") if Path(args.reference).is_file() else ""
+                spec = (
+                    Path(args.reference).read_text(encoding="utf-8") if Path(args.reference).is_file() else ""
+                )
                 reference = args.reference if args.server else _stage_reference(args.reference, workspace)
             config = AutoConfig(
                 task=args.task or Path(args.reference).stem,
                 reference=reference,
-                task_spec=f"Reference module (the kernel must match it):\n```python\n{spec}\n```" if spec else "",
+                task_spec=f"Reference module (the kernel must match it):\n```python\n{spec}\n```"
+                if spec
+                else "",
                 target=args.target,
                 size=args.size,
                 iterations=args.iterations,
@@ -169,7 +177,9 @@ def _print_summary(summary: dict) -> None:
     else:
         lines.insert(0, "best: no kernel compiled and validated")
     s = summary["spend"]
-    lines.append(f"spend: ${s['usd']:.4f}, {s['input_tokens'] + s['output_tokens']:,} tokens, {s['calls']} calls")
+    lines.append(
+        f"spend: ${s['usd']:.4f}, {s['input_tokens'] + s['output_tokens']:,} tokens, {s['calls']} calls"
+    )
     print("\n".join(lines), file=sys.stderr)
 
 

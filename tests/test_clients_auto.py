@@ -19,7 +19,9 @@ from maxkernel.server.app import build_server
 from maxkernel.subagents import get_role
 from maxkernel.tpu_tools.pool import WorkerPool
 
-GOOD_MATMUL = (KERNELS / "_matmul_base.py").read_text() + "\n\ndef workload(a, b):\n    return tiled_matmul(a, b)\n"
+GOOD_MATMUL = (
+    KERNELS / "_matmul_base.py"
+).read_text() + "\n\ndef workload(a, b):\n    return tiled_matmul(a, b)\n"
 BROKEN_MATMUL = GOOD_MATMUL.replace("return tiled_matmul(a, b)", "return tiled_matmull(a, b)")  # NameError
 PLUS_ONE = """\
 import jax
@@ -45,7 +47,7 @@ ANALYSIS = '```json\n{"bottleneck": "overhead", "evidence": ["tiny grid"], "next
 
 
 def code(source: str) -> str:
-    return f"Here it is.\n```python\n{source}```\n```json\n{{\"notes\": \"\"}}\n```"
+    return f'Here it is.\n```python\n{source}```\n```json\n{{"notes": ""}}\n```'
 
 
 def fix(source: str, summary: str) -> str:
@@ -58,7 +60,11 @@ def fix(source: str, summary: str) -> str:
 
 def role_of(messages) -> str:
     system = messages[0].text
-    return next(name for name in ("planner", "implementer", "debugger", "profile_analyst") if get_role(name).system_prompt == system)
+    return next(
+        name
+        for name in ("planner", "implementer", "debugger", "profile_analyst")
+        if get_role(name).system_prompt == system
+    )
 
 
 class Script:
@@ -99,10 +105,14 @@ def workspace(tmp_path):
 
 def config(reference: str, **kw) -> AutoConfig:
     kw.setdefault("iterations", 1)
-    return AutoConfig(task=reference, reference=f"references/{reference}.py", task_spec="match the reference", **kw)
+    return AutoConfig(
+        task=reference, reference=f"references/{reference}.py", task_spec="match the reference", **kw
+    )
 
 
-async def run_loop(pool, workspace, store, cfg, model, *, resume=False, max_steps=None) -> tuple[dict, AutoLoop]:
+async def run_loop(
+    pool, workspace, store, cfg, model, *, resume=False, max_steps=None
+) -> tuple[dict, AutoLoop]:
     async with KernelServerClient.in_memory(build_server(workspace, pool=pool)) as server:
         if resume:
             loop = AutoLoop.resume(model, [server], store)
@@ -120,7 +130,9 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
         profile_analyst=[ANALYSIS],
     )
     store = RunStore.create(tmp_path / "runs", "matmul")
-    summary, loop = await run_loop(pool, workspace, store, config("matmul_reference", target="tpu-v6e"), script.model)
+    summary, loop = await run_loop(
+        pool, workspace, store, config("matmul_reference", target="tpu-v6e"), script.model
+    )
 
     assert script.asked == ["planner", "implementer", "debugger", "profile_analyst"]
     it = summary["iterations"][0]
@@ -131,10 +143,22 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
     assert (store.root / "best_kernel.py").read_text() == GOOD_MATMUL
     assert "tiled_matmull" in script.prompts[2]  # the debugger saw the failing kernel and its error
     run = store.root / "iter-01"
-    for name in ("plan.json", "kernel-0.py", "kernel-1.py", "compile-0.json", "compile-1.json", "validate-1.json",
-                 "profile.json", "analysis.json", "cost.json"):
+    for name in (
+        "plan.json",
+        "kernel-0.py",
+        "kernel-1.py",
+        "compile-0.json",
+        "compile-1.json",
+        "validate-1.json",
+        "profile.json",
+        "analysis.json",
+        "cost.json",
+    ):
         assert (run / name).is_file(), name
-    assert json.loads((run / "compile-0.json").read_text())["failure"]["kind"] in ("python_error", "load_error")
+    assert json.loads((run / "compile-0.json").read_text())["failure"]["kind"] in (
+        "python_error",
+        "load_error",
+    )
     assert len(list(run.glob("transcript-*.json"))) == 4
     assert json.loads((store.root / "ledger.json").read_text())["entries"][0]["role"] == "planner"
     assert json.loads((store.root / "summary.json").read_text())["stop_reason"] == "completed 1 iteration(s)"
@@ -146,7 +170,11 @@ async def test_wrong_kernels_end_after_the_debug_bound(pool, workspace, tmp_path
     script = Script(
         planner=[PLAN],
         implementer=[code(BROKEN_PLUS_ONE)],
-        debugger=[fix(other_broken, "use uno"), fix(other_broken, "use uno again"), fix(BROKEN_PLUS_ONE, "x")],
+        debugger=[
+            fix(other_broken, "use uno"),
+            fix(other_broken, "use uno again"),
+            fix(BROKEN_PLUS_ONE, "x"),
+        ],
     )
     store = RunStore.create(tmp_path / "runs", "plus_one")
     cfg = config("plus_one_reference", target="cpu", max_debug=2)
@@ -154,9 +182,16 @@ async def test_wrong_kernels_end_after_the_debug_bound(pool, workspace, tmp_path
 
     assert summary["best"] is None
     it = summary["iterations"][0]
-    assert [a["outcome"] for a in it["attempts"]] == ["compile_failed", "compile_failed", "duplicate_rejected"]
+    assert [a["outcome"] for a in it["attempts"]] == [
+        "compile_failed",
+        "compile_failed",
+        "duplicate_rejected",
+    ]
     assert "--max-debug 2" in it["outcome"]
-    assert sorted(p.name for p in (store.root / "iter-01").glob("compile-*.json")) == ["compile-0.json", "compile-1.json"]
+    assert sorted(p.name for p in (store.root / "iter-01").glob("compile-*.json")) == [
+        "compile-0.json",
+        "compile-1.json",
+    ]
     assert "use uno" in script.prompts[3]  # the second debug prompt lists the failed fix
     assert summary["stop_reason"] == "completed 1 iteration(s)"
 
@@ -177,7 +212,9 @@ async def test_budget_exhaustion_stops_cleanly(pool, workspace, tmp_path):
 
 @pytest.mark.anyio
 async def test_resume_continues_from_the_last_finished_step(pool, workspace, tmp_path):
-    first = Script(planner=[PLAN], implementer=[code(BROKEN_PLUS_ONE)], debugger=[fix(PLUS_ONE, "define one")])
+    first = Script(
+        planner=[PLAN], implementer=[code(BROKEN_PLUS_ONE)], debugger=[fix(PLUS_ONE, "define one")]
+    )
     store = RunStore.create(tmp_path / "runs", "plus_one")
     cfg = config("plus_one_reference", target="cpu")
     summary, _ = await run_loop(pool, workspace, store, cfg, first.model, max_steps=4)
@@ -185,10 +222,19 @@ async def test_resume_continues_from_the_last_finished_step(pool, workspace, tmp
     assert first.asked == ["planner", "implementer", "debugger"]
 
     second = Script(profile_analyst=[ANALYSIS])
-    summary, loop = await run_loop(pool, workspace, RunStore.open(store.root), None, second.model, resume=True)
+    summary, loop = await run_loop(
+        pool, workspace, RunStore.open(store.root), None, second.model, resume=True
+    )
     assert second.asked == ["profile_analyst"]  # nothing asked twice
     assert loop.state.steps == [
-        "1:plan", "1:implement", "1:compile", "1:debug", "1:compile", "1:validate", "1:profile", "1:analyze"
+        "1:plan",
+        "1:implement",
+        "1:compile",
+        "1:debug",
+        "1:compile",
+        "1:validate",
+        "1:profile",
+        "1:analyze",
     ]
     assert summary["best"]["iteration"] == 1 and summary["best"]["time_basis"] == "none"
     assert summary["spend"]["calls"] == 4  # the ledger survived the interruption

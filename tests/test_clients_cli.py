@@ -34,7 +34,9 @@ def test_auto_over_stdio_with_a_scripted_model(monkeypatch, capsys, tmp_path):
     script = Script(planner=[PLAN], implementer=[code(PLUS_ONE)])
     monkeypatch.setattr(cli, "build_model", lambda spec: script.model)
     argv = ["auto", "--reference", PLUS_ONE_REF, "--target", "cpu", "--iterations", "1", "--no-profile"]
-    code_ = cli.main([*argv, "--model", "offline", "--out", str(tmp_path), "--json", "--quiet", "--seeds", "1"])
+    code_ = cli.main(
+        [*argv, "--model", "offline", "--out", str(tmp_path), "--json", "--quiet", "--seeds", "1"]
+    )
     out = capsys.readouterr().out
     summary = json.loads(out)
     assert code_ == 0, summary

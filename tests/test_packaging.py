@@ -12,12 +12,25 @@ def test_wheel_install_imports_from_outside_the_repo(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target), root],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            root,
+        ],
         check=True,
         capture_output=True,
         cwd=tmp_path,
     )
-    assert not (target / "server").exists() and not (target / "tpu_tools").exists()  # nothing generic at top level
+    assert (
+        not (target / "server").exists() and not (target / "tpu_tools").exists()
+    )  # nothing generic at top level
     code = (
         "import maxkernel.tpu_tools.cli, maxkernel.jaxbench.registry as r, maxkernel.subagents.guide as g;"
         "assert len(r.list_task_ids()) == 50, r.list_task_ids();"
@@ -27,5 +40,7 @@ def test_wheel_install_imports_from_outside_the_repo(tmp_path):
         "print(maxkernel.tpu_tools.__file__)"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert str(target) in out.stdout

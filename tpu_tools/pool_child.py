@@ -14,6 +14,7 @@ Anything else (a hang, a signal, os._exit) the parent reads from the process its
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import json
 import os
@@ -120,6 +121,9 @@ def forked_main(
     """Entry point of a one-shot child forked from the jax-preloaded forkserver."""
     global _conn
     os.setsid()  # our own process group: the parent kills the job and everything it started at once
+    # The preloaded modules' objects never die here: keep the collector from walking them (and from
+    # touching their pages, which fork shares copy-on-write). Measured: a first small jit 0.45 -> 0.3 s.
+    gc.freeze()
     _redirect_stdio(stderr_path)
     if memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
@@ -145,6 +149,7 @@ def device_worker_main(conn, env: dict[str, str], sys_path: list[str], stderr_pa
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a job that needs it will report the import error itself
             traceback.print_exc()
+    gc.freeze()
     _conn = conn
     conn.send(("ready",))
     while True:

@@ -49,6 +49,7 @@ FEEDBACK_HEADINGS = (
     "## Kernel",
 )
 GUIDE_HEADING = "## Reference: Pallas on TPU"
+PY_BLOCK_RE = re.compile(r"```python\n.*?\n```", re.S)
 TASK_SHORT_RE = re.compile(r"\b(\d{1,2}[pk])(?:_\w+)?\b")
 
 
@@ -91,6 +92,7 @@ class Walk:
     records: dict[str, Record] = field(default_factory=dict)
     last: Config | None = None
     failed_fixes: set[str] = field(default_factory=set)
+    space: dict[str, list[Any]] = field(default_factory=dict)
 
     def legal(self, cfg: Config) -> bool:
         return self.template.legal(cfg, list(self.dims.values()))
@@ -115,6 +117,12 @@ class Walk:
         dims = self.dims.get(size) or next(iter(self.dims.values()))
         return self.template.cost_us(cfg, dims)
 
+    def fingerprint(self, cfg: Config, size: str) -> tuple:
+        """What the config does at `size` (its rough cost and VMEM need), blind to clamped block sizes."""
+        dims = self.dims.get(size) or next(iter(self.dims.values()))
+        other = tuple(sorted((k, v) for k, v in cfg.items() if not k.startswith("block")))
+        return round(self.template.cost_us(cfg, dims), 9), self.template.vmem_bytes(cfg, dims), other
+
     def snap(self, cfg: Config) -> Config:
         """The legal config closest to `cfg` (blocks compared on a log scale)."""
         merged = {**self.template.initial, **{k: v for k, v in cfg.items() if k in self.template.tunables}}
@@ -138,7 +146,9 @@ class Walk:
 
     def neighbours(self, cfg: Config) -> list[Config]:
         out = []
-        for k, vals in self.template.tunables.items():
+        if not self.space:  # steps move between legal values only (256 cannot tile N=896, 1024 clamps to it)
+            self.space = self.template.space(list(self.dims.values()))
+        for k, vals in self.space.items():
             i = vals.index(cfg[k]) if cfg[k] in vals else 0
             for j in (i - 1, i + 1):
                 if 0 <= j < len(vals):
@@ -154,11 +164,17 @@ class Walk:
             return self.snap(self.template.initial), "first proposal: the template's conservative config"
         base = self.best() or self.last or self.template.initial
         near = self.untried(self.neighbours(base))
+        # Blocks are clamped to the dims, so two configs can be the same kernel at this size: try new ones first.
+        seen = {self.fingerprint(r.config, size) for r in self.records.values()}
+
+        def rank(c: Config) -> tuple[bool, float]:
+            return self.fingerprint(c, size) in seen, self.cost(c, size)
+
         if near:
-            return min(near, key=lambda c: self.cost(c, size)), "greedy step: the cheapest untried neighbour"
+            return min(near, key=rank), "greedy step: the cheapest untried neighbour"
         rest = self.untried(self.template.configs())
         if rest:
-            return min(rest, key=lambda c: self.cost(c, size)), "neighbourhood exhausted: best untried config"
+            return min(rest, key=rank), "neighbourhood exhausted: best untried config"
         return base, "search exhausted: every legal config was tried; this is the best seen"
 
 
@@ -298,6 +314,9 @@ class OfflineModel(Model):
                 cfg = None
             if cfg is None:
                 continue
+            if i:  # the part opens inside the kernel's code block: drop the rest of the code
+                part = part.split("\n```", 1)[-1]
+            part = PY_BLOCK_RE.sub("", part)  # kernels mention errors (raise ValueError) too
             estimates = ESTIMATE_RE.findall(part)
             rec = walk.record(cfg) if (estimates or classify_error(part)) else None
             if rec is None:

@@ -146,16 +146,21 @@ class Search:
         out = [s for s in self.strategies if applies is None or applies(node, s)]
         return out or list(self.strategies)
 
-    def novel(self, node: Node | None) -> bool:
-        """Not a duplicate of an earlier node's kernel (decided from creation order: replay-stable)."""
-        return node is not None and self.store.first_with_source(node.source_hash) == node.id
+    def novel(self, node: Node | None, key: str) -> bool:
+        """This proposal made a kernel no earlier proposal made (from recorded order: replay-stable)."""
+        return (
+            node is not None
+            and self.store.first_with_source(node.source_hash) == node.id
+            and self.store.first_proposal(node.id) == key
+        )
 
     async def fresh_child(self, parent: Node, order: list[Strategy], attempt: int, tries: int = 3) -> Node | None:
         """The first child, over `order` and a few attempts, whose kernel the graph has not seen."""
         for t in range(tries):
             for k, strat in enumerate(order):
-                child = await self.derive(parent, strat, attempt=attempt * 100 + t * len(order) + k)
-                if self.novel(child):
+                a = attempt * 100 + t * len(order) + k
+                child = await self.derive(parent, strat, attempt=a)
+                if self.novel(child, f"derive|{parent.id}|{strat.name}|{a}"):
                     return child
         return None
 

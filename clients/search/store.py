@@ -144,11 +144,12 @@ def _row_node(r: sqlite3.Row) -> Node:
 class GraphStore:
     """The search graph of one run (`RUN_DIR/search.sqlite`)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, requeue: bool = True) -> None:
+        """requeue=False for readers (reports) that must not touch a search still running."""
         p = Path(path)
         self.path = p / GRAPH_FILE if p.suffix != ".sqlite" else p
         self.db = connect(self.path, _GRAPH_MIGRATIONS)
-        self.requeued = self._requeue_running()
+        self.requeued = self._requeue_running() if requeue else 0
 
     def close(self) -> None:
         self.db.close()
@@ -184,7 +185,7 @@ class GraphStore:
         """Insert a pending node (and its edge); an existing id returns the stored node and False."""
         with transaction(self.db):
             if proposal_key is not None:
-                self.db.execute("INSERT OR REPLACE INTO proposals VALUES (?, ?)", (proposal_key, node.id))
+                self.db.execute("INSERT OR IGNORE INTO proposals VALUES (?, ?)", (proposal_key, node.id))
             old = self.db.execute("SELECT * FROM nodes WHERE id=?", (node.id,)).fetchone()
             if old is not None:
                 return _row_node(old), False
@@ -272,6 +273,10 @@ class GraphStore:
         if status:
             q, args = q + " WHERE status=?", (status,)
         return [_row_node(r) for r in self.db.execute(q + " ORDER BY created_at, id", args)]
+
+    def first_proposal(self, node_id: str) -> str | None:
+        r = self.db.execute("SELECT key FROM proposals WHERE node_id=? ORDER BY rowid LIMIT 1", (node_id,)).fetchone()
+        return r[0] if r else None
 
     def first_with_source(self, src_hash: str) -> str | None:
         """The earliest node holding this kernel (a later node with the same source is a duplicate)."""

@@ -209,3 +209,36 @@ RMSNORM = TemplateSpace(
 )
 
 SPACES = {s.task: s for s in (GEMM, RMSNORM)}
+
+
+def offline_space(task: str) -> TemplateSpace | None:
+    """The offline model's template for `task` at its small size, as a space (None if it has none)."""
+    try:
+        from maxkernel.clients.offline.templates import operator_of, template_for
+        from maxkernel.jaxbench.registry import load_task, resolve_id
+
+        tid = resolve_id(task)
+        tpl, op = template_for(tid), operator_of(tid)
+        module = load_task(tid)
+        dims = tpl.dims_of(module.SIZES["small"])
+    except Exception:
+        return None
+    space = tpl.space([dims])
+    return TemplateSpace(
+        task=tid,
+        space=space,
+        initial=dict(tpl.initial),
+        render=lambda c: tpl.render(c, op),
+        allowed=lambda c: not tpl.check(c, dims),
+    )
+
+
+def space_for(task: str) -> TemplateSpace | None:
+    """This module's space for the task if it has one, else the offline model's template."""
+    try:
+        from maxkernel.jaxbench.registry import resolve_id
+
+        tid = resolve_id(task)
+    except Exception:
+        return None
+    return SPACES.get(tid) or offline_space(tid)
