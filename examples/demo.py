@@ -1,30 +1,21 @@
-"""`make demo`: compile the example Pallas matmul for tpu-v6e with the real TPU compiler, then validate it.
+"""`make demo`: the Auto loop, offline, on a small JaxBench task.
 
-(When the orchestrator is installed this demo runs the offline Auto loop instead; see README.)
+The orchestrator spawns a maxkernel-server over stdio and drives planner → implementer → compile
+(real TPU compiler for tpu-v6e) → debug → validate (TPU interpret mode, race detection) → profile
+(static estimate: no TPU here) with the built-in `offline` model. No network is used.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-HERE = Path(__file__).parent
 
 
 def main() -> int:
-    from maxkernel.tpu_tools.evaluate import Evaluator
-    from maxkernel.tpu_tools.render import console, render_compile, render_validation
+    from maxkernel.clients.cli import main as orchestrate
 
-    kernel = str(HERE / "matmul_kernel.py")
-    reference = str(HERE / "matmul_reference.py")
-    evaluator = Evaluator()
-    console.rule("maxkernel compile --target tpu-v6e")
-    compiled = evaluator.compile(kernel, reference, "tpu-v6e", "small")
-    render_compile(compiled)
-    console.rule("maxkernel validate --target tpu-v6e")
-    validated = evaluator.validate(kernel, reference, "tpu-v6e", "small")
-    render_validation(validated)
-    return 0 if compiled.ok and validated.ok else 1
+    args = ["auto", "--task", "12p_RMSNorm", "--size", "small", "--target", "tpu-v6e", "--model", "offline"]
+    args += ["--iterations", "3", "--out", "runs"]
+    return orchestrate(args)
 
 
 if __name__ == "__main__":

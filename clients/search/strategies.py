@@ -85,6 +85,7 @@ CATALOGUE: dict[str, Strategy] = {
             "Change the pipelining depth of the streamed inputs with pipeline_mode=pl.Buffered(n) "
             "(2 is the default double buffering; 3 hides DMA jitter on memory-bound kernels) within VMEM.",
             "buffer_count",
+            "buffers",
         ),
         _s(
             "scalar_prefetch",
@@ -99,6 +100,7 @@ CATALOGUE: dict[str, Strategy] = {
             "Accumulate in a float32 VMEM scratch (pltpu.VMEM) initialised under pl.when(k == 0) and written "
             "once on the last k step, or accumulate in the output block when it is already f32.",
             "accumulator",
+            "acc_dtype",
         ),
         _s(
             "layout",
