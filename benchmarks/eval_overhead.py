@@ -122,19 +122,21 @@ def _measure(fn: str, kwargs: dict, n: int) -> dict:
         cold_s = time.perf_counter() - t
         if first.status != "ok":
             raise SystemExit(f"job failed in the pool: {first.message}\n{first.detail[-2000:]}")
-        pool_s, job_s = [], []
-        for _ in range(n):
+        pool_s, job_s, fresh = [], [], []
+        # Interleaved with the fresh-process runs, so both see the same load on a shared box.
+        for i in range(n):
             t = time.perf_counter()
             out = pool.run(spec)
             pool_s.append(time.perf_counter() - t)
             assert out.status == "ok", out.message
             job_s.append(out.result.get("job_s", 0.0))
+            if i % 2 == 0 or len(fresh) < 3:
+                fresh.append(_fresh_process(fn, kwargs))
     with WorkerPool(max_workers=2) as pool2:
         t = time.perf_counter()
         handles = [pool2.submit(spec) for _ in range(n)]
         assert all(h.wait().status == "ok" for h in handles)
         two_workers_s = time.perf_counter() - t
-    fresh = [_fresh_process(fn, kwargs) for _ in range(max(3, n // 2))]
     return {
         "result": out.result,
         "cold_s": cold_s,
@@ -148,7 +150,7 @@ def _measure(fn: str, kwargs: dict, n: int) -> dict:
 
 def _print(fn: str, kwargs: dict, m: dict) -> None:
     print(f"job {fn} {json.dumps(kwargs) if kwargs else ''} -> {json.dumps(m['result'])}")
-    print(f"  pool, first evaluation (starts the forkserver, imports jax): {m['cold_s']:5.2f} s")
+    print(f"  pool, first evaluation (incl. forkserver start + jax import if first): {m['cold_s']:5.2f} s")
     print(f"  warm pool, 1 worker : median {m['pool_s']:5.2f} s/eval -> {60 / m['pool_s']:6.1f} evals/min")
     print(f"  warm pool, 2 workers: {m['two_workers_per_min']:6.1f} evals/min")
     print(f"  fresh python -c     : median {m['fresh_s']:5.2f} s/eval -> {60 / m['fresh_s']:6.1f} evals/min")
@@ -165,7 +167,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", default="eval_overhead:tiny_pallas_eval", help="module:function to evaluate")
     parser.add_argument("--kwargs", default="{}", help="JSON kwargs for the job")
-    parser.add_argument("-n", type=int, default=8, help="evaluations through the pool (fresh: n/2, min 3)")
+    parser.add_argument(
+        "-n",
+        type=int,
+        default=8,
+        help="evaluations through the pool (fresh processes: every other one, at least 3)",
+    )
     parser.add_argument("--compiles", type=int, default=5)
     args = parser.parse_args()
     kwargs = json.loads(args.kwargs)

@@ -47,6 +47,9 @@ Step = Literal["plan", "implement", "compile", "debug", "validate", "profile", "
 Basis = Literal["measured", "estimate", "none"]
 
 
+FRESH_SEED_BASE = 10_000
+
+
 class StepFailed(Exception):
     """A model step produced nothing usable (its reply failed to parse twice)."""
 
@@ -410,6 +413,8 @@ class AutoLoop:
                 self.config.target,
                 self.config.size,
                 seeds=self.config.seeds,
+                # fresh inputs for every validation: seeds never reused across iterations or attempts
+                seed_offset=FRESH_SEED_BASE + 1000 * cur.index + 16 * n,
             )
         except ServerToolError as e:
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")

@@ -181,6 +181,7 @@ class KernelServerClient:
         size: str = "small",
         seeds: int = 3,
         timeout_s: float | None = None,
+        seed_offset: int = 0,
     ) -> dict:
         return await self.call(
             "validate_kernel",
@@ -190,6 +191,7 @@ class KernelServerClient:
                 "target": target,
                 "size": size,
                 "seeds": seeds,
+                "seed_offset": seed_offset,
                 "timeout_s": timeout_s,
             },
         )

@@ -27,6 +27,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "compile_kernel",
     "validate_kernel",
     "profile_kernel",
+    "evaluate_kernel",
     "estimate_kernel",
     "summarize_trace",
     "autotune_kernel",

@@ -25,6 +25,8 @@ SERVER_TOOLS = {
     "profile_kernel",
     "evaluate_kernel",
     "summarize_trace",
+    "estimate_kernel",
+    "autotune_kernel",
 } | {
     "list_tasks",
     "get_task",
@@ -71,10 +73,7 @@ def text(result) -> str:
 @pytest.mark.anyio
 async def test_lists_tools_prompts_and_resources(client):
     tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(tools) == SERVER_TOOLS
-    assert set(tools) - {"evaluate_kernel"} <= set(
-        TOOL_NAMES
-    )  # roles may be granted every tool but the bundle
+    assert set(tools) == SERVER_TOOLS == set(TOOL_NAMES)  # roles can be granted exactly the server's tools
     for name in ("compile_kernel", "validate_kernel", "evaluate_kernel"):
         t = tools[name]
         assert t.output_schema is not None
@@ -136,6 +135,49 @@ async def test_validate_off_by_one_is_an_output_mismatch(client):
     assert not r.is_error, text(r)
     rep = r.structured_content
     assert rep["ok"] is False and rep["failure"]["kind"] == "output_mismatch"
+
+
+@pytest.mark.anyio
+async def test_validate_on_fresh_seeds(client):
+    r = await client.call_tool(
+        "validate_kernel",
+        {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 2, "seed_offset": 4242},
+    )
+    assert not r.is_error, text(r)
+    assert r.structured_content["ok"] and r.structured_content["seeds"] == [4242, 4243]
+
+
+@pytest.mark.anyio
+async def test_estimate_kernel_is_labeled_and_compile_free(client):
+    r = await client.call_tool("estimate_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py"})
+    assert not r.is_error, text(r)
+    rep = r.structured_content
+    assert rep["ok"] and rep["kind"] == "estimate" and rep["estimate"]["kind"] == "estimate"
+    assert rep["estimate"]["estimated_time_us"] >= rep["estimate"]["roofline_time_us"] > 0
+    assert rep["estimate"]["chip"] == "tpu-v6e" and rep["kernel_sha256"]
+
+
+@pytest.mark.anyio
+async def test_autotune_kernel_prunes_and_keeps_failures_as_data(client):
+    template = GOOD_SOURCE.replace(
+        "BLOCK_M, BLOCK_K, BLOCK_N = 128, 256, 128", "BLOCK_M, BLOCK_K, BLOCK_N = ${bm}, ${bk}, 128"
+    )
+    assert template != GOOD_SOURCE
+    r = await client.call_tool(
+        "autotune_kernel",
+        {
+            "template_source": template,
+            "space": {"bm": [128, 100], "bk": [256, 512]},
+            "reference": "ref.py",
+            "max_configs": 1,
+        },
+    )
+    assert not r.is_error, text(r)
+    rep = r.structured_content
+    statuses = {json.dumps(c["config"], sort_keys=True): c["status"] for c in rep["configs"]}
+    assert len(statuses) == 4
+    assert all(v == "pruned" for k, v in statuses.items() if '"bm": 100' in k)  # (8,128) rule, never compiled
+    assert rep["best"]["status"] == "valid" and rep["best"]["config"]["bm"] == 128
 
 
 @pytest.mark.anyio

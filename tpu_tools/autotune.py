@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.estimate import StaticEstimate
+from maxkernel.tpu_tools.reports import Failure
+
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.evaluate import Evaluator
 
@@ -62,6 +65,20 @@ class AutotuneReport(BaseModel):
     pruned: dict[str, int] = Field(default_factory=dict, description="reason -> count, before anything ran")
     evaluated: int = Field(description="configs compiled (and validated when they compiled)")
     notes: list[str] = Field(default_factory=list)
+
+
+class EstimateReport(BaseModel):
+    """A static TPU estimate of one kernel, or why none could be made (never a measurement)."""
+
+    kind: Literal["estimate"] = "estimate"
+    ok: bool
+    kernel_path: str
+    kernel_sha256: str | None = None
+    target: str
+    size: str
+    estimate: StaticEstimate | None = None
+    layout_problems: list[str] = Field(default_factory=list)
+    failure: Failure | None = None
 
 
 class SpaceError(ValueError):

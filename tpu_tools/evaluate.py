@@ -236,6 +236,49 @@ class Evaluator:
             wall_time_s=round(time.perf_counter() - started, 4),
         )
 
+    def estimate(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "tpu-v6e",
+        size: str = "small",
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """Static TPU estimate of a candidate (traced in a child; nothing compiled or run)."""
+        from maxkernel.tpu_tools.autotune import EstimateReport
+        from maxkernel.tpu_tools.estimate import StaticEstimate
+
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        outcome = self._run(
+            "maxkernel.tpu_tools.autotune:estimate_job",
+            {
+                "kernel_path": kernel_path,
+                "reference": _abs_reference(reference),
+                "target": target,
+                "size": size,
+            },
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
+        if outcome.status != "ok" or outcome.result is None:
+            report.failure = outcome_failure(outcome, "estimate")
+        elif not outcome.result.get("ok"):
+            error = str(outcome.result.get("error", "unknown"))
+            kind = "usage_error" if error.startswith("reference") else "python_error"
+            report.failure = Failure(
+                kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
+            )
+        else:
+            report.ok = True
+            report.estimate = StaticEstimate.model_validate(outcome.result["estimate"])
+            report.layout_problems = list(outcome.result.get("layout_problems") or [])
+        return report
+
     def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:
         return summarize_trace(path, top)
 

@@ -42,6 +42,7 @@ class SearchSettings(BaseModel):
     # evolve
     islands: int = Field(default=2, ge=1)
     population: int = Field(default=6, ge=2)
+    offspring: int = Field(default=3, ge=1, description="evolve: children per island per generation")
     generations: int = Field(default=12, ge=1)
     migrate_every: int = Field(default=3, ge=1)
     combine_rate: float = Field(default=0.3, ge=0.0, le=1.0)
@@ -96,6 +97,8 @@ class Search:
         self.dispatcher = dispatcher
         self.strategies: list[Strategy] = resolve(settings.strategies)
         self.lock = asyncio.Lock()
+        # 'running' in the store means in flight: at most `concurrency` nodes at once
+        self.slots = asyncio.Semaphore(getattr(dispatcher, "concurrency", 2))
 
     # ---- bookkeeping
     def evaluations(self) -> int:
@@ -171,6 +174,10 @@ class Search:
         return await self.add(key, a, lambda: self.proposer.combine(a, sa, b, sb, rng), "combine", second=b)
 
     async def evaluate(self, node: Node) -> Node:
+        async with self.slots:
+            return await self._evaluate(node)
+
+    async def _evaluate(self, node: Node) -> Node:
         node = self.store.get(node.id)
         if node.finished:
             return node
@@ -324,7 +331,7 @@ class Search:
             plans: list[tuple[int, Any]] = []
             for i, pop in enumerate(islands):
                 rng = seeded(self.s.seed, "evolve", gen, i)
-                for slot in range(self.s.population):
+                for slot in range(self.s.offspring):
                     a = self._tournament(pop, rng, picked)
                     picked[a.id] = picked.get(a.id, 0) + 1
                     if len(pop) > 1 and rng.random() < self.s.combine_rate:

@@ -60,7 +60,8 @@ class Dispatcher:
         self.evaluators = list(evaluators)
         self.alive = list(evaluators)
         self.in_flight = {e.name: 0 for e in evaluators}
-        self.slots = asyncio.Semaphore(max(1, concurrency))
+        self.concurrency = max(1, concurrency)
+        self.slots = asyncio.Semaphore(self.concurrency)
         self.dead: list[str] = []
         self.name = "+".join(e.name for e in evaluators)
 
@@ -93,6 +94,7 @@ class CachedEvaluator:
         self.name = inner.name
         self._versions: str | None = None
         self._pending: dict[str, asyncio.Future[NodeVerdict]] = {}
+        self._memory: dict[str, NodeVerdict] = {}  # this run's verdicts, when no cache file is given
         self.hits = 0
         self.misses = 0
 
@@ -106,7 +108,8 @@ class CachedEvaluator:
         versions = await self.versions()
         parts = (source_hash(source), self.reference_hash, task.target, task.size, versions)
         key = cache_key(*parts)
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+        hit = self.cache.get(key) if self.cache is not None else self._memory.get(key)
+        if hit is not None:
             self.hits += 1
             return hit, True
         if key in self._pending:
@@ -119,6 +122,8 @@ class CachedEvaluator:
             verdict = await self.inner.evaluate(source, task)
             if self.cache is not None:
                 self.cache.put(key, parts, verdict)
+            elif verdict.status != "failed":
+                self._memory[key] = verdict
             fut.set_result(verdict)
             return verdict, False
         except BaseException as e:

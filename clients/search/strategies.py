@@ -38,8 +38,8 @@ class Strategy(BaseModel):
         for key in keys:
             values = list(space[key])
             i = values.index(config[key]) if config[key] in values else 0
-            steps = [d for d in (-2, -1, 1, 2) if 0 <= i + d < len(values)]
-            weights = [1 if abs(d) == 2 else 3 for d in steps]  # mostly neighbours, sometimes a jump
+            steps = [d for d in (-3, -2, -1, 1, 2, 3) if 0 <= i + d < len(values)]
+            weights = [{1: 4, 2: 2, 3: 1}[abs(d)] for d in steps]  # mostly neighbours, sometimes a jump
             if steps:
                 new = dict(config)
                 new[key] = values[i + rng.choices(steps, weights)[0]]
