@@ -45,8 +45,16 @@ async def evals_to_target(space, ev, algorithm: str, seed: int, target_us: float
             CachedEvaluator(Dispatcher([ev], 2), None, "bench"),
             TemplateProposer(space),
             EvalTask(reference=space.task),
-            SearchSettings(algorithm=algorithm, max_evaluations=budget, seed=seed, reverify=0, runs=4, steps=8,
-                           depth=10, generations=40),
+            SearchSettings(
+                algorithm=algorithm,
+                max_evaluations=budget,
+                seed=seed,
+                reverify=0,
+                runs=4,
+                steps=8,
+                depth=10,
+                generations=40,
+            ),
         )
         await search.run()
         nodes = sorted((n for n in store.nodes() if n.eval_seq is not None), key=lambda n: n.eval_seq)
@@ -70,7 +78,9 @@ async def main() -> None:
         source = "offline model template" if offline_space(task) else "search templates"
         ev = Memo(EstimateEvaluator(task, "tpu-v6e", "small"))
         configs = list(space.configs())
-        times = [v.time_us for c in configs if (v := await ev.evaluate(space.render(c), None)).status == "valid"]
+        times = [
+            v.time_us for c in configs if (v := await ev.evaluate(space.render(c), None)).status == "valid"
+        ]
         best = min(times)
         target = best / 0.95  # within 95% of the best speed
         n = len(configs)
@@ -80,14 +90,19 @@ async def main() -> None:
             reached = [g for g in got if g is not None]
             row[algo] = (statistics.median(reached) / n if reached else None, len(reached), len(got))
         rows.append(row)
-    print(f"{'task':<13} {'space':<24} {'exhaustive':>10} {'best est us':>11}  "
-          f"{'parallel':>16} {'beam':>16} {'evolve':>16}")
+    print(
+        f"{'task':<13} {'space':<24} {'exhaustive':>10} {'best est us':>11}  "
+        f"{'parallel':>16} {'beam':>16} {'evolve':>16}"
+    )
     for r in rows:
         cells = []
         for algo in ("parallel", "beam", "evolve"):
             frac, ok, total = r[algo]
             cells.append(f"{'-' if frac is None else f'{frac:.0%}'} ({ok}/{total} hit)".rjust(16))
-        print(f"{r['task']:<13} {r['space']:<24} {r['exhaustive']:>10} {r['best_us']:>11.3f}  " + " ".join(cells))
+        print(
+            f"{r['task']:<13} {r['space']:<24} {r['exhaustive']:>10} {r['best_us']:>11.3f}  "
+            + " ".join(cells)
+        )
     print("cell = median evaluations to reach >=95% of the exhaustive best / exhaustive count; target <= 25%")
 
 

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-minutes", type=float)
     a.add_argument("--json", action="store_true", help="print summary.json to stdout")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
+    from maxkernel.clients.search.cli import register as register_search
+
+    register_search(sub)  # `search` and `report` verbs
     return p
 
 
@@ -188,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    if hasattr(args, "func"):  # verbs that live in their own modules (search, report)
+        return args.func(args)
     try:
         _check(args)
         summary = anyio.run(run_auto, args)

@@ -329,6 +329,9 @@ async def evaluate_kernel(
     profile_target: RunTarget = "tpu-v6e",
     size: Size = "small",
     seeds: Seeds = 3,
+    seed_offset: Annotated[
+        int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
+    ] = 0,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
     reps: Reps = 30,
     timeout_s: Timeout = 300.0,
@@ -365,7 +368,7 @@ async def evaluate_kernel(
             ref,
             vtgt,
             size,
-            seeds=seeds,
+            seeds=list(range(seed_offset, seed_offset + seeds)),
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,

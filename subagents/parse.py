@@ -12,9 +12,10 @@ import json
 import re
 from typing import Any, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
 from maxkernel.subagents.outputs import source_fields
 from maxkernel.subagents.roles import Role, get_role
-from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 

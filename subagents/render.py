@@ -12,10 +12,11 @@ from collections.abc import Mapping, Sequence
 from string import Template
 from typing import Any
 
+from pydantic import BaseModel
+
 from maxkernel.subagents.guide import load_guide, relevant_guide
 from maxkernel.subagents.outputs import Diagnosis, Plan, source_fields
 from maxkernel.subagents.roles import Role, get_role
-from pydantic import BaseModel
 
 ChipLike = Mapping[str, Any] | BaseModel | str
 MiB = 1 << 20

@@ -9,6 +9,8 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from maxkernel.subagents.outputs import (
     Diagnosis,
     KernelProposal,
@@ -17,7 +19,6 @@ from maxkernel.subagents.outputs import (
     TestCases,
     TuningSpace,
 )
-from pydantic import BaseModel, ConfigDict, Field
 
 # The MCP tool names roles may be granted. The server test keeps this list equal to its tools.
 TOOL_NAMES: tuple[str, ...] = (

@@ -1,6 +1,7 @@
 """The packaged Pallas-on-TPU guide."""
 
 import pytest
+
 from maxkernel.subagents import guide_sections, load_guide, relevant_guide
 from maxkernel.tpu_tools.chips import CHIPS
 

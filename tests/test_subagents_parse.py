@@ -1,6 +1,7 @@
 """Reading typed outputs out of realistic model replies."""
 
 import pytest
+
 from maxkernel.subagents import (
     Diagnosis,
     KernelProposal,

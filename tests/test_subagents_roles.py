@@ -1,8 +1,9 @@
 """The role registry: outputs, tools, prompts and lookups."""
 
 import pytest
-from maxkernel.subagents import ROLES, TOOL_NAMES, TuningSpace, UnknownRoleError, get_role
 from pydantic import BaseModel
+
+from maxkernel.subagents import ROLES, TOOL_NAMES, TuningSpace, UnknownRoleError, get_role
 
 EXPECTED = {"planner", "implementer", "debugger", "tester", "profile_analyst", "autotuner"}
 

@@ -62,8 +62,9 @@ __all__ = [
 
 DEFAULT_PRELOAD = ("jax", "jax.numpy", "jax.experimental.pallas", "jax.experimental.pallas.tpu", "numpy")
 DEVICE_WORKER_START_TIMEOUT_S = 300.0
-# Preloaded too, so unpickling a child's target costs nothing.
-_CHILD_MODULES = ("maxkernel.tpu_tools.pool_child",)
+# Preloaded too: unpickling a child's target, and a job's `from ...pool import report_progress`
+# (pydantic, ~70 ms), then cost nothing.
+_CHILD_MODULES = ("maxkernel.tpu_tools.pool_child", "maxkernel.tpu_tools.pool")
 
 
 def detect_device_owner() -> bool:

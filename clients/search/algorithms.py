@@ -92,7 +92,13 @@ class Search:
         budget: Budget | None = None,
         dispatcher: Dispatcher | None = None,
     ) -> None:
-        self.store, self.evaluator, self.proposer, self.task, self.s = store, evaluator, proposer, task, settings
+        self.store, self.evaluator, self.proposer, self.task, self.s = (
+            store,
+            evaluator,
+            proposer,
+            task,
+            settings,
+        )
         self.ledger, self.budget = ledger or Ledger(), budget
         self.dispatcher = dispatcher
         self.strategies: list[Strategy] = resolve(settings.strategies)
@@ -104,8 +110,12 @@ class Search:
     def evaluations(self) -> int:
         return sum(1 for n in self.store.nodes() if n.finished and not n.cached)
 
+    def committed(self) -> int:
+        """Evaluations done or already queued (pending/running): the budget never overshoots."""
+        return sum(1 for n in self.store.nodes() if not n.cached)
+
     def check_budget(self) -> None:
-        if self.evaluations() >= self.s.max_evaluations:
+        if self.committed() >= self.s.max_evaluations:
             raise StopSearch(f"max_evaluations={self.s.max_evaluations} reached")
         if self.budget is not None:
             try:
@@ -118,7 +128,9 @@ class Search:
         return min(valid, key=rank_key) if valid else None
 
     # ---- nodes
-    async def add(self, key: str, parent: Node | None, make: Any, strategy: str | None, second: Node | None = None):
+    async def add(
+        self, key: str, parent: Node | None, make: Any, strategy: str | None, second: Node | None = None
+    ):
         """The node `key` produced before (replay), else ask `make()` for a Proposal and store its node."""
         known, nid = self.store.proposal(key)
         if known:
@@ -132,7 +144,13 @@ class Search:
             self.store.set_proposal(key, None)
             return None
         node = make_node(
-            p.source, parent, strategy=strategy, second_parent=second, plan=p.plan, config=p.config, cost_usd=p.cost_usd
+            p.source,
+            parent,
+            strategy=strategy,
+            second_parent=second,
+            plan=p.plan,
+            config=p.config,
+            cost_usd=p.cost_usd,
         )
         node, _ = self.store.add(node, p.source, proposal_key=key)
         return node
@@ -141,7 +159,9 @@ class Search:
         key = f"derive|{parent.id}|{strategy.name}|{attempt}"
         rng = seeded(self.s.seed, key)
         src = self.store.source(parent.source_hash)
-        return await self.add(key, parent, lambda: self.proposer.derive(parent, src, strategy, rng), strategy.name)
+        return await self.add(
+            key, parent, lambda: self.proposer.derive(parent, src, strategy, rng), strategy.name
+        )
 
     def usable(self, node: Node) -> list[Strategy]:
         """Strategies the proposer can apply to `node` (a model can try any; a template only its keys)."""
@@ -157,7 +177,9 @@ class Search:
             and self.store.first_proposal(node.id) == key
         )
 
-    async def fresh_child(self, parent: Node, order: list[Strategy], attempt: int, tries: int = 3) -> Node | None:
+    async def fresh_child(
+        self, parent: Node, order: list[Strategy], attempt: int, tries: int = 3
+    ) -> Node | None:
         """The first child, over `order` and a few attempts, whose kernel the graph has not seen."""
         for t in range(tries):
             for k, strat in enumerate(order):
@@ -223,6 +245,10 @@ class Search:
             stopped = e.reason
         except NoEvaluators as e:
             stopped = f"no evaluators left: {e}"
+        try:  # proposals already inside the budget, cut off by the stop: judge them
+            await self.evaluate_all(self.store.nodes("pending"))
+        except NoEvaluators as e:
+            stopped = f"no evaluators left: {e}"
         reverified = await self.reverify() if "no evaluators" not in stopped else None
         self.store.set_meta("stopped", stopped)
         self.store.set_meta("finished_at", time.time())
@@ -248,11 +274,17 @@ class Search:
         inner = self.dispatcher or self.evaluator.inner
         for node in sorted(self.store.nodes("valid"), key=rank_key)[: self.s.reverify]:
             try:
-                v = await inner.evaluate(self.store.source(node.source_hash), self.task, seeds=self.s.reverify_seeds)
+                v = await inner.evaluate(
+                    self.store.source(node.source_hash), self.task, seeds=self.s.reverify_seeds
+                )
             except NoEvaluators:
                 return None
-            entry = {"node_id": node.id, "seeds": self.s.reverify_seeds, "verdict": v.model_dump(mode="json"),
-                     "holds": v.status == "valid"}
+            entry = {
+                "node_id": node.id,
+                "seeds": self.s.reverify_seeds,
+                "verdict": v.model_dump(mode="json"),
+                "holds": v.status == "valid",
+            }
             self.store.record_event("reverified", node.id, {"status": v.status, "time_us": v.time_us})
             if v.status == "valid":
                 self.store.set_meta("reverified", entry)
@@ -270,7 +302,9 @@ class Search:
                 rng = seeded(self.s.seed, "parallel", i, step)
                 usable = self.usable(current)
                 first = lead if lead in usable and rng.random() < 0.6 else rng.choice(usable)
-                child = await self.fresh_child(current, [first] + [x for x in usable if x != first], i * 1000 + step)
+                child = await self.fresh_child(
+                    current, [first] + [x for x in usable if x != first], i * 1000 + step
+                )
                 if child is None:
                     continue
                 child = await self.evaluate(child)
@@ -299,7 +333,10 @@ class Search:
         while depth < self.s.depth:
             tries = [(p, b) for p in beam for b in range(self.s.branches)]
             children = await asyncio.gather(
-                *(self.fresh_child(p, self.pick_strategies(p, b, retry), attempt=retry * 10 + b) for p, b in tries)
+                *(
+                    self.fresh_child(p, self.pick_strategies(p, b, retry), attempt=retry * 10 + b)
+                    for p, b in tries
+                )
             )
             pairs = [(p, c) for (p, _), c in zip(tries, children, strict=True) if c is not None]
             await self.evaluate_all([c for _, c in pairs])
@@ -311,7 +348,9 @@ class Search:
                 if self.s.require_improvement and not faster(c, parent):
                     continue
                 admitted[c.id] = c
-            self.store.record_event("beam", None, {"depth": depth, "retry": retry, "admitted": sorted(admitted)})
+            self.store.record_event(
+                "beam", None, {"depth": depth, "retry": retry, "admitted": sorted(admitted)}
+            )
             if not admitted:
                 retry += 1
                 if retry > self.s.patience or not pairs:

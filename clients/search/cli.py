@@ -23,16 +23,26 @@ class UsageError(ValueError):
 def register(sub: Any) -> None:
     s = sub.add_parser("search", help="graph search over candidate kernels (parallel, beam, evolve)")
     s.add_argument("reference", nargs="?", help="JaxBench task id (8p_GEMM) or reference path")
-    s.add_argument("--resume", metavar="RUN_DIR", help="continue a search: finished nodes are kept, none repeated")
+    s.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue a search: finished nodes are kept, none repeated"
+    )
     s.add_argument("--run-dir", help="where the graph lives (default runs/search-<task>-<time>)")
     s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam")
     s.add_argument("--strategy", action="append", default=[], help="catalogue name or free text (repeatable)")
     s.add_argument("--server", action="append", default=[], help="MCP server URL or 'stdio:CMD' (repeatable)")
     s.add_argument("--workspace", default="./maxkernel-work", help="workspace of the local stdio server")
-    s.add_argument("--objective", choices=["server", "estimate"], default="server",
-                   help="'estimate': rank by the static estimate in-process, no validation (dry runs)")
-    s.add_argument("--proposer", choices=["template", "model"], default=None,
-                   help="template: walk the task's config space; model: ask --model (default: template if known)")
+    s.add_argument(
+        "--objective",
+        choices=["server", "estimate"],
+        default="server",
+        help="'estimate': rank by the static estimate in-process, no validation (dry runs)",
+    )
+    s.add_argument(
+        "--proposer",
+        choices=["template", "model"],
+        default=None,
+        help="template: walk the task's config space; model: ask --model (default: template if known)",
+    )
     s.add_argument("--model", default="offline", help="model spec for --proposer model (default offline)")
     s.add_argument("--root", help="a kernel file to start from (model proposer)")
     s.add_argument("--target", default="tpu-v6e")
@@ -50,7 +60,9 @@ def register(sub: Any) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--max-usd", type=float)
     s.add_argument("--max-minutes", type=float)
-    s.add_argument("--cache", help="evaluation cache file, shareable across runs (default runs/eval-cache.sqlite)")
+    s.add_argument(
+        "--cache", help="evaluation cache file, shareable across runs (default runs/eval-cache.sqlite)"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=search_main)
 
@@ -66,8 +78,10 @@ def report_main(args: argparse.Namespace) -> int:
     from maxkernel.clients.search.store import GRAPH_FILE, GraphStore
 
     if not (Path(args.run_dir) / GRAPH_FILE).is_file():
-        print(f"maxkernel-orchestrate report: no {GRAPH_FILE} in {args.run_dir}: give a search run directory",
-              file=sys.stderr)
+        print(
+            f"maxkernel-orchestrate report: no {GRAPH_FILE} in {args.run_dir}: give a search run directory",
+            file=sys.stderr,
+        )
         return USAGE_EXIT
     if args.json:
         store = GraphStore(args.run_dir, requeue=False)
@@ -82,9 +96,18 @@ def _settings(args: argparse.Namespace):
     from maxkernel.clients.search.algorithms import SearchSettings
 
     return SearchSettings(
-        algorithm=args.algorithm, strategies=args.strategy, max_evaluations=args.max_evaluations, seed=args.seed,
-        runs=args.runs, steps=args.steps, beam_size=args.beam_size, branches=args.branches, depth=args.depth,
-        islands=args.islands, population=args.population, generations=args.generations,
+        algorithm=args.algorithm,
+        strategies=args.strategy,
+        max_evaluations=args.max_evaluations,
+        seed=args.seed,
+        runs=args.runs,
+        steps=args.steps,
+        beam_size=args.beam_size,
+        branches=args.branches,
+        depth=args.depth,
+        islands=args.islands,
+        population=args.population,
+        generations=args.generations,
     )
 
 
@@ -118,8 +141,14 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
 
     task_path = registry.task_path(registry.resolve_id(reference))
     root = Path(args.root).read_text(encoding="utf-8") if args.root else None
-    return ModelProposer(build_model(args.model), task_spec=task_path.read_text(encoding="utf-8"), chip=args.target,
-                         ledger=ledger, budget=budget, root_source=root)
+    return ModelProposer(
+        build_model(args.model),
+        task_spec=task_path.read_text(encoding="utf-8"),
+        chip=args.target,
+        ledger=ledger,
+        budget=budget,
+        root_source=root,
+    )
 
 
 async def run_search(args: argparse.Namespace, servers: list[Any] | None = None) -> dict[str, Any]:
@@ -163,7 +192,9 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         dispatcher = Dispatcher(evaluators, args.concurrency)
         cached = CachedEvaluator(dispatcher, cache, reference_hash(reference))
         proposer = make_proposer(args, reference, ledger, budget)
-        search = Search(store, cached, proposer, task, settings, ledger=ledger, budget=budget, dispatcher=dispatcher)
+        search = Search(
+            store, cached, proposer, task, settings, ledger=ledger, budget=budget, dispatcher=dispatcher
+        )
         result = await search.run()
     out = summary(store)
     out["dead_servers"] = dispatcher.dead
@@ -194,12 +225,16 @@ def search_main(args: argparse.Namespace) -> int:
         print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=2))
     else:
         best = out.get("best")
-        print(f"run: {out['run_dir']}  nodes {out['nodes']}  evaluations {out['evaluations']}  "
-              f"cache hits {out['cache_hits']}  stopped: {out['stopped']}")
+        print(
+            f"run: {out['run_dir']}  nodes {out['nodes']}  evaluations {out['evaluations']}  "
+            f"cache hits {out['cache_hits']}  stopped: {out['stopped']}"
+        )
         if best:
             sp = f"  {best['speedup_vs_root']:.2f}x vs root" if best.get("speedup_vs_root") else ""
-            print(f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
-                  f"re-verified: {'yes' if out.get('reverified') else 'no'}")
+            print(
+                f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
+                f"re-verified: {'yes' if out.get('reverified') else 'no'}"
+            )
         print(f"report: maxkernel-orchestrate report {out['run_dir']}")
     return 0 if out.get("best") else NO_KERNEL_EXIT
 

@@ -48,7 +48,9 @@ class NodeVerdict(BaseModel):
     status: Literal["valid", "invalid", "failed"]
     stopped_at: str | None = None
     time_us: float | None = Field(default=None, description="the ranking time; see time_label")
-    time_label: TimeLabel | None = Field(default=None, description="measured on the chip, or a static estimate")
+    time_label: TimeLabel | None = Field(
+        default=None, description="measured on the chip, or a static estimate"
+    )
     compile: dict[str, Any] | None = None
     validation: dict[str, Any] | None = None
     profile: dict[str, Any] | None = None

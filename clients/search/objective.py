@@ -65,14 +65,20 @@ class EstimateEvaluator:
         out = [(tuple(a.shape), str(a.dtype)) for a in jaxpr.out_avals]
         want = [(tuple(a.shape), str(a.dtype)) for a in jax.tree_util.tree_leaves(self.expected)]
         if out != want:
-            return verdict("invalid", stopped_at="compile", failure=f"output {out} differs from reference {want}")
+            return verdict(
+                "invalid", stopped_at="compile", failure=f"output {out} differs from reference {want}"
+            )
         try:
             est = estimate_pallas(find_pallas_calls(jaxpr), self.target, total_flops=self.flops)
         except Exception as e:
-            return verdict("invalid", stopped_at="profile", failure=f"estimate: {type(e).__name__}: {e}"[:2000])
+            return verdict(
+                "invalid", stopped_at="profile", failure=f"estimate: {type(e).__name__}: {e}"[:2000]
+            )
         profile = {"static_estimate": est.model_dump(mode="json"), "note": "estimate only: not validated"}
         if est.above_scoped_vmem_limit:
-            return verdict("invalid", stopped_at="compile", failure="above the scoped VMEM limit", profile=profile)
+            return verdict(
+                "invalid", stopped_at="compile", failure="above the scoped VMEM limit", profile=profile
+            )
         return verdict("valid", time_us=est.estimated_time_us, time_label="estimate", profile=profile)
 
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:

@@ -31,11 +31,15 @@ class Proposal(BaseModel):
 class Proposer(Protocol):
     async def root(self) -> Proposal: ...
 
-    async def derive(self, parent: Node, source: str, strategy: Strategy, rng: random.Random) -> Proposal | None:
+    async def derive(
+        self, parent: Node, source: str, strategy: Strategy, rng: random.Random
+    ) -> Proposal | None:
         """A child of `parent` by `strategy`, or None when the strategy does not apply."""
         ...
 
-    async def combine(self, a: Node, a_src: str, b: Node, b_src: str, rng: random.Random) -> Proposal | None: ...
+    async def combine(
+        self, a: Node, a_src: str, b: Node, b_src: str, rng: random.Random
+    ) -> Proposal | None: ...
 
 
 class TemplateProposer:
@@ -55,7 +59,9 @@ class TemplateProposer:
         assert p is not None, "the initial config is not allowed by its space"
         return p
 
-    async def derive(self, parent: Node, source: str, strategy: Strategy, rng: random.Random) -> Proposal | None:
+    async def derive(
+        self, parent: Node, source: str, strategy: Strategy, rng: random.Random
+    ) -> Proposal | None:
         base = parent.config or read_config(source)
         if base is None:
             return None
@@ -102,7 +108,9 @@ class ModelProposer:
         from maxkernel.subagents.roles import get_role
 
         role = get_role("implementer")
-        prompt = render_implement_prompt(plan, self.task_spec, self.chip, previous_source=previous, feedback=feedback)
+        prompt = render_implement_prompt(
+            plan, self.task_spec, self.chip, previous_source=previous, feedback=feedback
+        )
         before = self.ledger.total_cost_usd
         reply = await self.model.request([Message.system(role.system_prompt), Message.user(prompt)])
         cost = self.ledger.total_cost_usd - before
@@ -110,18 +118,27 @@ class ModelProposer:
             out = parse_output(role, reply.text)
         except OutputParseError:
             return None
-        return Proposal(source=out.source, plan={"plan": plan}, config=read_config(out.source), cost_usd=cost,
-                        note=out.notes)
+        return Proposal(
+            source=out.source,
+            plan={"plan": plan},
+            config=read_config(out.source),
+            cost_usd=cost,
+            note=out.notes,
+        )
 
     async def root(self) -> Proposal:
         if self.root_source is not None:
             return Proposal(source=self.root_source, config=read_config(self.root_source), note="given root")
-        p = await self._ask("Write a first correct Pallas TPU kernel for this task; simple tiling.", None, None)
+        p = await self._ask(
+            "Write a first correct Pallas TPU kernel for this task; simple tiling.", None, None
+        )
         if p is None:
             raise RuntimeError("the model's first kernel could not be parsed; give a root kernel with --root")
         return p
 
-    async def derive(self, parent: Node, source: str, strategy: Strategy, rng: random.Random) -> Proposal | None:
+    async def derive(
+        self, parent: Node, source: str, strategy: Strategy, rng: random.Random
+    ) -> Proposal | None:
         return await self._ask(strategy.prompt_line(), source, None)
 
     async def combine(self, a: Node, a_src: str, b: Node, b_src: str, rng: random.Random) -> Proposal | None:

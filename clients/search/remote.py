@@ -8,6 +8,7 @@ connection or protocol error is the server's, and becomes `EvaluatorDown` so the
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from contextlib import AsyncExitStack
@@ -67,6 +68,9 @@ def client_target(spec: Any) -> Any:
     raise ValueError(f"--server {spec!r}: give an http(s)://host:port/mcp URL or 'stdio:COMMAND ARGS'")
 
 
+REVERIFY_SEED_OFFSET = 50_000
+
+
 class MCPEvaluator:
     """Evaluates kernels on one MCP server. Use inside `async with` (the connection lives that long)."""
 
@@ -116,6 +120,8 @@ class MCPEvaluator:
             "seeds": seeds or task.seeds,
             "timeout_s": task.timeout_s,
         }
+        if seeds is not None:  # a re-verification: validate on seeds no search evaluation ever used
+            args["seed_offset"] = REVERIFY_SEED_OFFSET
         started = time.perf_counter()
         try:
             result = await self._client.call_tool("evaluate_kernel", args)
@@ -131,4 +137,10 @@ class MCPEvaluator:
                 tool_versions=self._versions,
                 duration_s=round(took, 3),
             )
-        return verdict_from_report(result.structured_content or {}, self.name, self._versions, took)
+        report = result.structured_content
+        if report is None:  # a server without an output schema sends the report as JSON text
+            try:
+                report = json.loads(" ".join(getattr(c, "text", "") for c in result.content))
+            except ValueError:
+                report = {}
+        return verdict_from_report(report, self.name, self._versions, took)

@@ -15,7 +15,13 @@ from typing import Any
 from maxkernel.clients.search.graph import Node
 from maxkernel.clients.search.store import GraphStore
 
-COLORS = {"valid": "#2e9d5b", "invalid": "#d9534f", "failed": "#8e44ad", "pending": "#aaaaaa", "running": "#f0ad4e"}
+COLORS = {
+    "valid": "#2e9d5b",
+    "invalid": "#d9534f",
+    "failed": "#8e44ad",
+    "pending": "#aaaaaa",
+    "running": "#f0ad4e",
+}
 
 
 def summary(store: GraphStore) -> dict[str, Any]:
@@ -31,7 +37,9 @@ def summary(store: GraphStore) -> dict[str, Any]:
             count += 1
         if n.status == "valid" and n.time_us is not None and (best is None or n.time_us < best.time_us):
             best = n
-        curve.append({"evaluations": count, "best_time_us": best.time_us if best else None, "at": n.finished_at})
+        curve.append(
+            {"evaluations": count, "best_time_us": best.time_us if best else None, "at": n.finished_at}
+        )
     rv = meta.get("reverified")
     base = root.time_us if root and root.status == "valid" else None
     return {
@@ -89,10 +97,12 @@ def _tree_svg(nodes: list[Node], base: float | None, best_id: str | None) -> str
         if n.time_label == "estimate" and sp:
             label += " est"
         ring = ' stroke="#000" stroke-width="3"' if n.id == best_id else ""
-        tip = html.escape(f"{n.id} {n.strategy or 'root'} {n.status} {n.time_us or ''} {json.dumps(n.config)}")
+        tip = html.escape(
+            f"{n.id} {n.strategy or 'root'} {n.status} {n.time_us or ''} {json.dumps(n.config)}"
+        )
         parts.append(
             f'<g class="node" data-id="{n.id}"><title>{tip}</title><circle cx="{x}" cy="{y}" r="{r:.1f}" '
-            f'fill="{COLORS[n.status]}"{ring}/><text x="{x + 14}" y="{y + 4}" font-size="11">'
+            f'fill="{COLORS[n.status]}"{ring}/><text x="{x + r + 4:.0f}" y="{y + 4}" font-size="11">'
             f"{html.escape(label)} {html.escape((n.strategy or 'root')[:14])}</text></g>"
         )
     parts.append("</svg>")
@@ -141,7 +151,9 @@ def render_html(store: GraphStore) -> str:
             f"time {best_node.time_us:.4g} us ({html.escape(str(best_node.time_label))})"
             + (f", {best['speedup_vs_root']:.2f}x over the root" if best.get("speedup_vs_root") else "")
             + "</p><h3>Re-verification (fresh evaluation, new seeds)</h3><pre>"
-            + html.escape(json.dumps(s["reverified"], indent=1)[:6000] if s["reverified"] else "not re-verified")
+            + html.escape(
+                json.dumps(s["reverified"], indent=1)[:6000] if s["reverified"] else "not re-verified"
+            )
             + "</pre><details><summary>verdict</summary><pre>"
             + html.escape(json.dumps(v, indent=1)[:20000])
             + "</pre></details><h3>Source</h3><pre>"

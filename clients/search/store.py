@@ -157,7 +157,9 @@ class GraphStore:
     def _requeue_running(self) -> int:
         """A node left `running` by a killed process goes back to pending (its result was never written)."""
         with transaction(self.db):
-            n = self.db.execute("UPDATE nodes SET status='pending', started_at=NULL WHERE status='running'").rowcount
+            n = self.db.execute(
+                "UPDATE nodes SET status='pending', started_at=NULL WHERE status='running'"
+            ).rowcount
             if n:
                 self._event("requeued", None, {"count": n})
         return n
@@ -240,7 +242,9 @@ class GraphStore:
                     node_id,
                 ),
             )
-            self._event("finished", node_id, {"status": verdict.status, "time_us": verdict.time_us, "cached": cached})
+            self._event(
+                "finished", node_id, {"status": verdict.status, "time_us": verdict.time_us, "cached": cached}
+            )
         return self.get(node_id)
 
     def record_event(self, kind: str, node_id: str | None = None, data: dict[str, Any] | None = None) -> None:
@@ -275,7 +279,9 @@ class GraphStore:
         return [_row_node(r) for r in self.db.execute(q + " ORDER BY created_at, id", args)]
 
     def first_proposal(self, node_id: str) -> str | None:
-        r = self.db.execute("SELECT key FROM proposals WHERE node_id=? ORDER BY rowid LIMIT 1", (node_id,)).fetchone()
+        r = self.db.execute(
+            "SELECT key FROM proposals WHERE node_id=? ORDER BY rowid LIMIT 1", (node_id,)
+        ).fetchone()
         return r[0] if r else None
 
     def first_with_source(self, src_hash: str) -> str | None:
@@ -286,11 +292,20 @@ class GraphStore:
         return r[0] if r else None
 
     def has_source(self, src_hash: str) -> bool:
-        return self.db.execute("SELECT 1 FROM nodes WHERE source_hash=? LIMIT 1", (src_hash,)).fetchone() is not None
+        return (
+            self.db.execute("SELECT 1 FROM nodes WHERE source_hash=? LIMIT 1", (src_hash,)).fetchone()
+            is not None
+        )
 
     def events(self) -> list[dict[str, Any]]:
         return [
-            {"seq": r["seq"], "at": r["at"], "kind": r["kind"], "node_id": r["node_id"], "data": _loads(r["data"])}
+            {
+                "seq": r["seq"],
+                "at": r["at"],
+                "kind": r["kind"],
+                "node_id": r["node_id"],
+                "data": _loads(r["data"]),
+            }
             for r in self.db.execute("SELECT * FROM events ORDER BY seq")
         ]
 
