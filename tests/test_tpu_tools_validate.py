@@ -21,7 +21,7 @@ def test_correct_kernel_passes_three_seeds_with_evidence(evaluator):
     assert r.tolerance.source == "reference CONFIG"
     assert r.has_pallas_call and not r.races_found and not r.weak_check
     assert len(r.kernel_sha256) == 64 and len(r.reference.sha256) == 64
-    assert r.environment is None or r.environment.jax
+    assert r.environment.jax and r.environment.jaxlib and r.environment.device_kind
 
 
 def test_off_by_one_kernel_fails_with_worst_index(evaluator):

@@ -54,6 +54,10 @@ class Evaluator:
         self.pool = pool or get_default_pool()
         self.timeout_s = timeout_s
 
+    def _on_device(self, target: str) -> bool:
+        """On a TPU host only the device-owning worker sees the chip: route every non-CPU job through it."""
+        return bool(getattr(self.pool, "device_owner", False)) and target != "cpu"
+
     def _run(
         self,
         fn: str,
@@ -62,8 +66,9 @@ class Evaluator:
         timeout_s: float | None,
         on_progress: ProgressFn | None,
         cancel: threading.Event | None,
+        needs_device: bool = False,
     ) -> JobOutcome:
-        spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=timeout_s or self.timeout_s)
+        spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=timeout_s or self.timeout_s, needs_device=needs_device)
         handle = self.pool.submit(spec, on_progress=on_progress)
         while True:
             outcome = handle.wait(0.1)
@@ -98,6 +103,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            needs_device=self._on_device(target),
         )
         if outcome.status == "ok" and outcome.result is not None:
             return CompileReport.model_validate(outcome.result)
@@ -148,6 +154,7 @@ class Evaluator:
                 timeout_s=timeout_s,
                 on_progress=on_progress,
                 cancel=cancel,
+                needs_device=self._on_device(target),
             )
             base = ValidationReport(
                 ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list
@@ -174,6 +181,7 @@ class Evaluator:
                 timeout_s=timeout_s,
                 on_progress=on_progress,
                 cancel=cancel,
+                needs_device=self._on_device(target),
             )
             if outcome.status != "ok" or outcome.result is None:
                 cand_side.ok = False
@@ -207,9 +215,9 @@ class Evaluator:
         if on_progress:
             on_progress("profile")
         # On a TPU host only the device-owning worker sees the chip; elsewhere children run on CPU.
-        spec = JobSpec(
-            fn="maxkernel.tpu_tools.profile:profile_job",
-            kwargs={
+        outcome = self._run(
+            "maxkernel.tpu_tools.profile:profile_job",
+            {
                 "kernel_path": kernel_path,
                 "reference": _abs_reference(reference),
                 "target": target,
@@ -218,13 +226,11 @@ class Evaluator:
                 "measure_interpret": measure_interpret,
                 "reps": reps,
             },
-            timeout_s=timeout_s or self.timeout_s,
-            needs_device=bool(getattr(self.pool, "device_owner", False)),
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            needs_device=self._on_device(target),
         )
-        handle = self.pool.submit(spec, on_progress=on_progress)
-        while (outcome := handle.wait(0.1)) is None:
-            if cancel is not None and cancel.is_set():
-                handle.cancel()
         if outcome.status == "ok" and outcome.result is not None:
             return ProfileReport.model_validate(outcome.result)
         return ProfileReport(

@@ -53,9 +53,11 @@ def candidate_outputs_job(
     import jax
 
     from maxkernel.tpu_tools.compile import pallas_calls_of
+    from maxkernel.tpu_tools.env_info import environment
     from maxkernel.tpu_tools.pool import report_progress
 
     report = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seeds)
+    report.environment = environment()
     try:
         tgt = parse_target(target)
         ref = load_reference(reference)
