@@ -423,9 +423,14 @@ class _CancellableEvaluator(Evaluator):
         super().__init__(base.pool, timeout_s=base.timeout_s)
         self._cancel, self._progress = cancel, on_progress
 
-    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel):
+    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False):
         return super()._run(
-            fn, kwargs, timeout_s=timeout_s, on_progress=on_progress or self._progress, cancel=self._cancel
+            fn,
+            kwargs,
+            timeout_s=timeout_s,
+            on_progress=on_progress or self._progress,
+            cancel=self._cancel,
+            needs_device=needs_device,
         )
 
 
