@@ -6,6 +6,7 @@ import re
 import traceback
 from pathlib import Path
 
+from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.reports import Failure
 
 _ALLOC = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)")
@@ -46,29 +47,19 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
     lowered = text.lower()
 
     alloc = _ALLOC.search(text)
-    if "resource_exhausted" in lowered and ("space=vmem" in lowered or "vmem" in lowered):
-        req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
-        nums = f": asked {req:,} bytes of VMEM, capacity {cap:,}" if alloc else ""
-        return Failure(
-            kind="vmem_exhausted",
-            summary=f"VMEM exhausted{nums}; use smaller blocks or fewer buffers{where}",
-            message=full,
-            stage=stage,
-            line=line,
-            requested_bytes=req,
-            capacity_bytes=cap,
-        )
-    if "resource_exhausted" in lowered and "smem" in lowered:
-        req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
-        return Failure(
-            kind="smem_exhausted",
-            summary=f"SMEM exhausted{f': asked {req:,} bytes, capacity {cap:,}' if alloc else ''}{where}",
-            message=full,
-            stage=stage,
-            line=line,
-            requested_bytes=req,
-            capacity_bytes=cap,
-        )
+    for space, advice in (("vmem", "; use smaller blocks or fewer buffers"), ("smem", "")):
+        if "resource_exhausted" in lowered and space in lowered:
+            req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
+            nums = f": asked {req:,} bytes of {space.upper()}, capacity {cap:,}" if alloc else ""
+            return Failure(
+                kind=f"{space}_exhausted",  # type: ignore[arg-type]
+                summary=f"{space.upper()} exhausted{nums}{advice}{where}",
+                message=full,
+                stage=stage,
+                line=line,
+                requested_bytes=req,
+                capacity_bytes=cap,
+            )
     if "mosaic failed to compile" in lowered or type(exc).__name__ == "MosaicError":
         detail = _first_line(str(exc).split("Mosaic failed to compile TPU kernel:", 1)[-1])
         return Failure(
@@ -126,3 +117,10 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
     return Failure(
         kind="python_error", summary=f"{_first_line(text)}{where}", message=full, stage=stage, line=line
     )
+
+
+def load_failure(e: UsageError | CandidateLoadError) -> Failure:
+    """The caller's mistake (usage_error) or a candidate that broke on import (load_error)."""
+    if isinstance(e, CandidateLoadError):
+        return Failure(kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line)
+    return Failure(kind="usage_error", summary=str(e), stage="load")

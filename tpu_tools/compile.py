@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from maxkernel.tpu_tools import execution
-from maxkernel.tpu_tools.classify import classify_exception
+from maxkernel.tpu_tools.classify import classify_exception, load_failure
+from maxkernel.tpu_tools.env_info import seal
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.problem import load_candidate, load_reference
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
@@ -64,18 +65,11 @@ def compile_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size:
 def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -> CompileReport:
     import jax
 
-    from maxkernel.tpu_tools.env_info import environment
-
     started = time.perf_counter()
     report = CompileReport(ok=False, target=target_name, size=size, kernel_path=kernel_path)
 
     def finish(failure: Failure | None = None) -> CompileReport:
-        report.failure = failure
-        report.ok = failure is None
-        report.wall_time_s = round(time.perf_counter() - started, 4)
-        with contextlib.suppress(Exception):
-            report.environment = environment()
-        return report
+        return seal(report, started, failure)
 
     try:
         target = parse_target(target_name)
@@ -84,13 +78,11 @@ def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -
         in_shapes = ref.input_shapes(size)
         report.expected_output = _specs(jax.eval_shape(ref.workload, *in_shapes))
     except UsageError as e:
-        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
+        return finish(load_failure(e))
     try:
         cand = load_candidate(kernel_path)
-    except UsageError as e:
-        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
-    except CandidateLoadError as e:
-        return finish(Failure(kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line))
+    except (UsageError, CandidateLoadError) as e:
+        return finish(load_failure(e))
     report.kernel_sha256 = cand.sha256
 
     plan = execution.plan_for(target)

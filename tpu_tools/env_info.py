@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from importlib import metadata
+from typing import TypeVar
 
-from maxkernel.tpu_tools.reports import Environment
+from maxkernel.tpu_tools.reports import Environment, Failure
+
+R = TypeVar("R")
 
 
 def _version(dist: str) -> str | None:
@@ -25,3 +30,13 @@ def environment() -> Environment:
         platform=device.platform,
         device_kind=device.device_kind,
     )
+
+
+def seal(report: R, started: float, failure: Failure | None = None) -> R:
+    """Close a verdict: its failure (if any), ok, wall time and the environment that produced it."""
+    report.failure = failure  # type: ignore[attr-defined]
+    report.ok = failure is None  # type: ignore[attr-defined]
+    report.wall_time_s = round(time.perf_counter() - started, 4)  # type: ignore[attr-defined]
+    with contextlib.suppress(Exception):
+        report.environment = environment()  # type: ignore[attr-defined]
+    return report

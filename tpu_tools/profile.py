@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools import execution
 from maxkernel.tpu_tools.chips import ChipSpec, chip_for_device_kind
-from maxkernel.tpu_tools.classify import classify_exception
+from maxkernel.tpu_tools.classify import classify_exception, load_failure
+from maxkernel.tpu_tools.env_info import seal
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.estimate import StaticEstimate, estimate_pallas
 from maxkernel.tpu_tools.problem import ReferenceInfo, load_candidate, load_reference
@@ -163,7 +164,6 @@ def run_profile(
 ) -> ProfileReport:
     import jax
 
-    from maxkernel.tpu_tools.env_info import environment
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.timing import measure_interleaved, noise_floor, speedup, throughput
@@ -172,22 +172,15 @@ def run_profile(
     report = ProfileReport(ok=False, target=target_name, size=size, kernel_path=kernel_path)
 
     def finish(failure: Failure | None = None) -> ProfileReport:
-        report.failure = failure
-        report.ok = failure is None
-        report.wall_time_s = round(time.perf_counter() - started, 4)
-        with contextlib.suppress(Exception):
-            report.environment = environment()
-        return report
+        return seal(report, started, failure)
 
     try:
         tgt = parse_target(target_name)
         ref = load_reference(reference)
         report.reference = ref.info
         cand = load_candidate(kernel_path)
-    except UsageError as e:
-        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
-    except CandidateLoadError as e:
-        return finish(Failure(kind="load_error", summary=str(e), message=e.detail, stage="load", line=e.line))
+    except (UsageError, CandidateLoadError) as e:
+        return finish(load_failure(e))
     report.kernel_sha256 = cand.sha256
     path = Path(cand.path)
     plan = execution.plan_for(tgt)
@@ -202,7 +195,7 @@ def run_profile(
         shapes = ref.input_shapes(size)
         expected = jax.eval_shape(ref.workload, *shapes)
     except UsageError as e:
-        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
+        return finish(load_failure(e))
     report.input_sets = len(input_sets)
     if not ref.info.seedable:
         report.warnings.append("the reference is not seedable: the rotated input sets are identical")
