@@ -1,4 +1,5 @@
-"""The Auto loop: plan -> implement -> compile -> (debug) -> validate -> profile -> analyse, N times.
+"""The Auto loop: plan -> implement -> compile -> (debug) -> validate -> test -> profile -> analyse
+(-> autotune), N times.
 
 Models propose; the server judges. Every verdict comes from the MCP tools, and the best kernel is the
 fastest one that compiled for the target and passed validation, ranked by measured time when the
@@ -7,16 +8,21 @@ target chip ran it, else by the server's labeled static estimate (the summary sa
 The run is a journal of steps: after each finished step the whole `RunState` is written atomically to
 `state.json`, so `resume` continues from the next step with nothing repeated and nothing lost. Budget
 exhaustion, a model that keeps failing, or a lost server end the run cleanly with what it has.
+
+The tester's extra input cases and the autotuner's sweep live in clients/auto_roles.py; an autotuned
+config comes back through compile -> validate -> test -> profile as one more attempt of its iteration.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.clients.auto_roles import RoleSteps
 from maxkernel.clients.mcp_client import KernelServerClient, ServerToolError, ServerUnavailable
 from maxkernel.clients.models import (
     Budget,
@@ -33,6 +39,7 @@ from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import (
     Diagnosis,
     OutputParseError,
+    Role,
     get_role,
     parse_output,
     render_analyze_profile_prompt,
@@ -43,7 +50,9 @@ from maxkernel.subagents import (
 
 STATE_VERSION = 1
 DESIGN_CHIP = "tpu-v6e"  # chip facts for prompts when the target is cpu/local
-Step = Literal["plan", "implement", "compile", "debug", "validate", "profile", "analyze", "done"]
+Step = Literal[
+    "plan", "implement", "compile", "debug", "validate", "test", "profile", "analyze", "autotune", "done"
+]
 Basis = Literal["measured", "estimate", "none"]
 
 
@@ -66,6 +75,11 @@ class AutoConfig(BaseModel):
     model: str = "offline"
     budget: Budget = Budget()
     profile: bool = True
+    test_cases: int = Field(
+        default=3, ge=0, le=16, description="tester cases validated after the standard validation (0: none)"
+    )
+    autotune: bool = Field(default=False, description="sweep the verified kernel's tunables after analyze")
+    autotune_max_configs: int = Field(default=4, ge=1, le=64, description="configs the sweep compiles")
 
 
 class Score(BaseModel):
@@ -82,9 +96,15 @@ class Score(BaseModel):
 
 class Attempt(BaseModel):
     n: int
-    origin: Literal["implementer", "debugger"]
+    origin: Literal["implementer", "debugger", "autotuner"]
     outcome: Literal[
-        "verified", "compile_failed", "validation_failed", "tool_error", "duplicate_rejected", "pending"
+        "verified",
+        "compile_failed",
+        "validation_failed",
+        "test_failed",
+        "tool_error",
+        "duplicate_rejected",
+        "pending",
     ]
     error: str | None = None
 
@@ -107,10 +127,15 @@ class IterationState(BaseModel):
     verified: bool = False
     score: Score | None = None
     outcome: str | None = None
+    tests: list[dict] = Field(default_factory=list, description="per attempt: each extra case's verdict")
+    autotune: dict | None = None
+    autotune_done: bool = False
+    pre_autotune: dict | None = Field(default=None, description="the verified kernel the sweep tries to beat")
 
 
 class Best(BaseModel):
     iteration: int
+    origin: str = Field(default="implementer", description="the role whose source it is")
     source: str
     kernel_sha256: str | None
     score: Score
@@ -130,6 +155,8 @@ class RunState(BaseModel):
     stop_reason: str | None = None
     elapsed_s: float = 0.0
     profile_server: int | None = None
+    test_cases: list[dict] | None = Field(default=None, description="the tester's cases, asked once per task")
+    test_cases_for: str | None = Field(default=None, description="the task the cached cases were asked for")
 
 
 def _error_text(report: dict | None, fallback: str = "") -> str:
@@ -163,7 +190,7 @@ def score_profile(profile: dict | None) -> Score:
     return Score(basis="none", label=reason)
 
 
-class AutoLoop:
+class AutoLoop(RoleSteps):
     """One Auto run over one or more connected servers (the first compiles and validates)."""
 
     def __init__(
@@ -268,6 +295,8 @@ class AutoLoop:
                 "implement": f"kernel-{len(cur.attempts) - 1}.py written",
                 "compile": "compiled" if (cur.compile or {}).get("ok") else "compile failed",
                 "validate": "validated on fresh inputs",
+                "test": self._tests_detail(),
+                "autotune": (cur.autotune or {}).get("decision", "autotuned")[:80],
                 "debug": "fix proposed"
                 if cur.attempts and cur.attempts[-1].outcome == "pending"
                 else "fix rejected",
@@ -289,8 +318,11 @@ class AutoLoop:
 
     # ---- model calls -----------------------------------------------------------------------------
 
-    async def _ask(self, role_name: str, prompt: str, step: str) -> Any:
-        """One role's reply, parsed; a parse failure is answered once with the error, then StepFailed."""
+    async def _ask(
+        self, role_name: str, prompt: str, step: str, parse: Callable[[Role, str], Any] | None = None
+    ) -> Any:
+        """One role's reply, parsed (by `parse`, default the role's output model); a parse failure is
+        answered once with the error, then StepFailed."""
         role = get_role(role_name)
         messages = [Message.system(role.system_prompt), Message.user(prompt)]
         replies: list[dict] = []
@@ -305,7 +337,7 @@ class AutoLoop:
                     {"text": response.text, "usage": entry.usage.model_dump(), "cost_usd": entry.cost_usd}
                 )
                 try:
-                    return parse_output(role, response.text)
+                    return (parse or parse_output)(role, response.text)
                 except OutputParseError as e:
                     error = e
                     messages += [
@@ -369,7 +401,7 @@ class AutoLoop:
         self._set_source(proposal.source, "implementer")
         return "compile"
 
-    def _set_source(self, source: str, origin: Literal["implementer", "debugger"]) -> None:
+    def _set_source(self, source: str, origin: Literal["implementer", "debugger", "autotuner"]) -> None:
         cur = self.state.current
         cur.source, cur.compile, cur.validation = source, None, None
         n = len(cur.attempts)
@@ -381,6 +413,8 @@ class AutoLoop:
         cur = self.state.current
         attempt = cur.attempts[-1]
         attempt.outcome, attempt.error = outcome, error[:4000]  # type: ignore[assignment]
+        if attempt.origin == "autotuner":
+            return self._autotuned_attempt_failed(outcome, error)
         cur.last_error = error
         cur.failed_sources.append(_norm(cur.source or ""))
         if cur.pending_fix is not None:
@@ -422,6 +456,13 @@ class AutoLoop:
         self.store.write_json(f"{self._dir()}/validate-{n}.json", report)
         if not report.get("ok"):
             return self._attempt_failed("validation_failed", "validation failed: " + _error_text(report))
+        if self.config.test_cases > 0:
+            return "test"
+        return self._verified()
+
+    def _verified(self) -> Step:
+        """The attempt passed validation (and its extra cases): profile it, or keep it unprofiled."""
+        cur = self.state.current
         cur.attempts[-1].outcome = "verified"
         cur.verified, cur.pending_fix = True, None
         if not self.config.profile:
@@ -475,7 +516,7 @@ class AutoLoop:
         report, error = await self._profile(cur.source or "")
         cur.profile = report
         if report is not None:
-            self.store.write_json(f"{self._dir()}/profile.json", report)
+            self.store.write_json(f"{self._dir()}/{self._evidence('profile')}", report)
             cur.trace_summary = report.get("trace_summary")
             if cur.trace_summary is None and report.get("trace_path"):
                 try:
@@ -483,7 +524,7 @@ class AutoLoop:
                 except ServerToolError:
                     cur.trace_summary = None  # a trace outside the workspace: the report still stands
             if cur.trace_summary is not None:
-                self.store.write_json(f"{self._dir()}/trace_summary.json", cur.trace_summary)
+                self.store.write_json(f"{self._dir()}/{self._evidence('trace_summary')}", cur.trace_summary)
         cur.score = (
             score_profile(report)
             if report and report.get("ok")
@@ -526,8 +567,49 @@ class AutoLoop:
         except StepFailed as e:
             return self._end_iteration(f"verified; analysis failed: {e}")
         cur.analysis = analysis.model_dump()
-        self.store.write_json(f"{self._dir()}/analysis.json", analysis)
-        return self._end_iteration("verified")
+        self.store.write_json(f"{self._dir()}/{self._evidence('analysis')}", analysis)
+        if self.config.autotune and not cur.autotune_done:
+            return "autotune"
+        return self._end_iteration("verified (autotuned)" if self._autotuned() else "verified")
+
+    def _autotuned(self) -> bool:
+        cur = self.state.current
+        return bool(cur.attempts) and cur.attempts[-1].origin == "autotuner"
+
+    def _evidence(self, name: str) -> str:
+        """profile.json etc. for the iteration's kernel; `<name>-<n>.json` for an autotuned attempt, so the
+        evidence of the kernel it tried to beat stays on disk."""
+        return f"{name}-{self.state.current.attempts[-1].n}.json" if self._autotuned() else f"{name}.json"
+
+    def _snapshot_verified(self) -> None:
+        cur = self.state.current
+        cur.pre_autotune = {
+            "source": cur.source,
+            "compile": cur.compile,
+            "validation": cur.validation,
+            "profile": cur.profile,
+            "trace_summary": cur.trace_summary,
+            "analysis": cur.analysis,
+            "score": cur.score.model_dump() if cur.score else None,
+        }
+
+    def _autotuned_attempt_failed(self, outcome: str, error: str) -> Step:
+        """An autotuned config that fails is data: the iteration keeps the kernel it already verified."""
+        cur = self.state.current
+        saved = cur.pre_autotune or {}
+        for key in ("source", "compile", "validation", "profile", "trace_summary", "analysis"):
+            setattr(cur, key, saved.get(key))
+        cur.score = Score.model_validate(saved["score"]) if saved.get("score") else None
+        cur.verified = True
+        self.store.write_text(f"{self._dir()}/kernel.py", cur.source or "")
+        first = error.splitlines()[0][:300] if error else outcome
+        if cur.autotune is not None:
+            cur.autotune["decision"] += (
+                f"; the rendered config failed ({outcome}): {first}; kept the verified kernel"
+            )
+            self.store.write_json(f"{self._dir()}/autotune.json", cur.autotune)
+        self.reporter.note(f"autotuned config failed ({outcome}): {first}")
+        return self._end_iteration(f"verified; autotuned config failed: {first}")
 
     # ---- bookkeeping -------------------------------------------------------------------------------
 
@@ -538,7 +620,11 @@ class AutoLoop:
         if best is None or cur.score.key() < best.score.key():
             sha = (cur.validation or {}).get("kernel_sha256") or (cur.compile or {}).get("kernel_sha256")
             self.state.best = Best(
-                iteration=cur.index, source=cur.source or "", kernel_sha256=sha, score=cur.score
+                iteration=cur.index,
+                origin=cur.attempts[-1].origin if cur.attempts else "implementer",
+                source=cur.source or "",
+                kernel_sha256=sha,
+                score=cur.score,
             )
             self.store.write_text("best_kernel.py", cur.source or "")
 
@@ -599,6 +685,7 @@ class AutoLoop:
             if best is None
             else {
                 "iteration": best.iteration,
+                "origin": best.origin,
                 "kernel_sha256": best.kernel_sha256,
                 "path": str(self.store.path("best_kernel.py")),
                 "time_us": best.score.time_us,
@@ -617,6 +704,14 @@ class AutoLoop:
                     "debug_attempts": it.debug_used,
                     "attempts": [a.model_dump() for a in it.attempts],
                     "score": it.score.model_dump() if it.score else None,
+                    "tests": self._tests_summary(it),
+                    "autotune": None
+                    if it.autotune is None
+                    else {
+                        k: it.autotune.get(k)
+                        for k in ("basis", "best_config", "best_time_us", "baseline_time_us", "beats_current")
+                    }
+                    | {"decision": it.autotune.get("decision")},
                 }
                 for it in st.finished
             ],

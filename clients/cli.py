@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--max-debug", type=int, default=3, help="debugger attempts per iteration")
     a.add_argument("--seeds", type=int, default=3, help="fresh input seeds per validation")
     a.add_argument("--no-profile", action="store_true", help="skip profiling (rank nothing, keep the first)")
+    a.add_argument(
+        "--test-cases",
+        type=int,
+        default=3,
+        metavar="N",
+        help="tester's extra input cases per attempt (0: none)",
+    )
+    a.add_argument(
+        "--autotune", action="store_true", help="sweep the verified kernel's tunables after each analysis"
+    )
     a.add_argument("--out", default="runs", help="parent of the run directory (default runs/)")
     a.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last finished step")
     a.add_argument(
@@ -78,6 +88,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"reference file not found: {args.reference}")
     if args.iterations < 1:
         raise UsageError(f"--iterations should be at least 1, got {args.iterations}")
+    if not 0 <= args.test_cases <= 16:
+        raise UsageError(f"--test-cases should be between 0 and 16, got {args.test_cases}")
     if args.max_debug < 0:
         raise UsageError(f"--max-debug should be >= 0, got {args.max_debug}")
     if not 1 <= args.seeds <= 16:
@@ -166,6 +178,8 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
                 model=model_spec,
                 budget=Budget(max_usd=args.max_usd, max_tokens=args.max_tokens, max_minutes=args.max_minutes),
                 profile=not args.no_profile,
+                test_cases=args.test_cases,
+                autotune=args.autotune,
             )
             loop = AutoLoop.start(model, clients, store, config, reporter=reporter)
         reporter.note(f"run directory: {store.root}")

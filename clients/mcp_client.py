@@ -182,7 +182,10 @@ class KernelServerClient:
         seeds: int = 3,
         timeout_s: float | None = None,
         seed_offset: int = 0,
+        case: dict | None = None,
+        allow_weak_check: bool | None = None,
     ) -> dict:
+        """`case`: an extra input case ({name, sizes, distribution, scale}); None for the task's own inputs."""
         return await self.call(
             "validate_kernel",
             {
@@ -192,6 +195,8 @@ class KernelServerClient:
                 "size": size,
                 "seeds": seeds,
                 "seed_offset": seed_offset,
+                "case": case,
+                "allow_weak_check": allow_weak_check,
                 "timeout_s": timeout_s,
             },
         )
@@ -217,6 +222,29 @@ class KernelServerClient:
 
     async def evaluate_kernel(self, source: str, reference: str, **kwargs: Any) -> dict:
         return await self.call("evaluate_kernel", {"kernel_source": source, "reference": reference, **kwargs})
+
+    async def autotune_kernel(
+        self,
+        template_source: str,
+        space: dict[str, list],
+        reference: str,
+        target: str = "tpu-v6e",
+        size: str = "small",
+        max_configs: int = 4,
+        objective: str = "estimate",
+    ) -> dict:
+        return await self.call(
+            "autotune_kernel",
+            {
+                "template_source": template_source,
+                "space": space,
+                "reference": reference,
+                "target": target,
+                "size": size,
+                "max_configs": max_configs,
+                "objective": objective,
+            },
+        )
 
     async def summarize_trace(self, trace_path: str, top: int = 15) -> dict:
         return await self.call("summarize_trace", {"trace_path": trace_path, "top": top})

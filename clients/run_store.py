@@ -3,8 +3,11 @@
     runs/<timestamp>-<task>/
         state.json            the journal: written atomically after each finished step
         ledger.json           every model call (tokens, cost, latency)
-        iter-01/plan.json  kernel-0.py  compile-0.json  validate-0.json  profile.json
-                trace_summary.json  analysis.json  transcript-<step>.json  cost.json  kernel.py
+        test_cases.json       the tester's cases, asked once per task
+        iter-01/plan.json  kernel-0.py  compile-0.json  validate-0.json  tests.json  profile.json
+                trace_summary.json  analysis.json  autotune.json  autotune_template.py
+                profile-<n>.json  analysis-<n>.json (an autotuned attempt)  transcript-<step>.json
+                cost.json  kernel.py
         best_kernel.py  summary.json
 
 Files are written to a temporary name and renamed into place, so a killed run never leaves a torn

@@ -47,6 +47,7 @@ from maxkernel.server.workspace import Workspace, WorkspaceError, sha256_text
 from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.pool import WorkerPool
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
@@ -246,11 +247,19 @@ async def validate_kernel(
     allow_weak_check: Annotated[
         bool, Field(description="accept a check that trivial outputs (zeros, mean) would also pass")
     ] = False,
+    case: Annotated[
+        InputCase | None,
+        Field(
+            description="an extra input case: size overrides merged over `size` (maxkernel-format references "
+            "only) and a distribution for the float inputs; omit for the reference's own inputs"
+        ),
+    ] = None,
     timeout_s: Timeout = 300.0,
 ) -> ValidationReport:
     """Run the kernel and the reference on fresh inputs and compare (on CPU: TPU interpret mode, races).
 
-    Returns per-seed errors, the tolerance used and where it came from, or the classified failure.
+    Returns per-seed errors, the tolerance used and where it came from, or the classified failure. With
+    `case`, a case the reference itself cannot build or run fails as `case_unusable` (not the kernel's fault).
     """
     st = _state(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
@@ -267,6 +276,7 @@ async def validate_kernel(
             rtol=rtol,
             allow_plain_jax=allow_plain_jax,
             allow_weak_check=allow_weak_check,
+            case=case,
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,

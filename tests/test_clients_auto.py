@@ -62,7 +62,7 @@ def role_of(messages) -> str:
     system = messages[0].text
     return next(
         name
-        for name in ("planner", "implementer", "debugger", "profile_analyst")
+        for name in ("planner", "implementer", "debugger", "profile_analyst", "tester", "autotuner")
         if get_role(name).system_prompt == system
     )
 
@@ -105,6 +105,7 @@ def workspace(tmp_path):
 
 def config(reference: str, **kw) -> AutoConfig:
     kw.setdefault("iterations", 1)
+    kw.setdefault("test_cases", 0)  # the tester's extra cases: tests/test_clients_auto_roles.py
     return AutoConfig(
         task=reference, reference=f"references/{reference}.py", task_spec="match the reference", **kw
     )

@@ -34,6 +34,7 @@ def test_auto_over_stdio_with_a_scripted_model(monkeypatch, capsys, tmp_path):
     script = Script(planner=[PLAN], implementer=[code(PLUS_ONE)])
     monkeypatch.setattr(cli, "build_model", lambda spec: script.model)
     argv = ["auto", "--reference", PLUS_ONE_REF, "--target", "cpu", "--iterations", "1", "--no-profile"]
+    argv += ["--test-cases", "0"]
     code_ = cli.main(
         [*argv, "--model", "offline", "--out", str(tmp_path), "--json", "--quiet", "--seeds", "1"]
     )

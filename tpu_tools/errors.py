@@ -15,6 +15,10 @@ class ReferenceLoadError(UsageError):
     """The reference module cannot be found, imported, or lacks the required names."""
 
 
+class UnusableCaseError(UsageError):
+    """An extra input case the reference itself cannot build or run: a verdict on the case, not the kernel."""
+
+
 class CandidateLoadError(MaxkernelError):
     """The candidate file broke on import or lacks `workload` (a negative verdict, not a usage error)."""
 

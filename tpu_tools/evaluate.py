@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
 
@@ -128,16 +129,19 @@ class Evaluator:
         rtol: float | None = None,
         allow_plain_jax: bool = False,
         allow_weak_check: bool = False,
+        case: InputCase | None = None,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> ValidationReport:
+        """Validate on `seeds`; with `case`, on that extra input case (both children build the same inputs)."""
         from maxkernel.tpu_tools.validate import merge_reports
 
         started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
         reference = _abs_reference(reference)
         seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+        case_dict = case.model_dump(mode="json") if case is not None else None
         out_dir = tempfile.mkdtemp(prefix="maxkernel-validate-")
         try:
             outcome = self._run(
@@ -150,6 +154,7 @@ class Evaluator:
                     "seeds": seed_list,
                     "out_dir": out_dir,
                     "allow_plain_jax": allow_plain_jax,
+                    "case": case_dict,
                 },
                 timeout_s=timeout_s,
                 on_progress=on_progress,
@@ -157,7 +162,7 @@ class Evaluator:
                 needs_device=self._on_device(target),
             )
             base = ValidationReport(
-                ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list
+                ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list, case=case
             )
             if outcome.status != "ok" or outcome.result is None:
                 base.failure = outcome_failure(outcome, "candidate run")
@@ -177,6 +182,7 @@ class Evaluator:
                     "atol": atol,
                     "rtol": rtol,
                     "allow_weak_check": allow_weak_check,
+                    "case": case_dict,
                 },
                 timeout_s=timeout_s,
                 on_progress=on_progress,

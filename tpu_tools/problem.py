@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from maxkernel.tpu_tools.errors import CandidateLoadError, ReferenceLoadError, UsageError
+from maxkernel.tpu_tools.errors import CandidateLoadError, ReferenceLoadError, UnusableCaseError, UsageError
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.input_cases import InputCase
 
 ReferenceKind = Literal["maxkernel", "jaxbench-style", "maxkernel-task-dir"]
 
@@ -85,17 +88,41 @@ class Reference:
     _create: Callable[[str, int | None], tuple]
     _flops: Callable[[str], int | None] = field(default=lambda size: None)
     config: dict = field(default_factory=dict)
+    # maxkernel-format only: build inputs for a size dict that is not one of SIZES (extra input cases)
+    _create_sized: Callable[[dict, int | None], tuple] | None = None
+    sizes_table: dict[str, dict] = field(default_factory=dict)
 
-    def create_inputs(self, size: str = "small", seed: int | None = None) -> tuple:
+    def create_inputs(
+        self, size: str = "small", seed: int | None = None, case: InputCase | None = None
+    ) -> tuple:
+        """The inputs for (size, seed), or for an extra input case built over that size.
+
+        A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
+        a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
+        """
         if size not in self.info.sizes:
             raise UsageError(f"reference {self.info.name!r} has no size {size!r}; it has {self.info.sizes}")
-        return self._create(size, seed)
+        if case is None:
+            return self._create(size, seed)
+        from maxkernel.tpu_tools.input_cases import merged_size, transform_inputs
 
-    def input_shapes(self, size: str = "small") -> tuple:
+        if case.sizes:
+            if self._create_sized is None:
+                raise UnusableCaseError(
+                    f"{case.describe()}: this reference has fixed inputs; size overrides need a "
+                    "maxkernel-format reference"
+                )
+            case = case.model_copy(update={"base": size})
+            inputs = self._create_sized(merged_size(self.sizes_table, case), seed)
+        else:
+            inputs = self._create(size, seed)
+        return transform_inputs(inputs, case, seed)
+
+    def input_shapes(self, size: str = "small", case: InputCase | None = None) -> tuple:
         """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
         import jax
 
-        return jax.eval_shape(lambda: self.create_inputs(size, None))
+        return jax.eval_shape(lambda: self.create_inputs(size, None, case))
 
     def get_flops(self, size: str) -> int | None:
         return self._flops(size)
@@ -157,6 +184,17 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
         def create(size: str, seed: int | None) -> tuple:
             return tuple(module.create_inputs(None, key=seed, size=size))
 
+        def create_sized(dims: dict, seed: int | None) -> tuple:
+            # create_inputs reads SIZES[size]: lend it the case's dict under a private name, then take it back
+            name = "__maxkernel_case__"
+            dims = dict(dims)
+            dtype = dims.get("dtype")  # a dtype override reaches modules that read the argument, not the dict
+            sizes_table[name] = dims
+            try:
+                return tuple(module.create_inputs(dtype, key=seed, size=name))
+            finally:
+                sizes_table.pop(name, None)
+
         kind: ReferenceKind = "maxkernel"
     else:
         sizes = ["full"]
@@ -190,7 +228,15 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
         rtol=config.get("rtol"),
         notes=notes,
     )
-    return Reference(info=info, workload=workload, _create=create, _flops=flops, config=config)
+    return Reference(
+        info=info,
+        workload=workload,
+        _create=create,
+        _flops=flops,
+        config=config,
+        _create_sized=create_sized if seedable else None,
+        sizes_table=dict(sizes_table) if seedable else {},
+    )
 
 
 def _bf16():

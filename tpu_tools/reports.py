@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.problem import ReferenceInfo
 
 FailureKind = Literal[
@@ -22,6 +23,7 @@ FailureKind = Literal[
     "output_mismatch",  # numbers differ beyond tolerance
     "race",  # TPU interpret mode's race detector fired
     "weak_check",  # a trivial output would pass too: the check cannot tell
+    "case_unusable",  # the extra input case cannot be built or run by the reference itself - not the kernel
     "no_kernel",  # no pallas_call in the candidate (plain-JAX rewrites need allow_plain_jax)
     "timeout",
     "crash",  # segfault or other fatal signal
@@ -132,6 +134,7 @@ class ValidationReport(BaseModel):
     kernel_sha256: str | None = None
     reference: ReferenceInfo | None = None
     seeds: list[int] = []
+    case: InputCase | None = Field(default=None, description="the extra input case validated, if any")
     tolerance: Tolerance | None = None
     per_seed: list[SeedResult] = []
     has_pallas_call: bool | None = None

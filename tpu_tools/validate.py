@@ -3,6 +3,10 @@
 1. `candidate_outputs_job` imports the candidate, builds each seed's inputs, runs it (TPU interpret mode with
    race detection when the target chip is absent) and saves the outputs to .npz files.
 2. `reference_compare_job` imports only the reference, recomputes the outputs and compares them.
+
+With an extra input case both children build the inputs from the same (size, seed, case). A case the
+reference itself cannot build, trace or run (or answers with NaN/inf) ends as `case_unusable`: a
+verdict on the case, never on the kernel.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from maxkernel.tpu_tools import execution
 from maxkernel.tpu_tools.classify import classify_exception
 from maxkernel.tpu_tools.compare import compare_outputs, trivial_outputs_passing
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
+from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.problem import load_candidate, load_reference
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
 from maxkernel.tpu_tools.targets import parse_target
@@ -40,6 +45,26 @@ def _dtypes(tree) -> list[str]:
     return [str(x.dtype) for x in jax.tree_util.tree_leaves(tree)]
 
 
+def _case_failure(case: InputCase, why: str) -> Failure:
+    return Failure(
+        kind="case_unusable",
+        summary=f"{case.describe()} is unusable, not a verdict on the kernel: {why}"[:1000],
+        stage="load",
+    )
+
+
+def _check_case(ref, size: str, case: InputCase) -> Failure | None:
+    """The reference must build and trace the case before the candidate is blamed for anything."""
+    import jax
+
+    try:
+        shapes = ref.input_shapes(size, case)
+        jax.eval_shape(ref.workload, *shapes)
+    except Exception as e:
+        return _case_failure(case, f"the reference cannot build or trace it: {type(e).__name__}: {e}")
+    return None
+
+
 def candidate_outputs_job(
     kernel_path: str,
     reference: str,
@@ -48,6 +73,7 @@ def candidate_outputs_job(
     seeds: list[int],
     out_dir: str,
     allow_plain_jax: bool = False,
+    case: dict | None = None,
 ) -> dict:
     """Pool job (candidate side). Returns a partial ValidationReport; outputs go to out_dir/seed_<n>.npz."""
     import jax
@@ -56,7 +82,10 @@ def candidate_outputs_job(
     from maxkernel.tpu_tools.env_info import environment
     from maxkernel.tpu_tools.pool import report_progress
 
-    report = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seeds)
+    input_case = InputCase.model_validate(case) if case is not None else None
+    report = ValidationReport(
+        ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seeds, case=input_case
+    )
     report.environment = environment()
     try:
         tgt = parse_target(target)
@@ -72,6 +101,9 @@ def candidate_outputs_job(
         )
         return report.model_dump(mode="json")
     report.kernel_sha256 = cand.sha256
+    if input_case is not None and (bad := _check_case(ref, size, input_case)) is not None:
+        report.failure = bad
+        return report.model_dump(mode="json")
     plan = execution.plan_for(tgt)
     detect_races = tgt.kind == "tpu" and not plan.native
     report.execution = plan.description + (" (race detection on)" if detect_races else "")
@@ -84,7 +116,7 @@ def candidate_outputs_job(
     with scope:
         stage = "trace"
         try:
-            shapes = ref.input_shapes(size)
+            shapes = ref.input_shapes(size, input_case)
             report.has_pallas_call = bool(pallas_calls_of(jax.make_jaxpr(cand.workload)(*shapes)))
         except Exception as e:
             report.failure = classify_exception(e, stage, path)
@@ -100,7 +132,7 @@ def candidate_outputs_job(
             report_progress(f"candidate seed {seed}")
             stage = "run"
             try:
-                inputs = ref.create_inputs(size, seed)
+                inputs = ref.create_inputs(size, seed, input_case)
                 with contextlib.redirect_stdout(race_log):
                     out = jax.block_until_ready(fn(*inputs))
                     races = detect_races and execution.races_found()
@@ -131,6 +163,7 @@ def reference_compare_job(
     atol: float | None = None,
     rtol: float | None = None,
     allow_weak_check: bool = False,
+    case: dict | None = None,
 ) -> dict:
     """Pool job (reference side): recompute the reference per seed and compare with the saved candidate outputs."""
     import jax
@@ -138,14 +171,35 @@ def reference_compare_job(
     from maxkernel.tpu_tools.pool import report_progress
 
     ref = load_reference(reference)
-    report = ValidationReport(ok=False, target="", size=size, kernel_path="", reference=ref.info, seeds=seeds)
+    input_case = InputCase.model_validate(case) if case is not None else None
+    report = ValidationReport(
+        ok=False, target="", size=size, kernel_path="", reference=ref.info, seeds=seeds, case=input_case
+    )
     fn = jax.jit(ref.workload)
     weak_everywhere: set[str] | None = None
     for seed in seeds:
         report_progress(f"reference seed {seed}")
-        inputs = ref.create_inputs(size, seed)
-        expected_tree = jax.block_until_ready(fn(*inputs))
+        if input_case is None:
+            inputs = ref.create_inputs(size, seed)
+            expected_tree = jax.block_until_ready(fn(*inputs))
+        else:
+            try:
+                inputs = ref.create_inputs(size, seed, input_case)
+                expected_tree = jax.block_until_ready(fn(*inputs))
+            except Exception as e:  # UnusableCaseError, or the reference's own failure on these inputs
+                report.failure = _case_failure(
+                    input_case, f"the reference fails on it: {type(e).__name__}: {e}"
+                )
+                return report.model_dump(mode="json")
         expected = _to_numpy(expected_tree)
+        if input_case is not None and (
+            bad := sum(int((~np.isfinite(e)).sum()) for e in expected if e.dtype.kind == "f")
+        ):
+            report.failure = _case_failure(
+                input_case,
+                f"the reference answers with {bad} NaN/inf value(s) (seed {seed}): no ground truth",
+            )
+            return report.model_dump(mode="json")
         dtypes = _dtypes(expected_tree)
         if report.tolerance is None:
             report.tolerance = choose_tolerance(
