@@ -2,7 +2,7 @@
 
 The orchestrator spawns a maxkernel-server over stdio and drives planner → implementer → compile
 (real TPU compiler for tpu-v6e) → debug → validate (TPU interpret mode, race detection) → profile
-(static estimate: no TPU here) with the built-in `offline` model. No network is used.
+(static estimate: no TPU here) → autotune with the built-in `offline` model. No network is used.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def main() -> int:
     from maxkernel.clients.cli import main as orchestrate
 
     args = ["auto", "--task", "12p_RMSNorm", "--size", "small", "--target", "tpu-v6e", "--model", "offline"]
-    args += ["--iterations", "3", "--out", "runs"]
+    args += ["--iterations", "2", "--autotune", "--out", "runs"]
     return orchestrate(args)
 
 

@@ -10,8 +10,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-from tests.test_clients_search_procs import FormulaEvaluator, make_search
+from test_clients_search_procs import FormulaEvaluator, make_search
 
 
 def run(coro):
