@@ -24,7 +24,7 @@ def test_block_breaking_8_128_is_a_lowering_error(target):
     r = run_compile(kernel("bad_block"), MATMUL_REF, target, "small")
     assert not r.ok
     assert r.failure.kind == "lowering_error"
-    assert "(8,128)" in r.failure.summary
+    assert "(8,128)" in r.failure.summary and "block (100, 128) for args[0]" in r.failure.summary
     assert r.failure.line is not None  # points into the candidate file
 
 

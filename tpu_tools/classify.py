@@ -38,6 +38,25 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
+_BLOCK_SPEC = re.compile(
+    r"Block spec for (?P<arg>.+?) in pallas_call (?P<kernel>\S+) .*?has block shape \((?P<block>.*?)\), "
+    r"array shape \((?P<array>.*?)\)",
+    re.S,
+)
+
+
+def _block_rule_detail(message: str) -> str:
+    """'block (100, 128) for args[0] of _kernel on array (256, 512)' from Pallas's long block-spec error."""
+    m = _BLOCK_SPEC.search(message)
+    if not m:
+        return _first_line(message)
+    block = re.sub(r"Blocked\(block_size=(\w+)\)", r"\1", m["block"])
+    return (
+        f"block ({block}) for {m['arg']} of {m['kernel']} on array ({m['array']}); the last two block dims "
+        "must be divisible by 8 and 128 or equal the array's"
+    )
+
+
 def classify_exception(exc: BaseException, stage: str, candidate_path: Path | None = None) -> Failure:
     """Map an exception raised while tracing/lowering/compiling/running the candidate to a Failure."""
     text = f"{type(exc).__name__}: {exc}"
@@ -72,7 +91,7 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
     if _BLOCK_RULE in text or "block shape" in lowered and "pallas tpu lowering" in lowered:
         return Failure(
             kind="lowering_error",
-            summary=f"block shape breaks the (8,128) tiling rule: {_first_line(str(exc))}{where}",
+            summary=f"block shape breaks the (8,128) tiling rule: {_block_rule_detail(str(exc))}{where}",
             message=full,
             stage=stage,
             line=line,

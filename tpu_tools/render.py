@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from maxkernel.tpu_tools.chips import ChipSpec
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
@@ -15,7 +16,7 @@ def _failure(f: Failure) -> None:
     console.print(f"[bold red]✗ {f.kind}[/]: {f.summary}")
     if f.message and f.kind not in ("usage_error",):
         tail = f.message.strip().splitlines()[-6:]
-        console.print("[dim]" + "\n".join(tail) + "[/]", highlight=False, markup=False)
+        console.print(Text("\n".join(tail), style="dim"), highlight=False)
 
 
 def _dims(d: dict) -> str:
@@ -27,8 +28,9 @@ def render_compile(r: CompileReport) -> None:
     console.print(f"{head} {r.kernel_path} for [bold]{r.target}[/] (size {r.size}) with {r.compiler}")
     if r.compiler_note:
         console.print(f"  {r.compiler_note}")
-    t = r.times
-    console.print(f"  trace {t.trace_ms} ms, lower {t.lower_ms} ms, compile {t.compile_ms} ms")
+    stages = [(n, getattr(r.times, f"{n}_ms")) for n in ("trace", "lower", "compile")]
+    if any(ms is not None for _, ms in stages):
+        console.print("  " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in stages if ms is not None))
     if r.output:
         console.print(f"  output: {', '.join(f'{o.dtype}{o.shape}' for o in r.output)}")
     for call in r.pallas_calls:
