@@ -202,12 +202,14 @@ def measure_interleaved(
     reps: int = 30,
     min_time_s: float = 0.1,
     max_reps: int | None = None,
+    warmup_min_time_s: float = 0.25,
     trace_dir: str | None = None,
     timing_source: Literal["auto", "device_trace", "wall_clock"] = "auto",
     seed: int = _SEED,
 ) -> dict[str, TimingStats]:
     """Time already-jitted `fns` on rotating `input_sets`, interleaved; one TimingStats per key.
 
+    Warm-up runs at least `warmups` rounds and at least `warmup_min_time_s` seconds.
     Rep r calls every function once, in an order shuffled with `seed`, on input_sets[r % len].
     Reps continue past `reps` until `min_time_s` of samples were taken (at most `max_reps`,
     default 10 * reps). "auto" uses device time from a profiler trace on TPU/GPU and wall clock on
@@ -227,9 +229,15 @@ def measure_interleaved(
     for f in fns.values():  # compile + first touch of every input set, not timed
         for args in input_sets:
             jax.block_until_ready(f(*args))
-    for w in range(warmups):
+    # Warm up by count and by time: thread pools, caches and clock frequency settle only after a while,
+    # and the first measured rep of a cold process otherwise runs measurably slower.
+    w, warm_started = 0, time.perf_counter()
+    while w < warmups or time.perf_counter() - warm_started < warmup_min_time_s:
         for k in keys:
             jax.block_until_ready(fns[k](*input_sets[w % len(input_sets)]))
+        w += 1
+        if w >= 10 * max(warmups, 1) + 100:
+            break
 
     use_trace = timing_source == "device_trace" or (
         timing_source == "auto" and jax.default_backend() in ("tpu", "gpu")
