@@ -112,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _is_closed_pipe(e: BaseException) -> bool:
+    if isinstance(e, BrokenPipeError | ConnectionResetError):
+        return True
+    if isinstance(e, BaseExceptionGroup):
+        return all(_is_closed_pipe(x) for x in e.exceptions)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="maxkernel-server: %(message)s")
@@ -134,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         args.workspace, max_workers=args.max_workers, timeout_s=args.timeout, **security["server"]
     )
     if args.transport == "stdio":
-        server.run()
+        try:
+            server.run()
+        except BaseException as e:  # the client went away (closed pipe): exit quietly, not with a traceback
+            if not _is_closed_pipe(e):
+                raise
+            log.info("client closed the stdio pipe; shutting down")
+            return 0
     else:
         auth = "bearer token required" if "auth" in security["server"] else "no auth (loopback only)"
         log.info(
