@@ -79,3 +79,17 @@ def test_cpu_target_compiles_in_interpret_mode_and_checks_tpu_lowering():
     bad = run_compile(kernel("bad_block"), MATMUL_REF, "cpu", "small")
     # interpret mode accepts illegal blocks; the TPU lowering check still flags them
     assert any("would not lower for TPU" in w for w in bad.warnings)
+
+
+def test_without_libtpu_it_falls_back_to_lowering_only_and_says_so(monkeypatch):
+    from maxkernel.tpu_tools import execution
+
+    def no_libtpu(target):
+        raise RuntimeError("TPU topology is not available: libtpu not found")
+
+    monkeypatch.setattr(execution, "aot_sharding", no_libtpu)
+    r = run_compile(kernel("good_matmul"), MATMUL_REF, "tpu-v6e", "small")
+    assert r.ok and r.compiler == "lowering-only" and "NOT the Mosaic compiler" in r.compiler_note
+    assert r.times.compile_ms is None and r.warnings
+    bad = run_compile(kernel("bad_block"), MATMUL_REF, "tpu-v6e", "small")
+    assert bad.failure.kind == "lowering_error"  # the lowering rules still catch illegal blocks

@@ -74,14 +74,16 @@ def abstract_tpu_mesh(target: Target):
     from jax.sharding import AbstractDevice, AbstractMesh, AxisType
 
     assert target.chip is not None
-    dev = _topology(target.chip.topology).devices[0]
+    try:
+        dev = _topology(target.chip.topology).devices[0]
+        kind, cores = dev.device_kind, getattr(dev, "num_cores", 1)
+    except Exception:  # no libtpu: the chip table still names the device kind
+        kind, cores = target.chip.device_kind, 1
     mesh = AbstractMesh(
         (1,),
         ("x",),
         (AxisType.Auto,),
-        abstract_device=AbstractDevice(
-            device_kind=dev.device_kind, num_cores=getattr(dev, "num_cores", 1), platform="tpu"
-        ),
+        abstract_device=AbstractDevice(device_kind=kind, num_cores=cores, platform="tpu"),
     )
     with jax.sharding.use_abstract_mesh(mesh):
         yield
