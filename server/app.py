@@ -14,7 +14,7 @@ from typing import Any
 from mcp.server import MCPServer
 
 from maxkernel.server import prompts, resources, tools
-from maxkernel.server.tools import AppState
+from maxkernel.server.requests import AppState
 from maxkernel.server.workspace import Workspace
 from maxkernel.tpu_tools.evaluate import DEFAULT_TIMEOUT_S, Evaluator
 from maxkernel.tpu_tools.pool import WorkerPool

@@ -10,7 +10,8 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 
 from maxkernel.server.prompts import task_spec
-from maxkernel.server.tools import AppState, task_summaries
+from maxkernel.server.requests import AppState
+from maxkernel.server.tools import task_summaries
 from maxkernel.server.workspace import WorkspaceError
 from maxkernel.subagents import load_guide
 from maxkernel.tpu_tools.chips import UnknownChipError, get_chip

@@ -1,23 +1,18 @@
 """The MCP tools: typed arguments in, the evaluation core's report models out.
 
-Each long tool resolves its arguments on the event loop (cheap: file checks, task ids), then runs the
-blocking `Evaluator` call in a worker thread while the loop forwards its stages as progress. If the
-request is cancelled the Evaluator's cancel event is set, which kills the child process.
-
 A negative verdict (does not compile, wrong numbers, hangs past its timeout) is a normal result with
 `ok=false`. `ToolError` is kept for the caller's mistakes and for kernels that took their process down.
+Plumbing (argument resolution, progress, cancellation) lives in `requests.py`.
 """
 
 from __future__ import annotations
 
 import functools
-import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import anyio
 import anyio.to_thread
@@ -43,158 +38,27 @@ from maxkernel.server.models import (
     Timeout,
     Tol,
 )
-from maxkernel.server.workspace import Workspace, WorkspaceError, sha256_text
+from maxkernel.server.requests import (
+    AppState,
+    CancellableEvaluator,
+    Progress,
+    ProgressFn,
+    check_target,
+    finish,
+    mcp_hint,
+    resolve_kernel,
+    resolve_reference,
+    run_blocking,
+    state_of,
+)
+from maxkernel.server.workspace import WorkspaceError, sha256_text
 from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
-from maxkernel.tpu_tools.evaluate import Evaluator
 from maxkernel.tpu_tools.input_cases import InputCase
-from maxkernel.tpu_tools.pool import WorkerPool
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
-from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
 from maxkernel.tpu_tools.tasks import TaskSummary
 from maxkernel.tpu_tools.trace_summary import TraceFormatError
-
-T = TypeVar("T")
-ProgressFn = Callable[[str], None]
-HEARTBEAT_S = 15.0
-# Endings where the kernel took its child process down: not a verdict a model can read field by field.
-_FATAL_KINDS = {"crash", "oom", "exited", "internal_error"}
-
-
-@dataclass
-class AppState:
-    """What every request shares; built by the server's lifespan."""
-
-    workspace: Workspace
-    pool: WorkerPool
-    evaluator: Evaluator
-
-
-def resolve_kernel(ws: Workspace, kernel_source: str | None, kernel_path: str | None) -> Path:
-    if (kernel_source is None) == (kernel_path is None):
-        raise ToolError(
-            "give exactly one of kernel_source (the module text) or kernel_path (a workspace file)"
-        )
-    if kernel_source is not None:
-        if not kernel_source.strip():
-            raise ToolError("kernel_source is empty")
-        return ws.save_kernel(kernel_source)
-    try:
-        path = ws.resolve(kernel_path or "", kind="kernel")
-    except WorkspaceError as e:
-        raise ToolError(str(e)) from None
-    if not path.is_file():
-        raise ToolError(f"kernel path {kernel_path!r} is not a file")
-    return path
-
-
-def resolve_reference(ws: Workspace, reference: str) -> str:
-    """A workspace path (absolute) or a canonical JaxBench id."""
-    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
-
-    ref = reference.strip()
-    if not ref:
-        raise ToolError("reference is empty: give a JaxBench task id or a workspace path")
-    if any(c in ref for c in "/\\") or ref.endswith(".py") or (ws.root / ref).exists():
-        try:
-            return str(ws.resolve(ref, kind="reference"))
-        except WorkspaceError as e:
-            raise ToolError(str(e)) from None
-    try:
-        return resolve_id(ref)
-    except UnknownTaskError as e:
-        raise ToolError(f"{_mcp_hint(e)} (or give a reference module path inside the workspace)") from None
-
-
-def _mcp_hint(e: Exception) -> str:
-    return str(e).replace("`maxkernel tasks` lists them", "list_tasks lists them")
-
-
-def check_target(target: str) -> str:
-    try:
-        return parse_target(target).name
-    except UnknownTargetError as e:
-        raise ToolError(str(e)) from None
-
-
-def finish(report: T, tool: str) -> T:
-    """Fill the kernel's hash; turn a kernel that killed its process, or a caller mistake, into ToolError."""
-    path = Path(report.kernel_path)  # type: ignore[attr-defined]
-    if report.kernel_sha256 is None and path.is_file():  # type: ignore[attr-defined]
-        report.kernel_sha256 = sha256_text(path.read_text(encoding="utf-8"))  # type: ignore[attr-defined]
-    failure = report.failure  # type: ignore[attr-defined]
-    if failure is not None and failure.kind == "usage_error":
-        raise ToolError(failure.summary)
-    if failure is not None and failure.kind in _FATAL_KINDS:
-        detail = failure.message.strip()[-2000:]
-        raise ToolError(
-            f"{tool}: kernel {path} (sha256 {report.kernel_sha256}) ended with {failure.kind}: "  # type: ignore[attr-defined]
-            f"{failure.summary}" + (f"\n{detail}" if detail else "")
-        )
-    return report
-
-
-class Progress:
-    """One request's progress notifications: the counter must only increase, across all its stages."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.count = 0
-        self.last = "queued"
-
-    async def send(self, message: str) -> None:
-        self.count += 1
-        self.last = message
-        await self.ctx.report_progress(self.count, None, message=message)
-
-
-async def run_blocking(
-    ctx: Context,
-    fn: Callable[[ProgressFn, threading.Event], T],
-    *,
-    prefix: str = "",
-    progress: Progress | None = None,
-) -> T:
-    """Run `fn(on_progress, cancel)` in a thread; forward its stages as MCP progress; cancel kills it."""
-    stages: queue.SimpleQueue[str] = queue.SimpleQueue()
-    cancel = threading.Event()
-    prog = progress or Progress(ctx)
-
-    async def drain() -> bool:
-        sent = False
-        while True:
-            try:
-                stage = stages.get_nowait()
-            except queue.Empty:
-                return sent
-            sent = True
-            await prog.send(f"{prefix}{stage}")
-
-    async def forward() -> None:
-        last_sent = time.monotonic()
-        while True:
-            await anyio.sleep(0.1)
-            if await drain():
-                last_sent = time.monotonic()
-            elif time.monotonic() - last_sent > HEARTBEAT_S:  # keeps HTTP read timeouts from firing
-                last_sent = time.monotonic()
-                await prog.send(f"{prog.last.removesuffix(' (still running)')} (still running)")
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(forward)
-            result = await anyio.to_thread.run_sync(lambda: fn(stages.put, cancel), abandon_on_cancel=True)
-            tg.cancel_scope.cancel()
-        await drain()
-        return result
-    finally:
-        cancel.set()  # cancelled (or done): the Evaluator kills the child within ~0.1 s
-
-
-def _state(ctx: Context) -> AppState:
-    return ctx.request_context.lifespan_context
-
 
 # ---------------------------------------------------------------------------------- the tools
 
@@ -218,7 +82,7 @@ async def compile_kernel(
     Returns the compiler's verdict: ok, grid/blocks per pallas_call, memory, or the classified failure
     with the line in the kernel. kernel_path in the report is the exact file compiled.
     """
-    st = _state(ctx)
+    st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
     kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     report = await run_blocking(
@@ -261,7 +125,7 @@ async def validate_kernel(
     Returns per-seed errors, the tolerance used and where it came from, or the classified failure. With
     `case`, a case the reference itself cannot build or run fails as `case_unusable` (not the kernel's fault).
     """
-    st = _state(ctx)
+    st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
     kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     report = await run_blocking(
@@ -322,7 +186,7 @@ async def profile_kernel(
     gets a labeled static estimate for the target instead; interpret-mode times are never speedups.
     The trace is kept under the workspace's traces/ (trace_path in the report).
     """
-    st = _state(ctx)
+    st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
     kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     call = _profile_call(st, kernel, ref, tgt, size, timeout_s, reps, measure_interpret)
@@ -347,7 +211,7 @@ async def evaluate_kernel(
     timeout_s: Timeout = 300.0,
 ) -> EvaluationReport:
     """Compile, then validate, then profile one kernel, stopping at the first negative verdict."""
-    st = _state(ctx)
+    st = state_of(ctx)
     ref = resolve_reference(st.workspace, reference)
     ctgt, vtgt, ptgt = (
         check_target(compile_target),
@@ -414,7 +278,7 @@ async def summarize_trace(
     """Summarize a jax.profiler trace: top ops by self time, categories, busy fraction, idle gaps."""
     from maxkernel.tpu_tools.evaluate import summarize_trace as summarize
 
-    st = _state(ctx)
+    st = state_of(ctx)
     try:
         path = st.workspace.resolve(trace_path, kind="trace")
         summary = await anyio.to_thread.run_sync(lambda: summarize(path, top))
@@ -424,24 +288,6 @@ async def summarize_trace(
     return SavedTraceSummary(
         **summary.model_dump(), artifact_sha256=sha, artifact_uri=f"maxkernel://artifacts/{sha}"
     )
-
-
-class _CancellableEvaluator(Evaluator):
-    """An Evaluator whose every child is killed when the MCP request is cancelled (for multi-call sweeps)."""
-
-    def __init__(self, base: Evaluator, cancel: threading.Event, on_progress: ProgressFn) -> None:
-        super().__init__(base.pool, timeout_s=base.timeout_s)
-        self._cancel, self._progress = cancel, on_progress
-
-    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False):
-        return super()._run(
-            fn,
-            kwargs,
-            timeout_s=timeout_s,
-            on_progress=on_progress or self._progress,
-            cancel=self._cancel,
-            needs_device=needs_device,
-        )
 
 
 async def estimate_kernel(
@@ -457,7 +303,7 @@ async def estimate_kernel(
 
     Always an estimate from a pipeline model of the kernel's grid and BlockSpecs, never a measurement.
     """
-    st = _state(ctx)
+    st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
     kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
     result = await run_blocking(
@@ -495,14 +341,14 @@ async def autotune_kernel(
     """
     from maxkernel.tpu_tools.autotune import SpaceError, autotune
 
-    st = _state(ctx)
+    st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
     if objective not in ("estimate", "measured"):
         raise ToolError(f"objective must be 'estimate' or 'measured', got {objective!r}")
     workdir = st.workspace.root / "autotune" / sha256_text(template_source)[:16]
 
     def sweep(progress: ProgressFn, cancel: threading.Event) -> AutotuneReport:
-        ev = _CancellableEvaluator(st.evaluator, cancel, progress)
+        ev = CancellableEvaluator(st.evaluator, cancel, progress)
         return autotune(
             ev,
             template_source,
@@ -536,7 +382,7 @@ def task_detail(task: str) -> TaskDetail:
     try:
         task_id = registry.resolve_id(task)
     except registry.UnknownTaskError as e:
-        raise ToolError(_mcp_hint(e)) from None
+        raise ToolError(mcp_hint(e)) from None
     path = registry.task_path(task_id)
     pallas = registry.pallas_reference_path(task_id)
     return TaskDetail(
