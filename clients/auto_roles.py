@@ -15,6 +15,7 @@ import hashlib
 from string import Template
 from typing import TYPE_CHECKING, Any
 
+from maxkernel.clients.auto_state import IterationState, Step, StepFailed, _error_text
 from maxkernel.clients.mcp_client import ServerToolError
 from maxkernel.subagents import (
     OutputParseError,
@@ -28,7 +29,7 @@ from maxkernel.subagents import (
 from maxkernel.subagents.parse import extract_python
 
 if TYPE_CHECKING:
-    from maxkernel.clients.auto import AutoLoop, IterationState, Step
+    from maxkernel.clients.auto import AutoLoop
 
 CASE_SEED_BASE = 50_000  # apart from the standard validation's fresh seeds (clients/auto.py)
 
@@ -67,7 +68,6 @@ class RoleSteps:
         key = f"{cfg.reference}|{cfg.size}|{cfg.target}"
         if st.test_cases is not None and st.test_cases_for == key:
             return [TestCase.model_validate(c) for c in st.test_cases]
-        from maxkernel.clients.auto import StepFailed
 
         prompt = render_test_prompt(cfg.task_spec, st.chip, kernel=st.current.source)
         try:
@@ -123,8 +123,6 @@ class RoleSteps:
                     f"test case {case.name!r} is unusable, skipped: {failure.get('summary', '')}"
                 )
             else:
-                from maxkernel.clients.auto import _error_text
-
                 text = _error_text(report)
                 entry |= {"status": "failed", "error": text[:2000]}
                 failed = (case, text)
@@ -165,7 +163,6 @@ class RoleSteps:
     # ---- autotuner ---------------------------------------------------------------------------------
 
     async def _step_autotune(self: AutoLoop) -> Step:
-        from maxkernel.clients.auto import StepFailed
 
         cur, cfg = self.state.current, self.config
         cur.autotune_done = True  # one sweep per iteration, whatever happens below
