@@ -16,11 +16,19 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.block_schedule import (
+    array_bytes,
+    block_padded_bytes,
+    block_schedule,
+    itemsize,
+    kernel_block_shape,
+    padded_bytes,
+    round_up,
+)
 from maxkernel.tpu_tools.chips import ChipSpec, get_chip
-from maxkernel.tpu_tools.pallas_info import BlockInfo, IndexMap, PallasCallInfo, UnknownIndexError, index_maps
+from maxkernel.tpu_tools.pallas_info import PallasCallInfo
 
 __all__ = [
     "CallEstimate",
@@ -43,10 +51,6 @@ STEP_OVERHEAD_US = 0.35
 # compile-only check (tier B) is the real verdict; this only flags the risk.
 DEFAULT_SCOPED_VMEM_BYTES = {4: 16 * MiB, 5: 16 * MiB, 6: 32 * MiB, 7: 32 * MiB}
 
-# VMEM tiles are (sublanes, 128 lanes) of 32-bit words; narrower dtypes pack along sublanes:
-# (8,128) for 32-bit, (16,128) for 16-bit, (32,128) for 8-bit (Pallas TPU "details" guide).
-LANES = 128
-
 # VPU throughput: one (8,128) vreg per cycle per ALU slot; we assume 2 useful elementwise ops per cycle
 # per lane-sublane (an assumption: TPU VPUs issue several VALU slots, but loads/stores/converts compete).
 VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2
@@ -54,10 +58,6 @@ VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2
 VPU_OPS_PER_ELEMENT = 2
 # A transcendental (exp, rsqrt, ...) costs this many VPU-op equivalents (the EUP is slower per element).
 TRANSCENDENTAL_VPU_OPS = 4
-
-# Above this many grid steps, non-affine index maps are evaluated on the first MAX_ENUMERATED_STEPS
-# steps only and the rest extrapolated (affine maps are handled in closed form at any size).
-MAX_ENUMERATED_STEPS = 1 << 16
 
 
 class RooflineEstimate(BaseModel):
@@ -144,179 +144,6 @@ def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec) -> Roofl
 
 
 # ---------------------------------------------------------------------------------------------------
-# Tiles, bytes, VMEM
-
-
-def _itemsize(dtype: str) -> int:
-    try:
-        return int(np.dtype(dtype).itemsize)
-    except TypeError:
-        return 4
-
-
-def _sublane_tile(itemsize: int) -> int:
-    return 8 * max(1, 4 // itemsize) if itemsize <= 4 else 8
-
-
-def _padded_bytes(shape: Sequence[int], itemsize: int) -> int:
-    """Bytes of `shape` laid out in (sublane, 128) VMEM tiles."""
-    dims = [int(s) for s in shape]
-    if not dims:
-        return _sublane_tile(itemsize) * LANES * itemsize  # a scalar still occupies one tile
-    if len(dims) == 1:
-        return _round_up(dims[0], LANES) * itemsize  # assumption: 1-D is lane-padded only
-    sub = _sublane_tile(itemsize)
-    lead = math.prod(dims[:-2])
-    return lead * _round_up(dims[-2], sub) * _round_up(dims[-1], LANES) * itemsize
-
-
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
-def _kernel_block_shape(b: BlockInfo) -> list[int]:
-    return [s for s in b.block_shape if s is not None]
-
-
-def _block_padded_bytes(b: BlockInfo) -> int:
-    return _padded_bytes(_kernel_block_shape(b), _itemsize(b.dtype))
-
-
-def _array_bytes(b: BlockInfo) -> int:
-    return math.prod(b.array_shape) * _itemsize(b.dtype)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Which blocks move at which step
-
-
-def _affine_deps(imap: IndexMap, grid: tuple[int, ...]) -> set[int] | None:
-    """Grid dims the block index depends on, if the map is affine in the grid indices; else None."""
-    r = len(grid)
-    pts = [np.zeros(r, np.int64)]
-    for d in range(r):
-        e = np.zeros(r, np.int64)
-        e[d] = 1 if grid[d] > 1 else 0
-        pts.append(e)
-    # Verification points: the last step, 2*e_d, and a few fixed pseudo-random steps.
-    rng = np.random.default_rng(0)
-    checks = [np.array([g - 1 for g in grid], np.int64)]
-    checks += [np.array([min(2, g - 1) if i == d else 0 for i, g in enumerate(grid)]) for d in range(r)]
-    checks += [np.array([rng.integers(0, g) for g in grid], np.int64) for _ in range(4)]
-    vals = imap.evaluate(np.array(pts + checks).reshape(-1, r))
-    base = vals[0]
-    coef = vals[1 : r + 1] - base  # (r, nout)
-    for p, v in zip(checks, vals[r + 1 :], strict=True):
-        if not np.array_equal(base + p @ coef, v):
-            return None
-    return {d for d in range(r) if grid[d] > 1 and np.any(coef[d] != 0)}
-
-
-def _outer_change_dim(grid: tuple[int, ...], steps: int) -> np.ndarray:
-    """For transitions t -> t+1 (t < steps-1): the outermost grid dim that changes (row-major order)."""
-    t = np.arange(1, steps, dtype=np.int64)
-    out = np.full(t.shape, len(grid) - 1, dtype=np.int64)
-    stride = 1
-    for d in range(len(grid) - 1, -1, -1):
-        # dim d changes at t iff t is a multiple of the product of the inner sizes
-        out = np.where(t % stride == 0, d, out)
-        stride *= grid[d]
-    return out
-
-
-class _Schedule(BaseModel):
-    """Transition classes: each moves `bytes` (padded) over `count` transitions."""
-
-    classes: list[tuple[int, int]]  # (count, dma bytes)
-    moved_per_block: list[int]  # total padded bytes moved per block, incl. first fetch / last writeback
-    first_fetch_bytes: int
-    last_writeback_bytes: int
-    mode: str
-    notes: list[str] = Field(default_factory=list)
-
-
-def _schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) -> _Schedule:
-    grid = tuple(int(g) if g is not None else 1 for g in call.grid)
-    steps = math.prod(grid)
-    blocks = call.blocks
-    maps = index_maps(call)
-    pbytes = [_block_padded_bytes(b) if b.pipelined else 0 for b in blocks]
-    n_in = len(call.inputs)
-    first_fetch = sum(pbytes[:n_in])
-    last_wb = sum(pbytes[n_in:])
-    notes: list[str] = []
-    r = len(grid)
-
-    deps: list[set[int] | None] = []
-    for b, m in zip(blocks, maps, strict=True):
-        if not b.pipelined:
-            deps.append(set())
-        elif b.uses_scalar_prefetch:
-            deps.append(None)
-        else:
-            deps.append(_affine_deps(m, grid) if r else set())
-    need_enum = [i for i, d in enumerate(deps) if d is None]
-
-    if not need_enum:
-        # Closed form: a transition whose outermost changing dim is d moves every block whose deepest
-        # dependency is at or inside d; there are prod(grid[:d]) * (grid[d] - 1) such transitions.
-        deepest = [max(d) if d else -1 for d in deps]  # type: ignore[type-var]
-        classes = []
-        moved = [pb for pb in pbytes]
-        for d in range(r):
-            count = math.prod(grid[:d]) * (grid[d] - 1)
-            if count <= 0:
-                continue
-            movers = [i for i in range(len(blocks)) if deepest[i] >= d]
-            classes.append((count, sum(pbytes[i] for i in movers)))
-            for i in movers:
-                moved[i] += count * pbytes[i]
-        return _Schedule(
-            classes=classes,
-            moved_per_block=moved,
-            first_fetch_bytes=first_fetch,
-            last_writeback_bytes=last_wb,
-            mode="affine (closed form)",
-            notes=notes,
-        )
-
-    # Enumerate (the first MAX_ENUMERATED_STEPS steps) for maps we cannot reduce to a formula.
-    n = min(steps, MAX_ENUMERATED_STEPS)
-    mode = "enumerated" if n == steps else "sampled"
-    pts = np.array(np.unravel_index(np.arange(n), grid)).T if r else np.zeros((n, 0), np.int64)
-    changes = np.zeros((len(blocks), max(n - 1, 0)), dtype=bool)
-    outer = _outer_change_dim(grid, n) if n > 1 else np.zeros(0, np.int64)
-    for i, (d, m) in enumerate(zip(deps, maps, strict=True)):
-        if d is not None:
-            deepest = max(d) if d else -1
-            changes[i] = outer <= deepest
-            continue
-        try:
-            idx = m.evaluate(pts, scalar_prefetch)
-            changes[i] = np.any(idx[1:] != idx[:-1], axis=1)
-        except UnknownIndexError:
-            changes[i] = True  # conservative: a data-dependent block is re-fetched every step
-            notes.append(
-                f"{blocks[i].role} {blocks[i].position} index depends on scalar prefetch: assumed re-fetched each step"
-            )
-    per_t = (changes * np.array(pbytes)[:, None]).sum(axis=0)
-    scale = (steps - 1) / (n - 1) if n > 1 else 0.0
-    uniq, counts = np.unique(per_t, return_counts=True)
-    classes = [(int(round(c * scale)), int(u)) for u, c in zip(uniq, counts, strict=True)]
-    moved = [pbytes[i] + int(round(changes[i].sum() * scale)) * pbytes[i] for i in range(len(blocks))]
-    if mode == "sampled":
-        notes.append(f"index maps evaluated on the first {n} of {steps} steps and extrapolated")
-    return _Schedule(
-        classes=classes,
-        moved_per_block=moved,
-        first_fetch_bytes=first_fetch,
-        last_writeback_bytes=last_wb,
-        mode=mode if not any("scalar prefetch" in x for x in notes) else "unknown prefetch",
-        notes=notes,
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
 # Compute per step
 
 
@@ -324,7 +151,7 @@ def _matmul_blocks(call: PallasCallInfo) -> tuple[int, int, int] | None:
     """(bm, bk, bn) when the call looks like a tiled matmul: lhs [bm,bk], rhs [bk,bn], out [bm,bn]."""
     if len(call.inputs) < 2 or not call.outputs:
         return None
-    a, b, o = (_kernel_block_shape(x) for x in (call.inputs[0], call.inputs[1], call.outputs[0]))
+    a, b, o = (kernel_block_shape(x) for x in (call.inputs[0], call.inputs[1], call.outputs[0]))
     if len(a) < 2 or len(b) < 2 or len(o) < 2:
         return None
     (bm, bk), (bk2, bn), (om, on) = a[-2:], b[-2:], o[-2:]
@@ -345,13 +172,13 @@ def _vmem_needed(call: PallasCallInfo) -> tuple[int, int, int]:
     for b in call.blocks:
         if not b.pipelined or b.memory_space != "vmem":
             continue
-        pb = _block_padded_bytes(b)
+        pb = block_padded_bytes(b)
         need += (b.buffer_count or 2) * pb
         padded += pb
         real += b.block_bytes
     for s in call.scratch:
         if s.memory_space == "vmem" and s.bytes:
-            need += _padded_bytes(s.shape, _itemsize(s.dtype))
+            need += padded_bytes(s.shape, itemsize(s.dtype))
     return need, padded, real
 
 
@@ -363,7 +190,7 @@ def _estimate_call(
     notes: list[str] = []
     if any(g is None for g in call.grid):
         notes.append("dynamic grid dimension counted as 1")
-    sched = _schedule(call, scalar_prefetch)
+    sched = block_schedule(call, scalar_prefetch)
     notes += sched.notes
     bw = c.hbm_bytes_per_s
 
@@ -376,7 +203,7 @@ def _estimate_call(
         bm, bk, bn = mm
         rows, cols = c.mxu_shape
         # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
-        mxu_eff = (bk / _round_up(bk, rows)) * (bn / _round_up(bn, cols))
+        mxu_eff = (bk / round_up(bk, rows)) * (bn / round_up(bn, cols))
     if ce is not None and ce.flops > 0:
         flops, src = float(ce.flops), "cost_estimate"
     elif mm is not None:
@@ -385,7 +212,7 @@ def _estimate_call(
         flops, src = float(total_flops), "total_flops"
     else:
         flops, src = 0.0, "elementwise"
-    elements = sum(math.prod(_kernel_block_shape(b)) for b in call.blocks if b.pipelined)
+    elements = sum(math.prod(kernel_block_shape(b)) for b in call.blocks if b.pipelined)
     vpu_rate = _vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
     if mm is not None:
@@ -398,7 +225,7 @@ def _estimate_call(
 
     # Non-pipelined HBM operands (pl.ANY / HBM): the kernel DMAs them itself; charge them once.
     manual = [b for b in call.blocks if not b.pipelined and b.memory_space in ("any", "hbm")]
-    manual_bytes = sum(_array_bytes(b) for b in manual)
+    manual_bytes = sum(array_bytes(b) for b in manual)
     if manual:
         notes.append("operands in pl.ANY/HBM are manual DMAs: charged once each, spread over the steps")
 
@@ -417,11 +244,11 @@ def _estimate_call(
     total_s = prologue_s + steady + last_step + overhead_s + epilogue_s
 
     moved = sum(sched.moved_per_block) + manual_bytes
-    min_bytes = sum(_array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
+    min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
     refetch = {}
     for b, m in zip(call.blocks, sched.moved_per_block, strict=True):
-        if b.pipelined and _array_bytes(b):
-            refetch[f"{'in' if b.role == 'input' else 'out'}{b.position}"] = m / _array_bytes(b)
+        if b.pipelined and array_bytes(b):
+            refetch[f"{'in' if b.role == 'input' else 'out'}{b.position}"] = m / array_bytes(b)
     vmem, padded, real = _vmem_needed(call)
     return CallEstimate(
         kernel_name=call.kernel_name,
