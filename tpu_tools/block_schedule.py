@@ -106,9 +106,13 @@ def _outer_change_dim(grid: tuple[int, ...], steps: int) -> np.ndarray:
 
 
 class BlockSchedule(BaseModel):
-    """Transition classes: each moves `bytes` (padded) over `count` transitions."""
+    """Transition classes: `count` transitions that each move `overlapped` + `exposed` padded bytes.
 
-    classes: list[tuple[int, int]]  # (count, dma bytes)
+    `exposed` bytes belong to single-buffered blocks (pl.Buffered(1)): with one buffer the next block
+    cannot be fetched while the current one is in use, so that transfer is serialized with compute.
+    """
+
+    classes: list[tuple[int, int, int]]  # (count, overlapped dma bytes, exposed dma bytes)
     moved_per_block: list[int]  # total padded bytes moved per block, incl. first fetch / last writeback
     first_fetch_bytes: int
     last_writeback_bytes: int
@@ -122,6 +126,7 @@ def block_schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) 
     blocks = call.blocks
     maps = index_maps(call)
     pbytes = [block_padded_bytes(b) if b.pipelined else 0 for b in blocks]
+    single = [b.pipelined and b.buffer_count == 1 for b in blocks]
     n_in = len(call.inputs)
     first_fetch = sum(pbytes[:n_in])
     last_wb = sum(pbytes[n_in:])
@@ -149,7 +154,8 @@ def block_schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) 
             if count <= 0:
                 continue
             movers = [i for i in range(len(blocks)) if deepest[i] >= d]
-            classes.append((count, sum(pbytes[i] for i in movers)))
+            exposed = sum(pbytes[i] for i in movers if single[i])
+            classes.append((count, sum(pbytes[i] for i in movers) - exposed, exposed))
             for i in movers:
                 moved[i] += count * pbytes[i]
         return BlockSchedule(
@@ -180,10 +186,13 @@ def block_schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) 
             notes.append(
                 f"{blocks[i].role} {blocks[i].position} index depends on scalar prefetch: assumed re-fetched each step"
             )
-    per_t = (changes * np.array(pbytes)[:, None]).sum(axis=0)
+    moving = changes * np.array(pbytes)[:, None]
+    per_t = np.stack(
+        [moving[~np.array(single, bool)].sum(axis=0), moving[np.array(single, bool)].sum(axis=0)]
+    )
     scale = (steps - 1) / (n - 1) if n > 1 else 0.0
-    uniq, counts = np.unique(per_t, return_counts=True)
-    classes = [(int(round(c * scale)), int(u)) for u, c in zip(uniq, counts, strict=True)]
+    uniq, counts = np.unique(per_t, axis=1, return_counts=True) if per_t.size else (np.zeros((2, 0)), [])
+    classes = [(int(round(c * scale)), int(u[0]), int(u[1])) for u, c in zip(uniq.T, counts, strict=True)]
     moved = [pbytes[i] + int(round(changes[i].sum() * scale)) * pbytes[i] for i in range(len(blocks))]
     if mode == "sampled":
         notes.append(f"index maps evaluated on the first {n} of {steps} steps and extrapolated")

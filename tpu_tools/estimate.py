@@ -234,10 +234,11 @@ def _estimate_call(
     manual_per_step = manual_bytes / steps
     steady = 0.0
     dma_s = 0.0
-    for count, nbytes in sched.classes:
-        t_dma = (nbytes + manual_per_step) / bw
-        steady += count * max(compute_s, t_dma)
-        dma_s += count * t_dma
+    for count, overlapped, exposed in sched.classes:
+        t_dma = (overlapped + manual_per_step) / bw
+        t_exposed = exposed / bw  # single-buffered blocks: their fetch waits for the step to finish
+        steady += count * (max(compute_s, t_dma) + t_exposed)
+        dma_s += count * (t_dma + t_exposed)
     last_step = max(compute_s, manual_per_step / bw)
     prologue_s = sched.first_fetch_bytes / bw
     epilogue_s = sched.last_writeback_bytes / bw
@@ -287,6 +288,7 @@ ASSUMPTIONS = [
     f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
     f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
     "VMEM need = buffer_count (default 2) x each pipelined VMEM block + VMEM scratch, tile-padded",
+    "a single-buffered block (pl.Buffered(1)) cannot be prefetched: its transfers add to the step time",
     "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
     "XLA ops around the pallas_calls are not counted",
 ]
