@@ -1,11 +1,22 @@
-"""Shared test switches. Network: tests may talk to 127.0.0.1 only, so no real model call can happen."""
+"""Shared test switches. Network: tests may talk to 127.0.0.1 only, so no real model call can happen.
+Traces: profiles without a trace dir write under a per-session temporary dir, removed at the end.
+"""
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
+import os
+import shutil
 import socket
+import tempfile
 
 import pytest
+
+if "MAXKERNEL_TRACE_DIR" not in os.environ:  # set before any worker pool forks its server
+    _traces = tempfile.mkdtemp(prefix="maxkernel-test-traces-")
+    os.environ["MAXKERNEL_TRACE_DIR"] = _traces
+    atexit.register(shutil.rmtree, _traces, ignore_errors=True)
 
 
 class NetworkRefused(RuntimeError):

@@ -12,6 +12,8 @@ the chip should do. Natively run programs are traced; the trace is kept and summ
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -146,6 +148,21 @@ def _specs(tree) -> list[tuple[tuple[int, ...], str]]:
     import jax
 
     return [(tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(tree)]
+
+
+KEEP_DEFAULT_TRACES = 20
+
+
+def default_trace_root() -> Path:
+    """Where traces go without --trace-dir: kept for `maxkernel trace`, but only the newest few."""
+    env = os.environ.get("MAXKERNEL_TRACE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "maxkernel" / "traces"
+
+
+def _prune(root: Path, keep: int) -> None:
+    captures = sorted(root.glob("profile-*"), key=lambda p: p.stat().st_mtime)
+    for old in captures[: max(0, len(captures) - keep)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def run_profile(
@@ -375,13 +392,11 @@ def _capture_trace(
     from maxkernel.tpu_tools.trace_summary import TraceFormatError, resolve_trace_file, summarize_trace
 
     try:
-        if trace_dir:
-            Path(trace_dir).mkdir(parents=True, exist_ok=True)
-        logdir = (
-            tempfile.mkdtemp(prefix="profile-", dir=trace_dir)
-            if trace_dir
-            else tempfile.mkdtemp(prefix="maxkernel-profile-")
-        )
+        root = Path(trace_dir) if trace_dir else default_trace_root()
+        root.mkdir(parents=True, exist_ok=True)
+        if not trace_dir:
+            _prune(root, keep=KEEP_DEFAULT_TRACES - 1)
+        logdir = tempfile.mkdtemp(prefix="profile-", dir=root)
         with jax.profiler.trace(logdir):
             for i in range(TRACE_CALLS):
                 for fn in fns.values():
