@@ -46,7 +46,8 @@ def _memory_stats(compiled) -> dict[str, int]:
     return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
 
 
-def _cost(compiled) -> dict[str, float]:
+def cost_analysis_of(compiled) -> dict[str, float]:
+    """XLA's cost analysis of a compiled executable, without the -1 placeholders TPU AOT reports."""
     try:
         cost = compiled.cost_analysis()
     except Exception:
@@ -146,7 +147,7 @@ def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -
         except Exception as e:
             return finish(classify_exception(e, stage, path))
     report.memory = _memory_stats(compiled)
-    report.cost_analysis = _cost(compiled)
+    report.cost_analysis = cost_analysis_of(compiled)
     if report.num_pallas_calls == 0:
         report.warnings.append(
             "no pallas_call in the candidate: it is plain JAX (validate reports 'no kernel' by default)"

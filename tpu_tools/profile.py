@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from maxkernel.tpu_tools import execution
 from maxkernel.tpu_tools.chips import ChipSpec, chip_for_device_kind
 from maxkernel.tpu_tools.classify import classify_exception, load_failure
+from maxkernel.tpu_tools.compile import cost_analysis_of
 from maxkernel.tpu_tools.env_info import seal
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.estimate import StaticEstimate, estimate_pallas
@@ -127,12 +128,6 @@ def _named(fn: Callable, name: str) -> Callable:
 
     call.__name__ = call.__qualname__ = name
     return call
-
-
-def _cost(compiled) -> dict[str, float]:
-    from maxkernel.tpu_tools.compile import _cost as compile_cost
-
-    return compile_cost(compiled)
 
 
 def _nbytes(tree) -> int:
@@ -296,7 +291,7 @@ def run_profile(
         report.speedup_note = "no speedup: the candidate was not measured"
 
     # Throughput of the native programs.
-    ref_cost = _cost(ref_compiled)
+    ref_cost = cost_analysis_of(ref_compiled)
     flops_source = "get_flops"
     try:
         flops: float | None = ref.get_flops(size)
@@ -381,7 +376,7 @@ def _compile_candidate(
         jax.block_until_ready(compiled(*args))
     except Exception as e:
         return None, {}, classify_exception(e, stage, path)
-    return _named(compiled, "candidate"), (_cost(compiled) if native else {}), None
+    return _named(compiled, "candidate"), (cost_analysis_of(compiled) if native else {}), None
 
 
 def _capture_trace(
