@@ -182,3 +182,12 @@ class CancellableEvaluator(Evaluator):
             cancel=self._cancel,
             needs_device=needs_device,
         )
+
+
+def resolve_call(
+    ctx: Context, reference: str, kernel_source: str | None, kernel_path: str | None, target: str
+) -> tuple[AppState, str, str, Path]:
+    """The arguments every single-kernel tool shares: (state, reference, target, saved kernel path)."""
+    st = state_of(ctx)
+    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
+    return st, ref, tgt, resolve_kernel(st.workspace, kernel_source, kernel_path)

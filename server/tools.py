@@ -46,6 +46,7 @@ from maxkernel.server.requests import (
     check_target,
     finish,
     mcp_hint,
+    resolve_call,
     resolve_kernel,
     resolve_reference,
     run_blocking,
@@ -82,9 +83,7 @@ async def compile_kernel(
     Returns the compiler's verdict: ok, grid/blocks per pallas_call, memory, or the classified failure
     with the line in the kernel. kernel_path in the report is the exact file compiled.
     """
-    st = state_of(ctx)
-    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
@@ -125,9 +124,7 @@ async def validate_kernel(
     Returns per-seed errors, the tolerance used and where it came from, or the classified failure. With
     `case`, a case the reference itself cannot build or run fails as `case_unusable` (not the kernel's fault).
     """
-    st = state_of(ctx)
-    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.validate(
@@ -186,9 +183,7 @@ async def profile_kernel(
     gets a labeled static estimate for the target instead; interpret-mode times are never speedups.
     The trace is kept under the workspace's traces/ (trace_path in the report).
     """
-    st = state_of(ctx)
-    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     call = _profile_call(st, kernel, ref, tgt, size, timeout_s, reps, measure_interpret)
     return finish(await run_blocking(ctx, call), "profile_kernel")
 
@@ -303,9 +298,7 @@ async def estimate_kernel(
 
     Always an estimate from a pipeline model of the kernel's grid and BlockSpecs, never a measurement.
     """
-    st = state_of(ctx)
-    ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
-    kernel = resolve_kernel(st.workspace, kernel_source, kernel_path)
+    st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     result = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.estimate(

@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
 
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
@@ -32,6 +34,7 @@ _STATUS_KIND = {
 }
 
 ProgressFn = Callable[[str], None]
+R = TypeVar("R", bound=BaseModel)
 
 
 def outcome_failure(outcome: JobOutcome, what: str) -> Failure:
@@ -78,6 +81,41 @@ class Evaluator:
             if cancel is not None and cancel.is_set():
                 handle.cancel()
 
+    def _report(
+        self,
+        model: type[R],
+        what: str,
+        job: str,
+        kwargs: dict,
+        *,
+        timeout_s: float | None,
+        on_progress: ProgressFn | None,
+        cancel: threading.Event | None,
+    ) -> R:
+        """Run a one-child job returning a report; a child that ended otherwise becomes that report's failure."""
+        started = time.perf_counter()
+        if on_progress:
+            on_progress(what)
+        target = kwargs["target"]
+        outcome = self._run(
+            job,
+            kwargs,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            needs_device=self._on_device(target),
+        )
+        if outcome.status == "ok" and outcome.result is not None:
+            return model.model_validate(outcome.result)
+        return model(
+            ok=False,
+            target=target,
+            size=kwargs["size"],
+            kernel_path=kwargs["kernel_path"],
+            failure=outcome_failure(outcome, what),
+            wall_time_s=round(time.perf_counter() - started, 4),
+        )
+
     def compile(
         self,
         kernel_path: str,
@@ -89,32 +127,21 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> CompileReport:
-        started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        if on_progress:
-            on_progress("compile")
-        outcome = self._run(
+        kwargs = {
+            "kernel_path": kernel_path,
+            "reference": _abs_reference(reference),
+            "target": target,
+            "size": size,
+        }
+        return self._report(
+            CompileReport,
+            "compile",
             "maxkernel.tpu_tools.compile:compile_job",
-            {
-                "kernel_path": kernel_path,
-                "reference": _abs_reference(reference),
-                "target": target,
-                "size": size,
-            },
+            kwargs,
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
-            needs_device=self._on_device(target),
-        )
-        if outcome.status == "ok" and outcome.result is not None:
-            return CompileReport.model_validate(outcome.result)
-        return CompileReport(
-            ok=False,
-            target=target,
-            size=size,
-            kernel_path=kernel_path,
-            failure=outcome_failure(outcome, "compile"),
-            wall_time_s=round(time.perf_counter() - started, 4),
         )
 
     def validate(
@@ -216,36 +243,25 @@ class Evaluator:
         """Time the candidate against the reference (interleaved), trace it and estimate it for the target."""
         from maxkernel.tpu_tools.profile import ProfileReport
 
-        started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        if on_progress:
-            on_progress("profile")
+        kwargs = {
+            "kernel_path": kernel_path,
+            "reference": _abs_reference(reference),
+            "target": target,
+            "size": size,
+            "trace_dir": str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
+            "measure_interpret": measure_interpret,
+            "reps": reps,
+        }
         # On a TPU host only the device-owning worker sees the chip; elsewhere children run on CPU.
-        outcome = self._run(
+        return self._report(
+            ProfileReport,
+            "profile",
             "maxkernel.tpu_tools.profile:profile_job",
-            {
-                "kernel_path": kernel_path,
-                "reference": _abs_reference(reference),
-                "target": target,
-                "size": size,
-                "trace_dir": str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
-                "measure_interpret": measure_interpret,
-                "reps": reps,
-            },
+            kwargs,
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
-            needs_device=self._on_device(target),
-        )
-        if outcome.status == "ok" and outcome.result is not None:
-            return ProfileReport.model_validate(outcome.result)
-        return ProfileReport(
-            ok=False,
-            target=target,
-            size=size,
-            kernel_path=kernel_path,
-            failure=outcome_failure(outcome, "profile"),
-            wall_time_s=round(time.perf_counter() - started, 4),
         )
 
     def estimate(
