@@ -100,3 +100,13 @@ def test_validation_on_cases_catches_a_kernel_right_only_for_normal_inputs(evalu
     bad = evaluator.validate(clipped, PLUS_ONE_REF, "cpu", "small", seeds=1, case=case(sizes={"depth": 2}))
     assert not bad.ok and bad.failure.kind == "case_unusable"
     assert "unusable, not a verdict on the kernel" in bad.failure.summary and "depth" in bad.failure.summary
+
+
+def test_the_tester_can_only_ask_for_distributions_the_tools_apply():
+    """subagents/ and tpu_tools/ are separate leaf rooms, so the list lives twice; keep them equal."""
+    from typing import get_args
+
+    from maxkernel.subagents import outputs
+    from maxkernel.tpu_tools import input_cases
+
+    assert get_args(outputs.Distribution) == get_args(input_cases.Distribution)
