@@ -34,6 +34,14 @@ class JobSpec(BaseModel):
         default_factory=default_memory_limit_bytes, description="address-space / resident cap; None = none"
     )
     needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
+    # The sandbox contract (the OS sandbox binds these; without one, the judge's own checks guard them).
+    scratch_dir: str | None = Field(
+        default=None, description="the one directory the job may write to (inputs in, outputs out)"
+    )
+    hide_paths: tuple[str, ...] = Field(
+        default=(),
+        description="paths the job must not see (the reference, the task sources, the expected outputs)",
+    )
 
 
 Status = Literal["ok", "timeout", "crashed", "oom", "exited", "error", "cancelled"]
