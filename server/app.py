@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 
-from maxkernel.server import prompts, resources, tools
+from maxkernel.server import examples, prompts, resources, tools
 from maxkernel.server.requests import AppState
 from maxkernel.server.workspace import Workspace
 from maxkernel.tpu_tools.evaluate import DEFAULT_TIMEOUT_S, Evaluator
@@ -34,9 +34,12 @@ def build_server(
     *,
     max_workers: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    example_dirs: tuple[str, ...] | list[str] = (),
     **server_kwargs: Any,
 ) -> MCPServer:
     """A server over `workspace`; `pool` is borrowed (not closed) if given, else created per lifespan.
+
+    `example_dirs`: the user's kernel folders, indexed beside jax's ops for find_examples.
 
     `server_kwargs` go to MCPServer (e.g. `token_verifier=` and `auth=` for HTTP).
     """
@@ -47,7 +50,12 @@ def build_server(
         own = pool is None
         p = pool or WorkerPool(max_workers=max_workers)
         try:
-            yield AppState(workspace=ws, pool=p, evaluator=Evaluator(p, timeout_s=timeout_s))
+            yield AppState(
+                workspace=ws,
+                pool=p,
+                evaluator=Evaluator(p, timeout_s=timeout_s),
+                example_dirs=tuple(str(d) for d in example_dirs),
+            )
         finally:
             if own:
                 p.close()
@@ -62,4 +70,5 @@ def build_server(
     tools.register(server)
     prompts.register(server)
     resources.register(server)
+    examples.register(server)
     return server

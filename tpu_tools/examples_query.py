@@ -96,7 +96,7 @@ ERROR_FAMILIES: tuple[ErrorFamily, ...] = (
     ),
     ErrorFamily(
         "block_shape",
-        r"divisible by 8 and 128|\(8, ?128\)|block shape",
+        r"divisible by 8 and 128|(?<!t)\(8, ?128\)|block shape",
         "block shapes divisibility rule divisible 8 128 full array dims",
     ),
     ErrorFamily(
