@@ -4,7 +4,6 @@ the retrieval the MCP prompts use (the same calls the orchestrator makes through
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -26,16 +25,12 @@ from maxkernel.tpu_tools.examples_index import (
 READS = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
 
-@functools.cache
-def _index(dirs: tuple[str, ...]) -> ExampleIndex:
-    """One opened index per folder set per process (the cache file itself is keyed by content)."""
-    return ExampleIndex.open(dirs)
-
-
 def index_for(ctx: Context[AppState] | None) -> ExampleIndex:
+    """The index for the server's folders, reopened per request (milliseconds: the cache file is keyed by
+    the files' sizes and mtimes), so a kernel the user just saved in an --examples folder is found."""
     dirs = tuple(getattr(ctx.request_context.lifespan_context, "example_dirs", ())) if ctx else ()
     try:
-        return _index(dirs)
+        return ExampleIndex.open(dirs)
     except ExampleError as e:
         raise ToolError(str(e)) from None
 

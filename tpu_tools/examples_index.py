@@ -470,7 +470,8 @@ class ExampleIndex:
                 continue
             # an error's fix is shown by kernels having its feature (e.g. vmem_limit_bytes set)
             boost = 1.0 + 0.5 * len(s.features & set(e.features))
-            out.append((e, (float(score) + _structured(s.words, e)) * boost))
+            structured = _structured(s.words, e) + _structured(s.primary, e)  # the main op counts twice
+            out.append((e, (float(score) + structured) * boost))
         out.sort(key=lambda t: -t[1])
         return out
 
@@ -487,6 +488,8 @@ def _structured(words: Sequence[str], e: ExampleEntry) -> float:
     name = len(w & _split(f"{e.id} {e.name} {e.wrapper}"))
     tags = _split(" ".join(e.what))
     what = len(w & tags) / max(1.0, len(tags)) ** 0.5
+    if not w:
+        return 0.0
     prims = len(w & {p.rsplit(".", 1)[-1].lower().rstrip("s") for p in e.primitives})
     return 2.0 * name + 2.0 * what + 0.3 * prims
 

@@ -118,7 +118,12 @@ ERROR_FAMILIES: tuple[ErrorFamily, ...] = (
         "layout tiling reshape transpose legalize wrapper",
     ),
     ErrorFamily("bounds", r"out.of.bound", "grid BlockSpec index maps out of bounds block indices cdiv"),
-    ErrorFamily("revisit", r"revisit|megacore", "dimension semantics megacore arbitrary parallel revisited"),
+    ErrorFamily(
+        "semantics",
+        r"revisit|megacore|dimension.semantics",
+        "dimension semantics megacore arbitrary parallel revisited",
+        ("dimension_semantics",),
+    ),
     ErrorFamily(
         "dma_hang",
         r"\bdma\b|semaphore|async_copy|timed? ?out|hang",
@@ -154,6 +159,7 @@ class Search:
     features: set[str] = field(default_factory=set)
     families: list[str] = field(default_factory=list)  # error families recognised (for the report)
     mode: str = "text"
+    primary: list[str] = field(default_factory=list)  # the main operation's words (count double)
 
 
 def words_of(text: str) -> list[str]:
@@ -178,15 +184,25 @@ def family_words(text: str) -> list[str]:
     return out
 
 
+def primary_words(text: str) -> list[str]:
+    """The family words of the operation named first: a fused op is named main op first, epilogues
+    after (`matmul_gelu_softmax` is a matmul with a softmax epilogue, not a softmax kernel)."""
+    low = text.lower().replace("-", "_")
+    best: tuple[int, int, str] | None = None
+    for key in _FAMILIES:
+        m = re.search(rf"(?<![a-z]){re.escape(key)}(?![a-z])", low)
+        if m and (best is None or (m.start(), -len(key)) < (best[0], best[1])):
+            best = (m.start(), -len(key), key)
+    return _FAMILIES[best[2]].split() if best else []
+
+
 def primitive_words(primitives: list[str]) -> list[str]:
     """The primitives' own names plus what they compute (`jnp.einsum` + `jax.nn.softmax` -> attention)."""
     short = {p.rsplit(".", 1)[-1] for p in primitives}
     out = [s for s in short if s not in _STOP]
     for s in short:
         out += _PRIMITIVE_FAMILIES.get(s, "").split()
-    if short & {"einsum", "dot", "matmul", "dot_general"} and "softmax" in short:
-        out += ["attention", "flash"]
-    return out
+    return out  # matmul + softmax alone is not attention (a Gemm_Softmax task is not): names say that
 
 
 def decisive_lines(error: str, limit: int = 6) -> str:
@@ -229,7 +245,10 @@ def build_search(
     names = " ".join(str((config or {}).get(k, "")) for k in ("operator", "name"))
     op_text = f"{operator} {names}".strip()
     if op_text:
-        s.words += words_of(op_text) + family_words(op_text)
+        # only the main operation is widened to its family's words: widening an epilogue (the softmax
+        # of matmul_gelu_softmax) would pull in kernels whose main work is that epilogue
+        s.primary = primary_words(operator or str((config or {}).get("operator", "")) or op_text)
+        s.words += words_of(op_text) + s.primary
         s.mode = "task" if config else ("operator" if s.mode == "text" else s.mode)
     if primitives:
         s.words += primitive_words(primitives)
