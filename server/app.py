@@ -25,7 +25,9 @@ Send a kernel as `kernel_source` (module text; saved under kernels/<sha256>.py) 
 file in the workspace). `reference` is a JaxBench task id (see list_tasks) or a workspace path.
 A negative verdict is a result with ok=false and a classified `failure`, not an error. Evaluations
 take seconds to minutes and report progress; they queue on a bounded pool of worker processes.
-Interpret-mode timings on CPU are not TPU speedups."""
+Interpret-mode timings on CPU are not TPU speedups. Before writing or fixing a kernel, find_examples
+returns working Pallas TPU kernels (jax's own ops, JaxBench references, your --examples folders) for a
+task, an operator or an error message."""
 
 
 def build_server(

@@ -161,3 +161,9 @@ def run(x, small):
     assert k.kernel == "_kernel" and k.wrapper == "run" and "jnp.exp" in k.primitives
     assert "def _tiled" in k.helper_source
     assert parse_kernels("x = pl.pallas_call") == [] and parse_kernels("def (") == []
+
+
+def test_query_text_cannot_break_the_fts_syntax(index):
+    for nasty in ['"', "*", "NEAR(", 'a" OR "b', "AND", "-", "flash) OR (x"]:
+        index.search(nasty, primitives=[nasty], operator=nasty, error=nasty)  # no sqlite3.OperationalError
+    assert index.search(primitives=["jnp.einsum", 'x"; DROP']).hits

@@ -198,7 +198,7 @@ def primary_words(text: str) -> list[str]:
 
 def primitive_words(primitives: list[str]) -> list[str]:
     """The primitives' own names plus what they compute (`jnp.einsum` + `jax.nn.softmax` -> attention)."""
-    short = {p.rsplit(".", 1)[-1] for p in primitives}
+    short = {w for p in primitives for w in words_of(p.rsplit(".", 1)[-1])}  # caller text: words only
     out = [s for s in short if s not in _STOP]
     for s in short:
         out += _PRIMITIVE_FAMILIES.get(s, "").split()
