@@ -29,7 +29,7 @@ from mcp import Client
 
 from maxkernel.jaxbench.registry import list_task_ids
 from maxkernel.server.app import build_server
-from maxkernel.subagents import retrieval_budget
+from maxkernel.subagents import MAX_EXAMPLES, MIN_SCORE_RATIO, retrieval_budget
 from maxkernel.tpu_tools.evaluate import Evaluator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,7 +134,14 @@ async def run() -> dict:
             for kernel, (what, expected) in ERRORS.items():
                 text, summary = await asyncio.to_thread(error_text, kernel)
                 hits = (
-                    await ask({"error": text, "k": 3, "budget_tokens": retrieval_budget("debugger")})
+                    await ask(
+                        {
+                            "error": text,
+                            "k": MAX_EXAMPLES,
+                            "budget_tokens": retrieval_budget("debugger"),
+                            "min_score_ratio": MIN_SCORE_RATIO,
+                        }
+                    )
                     if text
                     else []
                 )

@@ -49,6 +49,8 @@ from maxkernel.clients.models import (
 from maxkernel.clients.progress import NullReporter, Reporter
 from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import (
+    MAX_EXAMPLES,
+    MIN_SCORE_RATIO,
     Diagnosis,
     OutputParseError,
     Role,
@@ -246,7 +248,11 @@ class AutoLoop(RoleSteps):
 
         The task's own Pallas reference is left out by the server; a server without the tool gives none.
         """
-        args: dict[str, Any] = {"k": 3, "budget_tokens": retrieval_budget(role)}
+        args: dict[str, Any] = {
+            "k": MAX_EXAMPLES,
+            "budget_tokens": retrieval_budget(role),
+            "min_score_ratio": MIN_SCORE_RATIO,
+        }
         if error:
             args["error"] = error
         else:

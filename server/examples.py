@@ -74,6 +74,9 @@ async def find_examples(
     kinds: Annotated[
         list[Literal["kernel", "guide"]], Field(description="kernels, guide sections, or both")
     ] = ["kernel", "guide"],  # noqa: B006
+    min_score_ratio: Annotated[
+        float, Field(ge=0.0, le=1.0, description="drop hits scoring below this fraction of the best")
+    ] = 0.0,
 ) -> ExampleSearch:
     """Working Pallas TPU examples (jax's own ops, JaxBench references, the guide, the user's folders)
     for a query, an operator, a reference's primitives or an error message; top k with source excerpts
@@ -95,6 +98,7 @@ async def find_examples(
             budget_tokens=budget_tokens,
             kinds=kinds,
             exclude_tasks=exclude,
+            min_score_ratio=min_score_ratio,
         )
     )
 
@@ -121,12 +125,13 @@ def prompt_examples(ctx: Context[AppState] | None, role: str, *, task: str = "",
     reference (operator and primitives), kernels only (the planner and implementer carry the whole guide).
     Retrieval trouble never blocks a prompt: it then has no examples section."""
     from maxkernel.jaxbench.registry import UnknownTaskError
-    from maxkernel.subagents import retrieval_budget
+    from maxkernel.subagents import MAX_EXAMPLES, MIN_SCORE_RATIO, retrieval_budget
 
+    common = {"k": MAX_EXAMPLES, "budget_tokens": retrieval_budget(role), "min_score_ratio": MIN_SCORE_RATIO}
     try:
         ix = index_for(ctx)
         if error.strip():
-            return ix.search(error=error, k=3, budget_tokens=retrieval_budget(role)).hits
+            return ix.search(error=error, **common).hits
         if not task.strip():
             return []
         src, exclude = reference_text(None, task)

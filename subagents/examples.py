@@ -15,6 +15,8 @@ from pydantic import BaseModel
 # Prompt budget for the examples section, per role (estimated tokens, characters / 4).
 EXAMPLES_BUDGET_TOKENS: dict[str, int] = {"planner": 2000, "implementer": 2000, "debugger": 1500}
 MAX_EXAMPLES = 3
+# Retrieval asks for up to MAX_EXAMPLES but keeps only hits scoring at least this fraction of the best.
+MIN_SCORE_RATIO = 0.4
 _SECTION_OVERHEAD_TOKENS = 160  # heading, the one-paragraph preface and per-example titles
 
 
@@ -75,9 +77,10 @@ def render_examples_section(
     for i, h in enumerate(hits):
         title = (
             f"\n### {i + 1}. {_field(h, 'name')} ({_field(h, 'source')} {_field(h, 'version')}; "
-            f"{_field(h, 'path')}; full text: {_field(h, 'uri')})\n\n"
+            f"{_field(h, 'where') or _field(h, 'path')}; full text: {_field(h, 'uri')})\n\n"
         )
-        share = left // (len(hits) - i)
+        weights = list(range(len(hits) - i, 0, -1))  # the best match gets the largest share
+        share = left * weights[0] // sum(weights)
         if share <= len(title) + 80:
             break
         body = _cut(str(_field(h, "excerpt")).strip(), share - len(title) - 1) + "\n"

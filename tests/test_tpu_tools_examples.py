@@ -167,3 +167,16 @@ def test_query_text_cannot_break_the_fts_syntax(index):
     for nasty in ['"', "*", "NEAR(", 'a" OR "b', "AND", "-", "flash) OR (x"]:
         index.search(nasty, primitives=[nasty], operator=nasty, error=nasty)  # no sqlite3.OperationalError
     assert index.search(primitives=["jnp.einsum", 'x"; DROP']).hits
+
+
+def test_a_clear_best_match_is_shown_alone_with_the_whole_budget(index):
+    from maxkernel.jaxbench.registry import task_path
+
+    src = task_path("11p_Megablox_GMM").read_text()
+    every = index.search(reference_source=src, kinds=("kernel",), k=3, budget_tokens=1500)
+    clear = index.search(
+        reference_source=src, kinds=("kernel",), k=3, budget_tokens=1500, min_score_ratio=0.4
+    )
+    assert [h.id for h in clear.hits] == ["jax.megablox.gmm.kernel"] and len(every.hits) == 3
+    assert clear.hits[0].excerpt_tokens > every.hits[0].excerpt_tokens  # it got the others' share
+    assert every.hits[0].excerpt_tokens > every.hits[2].excerpt_tokens  # the best gets the largest share

@@ -63,6 +63,7 @@ class ExampleEntry(BaseModel):
     source: Source
     version: str = Field(description="jax version, or our package version + file sha for our files")
     path: str = Field(description="file the entry was read from")
+    where: str = Field("", description="the path shown: from the package root for jax and our files")
     line: int = 0
     name: str = Field(description="kernel function (or guide section title)")
     wrapper: str = Field("", description="the function that calls pallas_call")
@@ -91,7 +92,8 @@ class ExampleEntry(BaseModel):
         return "\n\n".join(p for p in parts if p).rstrip() + "\n"
 
     def header(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
+        shown = self.where or self.path
+        where = f"{shown}:{self.line}" if self.line else shown
         lines = [f"# {self.id}  ({self.source} {self.version}; {where})"]
         if self.kind == "kernel":
             lines.append(f"# what: {', '.join(self.what)}; launched by {self.wrapper}")
@@ -111,6 +113,7 @@ class ExampleHit(BaseModel):
     source: Source
     version: str
     path: str
+    where: str
     name: str
     what: list[str]
     pattern: str
@@ -214,7 +217,7 @@ def _sha(data: bytes | str) -> str:
 
 
 def _kernel_entries(
-    path: Path, prefix: str, source: Source, ver: str, task: str | None
+    path: Path, prefix: str, source: Source, ver: str, task: str | None, where: str = ""
 ) -> list[ExampleEntry]:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
@@ -233,6 +236,7 @@ def _kernel_entries(
                 source=source,
                 version=ver if source == "jax" else f"{ver}+{_sha(src)[:12]}",
                 path=str(path),
+                where=where,
                 line=k.line,
                 name=k.kernel,
                 wrapper=k.wrapper,
@@ -265,6 +269,7 @@ def _guide_entries(path: Path) -> list[ExampleEntry]:
                 source="guide",
                 version=f"{_our_version()}+{_sha(text)[:12]}",
                 path=str(path),
+                where="subagents/guides/pallas_tpu.md",
                 name=title,
                 what=["guide"],
                 kernel_source=part.rstrip(),
@@ -280,9 +285,13 @@ def collect_entries(user_dirs: Sequence[str | os.PathLike] = ()) -> list[Example
     if ops is not None:
         for f in sorted(ops.rglob("*.py")):
             rel = f.relative_to(ops).with_suffix("")
-            entries += _kernel_entries(f, "jax." + ".".join(rel.parts), "jax", jv, None)
+            where = "jax/experimental/pallas/ops/tpu/" + f.relative_to(ops).as_posix()
+            entries += _kernel_entries(f, "jax." + ".".join(rel.parts), "jax", jv, None, where)
     for f in _jaxbench_refs():
-        entries += _kernel_entries(f, f"jaxbench.{f.parent.name}", "jaxbench", _our_version(), f.parent.name)
+        where = f"jaxbench/tasks/{f.parent.name}/{f.name}"
+        entries += _kernel_entries(
+            f, f"jaxbench.{f.parent.name}", "jaxbench", _our_version(), f.parent.name, where
+        )
     guide = guide_path()
     if guide is not None:
         entries += _guide_entries(guide)
@@ -433,11 +442,17 @@ class ExampleIndex:
         budget_tokens: int = DEFAULT_BUDGET_TOKENS,
         kinds: Sequence[str] = ("kernel", "guide"),
         exclude_tasks: Sequence[str] = (),
+        min_score_ratio: float = 0.0,
     ) -> ExampleSearch:
-        """Top `k` entries for any mix of inputs, excerpts cut so all hits fit in `budget_tokens`."""
+        """Top `k` entries for any mix of inputs, excerpts cut so all hits fit in `budget_tokens`.
+
+        `min_score_ratio`: drop hits scoring below this fraction of the best (a prompt shows one clear
+        match alone, with the whole budget, rather than padding it with weak ones)."""
         config, prims = reference_primitives(reference_source) if reference_source else ({}, [])
         s = build_search(query, operator, [*primitives, *prims], error, config or None)
         ranked = self._rank(s, kinds, set(exclude_tasks))[:k]
+        if ranked:
+            ranked = [r for r in ranked if r[1] >= min_score_ratio * ranked[0][1]]
         hits = _excerpts(ranked, budget_tokens)
         return ExampleSearch(
             mode=s.mode,
@@ -543,7 +558,10 @@ def _excerpts(ranked: list[tuple[ExampleEntry, float]], budget_tokens: int) -> l
     hits = []
     left = budget_tokens
     for i, (e, score) in enumerate(ranked):
-        share = left // (len(ranked) - i)  # even shares; what a short hit leaves goes to the next
+        # the best match gets the largest share (weights n, n-1, ..., 1); what a short hit leaves over
+        # goes to the next ones
+        weights = list(range(len(ranked) - i, 0, -1))
+        share = left * weights[0] // sum(weights)
         text, cut = excerpt(e, share)
         if tokens(text) > share:
             text, cut = _trim(text, share * 4)[0], True
@@ -556,6 +574,7 @@ def _excerpts(ranked: list[tuple[ExampleEntry, float]], budget_tokens: int) -> l
                 source=e.source,
                 version=e.version,
                 path=e.path,
+                where=e.where or e.path,
                 name=e.name,
                 what=e.what,
                 pattern=e.pattern,
