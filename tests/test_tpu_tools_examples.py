@@ -180,3 +180,44 @@ def test_a_clear_best_match_is_shown_alone_with_the_whole_budget(index):
     assert [h.id for h in clear.hits] == ["jax.megablox.gmm.kernel"] and len(every.hits) == 3
     assert clear.hits[0].excerpt_tokens > every.hits[0].excerpt_tokens  # it got the others' share
     assert every.hits[0].excerpt_tokens > every.hits[2].excerpt_tokens  # the best gets the largest share
+
+
+def _cli(*args: str, cache: Path) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(cache)}
+    p = subprocess.run(
+        [sys.executable, "-m", "maxkernel.tpu_tools.cli", "examples", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.slow  # five CLI subprocesses
+def test_cli_examples_exit_codes_and_json(tmp_path):
+    import json
+
+    rc, out, err = _cli("ragged", "paged", "attention", "--json", "-k", "2", cache=tmp_path)
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["hits"][0]["id"] == RAGGED and data["used_tokens"] <= data["budget_tokens"] == 2000
+    rc, out, _ = _cli("--show", "jax.matmul.matmul_kernel", cache=tmp_path)
+    assert rc == 0 and "def matmul_kernel" in out
+    rc, out, err = _cli("--examples", str(tmp_path / "nope"), "x", cache=tmp_path)
+    assert rc == 2 and err.strip().count("\n") == 0 and "examples folder not found" in err and not out
+    rc, _, err = _cli(cache=tmp_path)
+    assert rc == 2 and "give a QUERY" in err
+    rc, out, _ = _cli("zzqqxx", cache=tmp_path)
+    assert rc == 1 and out.startswith("0 example(s)")
+
+
+def test_server_refuses_a_missing_examples_folder(tmp_path, capsys):
+    from maxkernel.server.main import main
+
+    assert main(["--examples", str(tmp_path / "nope")]) == 2
+    assert "--examples folder not found" in capsys.readouterr().err
