@@ -10,7 +10,14 @@ from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import EXAMPLES_BUDGET_TOKENS
 from maxkernel.tpu_tools.pool import WorkerPool
 
-BAD_BLOCK = (KERNELS / "bad_block.py").read_text()
+# tests/kernels/vmem_1gib.py made self-contained (a kernel_source cannot import a sibling file)
+VMEM_1GIB = (
+    (KERNELS / "vmem_1gib.py")
+    .read_text()
+    .replace(
+        "from _matmul_base import matmul_kernel, tiled_matmul\n", (KERNELS / "_matmul_base.py").read_text()
+    )
+)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +54,8 @@ def examples_section(prompt: str) -> str:
 async def test_prompts_carry_examples_for_the_task_and_the_error(pool, workspace, tmp_path):
     script = Script(
         planner=[PLAN],
-        implementer=[code(BAD_BLOCK)],
-        debugger=[fix(GOOD_MATMUL, "use 128-multiple blocks")],
+        implementer=[code(VMEM_1GIB)],
+        debugger=[fix(GOOD_MATMUL, "drop the 1 GiB scratch")],
     )
     store = RunStore.create(tmp_path / "runs", "matmul")
     cfg = config("matmul_reference", target="tpu-v6e", profile=False)
@@ -60,6 +67,9 @@ async def test_prompts_carry_examples_for_the_task_and_the_error(pool, workspace
         assert len(section) / 4 <= EXAMPLES_BUDGET_TOKENS[role]
     # the user's matmul reference (operator dense_matmul) -> matmul kernels, named with their source
     assert "jax.matmul.matmul_kernel" in examples_section(plan) and "(jax 0." in examples_section(plan)
-    # the block-shape error: the guide section is already in the debugger's prompt, kernels are added
-    assert "### 1." in examples_section(debug) and "guide.block-shapes" not in examples_section(debug)
+    # the VMEM overflow: its guide section is already in the debugger's prompt (not repeated); the examples
+    # are kernels that set vmem_limit_bytes
+    section = examples_section(debug)
+    assert "### 1." in section and "guide.vmem-budgets" not in section and "vmem_limit_bytes set" in section
+    assert debug.count("## VMEM budgets") == 1
     assert summary["iterations"][0]["attempts"][-1]["outcome"] == "verified"
