@@ -93,6 +93,7 @@ async def test_lists_tools_prompts_and_resources(client):
         "maxkernel://tasks/{task_id}",
         "maxkernel://chips/{name}",
         "maxkernel://artifacts/{sha}",
+        "maxkernel://examples/{example_id}",
     }
 
 

@@ -221,3 +221,10 @@ def test_server_refuses_a_missing_examples_folder(tmp_path, capsys):
 
     assert main(["--examples", str(tmp_path / "nope")]) == 2
     assert "--examples folder not found" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_is_one_precise_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ExampleError, match="set MAXKERNEL_CACHE_DIR"):
+        ExampleIndex.open(cache=blocker / "cache")

@@ -412,7 +412,13 @@ class ExampleIndex:
                 "by_source": by_source,
                 "user_dirs": [str(d) for d in dirs],
             }
-            _write_db(path, entries, info)
+            try:
+                _write_db(path, entries, info)
+            except (OSError, sqlite3.Error) as e:
+                raise ExampleError(
+                    f"cannot write the example index under {root} ({e}): set MAXKERNEL_CACHE_DIR to a "
+                    "writable folder"
+                ) from None
             _prune(root, keep=path)
         return cls(path)
 
