@@ -517,10 +517,13 @@ def _structured(words: Sequence[str], e: ExampleEntry) -> float:
 
 def _prune(root: Path, keep: Path, max_files: int = 6) -> None:
     """Old index files (other jax versions, changed folders): keep the newest few."""
-    files = sorted(root.glob("examples-*.sqlite"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for f in files[max_files:]:
-        if f != keep:
-            f.unlink(missing_ok=True)
+    try:
+        files = sorted(root.glob("examples-*.sqlite"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for f in files[max_files:]:
+            if f != keep:
+                f.unlink(missing_ok=True)
+    except OSError:  # another process pruned at the same time: nothing to do
+        pass
 
 
 def _trim(text: str, limit_chars: int) -> tuple[str, bool]:
