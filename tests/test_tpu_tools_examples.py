@@ -95,7 +95,8 @@ def test_a_vmem_error_finds_the_vmem_section_and_kernels_that_raise_the_limit(in
     assert r.mode == "error" and "vmem" in r.error_families
     assert "block_shape" not in r.error_families  # the T(8,128) layout in the message is not a block error
     assert r.hits[0].id == "guide.vmem-budgets"
-    assert any(h.kind == "kernel" and "vmem_limit_bytes" in h.features for h in r.hits)
+    kernels = [h for h in r.hits if h.kind == "kernel" and "vmem_limit_bytes" in h.features]
+    assert kernels and all("vmem_limit_bytes=" in h.excerpt for h in kernels)  # the excerpt shows the fix
 
 
 def test_excerpts_stay_within_the_budget(index):

@@ -459,7 +459,7 @@ class ExampleIndex:
         ranked = self._rank(s, kinds, set(exclude_tasks))[:k]
         if ranked:
             ranked = [r for r in ranked if r[1] >= min_score_ratio * ranked[0][1]]
-        hits = _excerpts(ranked, budget_tokens)
+        hits = _excerpts(ranked, budget_tokens, sorted(s.features))
         return ExampleSearch(
             mode=s.mode,
             words=s.words,
@@ -534,8 +534,42 @@ def _trim(text: str, limit_chars: int) -> tuple[str, bool]:
     return cut, True
 
 
-def excerpt(e: ExampleEntry, budget_tokens: int) -> tuple[str, bool]:
-    """Header, then the kernel, then its launch (grid and BlockSpecs), then helpers: cut to the budget."""
+# feature -> the source text that shows it (an error's fix is in these lines, so they come first)
+_FOCUS = {
+    "vmem_limit_bytes": r"vmem_limit_bytes",
+    "manual_dma": r"make_async_copy|async_copy|\.wait\(|\.start\(",
+    "hbm_any": r"memory_space|\bANY\b",
+    "scalar_prefetch": r"num_scalar_prefetch|PrefetchScalarGridSpec",
+    "dimension_semantics": r"dimension_semantics",
+    "pl_when": r"pl\.when",
+}
+
+
+def _focus(e: ExampleEntry, features: Sequence[str], context: int = 3, max_lines: int = 24) -> str:
+    """The launching function's lines that show `features` (with a few lines around), or ''."""
+    pats = [_FOCUS[f] for f in features if f in _FOCUS and f in e.features]
+    lines = (e.wrapper_source or e.call_source).splitlines()
+    if not pats or not lines:
+        return ""
+    rx = re.compile("|".join(pats))
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        if rx.search(line):
+            keep |= set(range(max(0, i - context), min(len(lines), i + context + 1)))
+    out, last = [], -2
+    for i in sorted(keep)[:max_lines]:
+        if i != last + 1 and out:
+            out.append("    ...")
+        out.append(lines[i])
+        last = i
+    return f"# the lines of {e.wrapper} that show {', '.join(f for f in features if f in e.features)}:\n" + (
+        "\n".join(out)
+    )
+
+
+def excerpt(e: ExampleEntry, budget_tokens: int, focus: Sequence[str] = ()) -> tuple[str, bool]:
+    """Header, then the lines showing `focus` features, the kernel, its launch (grid and BlockSpecs),
+    then helpers: cut to the budget."""
     limit = budget_tokens * 4
     head = e.header()
     tail = f"# ... cut to fit; full text: {e.uri}"
@@ -546,6 +580,9 @@ def excerpt(e: ExampleEntry, budget_tokens: int) -> tuple[str, bool]:
         pieces = [e.kernel_source]
     else:
         pieces = [e.kernel_source, f"# launched by {e.wrapper}:\n{e.call_source}", e.helper_source]
+        shows = _focus(e, focus)
+        if shows:
+            pieces.insert(0, shows)
     shown, cut = [], False
     for i, piece in enumerate(p for p in pieces if p.strip()):
         share = room if i else int(room * (0.65 if len(pieces) > 1 else 1.0))
@@ -563,7 +600,9 @@ def excerpt(e: ExampleEntry, budget_tokens: int) -> tuple[str, bool]:
     return out, cut
 
 
-def _excerpts(ranked: list[tuple[ExampleEntry, float]], budget_tokens: int) -> list[ExampleHit]:
+def _excerpts(
+    ranked: list[tuple[ExampleEntry, float]], budget_tokens: int, focus: Sequence[str] = ()
+) -> list[ExampleHit]:
     hits = []
     left = budget_tokens
     for i, (e, score) in enumerate(ranked):
@@ -571,7 +610,7 @@ def _excerpts(ranked: list[tuple[ExampleEntry, float]], budget_tokens: int) -> l
         # goes to the next ones
         weights = list(range(len(ranked) - i, 0, -1))
         share = left * weights[0] // sum(weights)
-        text, cut = excerpt(e, share)
+        text, cut = excerpt(e, share, focus)
         if tokens(text) > share:
             text, cut = _trim(text, share * 4)[0], True
         left -= tokens(text)
