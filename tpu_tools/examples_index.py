@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import math
 import os
 import re
 import sqlite3
@@ -28,11 +27,18 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.example_parse import parse_kernels, reference_primitives
+from maxkernel.tpu_tools.examples_excerpt import make_hits
+from maxkernel.tpu_tools.examples_models import (
+    ExampleEntry,
+    ExampleError,
+    ExampleHit,
+    ExampleSearch,
+    IndexInfo,
+    Source,
+    tokens,
+)
 from maxkernel.tpu_tools.examples_query import Search, build_search
 
 SCHEMA_VERSION = 1
@@ -43,109 +49,6 @@ MAX_FILE_BYTES = 1_000_000
 # bm25 column weights: name, what, primitives, doc, body
 _WEIGHTS = (6.0, 5.0, 2.0, 2.0, 0.5)
 _SKIP_DIRS = {".venv", "venv", "__pycache__", "node_modules", ".git", "site-packages"}
-Source = Literal["jax", "jaxbench", "guide", "user"]
-
-
-def tokens(text: str) -> int:
-    """Estimated tokens: ceil(characters / 4)."""
-    return math.ceil(len(text) / 4)
-
-
-class ExampleError(Exception):
-    """The caller asked for something the index cannot give (unknown id, unreadable folder)."""
-
-
-class ExampleEntry(BaseModel):
-    """One kernel function with its pallas_call (or one guide section), as indexed."""
-
-    id: str = Field(description="stable id; the resource is maxkernel://examples/{id}")
-    kind: Literal["kernel", "guide"]
-    source: Source
-    version: str = Field(description="jax version, or our package version + file sha for our files")
-    path: str = Field(description="file the entry was read from")
-    where: str = Field("", description="the path shown: from the package root for jax and our files")
-    line: int = 0
-    name: str = Field(description="kernel function (or guide section title)")
-    wrapper: str = Field("", description="the function that calls pallas_call")
-    task: str | None = Field(None, description="the JaxBench task this reference belongs to")
-    what: list[str] = Field(default_factory=list, description="matmul, attention, reduction, scan, ...")
-    primitives: list[str] = Field(default_factory=list, description="pl/pltpu/jnp/lax calls in the kernel")
-    pattern: str = Field("", description="grid / BlockSpec / memory-space summary of the launch")
-    features: list[str] = Field(default_factory=list, description="scalar_prefetch, manual_dma, ...")
-    doc: str = ""
-    kernel_source: str = ""
-    call_source: str = ""
-    helper_source: str = ""
-    wrapper_source: str = ""
-
-    @property
-    def uri(self) -> str:
-        return f"maxkernel://examples/{self.id}"
-
-    def full_text(self) -> str:
-        """Everything stored, for the resource: header, kernel, helpers, the launching function."""
-        parts = [self.header(), self.doc and f'"""{self.doc}"""']
-        if self.kind == "guide":
-            parts.append(self.kernel_source)
-        else:
-            parts += [self.kernel_source, self.helper_source, self.wrapper_source or self.call_source]
-        return "\n\n".join(p for p in parts if p).rstrip() + "\n"
-
-    def header(self) -> str:
-        shown = self.where or self.path
-        where = f"{shown}:{self.line}" if self.line else shown
-        lines = [f"# {self.id}  ({self.source} {self.version}; {where})"]
-        if self.kind == "kernel":
-            lines.append(f"# what: {', '.join(self.what)}; launched by {self.wrapper}")
-            if self.pattern:
-                lines.append(f"# launch: {self.pattern}")
-            if self.primitives:
-                lines.append(f"# primitives: {', '.join(self.primitives[:24])}")
-        return "\n".join(lines)
-
-
-class ExampleHit(BaseModel):
-    """A search result with an excerpt cut to its share of the budget."""
-
-    id: str
-    uri: str
-    kind: Literal["kernel", "guide"]
-    source: Source
-    version: str
-    path: str
-    where: str
-    name: str
-    what: list[str]
-    pattern: str
-    features: list[str]
-    score: float = Field(description="bm25 relevance after feature boosts; higher is better")
-    excerpt: str
-    excerpt_tokens: int = Field(description="estimated tokens (characters / 4) of `excerpt`")
-    truncated: bool = Field(description="the excerpt is shorter than the entry; read the uri for all of it")
-
-
-class ExampleSearch(BaseModel):
-    """The top-k examples for one query, within `budget_tokens`."""
-
-    mode: str = Field(description="text, operator, primitives, task or error: what drove the search")
-    words: list[str] = Field(description="the words searched (bm25 over FTS5)")
-    features: list[str] = Field(description="entry features preferred (from the error families)")
-    error_families: list[str] = Field(default_factory=list)
-    budget_tokens: int
-    used_tokens: int
-    token_rule: str = "estimated tokens = ceil(characters / 4)"
-    hits: list[ExampleHit]
-    index: IndexInfo
-
-
-class IndexInfo(BaseModel):
-    path: str
-    jax_version: str
-    entries: int
-    by_source: dict[str, int]
-    user_dirs: list[str]
-
-
 # ------------------------------------------------------------------------------------ where things are
 
 
@@ -317,7 +220,13 @@ def _fingerprint(user_dirs: Sequence[Path]) -> str:
         st = f.stat()
         h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}".encode())
     here = Path(__file__).parent
-    for f in [*_jaxbench_refs(), guide_path(), here / "example_parse.py", here / "examples_index.py"]:
+    for f in [
+        *_jaxbench_refs(),
+        guide_path(),
+        here / "example_parse.py",
+        here / "examples_index.py",
+        here / "examples_models.py",
+    ]:
         if f is not None and f.is_file():
             h.update(f.read_bytes())
     for d in user_dirs:
@@ -459,7 +368,7 @@ class ExampleIndex:
         ranked = self._rank(s, kinds, set(exclude_tasks))[:k]
         if ranked:
             ranked = [r for r in ranked if r[1] >= min_score_ratio * ranked[0][1]]
-        hits = _excerpts(ranked, budget_tokens, sorted(s.features))
+        hits = make_hits(ranked, budget_tokens, sorted(s.features))
         return ExampleSearch(
             mode=s.mode,
             words=s.words,
@@ -526,114 +435,16 @@ def _prune(root: Path, keep: Path, max_files: int = 6) -> None:
         pass
 
 
-def _trim(text: str, limit_chars: int) -> tuple[str, bool]:
-    if len(text) <= limit_chars:
-        return text, False
-    cut = text[: max(limit_chars, 0)]
-    cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
-    return cut, True
-
-
-# feature -> the source text that shows it (an error's fix is in these lines, so they come first)
-_FOCUS = {
-    "vmem_limit_bytes": r"vmem_limit_bytes",
-    "manual_dma": r"make_async_copy|async_copy|\.wait\(|\.start\(",
-    "hbm_any": r"memory_space|\bANY\b",
-    "scalar_prefetch": r"num_scalar_prefetch|PrefetchScalarGridSpec",
-    "dimension_semantics": r"dimension_semantics",
-    "pl_when": r"pl\.when",
-}
-
-
-def _focus(e: ExampleEntry, features: Sequence[str], context: int = 3, max_lines: int = 24) -> str:
-    """The launching function's lines that show `features` (with a few lines around), or ''."""
-    pats = [_FOCUS[f] for f in features if f in _FOCUS and f in e.features]
-    lines = (e.wrapper_source or e.call_source).splitlines()
-    if not pats or not lines:
-        return ""
-    rx = re.compile("|".join(pats))
-    keep: set[int] = set()
-    for i, line in enumerate(lines):
-        if rx.search(line):
-            keep |= set(range(max(0, i - context), min(len(lines), i + context + 1)))
-    out, last = [], -2
-    for i in sorted(keep)[:max_lines]:
-        if i != last + 1 and out:
-            out.append("    ...")
-        out.append(lines[i])
-        last = i
-    return f"# the lines of {e.wrapper} that show {', '.join(f for f in features if f in e.features)}:\n" + (
-        "\n".join(out)
-    )
-
-
-def excerpt(e: ExampleEntry, budget_tokens: int, focus: Sequence[str] = ()) -> tuple[str, bool]:
-    """Header, then the lines showing `focus` features, the kernel, its launch (grid and BlockSpecs),
-    then helpers: cut to the budget."""
-    limit = budget_tokens * 4
-    head = e.header()
-    tail = f"# ... cut to fit; full text: {e.uri}"
-    room = limit - len(head) - len(tail) - 24
-    if room <= 0:
-        return _trim(head, limit)[0], True
-    if e.kind == "guide":
-        pieces = [e.kernel_source]
-    else:
-        pieces = [e.kernel_source, f"# launched by {e.wrapper}:\n{e.call_source}", e.helper_source]
-        shows = _focus(e, focus)
-        if shows:
-            pieces.insert(0, shows)
-    shown, cut = [], False
-    for i, piece in enumerate(p for p in pieces if p.strip()):
-        share = room if i else int(room * (0.65 if len(pieces) > 1 else 1.0))
-        text, was_cut = _trim(piece, share)
-        cut |= was_cut or len(text) < len(piece)
-        if text.strip():
-            shown.append(text)
-            room -= len(text) + 2
-        if room <= 40:
-            cut = cut or i < len(pieces) - 1
-            break
-    fence = "" if e.kind == "guide" else "python"
-    body = "\n\n".join(shown)
-    out = f"{head}\n```{fence}\n{body}\n" + (f"{tail}\n" if cut else "") + "```"
-    return out, cut
-
-
-def _excerpts(
-    ranked: list[tuple[ExampleEntry, float]], budget_tokens: int, focus: Sequence[str] = ()
-) -> list[ExampleHit]:
-    hits = []
-    left = budget_tokens
-    for i, (e, score) in enumerate(ranked):
-        # the best match gets the largest share (weights n, n-1, ..., 1); what a short hit leaves over
-        # goes to the next ones
-        weights = list(range(len(ranked) - i, 0, -1))
-        share = left * weights[0] // sum(weights)
-        text, cut = excerpt(e, share, focus)
-        if tokens(text) > share:
-            text, cut = _trim(text, share * 4)[0], True
-        left -= tokens(text)
-        hits.append(
-            ExampleHit(
-                id=e.id,
-                uri=e.uri,
-                kind=e.kind,
-                source=e.source,
-                version=e.version,
-                path=e.path,
-                where=e.where or e.path,
-                name=e.name,
-                what=e.what,
-                pattern=e.pattern,
-                features=e.features,
-                score=round(score, 4),
-                excerpt=text,
-                excerpt_tokens=tokens(text),
-                truncated=cut,
-            )
-        )
-    return hits
-
-
-ExampleSearch.model_rebuild()
+__all__ = [
+    "DEFAULT_BUDGET_TOKENS",
+    "ExampleEntry",
+    "ExampleError",
+    "ExampleHit",
+    "ExampleIndex",
+    "ExampleSearch",
+    "IndexInfo",
+    "cache_dir",
+    "collect_entries",
+    "jax_ops_dir",
+    "tokens",
+]
