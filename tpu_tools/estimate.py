@@ -416,7 +416,9 @@ def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
     if not (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
         return None
     mxu_s = program.outside_flops / c.mxu_flops_per_s(program.outside_matmul_dtype or "bfloat16")
-    vpu_s = (program.outside_vpu_ops + program.outside_transcendentals * TRANSCENDENTAL_VPU_OPS) / _vpu_ops_per_s(c)
+    vpu_s = (
+        program.outside_vpu_ops + program.outside_transcendentals * TRANSCENDENTAL_VPU_OPS
+    ) / _vpu_ops_per_s(c)
     mem_s = program.outside_bytes / c.hbm_bytes_per_s
     inside = sum(f for f in program.kernel_flops_per_step)  # per step: only used for the share's sign
     total = program.outside_flops + inside
@@ -468,11 +470,20 @@ def estimate_pallas(
         return _plain_estimate(c, total_flops, total_bytes)
 
     share = total_flops / len(calls) if total_flops is not None else None
-    body = program.kernel_flops_per_step if program and len(program.kernel_flops_per_step) == len(calls) else None
+    body = (
+        program.kernel_flops_per_step
+        if program and len(program.kernel_flops_per_step) == len(calls)
+        else None
+    )
     matched = match_kernels(calls, llo) if llo else [None] * len(calls)
     per = [
         _estimate_call(
-            call, c, share, scalar_prefetch[i] if scalar_prefetch else None, body[i] if body else None, matched[i]
+            call,
+            c,
+            share,
+            scalar_prefetch[i] if scalar_prefetch else None,
+            body[i] if body else None,
+            matched[i],
         )
         for i, call in enumerate(calls)
     ]
@@ -496,7 +507,9 @@ def estimate_pallas(
     elif "llo" in tiers:
         tier_note = "mixed: some kernels matched no compiled program, so the whole estimate is labeled model"
     elif llo and not c.clock_ghz:
-        tier_note = f"model: LLO dump read, but {c.name} has no clock figure we trust to turn bundles into time"
+        tier_note = (
+            f"model: LLO dump read, but {c.name} has no clock figure we trust to turn bundles into time"
+        )
     else:
         tier_note = "model: " + (llo_note or "no LLO dump (trace-only estimate)")
     ignored = [n for n in notes if n.startswith("ignored pl.CostEstimate")]

@@ -32,14 +32,18 @@ class OutsideOp(BaseModel):
 class ProgramCost(BaseModel):
     """Work found in a jaxpr, split into pallas_call bodies and the XLA ops around them."""
 
-    kernel_flops_per_step: list[float] = Field(description="matmul/conv flops of each pallas_call body, one step")
+    kernel_flops_per_step: list[float] = Field(
+        description="matmul/conv flops of each pallas_call body, one step"
+    )
     kernel_transcendentals_per_step: list[float]
     outside_flops: float = Field(description="matmul/conv flops outside every pallas_call")
     outside_vpu_ops: float = Field(description="elementwise/reduction element-ops outside the kernels")
     outside_transcendentals: float
     outside_bytes: float = Field(description="bytes of the values the outside ops read or write, each once")
     outside_matmul_dtype: str | None = None
-    outside_ops: list[OutsideOp] = Field(default_factory=list, description="primitive -> flops, biggest first")
+    outside_ops: list[OutsideOp] = Field(
+        default_factory=list, description="primitive -> flops, biggest first"
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -165,7 +169,8 @@ def program_cost(closed_jaxpr: Any) -> ProgramCost:
     w = _Outside()
     w.walk(jaxpr)
     ops = sorted(
-        (OutsideOp(primitive=k, flops=v[0], count=int(v[1])) for k, v in w.ops.items()), key=lambda o: -o.flops
+        (OutsideOp(primitive=k, flops=v[0], count=int(v[1])) for k, v in w.ops.items()),
+        key=lambda o: -o.flops,
     )
     return ProgramCost(
         kernel_flops_per_step=w.kernel_flops,

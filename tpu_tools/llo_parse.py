@@ -203,7 +203,9 @@ def _parse_utilization(text: str | None, depths: list[int], out: ProgramLLO) -> 
         if in_loop:
             out.loop_units = _units(rows[in_loop[0] : in_loop[-1] + 1], caps)
     elif depths:
-        out.notes.append(f"utilization rows ({len(rows)}) do not match bundles ({len(depths)}): loop units unknown")
+        out.notes.append(
+            f"utilization rows ({len(rows)}) do not match bundles ({len(depths)}): loop units unknown"
+        )
 
 
 def _parse_allocations(text: str | None, out: ProgramLLO) -> None:
