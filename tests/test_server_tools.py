@@ -26,6 +26,7 @@ SERVER_TOOLS = {
     "evaluate_kernel",
     "summarize_trace",
     "estimate_kernel",
+    "analyze_kernel",
     "autotune_kernel",
 } | {
     "list_tasks",

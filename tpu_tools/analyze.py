@@ -271,3 +271,51 @@ def run_analyze(kernel_path: str, reference: str, target_name: str, size: str) -
     report.ok = report.failure is None
     report.summary = summarize(report)
     return report
+
+
+def analyze_kernel(
+    kernel_path: str,
+    reference: str,
+    target: str = "tpu-v5e",
+    size: str = "small",
+    *,
+    evaluator: Any = None,
+    timeout_s: float | None = None,
+    on_progress: Any = None,
+    cancel: Any = None,
+) -> AnalysisReport:
+    """Run `analyze_job` in a pool child (fresh libtpu, so the dump flags take) and return its report."""
+    from maxkernel.tpu_tools.evaluate import Evaluator, _abs_reference, outcome_failure
+
+    ev = evaluator or Evaluator()
+    path = str(Path(kernel_path).expanduser().resolve())
+    outcome = ev.pool.submit(
+        _spec(path, _abs_reference(reference), target, size, timeout_s or ev.timeout_s),
+        on_progress=on_progress,
+    )
+    while True:
+        done = outcome.wait(0.1)
+        if done is not None:
+            break
+        if cancel is not None and cancel.is_set():
+            outcome.cancel()
+    if done.status == "ok" and done.result is not None:
+        return AnalysisReport.model_validate(done.result)
+    return AnalysisReport(
+        ok=False,
+        tier="model",
+        kernel_path=path,
+        target=target,
+        size=size,
+        failure=outcome_failure(done, "analyze"),
+    )
+
+
+def _spec(path: str, reference: str, target: str, size: str, timeout_s: float):
+    from maxkernel.tpu_tools.pool import JobSpec
+
+    return JobSpec(
+        fn="maxkernel.tpu_tools.analyze:analyze_job",
+        kwargs={"kernel_path": path, "reference": reference, "target": target, "size": size},
+        timeout_s=timeout_s,
+    )
