@@ -248,3 +248,72 @@ def _job(paths, ref):
         kwargs={"kernel_paths": paths, "reference": ref, "target": "tpu-v5e", "size": "small"},
         timeout_s=300,
     )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values the installed JAX rejects are dropped before any evaluation
+
+
+def test_buffer_count_probe_finds_what_jax_rejects_and_is_cached(tmp_path, monkeypatch):
+    from maxkernel.tpu_tools.autotune import probe_buffer_counts_job, supported_buffer_counts
+
+    probed = probe_buffer_counts_job([1, 2, 3])
+    assert probed["supported"] == {"1": True, "2": True, "3": False}  # jax 0.10.2: single/double only
+
+    class CountingPool:  # a fake pool: runs the probe in-process and counts the runs
+        runs = 0
+
+        def run(self, spec):
+            CountingPool.runs += 1
+            from maxkernel.tpu_tools.pool import JobOutcome
+
+            return JobOutcome(status="ok", result=probe_buffer_counts_job(**spec.kwargs), message="ok")
+
+    class FakeEvaluator:
+        pool = CountingPool()
+
+    monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path))
+    assert supported_buffer_counts(FakeEvaluator(), [2, 3]) == {2: True, 3: False}
+    assert supported_buffer_counts(FakeEvaluator(), [3]) == {2: True, 3: False}
+    assert CountingPool.runs == 1  # the second call read the per-jax-version cache
+
+
+PLUS_ONE_TEMPLATE = """
+import jax
+from jax.experimental import pallas as pl
+
+
+def body(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+
+def workload(x):
+    spec = pl.BlockSpec((8, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(buffer_count=${nbuf}))
+    return pl.pallas_call(
+        body, grid=(x.shape[0] // 8,), in_specs=[spec], out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+"""
+
+
+@pytest.mark.slow
+def test_autotune_drops_a_buffer_count_jax_rejects_before_evaluating_it(tmp_path, monkeypatch):
+    from conftest_paths import PLUS_ONE_REF
+
+    from maxkernel.tpu_tools.autotune import autotune
+
+    monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    with WorkerPool(max_workers=1) as pool:
+        report = autotune(
+            Evaluator(pool, timeout_s=240),
+            PLUS_ONE_TEMPLATE,
+            {"nbuf": [2, 3]},
+            PLUS_ONE_REF,
+            "tpu-v6e",
+            max_configs=2,
+            workdir=tmp_path / "work",
+        )
+    by = {r.config["nbuf"]: r for r in report.configs}
+    assert by[3].status == "pruned" and by[3].pruned_reason == "unsupported" and by[3].compile_ok is None
+    assert "buffer_count=3" in by[3].failure
+    assert by[2].status == "valid" and report.evaluated == 1

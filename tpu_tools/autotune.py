@@ -362,12 +362,10 @@ def autotune(
     if can_raise and "vmem_limit_bytes" not in space:
         for r in results:
             r.config["vmem_limit_bytes"] = None  # the chip's default scoped limit until a config needs more
-    counts = {int(n) for n in _BUFFERED.findall(template_source)} | {
-        int(v) for k, vals in space.items() if "buffer" in k for v in vals if isinstance(v, int)
-    }
-    supported = (
-        supported_buffer_counts(evaluator, sorted(counts)) if counts or "Buffered" in template_source else {}
-    )
+    # pl.Buffered counts: probe the usual ones (plus any the template or space names) once per jax version
+    counts = {1, 2, 3, 4} | {int(n) for n in _BUFFERED.findall(template_source)}
+    counts |= {int(v) for vals in space.values() for v in vals if isinstance(v, int) and 0 < v <= 8}
+    supported = supported_buffer_counts(evaluator, sorted(counts)) if "Buffered" in template_source else {}
 
     to_estimate: list[ConfigResult] = []
     for i, r in enumerate(results):
