@@ -221,6 +221,9 @@ def run_profile(
     except Exception as e:
         return finish(classify_exception(e, "trace", path))
     calls = find_pallas_calls(jaxpr)
+    from maxkernel.tpu_tools.jaxpr_cost import program_cost  # the estimate costs the whole program
+
+    program = program_cost(jaxpr)
     report.has_pallas_call = bool(calls)
     got = _specs(jaxpr.out_avals)
     if got != _specs(expected):
@@ -338,7 +341,7 @@ def run_profile(
     if est_chip is not None:
         try:
             if calls:
-                report.static_estimate = estimate_pallas(calls, est_chip, total_flops=flops)
+                report.static_estimate = estimate_pallas(calls, est_chip, total_flops=flops, program=program)
             else:
                 report.static_estimate = estimate_pallas(
                     [],
