@@ -317,3 +317,29 @@ def test_autotune_drops_a_buffer_count_jax_rejects_before_evaluating_it(tmp_path
     assert by[3].status == "pruned" and by[3].pruned_reason == "unsupported" and by[3].compile_ok is None
     assert "buffer_count=3" in by[3].failure
     assert by[2].status == "valid" and report.evaluated == 1
+
+
+@pytest.mark.slow
+def test_cli_analyze_and_estimate(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest_paths import MATMUL_REF
+
+    exe = [str(Path(sys.executable).parent / "maxkernel")]
+    good = kernel("good_matmul")
+    out = subprocess.run(
+        [*exe, "analyze", good, "-r", MATMUL_REF, "-t", "tpu-v5e", "--json"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    rep = AnalysisReport.model_validate_json(out.stdout)
+    assert rep.tier == "llo" and rep.kernels and rep.estimate is not None
+    est = subprocess.run(
+        [*exe, "estimate", good, "-r", MATMUL_REF, "-t", "tpu-v5e", "--json"], capture_output=True, text=True
+    )
+    assert est.returncode == 0 and json.loads(est.stdout)["estimate"]["tier"] == "llo"
+    bad = subprocess.run(
+        [*exe, "analyze", good, "-r", MATMUL_REF, "-t", "cpu"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
