@@ -179,12 +179,17 @@ def estimate_one(
     program = program_cost(jax.jit(fn).trace(*args).jaxpr)
     programs: list[ProgramLLO] = []
     note = None
+    cost: dict[str, float] = {}
     if dump_root is None:
         note = "the LLO dump could not be switched on in this process"
     else:
         try:
-            _, programs, times = compile_with_dump(fn, args, dump_root)
+            compiled, programs, times = compile_with_dump(fn, args, dump_root)
             facts.update(times)
+            if not calls:
+                from maxkernel.tpu_tools.compile import cost_analysis_of
+
+                cost = cost_analysis_of(compiled)
             if not any(p.is_kernel for p in programs) and calls:
                 note = "the compile wrote no readable kernel dump"
         except Exception as e:
@@ -194,11 +199,15 @@ def estimate_one(
             if verdict:
                 facts["vmem_needed"], facts["vmem_limit"] = verdict
             note = "the compile failed: " + msg.splitlines()[0][:200]
-    est = None
     if calls:
         est = estimate_pallas(
             calls, chip, total_flops=total_flops, program=program, llo=programs, llo_note=note
         )
+    elif "flops" in cost and "bytes accessed" in cost:  # plain JAX: XLA's cost analysis on the TPU target
+        est = estimate_pallas([], chip, total_flops=cost["flops"], total_bytes=cost["bytes accessed"])
+    else:  # no compile: the jaxpr's own count
+        flops = program.outside_flops + program.outside_vpu_ops
+        est = estimate_pallas([], chip, total_flops=flops, total_bytes=program.outside_bytes)
     return est, programs, facts
 
 
@@ -261,7 +270,18 @@ def run_analyze(kernel_path: str, reference: str, target_name: str, size: str) -
         report.tier, report.tier_note = "llo", f"read from libtpu's LLO dump ({len(programs)} programs)"
     else:
         report.tier_note = "no LLO dump: " + (facts.get("error", "").splitlines()[0][:200] or "none written")
-    if "error" in facts and "vmem_needed" not in facts:
+    if "vmem_needed" in facts:
+        fit = report.vmem_limit_to_fit_bytes
+        report.failure = Failure(
+            kind="vmem_exhausted",
+            summary=f"needs {report.vmem_needed_bytes} B of VMEM, over the {report.vmem_scoped_limit_bytes} B scoped limit"
+            + (f": vmem_limit_bytes={fit} would fit" if fit else ": more than the chip's VMEM"),
+            message=facts["error"],
+            stage="compile",
+            requested_bytes=report.vmem_needed_bytes,
+            capacity_bytes=report.vmem_scoped_limit_bytes,
+        )
+    elif "error" in facts:
         report.failure = Failure(
             kind="compile_error",
             summary=facts["error"].splitlines()[0][:300],

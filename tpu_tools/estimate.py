@@ -399,6 +399,7 @@ def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
     )
     scoped = default_scoped_vmem_bytes(c)
     return StaticEstimate(
+        tier_note="model: no pallas_call, the roofline of the program's flops and bytes",
         chip=c.name,
         estimated_time_us=rl.time_us,
         bound=rl.bound,
