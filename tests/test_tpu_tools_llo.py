@@ -124,6 +124,11 @@ def test_scoped_vmem_error_is_parsed():
     need, limit = scoped_vmem_error(msg)
     assert limit == 16 << 20 and need == int(18.36 * (1 << 20))
     assert scoped_vmem_error("some other error") is None
+    whole = (
+        "RESOURCE_EXHAUSTED: Allocation (size=268435456) would exceed memory (size=134217728) :: #allocation2 "
+        "[shape = 'f32[8192,8192]{1,0:T(8,128)}', space=vmem, size = 0x10000000, scoped, tag = 'scratch operand']"
+    )
+    assert scoped_vmem_error(whole) == (268435456, 134217728)
 
 
 # ---------------------------------------------------------------------------------------------------

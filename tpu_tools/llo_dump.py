@@ -80,8 +80,16 @@ _SCOPED = re.compile(
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
+# One allocation bigger than the memory space: "Allocation (size=268435456) would exceed memory (size=134217728)
+# :: #allocation2 [... space=vmem ...]" (a lower bound on the need: that allocation alone).
+_WHOLE = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)[^\n]*space=vmem")
+
+
 def scoped_vmem_error(message: str) -> tuple[int, int] | None:
-    """(bytes needed, scoped limit) from Mosaic's 'exceeded scoped vmem limit' error, if it is one."""
+    """(bytes needed, limit) from Mosaic's VMEM errors: over the scoped limit, or over physical VMEM."""
+    whole = _WHOLE.search(message)
+    if whole:
+        return int(whole.group(1)), int(whole.group(2))
     m = _SCOPED.search(message)
     if not m:
         return None
