@@ -221,9 +221,6 @@ def run_profile(
     except Exception as e:
         return finish(classify_exception(e, "trace", path))
     calls = find_pallas_calls(jaxpr)
-    from maxkernel.tpu_tools.jaxpr_cost import program_cost  # the estimate costs the whole program
-
-    program = program_cost(jaxpr)
     report.has_pallas_call = bool(calls)
     got = _specs(jaxpr.out_avals)
     if got != _specs(expected):
@@ -341,7 +338,11 @@ def run_profile(
     if est_chip is not None:
         try:
             if calls:
-                report.static_estimate = estimate_pallas(calls, est_chip, total_flops=flops, program=program)
+                from maxkernel.tpu_tools.jaxpr_cost import program_cost  # after timing: the whole program
+
+                report.static_estimate = estimate_pallas(
+                    calls, est_chip, total_flops=flops, program=program_cost(jaxpr)
+                )
             else:
                 report.static_estimate = estimate_pallas(
                     [],
