@@ -55,8 +55,15 @@ def _kw(params: Mapping[str, str], *names: str) -> str:
 def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
     """The source expression of one equation (its operands already spelled as source)."""
     a = args
+    if prim == "is_finite":  # exact in f32, and Mosaic's is_finite takes f32 only
+        return f"lax.is_finite(lax.convert_element_type({a[0]}, jnp.float32))"
     if prim in UNARY:
         return f"lax.{UNARY[prim]}({a[0]}{_kw(p, 'accuracy')})"
+    if prim == "gather":
+        return (
+            f"lax.gather({a[0]}, {a[1]}, {p['dimension_numbers']}, {p['slice_sizes']}"
+            f"{_kw(p, 'indices_are_sorted', 'unique_indices', 'mode', 'fill_value')})"
+        )
     if prim in BINARY:
         return f"lax.{BINARY[prim]}({a[0]}, {a[1]})"
     if prim in ("stop_gradient", "copy", "copy_p", "optimization_barrier"):
@@ -113,7 +120,7 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
 EMITTABLE = (
     ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
     | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
-       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k"}
+       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather"}
 )  # fmt: skip
 
 
@@ -148,7 +155,13 @@ def body_lines(
             params[key] = shape_of(e, key)
         if shape_of is not None and e["primitive"] == "slice":
             params["limit_indices"] = shape_of(e, "limit_indices")
-        expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
+        out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
+        if e["primitive"] in ("dot_general", "conv_general_dilated") and out_dtype in ("bfloat16", "float16"):
+            # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
+            params["preferred_element_type"] = "jnp.float32"
+            expr = f"lax.convert_element_type({_call(e['primitive'], [operand(a) for a in e['inputs']], params)}, jnp.{out_dtype})"
+        else:
+            expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
         if extra is not None:
             expr = extra(e, expr)
         outs = e["outputs"]

@@ -135,7 +135,12 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
     n_out = len(outs)
     refs = [f"{n}_ref" for n in names] + [f"o{i}_ref" for i in range(n_out)]
     loads = ", ".join(f"{n}_ref[...]" for n in names)
-    stores = "\n".join(f"    o{i}_ref[...] = outs[{i}].astype(o{i}_ref.dtype)" for i in range(n_out))
+    out_ranks = [len(s["shape"]) for s in program["out_specs"]]
+    stores = "\n".join(
+        f"    o{i}_ref[...] = outs[{i}].astype(o{i}_ref.dtype)"
+        + (".reshape(1, 1)  # a scalar output travels as a (1, 1) block" if not r else "")
+        for i, r in enumerate(out_ranks)
+    )
     maps, in_specs = [], []
     for n, s, ax in zip(names, ins, plan.input_axes, strict=True):
         rank = len(s["shape"])
@@ -149,6 +154,11 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
         in_specs.append(f"pl.BlockSpec({block}, {n}_map)")
     out_specs, out_shapes = [], []
     for i, s in enumerate(program["out_specs"]):
+        if not s["shape"]:
+            maps.append(f"    # output {i} is a scalar, stored as (1, 1)\n    def o{i}_map(i):\n        return 0, 0\n")
+            out_specs.append(f"pl.BlockSpec((1, 1), o{i}_map)")
+            out_shapes.append(f"jax.ShapeDtypeStruct((1, 1), jnp.{s['dtype']})")
+            continue
         rank = len(s["shape"])
         idx = ", ".join(["i" if (plan.tiled and d == 0) else "0" for d in range(rank)]) + (
             "," if rank == 1 else ""
@@ -167,7 +177,7 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
         "in_specs": ", ".join(in_specs),
         "out_specs": ", ".join(out_specs),
         "out_shapes": ", ".join(out_shapes),
-        "result": "out[0]" if n_out == 1 else "tuple(out)",
+        "result": _result(out_ranks),
         "rows": str(plan.rows),
         "tiling_note": (
             ", tiled by BLOCK_ROWS; row-carrying inputs are blocked with it, the rest stay whole"
@@ -175,6 +185,11 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
             else f"; not tiled: {plan.why or 'rows are not separable'} (one block holds everything)"
         ),
     }
+
+
+def _result(ranks: list[int]) -> str:
+    items = [f"out[{i}]" + ("" if r else ".reshape(())") for i, r in enumerate(ranks)]
+    return items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
 
 
 def _legal_blocks(program: Program, plan: RowPlan) -> tuple[int, ...]:
