@@ -415,15 +415,18 @@ async def describe_reference(
     st = state_of(ctx)
     ref = resolve_reference(st.workspace, reference)
 
-    def run(progress: ProgressFn, cancel: threading.Event) -> ProgramDescription:
-        return describe_in_child(
-            st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
-        )
+    def run(progress: ProgressFn, cancel: threading.Event) -> ProgramDescription | str:
+        try:
+            return describe_in_child(
+                st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            )
+        except UsageError as e:  # returned, not raised: the task group would wrap it
+            return str(e)
 
-    try:
-        return await run_blocking(ctx, run)
-    except UsageError as e:
-        raise ToolError(str(e)) from None
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
 
 
 def list_chips() -> list[ChipSpec]:

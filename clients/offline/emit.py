@@ -159,7 +159,11 @@ def body_lines(
         if e["primitive"] in ("dot_general", "conv_general_dilated") and out_dtype in ("bfloat16", "float16"):
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"
-            expr = f"lax.convert_element_type({_call(e['primitive'], [operand(a) for a in e['inputs']], params)}, jnp.{out_dtype})"
+            args = [operand(a) for a in e["inputs"]]
+            if e["primitive"] == "dot_general" and ast.literal_eval(params["dimension_numbers"])[1][0]:
+                # batched: XLA:CPU has no bf16 x bf16 -> f32 batched dot; f32 operands hold bf16 exactly
+                args = [f"lax.convert_element_type({a}, jnp.float32)" for a in args]
+            expr = f"lax.convert_element_type({_call(e['primitive'], args, params)}, jnp.{out_dtype})"
         else:
             expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
         if extra is not None:

@@ -155,7 +155,9 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
     out_specs, out_shapes = [], []
     for i, s in enumerate(program["out_specs"]):
         if not s["shape"]:
-            maps.append(f"    # output {i} is a scalar, stored as (1, 1)\n    def o{i}_map(i):\n        return 0, 0\n")
+            maps.append(
+                f"    # output {i} is a scalar, stored as (1, 1)\n    def o{i}_map(i):\n        return 0, 0\n"
+            )
             out_specs.append(f"pl.BlockSpec((1, 1), o{i}_map)")
             out_shapes.append(f"jax.ShapeDtypeStruct((1, 1), jnp.{s['dtype']})")
             continue
