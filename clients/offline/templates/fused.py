@@ -105,11 +105,8 @@ def _row_shape(shape: list[int], axis: int | None) -> str:
     return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
-    names = program["input_names"]
-    ins = program["inputs"]
-    if any(not s["shape"] for s in ins):
-        raise ValueError("a rank-0 input (a scalar array) has no block form here")
+def row_body(program: Program, plan: RowPlan, equations: list[dict] | None = None) -> str:
+    """The program's equations (or the subset `equations`) as indented source, shapes along rows tiled."""
     axes = plan.axes
     eqns = program["equations"]
 
@@ -130,7 +127,16 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
             return f"lax.add({expr}, lax.convert_element_type(row0, {dtype}))"
         return expr
 
-    body = body_lines(program, shape_of, extra)
+    sub = program if equations is None else {**program, "equations": equations}
+    return "\n".join(f"    {line}" for line in body_lines(sub, shape_of, extra))
+
+
+def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
+    names = program["input_names"]
+    ins = program["inputs"]
+    if any(not s["shape"] for s in ins):
+        raise ValueError("a rank-0 input (a scalar array) has no block form here")
+    body = row_body(program, plan)
     outs = [operand(o) for o in program["outputs"]]
     n_out = len(outs)
     refs = [f"{n}_ref" for n in names] + [f"o{i}_ref" for i in range(n_out)]
@@ -170,7 +176,7 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
         out_shapes.append(f"jax.ShapeDtypeStruct({tuple(s['shape'])}, jnp.{s['dtype']})")
     return {
         "args": ", ".join(names),
-        "body": "\n".join(f"    {line}" for line in body),
+        "body": body,
         "outs": "(" + ", ".join(outs) + ("," if n_out == 1 else "") + ")",
         "refs": ", ".join(refs),
         "loads": loads,
@@ -238,9 +244,18 @@ def _vmem_fn(program: Program, plan: RowPlan):
 
 
 def build(program: Program, plan: RowPlan, kind: str) -> Template:
-    """The template of `program` in class `kind`: one tunable, `block_rows`, over the legal row blocks."""
-    parts = _source_parts(program, plan)
+    """The template of `program` in class `kind`: a k-tiled matmul when its dot allows, else the fused
+    program with one tunable, `block_rows`, over the legal row blocks."""
     blocks = _legal_blocks(program, plan)
+    if kind == "matmul":
+        from maxkernel.clients.offline.templates import matmul_epilogue
+
+        sp = matmul_epilogue.split(program, plan)
+        if sp is not None:
+            return matmul_epilogue.build(
+                program, plan, sp, blocks, lambda sub: row_body(program, plan, sub["equations"])
+            )
+    parts = _source_parts(program, plan)
     vmem = _vmem_fn(program, plan)
     hbm = sum(_nbytes(s["shape"], s["dtype"]) for s in program["inputs"] + program["out_specs"])
 
