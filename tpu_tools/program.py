@@ -23,6 +23,7 @@ from maxkernel.tpu_tools.errors import UsageError
 _INLINE = ("jit", "pjit", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "closed_call",
            "core_call", "remat", "checkpoint", "custom_lin")  # fmt: skip
 _DROP_PARAMS = ("sharding", "out_sharding")  # placement hints, None on one device
+_REDUCERS = {"add": "add", "max": "max", "min": "min", "mul": "mul", "and": "bitwise_and", "or": "bitwise_or"}
 
 
 class TensorSpec(BaseModel):
@@ -85,12 +86,28 @@ def param_source(value: Any) -> str:
         return repr(value)
     if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
         return f"jnp.{np.dtype(value).name}"
+    if isinstance(value, type) and hasattr(value, "dtype"):  # jnp.float32 and friends
+        return f"jnp.{np.dtype(value.dtype).name}"
     if hasattr(value, "_fields") and isinstance(value, tuple):  # a NamedTuple (dimension numbers)
         cls = type(value)
         if getattr(jax.lax, cls.__name__, None) is not cls:
             raise _Unrenderable(f"named tuple {cls.__name__}")
         inner = ", ".join(f"{f}={param_source(getattr(value, f))}" for f in value._fields)
         return f"lax.{cls.__name__}({inner})"
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        if getattr(jax.lax, cls.__name__, None) is not cls:
+            raise _Unrenderable(f"dataclass {cls.__name__}")
+        inner = ", ".join(
+            f"{f.name}={param_source(getattr(value, f.name))}" for f in dataclasses.fields(value)
+        )
+        return f"lax.{cls.__name__}({inner})"
+    if hasattr(value, "eqns") and hasattr(value, "invars"):  # a reducer jaxpr: one binary primitive
+        if len(value.eqns) == 1 and len(value.invars) == 2 and value.eqns[0].primitive.name in _REDUCERS:
+            return f"lax.{_REDUCERS[value.eqns[0].primitive.name]}"
+        raise _Unrenderable("a jaxpr that is not one binary reducer")
     if isinstance(value, (tuple, list)):
         items = [param_source(v) for v in value]
         if isinstance(value, list):

@@ -59,10 +59,11 @@ def classify(program: Program) -> Classification:
     if bad:
         return Classification("none", bad, "primitives without a template: " + ", ".join(bad))
     census = program.get("census", {})
-    if "dot_general" in census:
+    if "dot_general" in census or "ragged_dot_general" in census:
         if _attention(program):
             return Classification("attention", [], "dot_general -> softmax -> dot_general")
-        return Classification("matmul", [], f"{census['dot_general']} dot_general with its epilogue")
+        dots = census.get("dot_general", 0) + census.get("ragged_dot_general", 0)
+        return Classification("matmul", [], f"{dots} dot_general with its epilogue")
     if "conv_general_dilated" in census:
         return Classification("fused", [], "a convolution with its epilogue")
     reductions = [e for e in program["equations"] if e["primitive"] in REDUCE]

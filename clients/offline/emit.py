@@ -59,6 +59,22 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
         return f"lax.is_finite(lax.convert_element_type({a[0]}, jnp.float32))"
     if prim in UNARY:
         return f"lax.{UNARY[prim]}({a[0]}{_kw(p, 'accuracy')})"
+    if prim == "reduce_window":
+        return (
+            f"lax.reduce_window({a[0]}, {a[1]}, {p['jaxpr']}, {p['window_dimensions']}, {p['window_strides']}, "
+            f"{p['padding']}, {p['base_dilation']}, {p['window_dilation']})"
+        )
+    if prim in ("scatter", "scatter-add", "scatter_add"):
+        fn = "scatter" if prim == "scatter" else "scatter_add"
+        return (
+            f"lax.{fn}({a[0]}, {a[1]}, {a[2]}, {p['dimension_numbers']}"
+            f"{_kw(p, 'indices_are_sorted', 'unique_indices', 'mode')})"
+        )
+    if prim == "ragged_dot_general":
+        return (
+            f"lax.ragged_dot_general({a[0]}, {a[1]}, {a[2]}, {p['ragged_dot_dimension_numbers']}"
+            f"{_kw(p, 'precision', 'preferred_element_type', 'group_offset')})"
+        )
     if prim == "gather":
         return (
             f"lax.gather({a[0]}, {a[1]}, {p['dimension_numbers']}, {p['slice_sizes']}"
@@ -120,7 +136,8 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
 EMITTABLE = (
     ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
     | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
-       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather"}
+       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
+       "reduce_window", "scatter", "scatter-add", "ragged_dot_general"}
 )  # fmt: skip
 
 
@@ -156,7 +173,7 @@ def body_lines(
         if shape_of is not None and e["primitive"] == "slice":
             params["limit_indices"] = shape_of(e, "limit_indices")
         out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
-        if e["primitive"] in ("dot_general", "conv_general_dilated") and out_dtype in ("bfloat16", "float16"):
+        if e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"
             args = [operand(a) for a in e["inputs"]]

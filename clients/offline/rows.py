@@ -178,6 +178,12 @@ def _walk(program: Program, rows: int, seeds: list[Axis]) -> RowPlan:
             if axes[ins[0]] in _t(p["dimensions"]):
                 raise mixes("reverses the rows")
             out = axes[ins[0]]
+        elif prim == "reduce_window":
+            a = axes[ins[0]]
+            ones = all(_t(p[k])[a] == 1 for k in ("window_dimensions", "window_strides", "base_dilation"))
+            if not ones or tuple(_t(p["padding"])[a]) != (0, 0) or ax_of(ins[1]) is not None:
+                raise mixes("its window spans rows")
+            out = a
         elif prim == "conv_general_dilated":
             lhs, _, outspec = _conv_specs(p["dimension_numbers"])
             if ax_of(ins[1]) is not None or not lhs or axes[ins[0]] != lhs[0]:
