@@ -14,9 +14,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from maxkernel.clients.offline.emit import REDUCE, Program, unsupported_ops
+from maxkernel.clients.offline.emit import ELEMENTWISE, REDUCE, Program, unsupported_ops
 
 SOFTMAX = ("reduce_max", "exp", "reduce_sum")
+SHAPE_OPS = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "iota", "slice",
+             "concatenate", "pad", "rev"}  # fmt: skip
 
 
 @dataclass
@@ -67,6 +69,11 @@ def classify(program: Program) -> Classification:
     if "conv_general_dilated" in census:
         return Classification("fused", [], "a convolution with its epilogue")
     reductions = [e for e in program["equations"] if e["primitive"] in REDUCE]
+    other = sorted({p for p in census if p not in ELEMENTWISE and p not in SHAPE_OPS and p not in REDUCE})
+    if other:
+        return Classification(
+            "fused", [], f"ops that are neither elementwise nor reductions: {', '.join(other)}"
+        )
     if not reductions:
         return Classification("elementwise", [], "elementwise ops only")
     for e in reductions:
