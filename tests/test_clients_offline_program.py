@@ -148,15 +148,18 @@ def test_own_references_validate(reference, evaluator, tmp_path):
 
 
 def test_an_epilogue_no_table_knows_validates(tmp_path, evaluator):
-    """Numerics come from the reference's structure: an odd epilogue (where, sin, cumsum) still matches."""
+    """Numerics come from the reference's structure: an odd epilogue (where, sin, cumsum) on a k-tiled
+    matmul still matches."""
     body = (
         "def workload(x, w):\n    y = x @ w\n"
         "    return jnp.cumsum(jnp.where(y > 0.3, jnp.sin(y), y * 0.5), axis=-1)"
     )
-    ref = write_ref(tmp_path, "odd", "SHAPES = [(64, 128), (128, 256)]", body)
+    ref = write_ref(tmp_path, "odd", "SHAPES = [(64, 1024), (1024, 256)]", body)
     kernel = tmp_path / "kernel.py"
     kernel.write_text(first_kernel(ref))
-    assert "lax.cumsum" in kernel.read_text() and "lax.sin" in kernel.read_text()
+    text = kernel.read_text()
+    assert "lax.cumsum" in text and "lax.sin" in text
+    assert "template=matmul" in text and "BLOCK_K = 512" in text  # two k-steps into the f32 accumulator
     report = evaluator.validate(str(kernel), str(ref), "cpu", "small", seeds=1)
     assert report.ok, report.failure
 
