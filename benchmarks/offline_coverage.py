@@ -57,19 +57,24 @@ def references(tasks: str | None, own: bool) -> list[tuple[str, Path]]:
     return out
 
 
-def reason(summary: dict | None, stderr: str) -> str:
-    """One short failure reason: 'no template fits (ops: ...)', else the last iteration's outcome."""
-    if summary is None:
-        last = [line for line in stderr.strip().splitlines() if line.strip()]
-        return "crashed: " + (last[-1][:120] if last else "no output")
-    stop = summary.get("stop_reason") or ""
+BOILERPLATE = (
+    r"Pallas encountered an internal verification error\. Please file a bug at \S+ Error details: ",
+    r"Please file an issue at \S+",
+    r"/tmp/\S+",
+)
+
+
+def reason(record: dict) -> str:
+    """One short failure reason: 'no template fits (ops: ...)', else the last error of the last iteration."""
+    stop = record.get("stop_reason") or ""
     if "no template fits" in stop:
         m = re.search(r"\(ops: ([^)]*)\)", stop)
         return f"no template fits (ops: {m.group(1)})" if m else stop[:120]
-    its = summary.get("iterations") or []
-    outcome = (its[-1]["outcome"] if its else stop) or "unknown"
-    outcome = re.sub(r"/tmp/\S+", "<tmp>", outcome)
-    return outcome[:140]
+    text = record.get("outcome") or stop or record.get("stderr_tail") or "unknown"
+    text = text.split("last error: ", 1)[-1]
+    for pattern in BOILERPLATE:
+        text = re.sub(pattern, "", text)
+    return re.sub(r"\(candidate line \d+\)", "", text).strip()[:110]
 
 
 def run_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path) -> dict:
@@ -107,18 +112,20 @@ def run_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path) -> di
         except ValueError:
             summary = None
         ok = bool(summary and summary.get("best"))
+        its = (summary or {}).get("iterations") or []
         record = {
             "name": name,
             "ok": ok,
             "rc": proc.returncode,
             "wall_s": round(wall, 1),
             "target": args.target,
-            "reason": None if ok else reason(summary, proc.stderr),
             "template": _template_of(tmp / "runs"),
             "stop_reason": summary.get("stop_reason") if summary else None,
+            "outcome": its[-1]["outcome"] if its else None,
+            "stderr_tail": None if summary else proc.stderr.strip()[-300:],
         }
     except subprocess.TimeoutExpired:
-        record = {"name": name, "ok": False, "rc": None, "reason": f"timeout after {args.timeout_s:.0f} s"}
+        record = {"name": name, "ok": False, "rc": None, "outcome": f"timeout after {args.timeout_s:.0f} s"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rec = run_one(name, src, args, out_dir)
         results.append(rec)
-        status = "ok" if rec["ok"] else f"FAIL {rec['reason']}"
+        status = "ok" if rec["ok"] else f"FAIL {reason(rec)}"
         print(
             f"{name:60s} {rec.get('template') or '-':12s} {rec.get('wall_s', '-')!s:>7s} s  {status}",
             flush=True,
@@ -177,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for r in results:
         if not r["ok"]:
-            groups[r["reason"] or "unknown"].append(r["name"])
+            groups[reason(r)].append(r["name"])
     if groups:
         print("failures by reason:")
         for why, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
