@@ -111,6 +111,8 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
     if prim in CUMULATIVE:
         return f"lax.{prim}({a[0]}, {p['axis']}, {p['reverse']})"
     if prim == "iota":
+        if "float" in p["dtype"]:  # Mosaic's iota is integer-only; small counts are exact in floats
+            return f"lax.convert_element_type(lax.broadcasted_iota(jnp.int32, {p['shape']}, {p['dimension']}), {p['dtype']})"
         return f"lax.broadcasted_iota({p['dtype']}, {p['shape']}, {p['dimension']})"
     if prim == "dot_general":
         return f"lax.dot_general({a[0]}, {a[1]}, {p['dimension_numbers']}{_kw(p, 'precision', 'preferred_element_type')})"
@@ -173,7 +175,16 @@ def body_lines(
         if shape_of is not None and e["primitive"] == "slice":
             params["limit_indices"] = shape_of(e, "limit_indices")
         out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
-        if e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
+        merged = _merged_batch(e, params)
+        if merged is not None:
+            lines.extend(merged[0])
+            e = {**e, "inputs": merged[1]}
+        if e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
+            # exact in f32, and spares Mosaic a 32-bit mask relayout to 16-bit tiles
+            cases = [f"lax.convert_element_type({operand(a)}, jnp.float32)" for a in e["inputs"][1:]]
+            inner = _call("select_n", [operand(e["inputs"][0]), *cases], params)
+            expr = f"lax.convert_element_type({inner}, jnp.{out_dtype})"
+        elif e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"
             args = [operand(a) for a in e["inputs"]]
@@ -187,8 +198,34 @@ def body_lines(
             expr = extra(e, expr)
         outs = e["outputs"]
         target = outs[0] if len(outs) == 1 else ", ".join(outs)
+        if merged is not None:
+            lines.append(f"{target}_d = {expr}")
+            expr = f"{target}_d.reshape({operand(e['inputs'][0])}.shape[:{merged[2]}] + {target}_d.shape[1:])"
+            expr = expr.replace(f"{target}_l.shape", f"{merged[3]}.shape")
         lines.append(f"{target} = {expr}")
     return lines
+
+
+def _merged_batch(e: dict, params: dict) -> tuple[list[str], list[str], int, str] | None:
+    """A dot_general with n >= 2 leading batch axes as one with a single merged batch axis (Mosaic's
+    matmul takes at most one): (lines reshaping the operands, their new names, n, the lhs name).
+    Rewrites `params` in place; the result is reshaped back by the caller."""
+    if e["primitive"] != "dot_general":
+        return None
+    (lc, rc), (lb, rb) = ast.literal_eval(params["dimension_numbers"])
+    nb = len(lb)
+    if nb < 2 or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
+        return None
+    a, b = (operand(x) for x in e["inputs"])
+    out = e["outputs"][0]
+    lines = [
+        f"{out}_l = {a}.reshape((-1,) + {a}.shape[{nb}:])  # {nb} batch axes merged into one",
+        f"{out}_r = {b}.reshape((-1,) + {b}.shape[{nb}:])",
+    ]
+    shift = nb - 1
+    lc2, rc2 = tuple(c - shift for c in lc), tuple(c - shift for c in rc)
+    params["dimension_numbers"] = repr(((lc2, rc2), ((0,), (0,))))
+    return lines, [f"{out}_l", f"{out}_r"], nb, a
 
 
 def census_text(program: Program, names: Sequence[str] | None = None) -> str:
