@@ -184,6 +184,12 @@ def body_lines(
             cases = [f"lax.convert_element_type({operand(a)}, jnp.float32)" for a in e["inputs"][1:]]
             inner = _call("select_n", [operand(e["inputs"][0]), *cases], params)
             expr = f"lax.convert_element_type({inner}, jnp.{out_dtype})"
+        elif e["primitive"] in ("select_n", "broadcast_in_dim") and out_dtype == "bool":
+            # masks as int32 (exact): Mosaic cannot relayout every i1 vector it would need
+            n = 1 if e["primitive"] == "select_n" else 0
+            ins = [operand(a) for a in e["inputs"]]
+            ins[n:] = [f"lax.convert_element_type({a}, jnp.int32)" for a in ins[n:]]
+            expr = f"lax.ne({_call(e['primitive'], ins, params)}, jnp.int32(0))"
         elif e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"
