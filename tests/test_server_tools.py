@@ -30,6 +30,7 @@ SERVER_TOOLS = {
 } | {
     "list_tasks",
     "get_task",
+    "describe_reference",
     "list_chips",
 }
 
