@@ -53,7 +53,11 @@ def references(tasks: str | None, own: bool) -> list[tuple[str, Path]]:
         out += [(Path(p).stem, ROOT / p) for p in OWN]
     if tasks:
         wanted = [w.strip() for w in tasks.split(",") if w.strip()]
-        out = [(n, p) for n, p in out if any(n == w or n.split("_")[0] == w or w in n for w in wanted)]
+        out = [
+            (n, p)
+            for n, p in out
+            if any(n == w or n.split("_")[0] == w or (len(w) > 4 and w in n) for w in wanted)
+        ]
     return out
 
 
