@@ -32,6 +32,7 @@ SERVER_TOOLS = {
     "get_task",
     "describe_reference",
     "list_chips",
+    "find_examples",
 }
 
 
@@ -93,6 +94,7 @@ async def test_lists_tools_prompts_and_resources(client):
         "maxkernel://tasks/{task_id}",
         "maxkernel://chips/{name}",
         "maxkernel://artifacts/{sha}",
+        "maxkernel://examples/{example_id}",
     }
 
 
