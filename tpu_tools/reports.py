@@ -31,6 +31,8 @@ FailureKind = Literal[
     "exited",  # candidate called sys.exit / os._exit
     "cancelled",
     "internal_error",  # a bug in maxkernel itself
+    "tampered",  # the candidate changed the judge's code or clock, or its reported timings disagree with the parent's
+    "implausible",  # a measured time beats the physical limit (roofline) of the device: never a win
 ]
 
 
