@@ -28,7 +28,6 @@ FailureKind = Literal[
     "no_kernel",  # no pallas_call in the candidate (plain-JAX rewrites need allow_plain_jax)
     "work_outside_kernel",  # the pallas_calls do not carry the work: plain JAX computes the answer
     "host_callback",  # io_callback / pure_callback in the candidate: state carried between calls
-    "tampered",  # the candidate changed the judge's functions in its process (interpreter, clock, ...)
     "reached_reference",  # the candidate opened, listed or imported the hidden reference / task sources
     "reference_error",  # the reference fails on its own (import, create_inputs, jit, run) - not the kernel
     "timeout",
