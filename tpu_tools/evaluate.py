@@ -442,28 +442,28 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> ProfileReport:
-        """Time the candidate against the reference (interleaved), trace it and estimate it for the target."""
-        from maxkernel.tpu_tools.profile import ProfileReport
+        """Time the candidate against the reference in separate processes, trace it, estimate it for the target.
 
-        kernel_path = str(Path(kernel_path).expanduser().resolve())
-        kwargs = {
-            "kernel_path": kernel_path,
-            "reference": _abs_reference(reference),
-            "target": target,
-            "size": size,
-            "trace_dir": str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
-            "measure_interpret": measure_interpret,
-            "reps": reps,
-        }
-        # On a TPU host only the device-owning worker sees the chip; elsewhere children run on CPU.
-        return self._report(
-            ProfileReport,
-            "profile",
-            "maxkernel.tpu_tools.profile:profile_job",
-            kwargs,
-            timeout_s=timeout_s,
+        The judging runs here (profile.run_profile): this process hands out the inputs, timestamps the
+        timed calls and compares their outputs; candidate and reference each run in their own children.
+        """
+        from maxkernel.tpu_tools.profile import run_profile
+
+        if on_progress:
+            on_progress("profile")
+        return run_profile(
+            str(Path(kernel_path).expanduser().resolve()),
+            _abs_reference(reference),
+            target,
+            size,
+            pool=self.pool,
+            trace_dir=str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
+            measure_interpret=measure_interpret,
+            reps=reps,
+            timeout_s=timeout_s or self.timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            needs_device=self._on_device(target),
         )
 
     def estimate(
