@@ -118,7 +118,7 @@ class Reference:
             return self._create(size, seed)
         from maxkernel.tpu_tools.input_cases import merged_size, transform_inputs
 
-        if case.sizes:
+        if case.sizes or case.grow:
             if self._create_sized is None:
                 raise UnusableCaseError(
                     f"{case.describe()}: this reference has fixed inputs; size overrides need a "
