@@ -302,15 +302,18 @@ def run_profile(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _trace_logdir(trace_dir: str | None) -> Path | None:
+def _trace_logdirs(trace_dir: str | None) -> tuple[str | None, str | None]:
+    """One capture folder per process (reference, candidate) under the trace root; the candidate's is newer."""
     try:
         root = Path(trace_dir) if trace_dir else default_trace_root()
         root.mkdir(parents=True, exist_ok=True)
         if not trace_dir:
-            _prune(root, keep=KEEP_DEFAULT_TRACES - 1)
-        return Path(tempfile.mkdtemp(prefix="profile-", dir=root))
+            _prune(root, keep=KEEP_DEFAULT_TRACES - 2)
+        return tempfile.mkdtemp(prefix="profile-ref-", dir=root), tempfile.mkdtemp(
+            prefix="profile-cand-", dir=root
+        )
     except OSError:
-        return None
+        return None, None
 
 
 def _profile(
@@ -338,7 +341,7 @@ def _profile(
         d.mkdir()
     report.seeds_warmup = [secrets.randbelow(2**31) for _ in range(WARMUP_SETS)]
     report.seeds_timed = [secrets.randbelow(2**31) for _ in range(reps)]
-    logdir = _trace_logdir(trace_dir)
+    ref_log, cand_log = _trace_logdirs(trace_dir)
     say = on_progress or (lambda s: None)
     judge_dirs = [str(staging), str(r1), str(r2)]
 
@@ -356,7 +359,7 @@ def _profile(
             "scratch_dir": str(r1),
             "warmups": warmups,
             "warmup_min_time_s": warmup_min_time_s,
-            "trace_dir": str(logdir / "reference") if logdir else None,
+            "trace_dir": ref_log,
             "top": top,
         },
         feed_r1,
@@ -405,7 +408,7 @@ def _profile(
             "measure_interpret": measure_interpret,
             "warmups": warmups,
             "warmup_min_time_s": warmup_min_time_s,
-            "trace_dir": str(logdir / "candidate") if logdir else None,
+            "trace_dir": cand_log,
             "top": top,
             "hide_paths": hidden_paths(reference) + judge_dirs,
         },
@@ -416,6 +419,9 @@ def _profile(
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "candidate run"))
     cand = CandidateSide.model_validate(outcome.result)
+    for log in (ref_log, cand_log):  # a capture folder nobody wrote into is not evidence: drop it
+        if log and not any(Path(log).iterdir()):
+            Path(log).rmdir()
     report.processes.append("candidate (job 2): saw only arrays in its scratch folder and the output shapes")
     report.kernel_sha256 = cand.kernel_sha256 or report.kernel_sha256
     report.execution = cand.execution
@@ -424,6 +430,11 @@ def _profile(
     report.candidate_not_measured_reason = cand.not_measured_reason
     report.warnings += cand.warnings
     if cand.tampered:
+        if cand.samples_ms:  # evidence: what the parent's clock says about the candidate's own
+            from maxkernel.tpu_tools.timing_checks import clock_check, overheads
+
+            ref_over = overheads(ref.samples_ms, feed_r1.deliver, feed_r1.done)
+            report.clock_check = clock_check(cand.samples_ms, feed_c.deliver, feed_c.done, ref_over)
         return finish(
             Failure(kind="tampered", summary=f"the candidate {'; '.join(cand.tampered)}"[:1000], stage="run")
         )
@@ -457,7 +468,7 @@ def _profile(
     )
 
     say("compare timed outputs")
-    return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt, logdir)
+    return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt)
 
 
 def _io_bytes(ref) -> int:
@@ -515,16 +526,14 @@ def _check_outputs(report, ref, n: int, r1: Path, cand_dir: Path) -> Failure | N
     return None
 
 
-def _judge(
-    report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt, logdir
-) -> ProfileReport:
+def _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt) -> ProfileReport:
     from maxkernel.tpu_tools.timing import noise_floor, speedup, timing_stats
     from maxkernel.tpu_tools.timing_checks import clock_check, device_check, overheads, plausibility
 
     n = ref.timed_sets
     report.measured = {"reference": _stats(ref), "reference_repeat": _stats(ref2)}
     report.noise_floor = noise_floor(report.measured["reference"], report.measured["reference_repeat"])
-    _attach_trace(report, cand, ref, logdir)
+    _attach_trace(report, cand, ref)
     for feed, who in ((feed_r1, "reference"), (feed_r2, "reference repeat")):
         if feed.breaches:
             report.warnings.append(f"{who} timing protocol: {'; '.join(feed.breaches)}")
@@ -663,11 +672,11 @@ def _throughput(report: ProfileReport, ref, tgt, extra: list[str]) -> None:
     )
 
 
-def _attach_trace(report: ProfileReport, cand, ref, logdir: Path | None) -> None:
+def _attach_trace(report: ProfileReport, cand, ref) -> None:
     """The candidate's capture when it ran natively (else the reference's), as evidence beside the timings."""
     side = cand if cand.trace_summary is not None else ref
-    report.warnings += [w for w in cand.warnings if w.startswith("no trace")]
-    if side.trace_summary is not None and logdir is not None:
-        report.trace_dir = str(logdir)
+    if side.trace_summary is not None and side.trace_path:
         report.trace_path = side.trace_path
         report.trace_summary = side.trace_summary
+        path = Path(side.trace_path)
+        report.trace_dir = str(next((p for p in path.parents if p.name.startswith("profile-")), path.parent))

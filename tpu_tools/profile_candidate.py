@@ -57,6 +57,21 @@ def _guard_paused(guard):
         guard._armed = armed
 
 
+def _distrust_cost_estimates(calls: list, reference_flops: float | None, side: CandidateSide) -> list:
+    """A `pl.CostEstimate` declaring under half the reference's flops is the candidate's word only: drop it."""
+    declared = [c for c in calls if c.cost_estimate is not None]
+    if not declared or not reference_flops:
+        return calls
+    total = sum(float(c.cost_estimate.flops) for c in declared)
+    if total >= 0.5 * reference_flops:
+        return calls
+    side.warnings.append(
+        f"pl.CostEstimate declares {total:.3g} flops, under half the reference's {reference_flops:.3g}: "
+        "ignored for the static estimate"
+    )
+    return [c.model_copy(update={"cost_estimate": None}) for c in calls]
+
+
 def _specs(tree) -> list[tuple[tuple[int, ...], str]]:
     import jax
 
@@ -213,6 +228,7 @@ def _run(
                 f"not measured: target chip absent (Pallas kernel runs in interpret mode on {device.platform.upper()}); "
                 "pass measure_interpret to time it anyway (not representative)"
             )
+        calls = _distrust_cost_estimates(calls, reference_flops, side)
         if est_chip is not None:
             # Flops are the reference's (or, for plain JAX, XLA's count when larger): never a declared CostEstimate alone.
             flops = max(reference_flops or 0.0, (side.xla_flops or 0.0) if not calls else 0.0) or None

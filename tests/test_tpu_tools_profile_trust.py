@@ -1,0 +1,216 @@
+"""profile cannot be gamed: each timing exploit gets its verdict, each honest twin passes.
+
+Candidate and reference run in separate processes; the timed input sets are fresh, handed over one per
+call after warm-up; every timed output is checked; the child's clock is checked against the parent's.
+CPU-target plain-JAX kernels are measured natively here, so the exploits are real runs. The parent's
+checks on device traces and rooflines cannot run without a chip: they are tested on synthetic data.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest_paths import KERNELS, MATMUL_REF, kernel
+
+from maxkernel.tpu_tools import timed_loop
+from maxkernel.tpu_tools.profile import _Feeder, run_profile
+from maxkernel.tpu_tools.profile_reference import device_samples
+from maxkernel.tpu_tools.timing import noise_floor, speedup, timing_stats
+from maxkernel.tpu_tools.timing_checks import (
+    CLOCK_ABS_TOL_MS,
+    clock_check,
+    device_check,
+    plausibility,
+)
+
+ADV = KERNELS / "adversarial"
+FAST = {"reps": 5, "warmups": 1, "warmup_min_time_s": 0.05}
+
+
+def adv(name: str) -> str:
+    return str(ADV / f"{name}.py")
+
+
+def profile(path: str, target: str = "cpu", **kw):
+    return run_profile(path, MATMUL_REF, target, "small", **{**FAST, **kw})
+
+
+def assert_no_time(r):
+    assert not r.ok
+    assert "candidate" not in r.measured and not r.candidate_measured
+    assert r.speedup is None
+
+
+# ---- end to end: exploits ------------------------------------------------------------------------
+
+
+def test_wrong_fast_kernel_gets_no_time():
+    r = profile(adv("timing_wrong_fast"))
+    assert_no_time(r)
+    assert r.failure.kind == "output_mismatch" and r.failure.stage == "timed run", r.failure
+    assert "wrong while timed" in r.failure.summary
+
+
+@pytest.mark.parametrize("name", ["timing_right_on_seen_inputs", "timing_wrong_after_calls"])
+def test_kernels_right_only_at_warm_up_are_caught_while_timed(name):
+    r = profile(adv(name))
+    assert_no_time(r)
+    assert r.failure.kind == "output_mismatch" and r.failure.stage == "timed run", r.failure
+
+
+def test_patched_perf_counter_is_tampered():
+    r = profile(adv("timing_patch_perf_counter"))
+    assert_no_time(r)
+    assert r.failure.kind == "tampered" and "time.perf_counter" in r.failure.summary, r.failure
+
+
+def test_patched_judge_clock_is_tampered_and_disagrees_with_the_parents_window():
+    r = profile(adv("timing_patch_judge_clock"))
+    assert_no_time(r)
+    assert r.failure.kind == "tampered" and "timed_loop._clock" in r.failure.summary, r.failure
+    cc = r.clock_check
+    assert cc is not None and not cc.agrees, cc
+    assert cc.unexplained_ms > cc.tolerance_ms  # the parent's clock alone would have caught it
+
+
+def test_heavy_honest_twin_agrees_with_the_parents_clock():
+    r = profile(adv("timing_heavy_honest"))
+    assert r.ok, r.failure
+    assert r.clock_check.agrees and r.timed_outputs_checked == r.input_sets == 5
+    assert r.speedup is not None and r.speedup.ratio < 1.0  # 64 dots per call against the reference's one
+
+
+def test_input_keyed_cache_gets_no_fake_speedup():
+    cached = profile(adv("timing_input_cache"))
+    honest = profile(adv("timing_callback_honest"))
+    assert cached.ok and honest.ok, (cached.failure, honest.failure)
+    assert cached.fresh_inputs and cached.timed_outputs_checked == cached.input_sets
+    assert len(set(cached.seeds_timed) | set(cached.seeds_warmup)) == len(cached.seeds_timed) + 2
+    # The same honest work: a cache that never hits cannot look faster than its cache-less twin.
+    assert cached.speedup.ratio < 1.5, cached.speedup
+    assert cached.measured["candidate"].median_ms > 0.5 * honest.measured["candidate"].median_ms
+
+
+def test_candidate_process_cannot_reach_the_reference():
+    r = profile(adv("timing_reach_reference"))
+    assert not r.ok and r.failure.kind == "python_error", r.failure
+    assert "reference not reachable" in r.failure.summary
+
+
+def test_under_declared_cost_estimate_does_not_lower_the_static_estimate():
+    liar = profile(adv("timing_under_declared_cost"), "tpu-v6e")
+    honest = profile(kernel("good_matmul"), "tpu-v6e")
+    assert liar.ok and honest.ok, (liar.failure, honest.failure)
+    assert liar.static_estimate.estimated_time_us >= 0.999 * honest.static_estimate.estimated_time_us
+    assert any("CostEstimate" in w and "ignored" in w for w in liar.warnings), liar.warnings
+    assert liar.throughput.flops == honest.throughput.flops == 2 * 256 * 512 * 256  # the reference's
+
+
+def test_separation_is_recorded():
+    r = profile(kernel("plain_jax"))
+    assert r.ok, r.failure
+    assert len(r.processes) == 4 and r.processes[1].startswith("candidate")
+    assert set(r.measured) == {"reference", "reference_repeat", "candidate"}
+    assert r.speedup.noise_widened and r.speedup.ci95_low <= r.speedup.raw_ci95_low
+
+
+# ---- the parent's checks on synthetic data ---------------------------------------------------------
+
+
+def _windows(child_ms, extra_ms):
+    deliver = {i: float(i) for i in range(len(child_ms))}
+    done = {i: i + (c + extra_ms) / 1e3 for i, c in enumerate(child_ms)}
+    return deliver, done
+
+
+def test_clock_check_honest_slow_and_overshooting_children():
+    true = [20.0] * 6
+    ref_over = [1.5] * 6
+    assert clock_check(true, *_windows(true, 1.6), ref_over).agrees
+    slow = [t * 0.25 for t in true]  # a quarter-speed clock: 15 ms per call unexplained
+    deliver, done = _windows(true, 1.6)
+    c = clock_check(slow, deliver, done, ref_over)
+    assert not c.agrees and c.unexplained_ms > 10 and "unexplained" in c.note
+    over = clock_check([30.0] * 6, deliver, done, ref_over)  # claims more than the window
+    assert not over.agrees and over.overshoot_calls == 6
+    missing = clock_check(true, deliver, {0: done[0]}, ref_over)
+    assert not missing.agrees and "unverifiable" in missing.note
+    # tiny kernels: scheduling noise on a few calls only ever adds, the minimum stays honest
+    tiny = [0.05] * 6
+    d2, n2 = _windows(tiny, 1.5)
+    n2[3] += 0.030
+    assert clock_check(tiny, d2, n2, ref_over).agrees
+    assert CLOCK_ABS_TOL_MS > 0
+
+
+def _write_device_trace(path, module: str, durs_us: list[float]):
+    events = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:TPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "XLA Modules"}},
+    ]
+    t = 0.0
+    for i, d in enumerate(durs_us):
+        events.append({"ph": "X", "pid": 1, "tid": 2, "name": f"{module}({100 + i})", "ts": t, "dur": d})
+        t += d + 50.0
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+
+
+def test_device_trace_is_cross_checked_against_wall_time(tmp_path):
+    trace = tmp_path / "t.trace.json.gz"
+    _write_device_trace(trace, "jit_candidate", [400.0, 410.0, 405.0])
+    dev, note = device_samples(trace, "jit_candidate", 3)
+    assert dev == [0.4, 0.41, 0.405] and note == ""
+    assert device_samples(trace, "jit_candidate", 4)[0] is None  # a missing execution: no device time
+    wall = [0.5, 0.52, 0.5]
+    assert device_check(dev, wall, parent_window_ms=5.0).agrees
+    forged = device_check([0.9, 0.41, 0.405], wall, parent_window_ms=5.0)  # longer on device than host
+    assert not forged.agrees and forged.over_wall_calls == 1
+    assert not device_check(dev, wall, parent_window_ms=1.0).agrees  # more device time than the window
+
+
+def test_beating_the_roofline_is_implausible():
+    # 2*4096^3 flops on a 918 TFLOP/s chip take >= 0.15 ms; 0.01 ms is not physics.
+    flops, peak, bw = 2 * 4096**3, 918e12, 1.6e12
+    bad = plausibility(0.01, flops, 3 * 4096 * 4096 * 2, peak, bw, "tpu-v6e")
+    assert not bad.plausible and bad.roofline_ms == pytest.approx(flops / peak * 1e3)
+    assert plausibility(0.2, flops, 3 * 4096 * 4096 * 2, peak, bw, "tpu-v6e").plausible
+    memory_bound = plausibility(0.001, 1e3, 1e9, peak, bw, "tpu-v6e")  # 1 GB cannot move in 1 us
+    assert not memory_bound.plausible
+    cpu = plausibility(0.001, flops, 1e9, None, None, None)
+    assert cpu.plausible and cpu.note.startswith("not checked")
+
+
+def test_noise_floor_across_processes_widens_the_speedup():
+    ref = timing_stats([1.0, 1.02, 0.98, 1.01, 0.99], "wall_clock")
+    ref2 = timing_stats([1.2, 1.22, 1.18, 1.21, 1.19], "wall_clock")  # the same program, another process
+    cand = timing_stats([0.9, 0.91, 0.89, 0.9, 0.92], "wall_clock")
+    raw = speedup(ref, cand)
+    assert raw.significant and not raw.noise_widened
+    wide = speedup(ref, cand, noise_floor(ref, ref2))
+    assert wide.noise_widened and not wide.significant  # a 1.1x gain inside a 1.2x process offset
+    assert wide.ci95_low < raw.ci95_low and wide.ci95_high > raw.ci95_high
+
+
+def test_feeder_flags_protocol_breaches(tmp_path):
+    staging, scratch = tmp_path / "staging", tmp_path / "scratch"
+    for d in (staging, scratch):
+        d.mkdir()
+    for i in range(2):
+        (staging / f"set_{i}").mkdir()
+        (staging / f"set_{i}" / "inputs.json").write_text("{}")
+    feed = _Feeder(staging, scratch, tmp_path, 2, None)
+    feed(f"{timed_loop.DONE} 0")  # before ready
+    feed(f"{timed_loop.READY} 2")
+    assert (timed_loop.set_dir(scratch, 0) / "inputs.json").exists()
+    assert not timed_loop.set_dir(scratch, 1).exists()  # the next set only after this call is done
+    feed(f"{timed_loop.DONE} 0")  # no outputs written
+    feed(f"{timed_loop.DONE} 5")
+    text = " | ".join(feed.breaches)
+    assert "out of turn" in text and "before its outputs existed" in text
+    assert (
+        timed_loop.set_dir(scratch, 1).exists()
+        and not (timed_loop.set_dir(scratch, 0) / "inputs.json").exists()
+    )
