@@ -24,6 +24,12 @@ from maxkernel.tpu_tools.targets import parse_target
 from maxkernel.tpu_tools.work_check import WorkCensus, callback_verdict, census_of, work_verdict
 
 _TRACE_LIMIT = 3000
+_STAGE_WORDS = {
+    "trace": "while traced",
+    "compile": "while compiled",
+    "run": "while running",
+    "load": "on import",
+}
 
 
 def candidate_frames(exc: BaseException, path: Path, limit: int = _TRACE_LIMIT) -> str:
@@ -50,7 +56,7 @@ def _base_exception_failure(exc: BaseException, stage: str, path: Path) -> Failu
     where = f" (candidate line {line})" if line else ""
     return Failure(
         kind="python_error",
-        summary=f"the candidate raised {type(exc).__name__} while {stage}{where}",
+        summary=f"the candidate raised {type(exc).__name__} ({_STAGE_WORDS.get(stage, stage)}){where}",
         message=candidate_frames(exc, path),
         stage=stage,
         line=line,

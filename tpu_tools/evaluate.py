@@ -309,8 +309,7 @@ class Evaluator:
             failure = outcome_failure(outcome, what)
             if outcome.status == "timeout":
                 failure.summary = (
-                    f"{what}: timed out: the validation's {budget_s:g} s limit ran out "
-                    f"({outcome.message})"
+                    f"{what}: timed out: the validation's {budget_s:g} s limit ran out ({outcome.message})"
                 )
             return failure
 
@@ -413,7 +412,9 @@ class Evaluator:
                             stage="compare",
                         )
                     )
-            j = judge_runs(expected, runs, side.tolerance, [s.dtype for s in side.output_specs], inputs)
+            j = judge_runs(
+                expected, runs, side.tolerance, [s.dtype for s in side.output_specs], inputs, side.cannot_tell
+            )
             report.per_seed, report.tolerance, report.weak_check = j.per_seed, j.tolerance, j.weak_check
             report.warnings += j.warnings
             failure = j.failure

@@ -4,8 +4,8 @@ TPU interpret mode and its race detector need the kernel's Python, so some of ou
 with the candidate. Before the candidate is imported we fingerprint what we rely on (identity and
 code of every function and class method of the interpreter, the race detector, our execution and
 hand-over helpers, the clocks, `jax.jit`, `jax.block_until_ready`, `np.save`, the pipe's send), and
-install an audit hook that records opens, listings and imports of the hidden paths (the reference,
-the task sources) and attempts to install tracers or more audit hooks. After the run, any change is
+install an audit hook that records and refuses opens, listings and imports of the hidden paths (the
+reference, the task sources) and records attempts to install tracers or more audit hooks. After the run, any change is
 `tampered` and any touch of a hidden path is `reached_reference`.
 
 What this cannot stop is code that rewrites memory (ctypes); that is what the OS sandbox and keeping the
@@ -159,20 +159,26 @@ class Guard:
         return any(p == h or p.startswith(h.rstrip("/") + "/") for h in self.hidden)
 
     def _hook(self, event: str, args: tuple) -> None:
+        """Record, report and refuse (raise) any touch of a hidden path; record tracer/hook installs."""
         if not self._armed:
             return
+        refused: BaseException | None = None
         try:
             if event in ("open", "os.listdir", "os.scandir", "glob.glob", "shutil.copyfile", "os.chdir"):
                 if args and self._is_hidden(args[0]):
                     self._record(self.reached, f"{event} {args[0]}")
+                    refused = PermissionError(f"{args[0]}: hidden from the candidate by the judge")
             elif event == "import":
                 module, filename = args[0], args[1] if len(args) > 1 else None
                 if str(module).startswith("maxkernel.jaxbench") or self._is_hidden(filename):
                     self._record(self.reached, f"import {module}")
+                    refused = ImportError(f"{module}: hidden from the candidate by the judge")
             elif event in _AUDITED_EVENTS:
                 self._record(self.hooks, event)
-        except Exception:  # noqa: BLE001 - an audit hook must never raise into the candidate's code
-            pass
+        except Exception:  # noqa: BLE001 - a broken check must not break the candidate's honest calls
+            return
+        if refused is not None:
+            raise refused
 
     @staticmethod
     def _record(where: list[str], what: str) -> None:
