@@ -192,6 +192,11 @@ def test_noise_floor_across_processes_widens_the_speedup():
     wide = speedup(ref, cand, noise_floor(ref, ref2))
     assert wide.noise_widened and not wide.significant  # a 1.1x gain inside a 1.2x process offset
     assert wide.ci95_low < raw.ci95_low and wide.ci95_high > raw.ci95_high
+    # two reference processes that agree still leave the documented floor of process-to-process spread
+    assert not speedup(ref, cand, noise_floor(ref, ref)).significant
+    assert speedup(
+        ref, timing_stats([0.5, 0.51, 0.49, 0.5, 0.5], "wall_clock"), noise_floor(ref, ref)
+    ).significant
 
 
 def test_feeder_flags_protocol_breaches(tmp_path):
