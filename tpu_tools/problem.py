@@ -143,7 +143,7 @@ class Reference:
         """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
         import jax
 
-        return jax.eval_shape(lambda: self.create_inputs(size, None, case))
+        return jax.eval_shape(lambda: self.create_inputs(size, 0, case))
 
     def get_flops(self, size: str) -> int | None:
         return self._flops(size)
