@@ -148,8 +148,15 @@ def hidden_paths(reference: str) -> list[str]:
 class _Feeder:
     """Hands a timed child one fresh set at a time, on its own clock; records every protocol breach."""
 
-    def __init__(self, staging: Path, scratch: Path, work: Path, n: int | None, forward: ProgressFn | None):
-        self.staging, self.scratch, self.work = staging, scratch, work
+    def __init__(
+        self,
+        source: Callable[[int, Path], None],
+        scratch: Path,
+        private: Path,
+        n: int | None,
+        forward: ProgressFn | None,
+    ):
+        self.source, self.scratch, self.private = source, scratch, private  # source(i, folder) writes set i
         self.n = n  # None: take the count from the child's ready message (the trusted reference only)
         self.forward = forward
         self.deliver: dict[int, float] = {}
@@ -159,9 +166,12 @@ class _Feeder:
         self._lock = threading.Lock()
 
     def _hand(self, i: int) -> None:
-        tmp = self.work / f".feed-{self.scratch.name}-{i}"
-        shutil.copytree(self.staging / f"set_{i}", tmp)
-        self.deliver[i] = time.perf_counter()  # before the rename: the child cannot start earlier
+        tmp = self.private / f"feed-{self.scratch.name}-{i}"
+        tmp.mkdir()
+        self.source(i, tmp)
+        self.deliver[i] = (
+            time.perf_counter()
+        )  # after writing, before the rename: the child cannot start earlier
         os.rename(tmp, timed_loop.set_dir(self.scratch, i))
 
     def __call__(self, stage: str) -> None:
@@ -333,21 +343,79 @@ def _profile(
     top,
     on_progress,
 ) -> ProfileReport:
-    from maxkernel.tpu_tools.profile_candidate import CandidateSide
-    from maxkernel.tpu_tools.profile_reference import ReferenceSide, TimedSide
+    # `work` holds the children's scratch folders; `private` (elsewhere, a random name) what only we read.
+    private = Path(tempfile.mkdtemp(prefix="maxkernel-judge-"))
+    try:
+        return _run_jobs(
+            report,
+            finish,
+            runner,
+            work,
+            private,
+            kernel_path,
+            reference,
+            tgt,
+            size,
+            trace_dir,
+            measure_interpret,
+            reps,
+            warmups,
+            warmup_min_time_s,
+            top,
+            on_progress,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
-    staging, r1, cand_dir, r2 = (work / d for d in ("staging", "reference", "candidate", "reference_repeat"))
+
+def _copy_from(staging: Path) -> Callable[[int, Path], None]:
+    def write(i: int, folder: Path) -> None:
+        for f in (staging / f"set_{i}").iterdir():
+            shutil.copy(f, folder / f.name)
+
+    return write
+
+
+def _write_from(sets: list) -> Callable[[int, Path], None]:
+    def write(i: int, folder: Path) -> None:
+        handover.save_arrays(folder, timed_loop.INPUTS, sets[i])
+
+    return write
+
+
+def _run_jobs(
+    report,
+    finish,
+    runner,
+    work,
+    private,
+    kernel_path,
+    reference,
+    tgt,
+    size,
+    trace_dir,
+    measure_interpret,
+    reps,
+    warmups,
+    warmup_min_time_s,
+    top,
+    on_progress,
+) -> ProfileReport:
+    from maxkernel.tpu_tools.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.profile_reference import SPECS_FILE, ReferenceSide, TimedSide
+
+    staging, r1, r2 = private / "staging", private / "reference", private / "reference_repeat"
+    cand_dir = work / "candidate"  # the only folder under `work`: nothing of the judge's beside it
     for d in (staging, r1, cand_dir, r2):
         d.mkdir()
     report.seeds_warmup = [secrets.randbelow(2**31) for _ in range(WARMUP_SETS)]
     report.seeds_timed = [secrets.randbelow(2**31) for _ in range(reps)]
     ref_log, cand_log = _trace_logdirs(trace_dir)
     say = on_progress or (lambda s: None)
-    judge_dirs = [str(staging), str(r1), str(r2)]
 
     # 1. The reference's process: builds every set, times the reference; its outputs are the truth.
     say("reference: build inputs, time")
-    feed_r1 = _Feeder(staging, r1, work, None, say)
+    feed_r1 = _Feeder(_copy_from(staging), r1, private, None, say)
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_reference:build_and_time_job",
         {
@@ -383,16 +451,38 @@ def _profile(
     report.input_sets, report.warmup_sets = n, WARMUP_SETS
     report.fresh_inputs = bool(ref.info and ref.info.seedable)
     report.reference_trace_path = ref.trace_path
-    report.processes.append(
-        f"reference (pid-separate job 1): built {WARMUP_SETS}+{n} input sets, timed the reference"
-    )
+    report.processes.append(f"reference (job 1): built {WARMUP_SETS}+{n} input sets, timed the reference")
+    # Inputs and expected outputs move into this process's memory: nothing the candidate could read ahead
+    # of time (or copy an answer from) stays on disk while it runs.
+    try:
+        warm = [
+            handover.load_arrays(staging, f"warmup_{i}", expect=ref.input_specs) for i in range(WARMUP_SETS)
+        ]
+        sets = [
+            handover.load_arrays(staging / f"set_{i}", timed_loop.INPUTS, expect=ref.input_specs)
+            for i in range(n)
+        ]
+        expected = [
+            handover.load_arrays(timed_loop.set_dir(r1, i), timed_loop.OUTPUTS, expect=ref.output_specs)
+            for i in range(n)
+        ]
+    except handover.HandoverError as e:
+        return finish(
+            Failure(kind="internal_error", summary=f"the reference's hand-over is broken: {e}", stage="run")
+        )
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(r1, ignore_errors=True)
+
+    def give_warmup(folder: Path) -> None:
+        for i, arrays in enumerate(warm):
+            handover.save_arrays(folder, f"warmup_{i}", arrays)
+        handover.save_specs(folder / SPECS_FILE, ref.input_specs)
 
     # 2. The candidate's process: never given the reference, only arrays and shapes.
-    for i in range(WARMUP_SETS):
-        for f in staging.glob(f"warmup_{i}*"):
-            shutil.copy(f, cand_dir / f.name)
+    give_warmup(cand_dir)
     say("candidate: trace, compile, time")
-    feed_c = _Feeder(staging, cand_dir, work, n, say)
+    feed_c = _Feeder(_write_from(sets), cand_dir, private, n, say)
+    hide = hidden_paths(reference) + [str(private)]
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_candidate:candidate_job",
         {
@@ -410,11 +500,11 @@ def _profile(
             "warmup_min_time_s": warmup_min_time_s,
             "trace_dir": cand_log,
             "top": top,
-            "hide_paths": hidden_paths(reference) + judge_dirs,
+            "hide_paths": hide,
         },
         feed_c,
         cand_dir,
-        hidden_paths(reference) + judge_dirs,
+        hide,
     )
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "candidate run"))
@@ -435,21 +525,20 @@ def _profile(
 
             ref_over = overheads(ref.samples_ms, feed_r1.deliver, feed_r1.done)
             report.clock_check = clock_check(cand.samples_ms, feed_c.deliver, feed_c.done, ref_over)
-        return finish(
-            Failure(kind="tampered", summary=f"the candidate {'; '.join(cand.tampered)}"[:1000], stage="run")
-        )
+        what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
+        return finish(Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run"))
     if cand.failure is not None:
         return finish(cand.failure)
 
     # 3. The reference again, in a fresh process: the noise floor spans processes, as the speedup does.
     say("reference again: noise floor")
-    feed_r2 = _Feeder(staging, r2, work, n, None)
+    give_warmup(r2)
+    feed_r2 = _Feeder(_write_from(sets), r2, private, n, None)
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_reference:time_job",
         {
             "reference": reference,
             "size": size,
-            "staging_dir": str(staging),
             "scratch_dir": str(r2),
             "timed_sets": n,
             "warmups": warmups,
@@ -468,7 +557,7 @@ def _profile(
     )
 
     say("compare timed outputs")
-    return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt)
+    return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, expected, cand_dir, tgt)
 
 
 def _io_bytes(ref) -> int:
@@ -492,16 +581,14 @@ def _stats(side, key_note: str = ""):
     return timing_stats(side.samples_ms, "wall_clock", side.device_note or key_note)
 
 
-def _check_outputs(report, ref, n: int, r1: Path, cand_dir: Path) -> Failure | None:
+def _check_outputs(report, ref, expected: list, cand_dir: Path) -> Failure | None:
     """Every timed output of the candidate against the reference's output on the same set."""
+    n = len(expected)
     dtype = ref.output_specs[0].dtype if ref.output_specs else "float32"
     info = ref.info
     tol = choose_tolerance(dtype, ref_atol=info.atol if info else None, ref_rtol=info.rtol if info else None)
     for i in range(n):
         try:
-            expected = handover.load_arrays(
-                timed_loop.set_dir(r1, i), timed_loop.OUTPUTS, expect=ref.output_specs
-            )
             actual = handover.load_arrays(
                 timed_loop.set_dir(cand_dir, i), timed_loop.OUTPUTS, expect=ref.output_specs
             )
@@ -511,7 +598,7 @@ def _check_outputs(report, ref, n: int, r1: Path, cand_dir: Path) -> Failure | N
                 summary=f"timed call {i}: its outputs are missing or malformed: {e}",
                 stage="compare",
             )
-        result = compare_outputs(i, expected, actual, tol)
+        result = compare_outputs(i, expected[i], actual, tol)
         report.timed_outputs_checked += 1
         if not result.ok:
             return Failure(
@@ -526,7 +613,9 @@ def _check_outputs(report, ref, n: int, r1: Path, cand_dir: Path) -> Failure | N
     return None
 
 
-def _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_dir, tgt) -> ProfileReport:
+def _judge(
+    report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, expected, cand_dir, tgt
+) -> ProfileReport:
     from maxkernel.tpu_tools.timing import noise_floor, speedup, timing_stats
     from maxkernel.tpu_tools.timing_checks import clock_check, device_check, overheads, plausibility
 
@@ -558,7 +647,7 @@ def _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, r1, cand_d
                 stage="run",
             )
         )
-    bad = _check_outputs(report, ref, n, r1, cand_dir)
+    bad = _check_outputs(report, ref, expected, cand_dir)
     if bad is not None:
         return finish(bad)
     ref_over = [

@@ -1,6 +1,6 @@
-"""Finds the judge's timing loop in sys.modules and slows its clock 10x; does ~20 ms of honest work per call.
+"""Finds the judge's timing loop in sys.modules and slows its clock 10x; does ~50 ms of honest work per call.
 
-The fingerprint check sees the swap, and the parent's window sees ~18 ms per call the child cannot explain.
+The fingerprint check sees the swap, and the parent's window sees ~45 ms per call the child cannot explain.
 """
 
 import sys
@@ -21,4 +21,4 @@ def workload(a, b):
         return jnp.maximum(acc, jnp.roll(part, -i, axis=0))
 
     init = jnp.full((a.shape[0], b.shape[1]), -jnp.inf, jnp.float32)
-    return jax.lax.fori_loop(0, 64, body, init).astype(a.dtype)
+    return jax.lax.fori_loop(0, 192, body, init).astype(a.dtype)
