@@ -143,6 +143,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             traced = jax.jit(cand.workload).trace(*args)
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
+            report.warnings.extend(_work_warnings(traced.jaxpr, side))
             report.num_pallas_calls = len(report.pallas_calls)
             report.output = _specs(traced.out_info)
             if report.output != report.expected_output:
@@ -174,6 +175,22 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     if not aot and not plan.native and report.num_pallas_calls:
         report.warnings.extend(_tpu_lowering_check(cand.workload, in_shapes, path))
     return finish()
+
+
+def _work_warnings(jaxpr, side) -> list[str]:
+    """What validate will refuse, said at compile time already (host callbacks, work outside the kernels)."""
+    from maxkernel.tpu_tools.work_check import callback_verdict, census_of, work_verdict
+
+    try:
+        census = census_of(jaxpr)
+    except Exception:  # noqa: BLE001 - an unusual jaxpr must not fail a compile
+        return []
+    out = []
+    if (why := callback_verdict(census)) is not None:
+        out.append(f"validate will refuse it (host_callback): {why}")
+    if (why := work_verdict(census, side.census)) is not None:
+        out.append(f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: {why}")
+    return out
 
 
 def _tpu_lowering_check(fn, in_shapes, path: Path) -> list[str]:
