@@ -178,7 +178,7 @@ def test_device_trace_is_cross_checked_against_wall_time(tmp_path):
 
 
 def test_beating_the_roofline_is_implausible():
-    # 2*4096^3 flops on a 918 TFLOP/s chip take >= 0.15 ms; 0.01 ms is not physics.
+    # 2*4096^3 flops on a 918 TFLOP/s chip take >= 0.15 ms; 0.01 ms is not physics (synthetic peaks).
     flops, peak, bw = 2 * 4096**3, 918e12, 1.6e12
     bad = plausibility(0.01, flops, 3 * 4096 * 4096 * 2, peak, bw, "tpu-v6e")
     assert not bad.plausible and bad.roofline_ms == pytest.approx(flops / peak * 1e3)
@@ -224,3 +224,65 @@ def test_feeder_flags_protocol_breaches(tmp_path):
     assert (timed_loop.set_dir(scratch, 1) / "inputs.json").exists()
     assert not (timed_loop.set_dir(scratch, 0) / "inputs.json").exists()  # one set on disk at a time
     assert list(private.iterdir()) == []  # every hand-over was a rename out of the private folder
+
+
+def _judged(tmp_path, cand_ms: list[float], device_kind: str = "TPU v6 lite"):
+    """The parent's verdict on synthetic child reports: a TPU reference and a candidate on 4096^3 matmul sets."""
+    import numpy as np
+
+    from maxkernel.tpu_tools import handover
+    from maxkernel.tpu_tools.profile import ProfileReport, _judge
+    from maxkernel.tpu_tools.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.profile_reference import ReferenceSide, TimedSide
+    from maxkernel.tpu_tools.reports import ArraySpec, Environment
+    from maxkernel.tpu_tools.targets import parse_target
+
+    n = len(cand_ms)
+    out = [np.ones((4, 4), np.float32)]
+    cand_dir = tmp_path / "candidate"
+    for i in range(n):
+        timed_loop.set_dir(cand_dir, i).mkdir(parents=True)
+        handover.save_arrays(timed_loop.set_dir(cand_dir, i), timed_loop.OUTPUTS, out)
+    env = Environment(jax="0", jaxlib="0", libtpu=None, platform="tpu", device_kind=device_kind)
+    spec = [ArraySpec(shape=[4, 4], dtype="float32")]
+    ref = ReferenceSide(
+        samples_ms=[1.0] * n,
+        environment=env,
+        input_specs=spec,
+        output_specs=spec,
+        timed_sets=n,
+        flops=2 * 4096**3,
+    )
+    ref2 = TimedSide(samples_ms=[1.0] * n, environment=env)
+    cand = CandidateSide(samples_ms=cand_ms, environment=env, candidate_execution="native")
+
+    class Feed:  # what the parent saw: each call's window = its claim + 1 ms
+        def __init__(self, ms):
+            self.deliver = {i: float(i) for i in range(n)}
+            self.done = {i: i + (m + 1.0) / 1e3 for i, m in enumerate(ms)}
+            self.breaches: list[str] = []
+
+    report = ProfileReport(ok=False, target="tpu-v6e", size="full", kernel_path="k.py", fresh_inputs=True)
+    report.measured_on = f"tpu ({device_kind})"
+
+    def finish(failure=None):
+        report.failure, report.ok = failure, failure is None
+        return report
+
+    expected = [out for _ in range(n)]
+    return _judge(
+        report, finish, ref, ref2, cand, Feed(ref.samples_ms), Feed(ref2.samples_ms), Feed(cand_ms), expected,
+        cand_dir, parse_target("tpu-v6e"),
+    )  # fmt: skip
+
+
+def test_a_time_beating_the_chips_roofline_is_implausible_never_a_win(tmp_path):
+    # 2*4096^3 flops take >= 0.075 ms on a v6e even at its 1840 TOPS int8 peak (the most generous limit); 0.01 ms is not physics.
+    r = _judged(tmp_path, [0.01] * 5)
+    assert not r.ok and r.failure.kind == "implausible", r.failure
+    assert r.speedup is None and not r.candidate_measured
+    assert not r.plausibility.plausible and r.plausibility.roofline_ms == pytest.approx(
+        2 * 4096**3 / 1840e12 * 1e3
+    )
+    honest = _judged(tmp_path / "honest", [0.5] * 5)
+    assert honest.ok and honest.plausibility.plausible and honest.speedup.ratio == pytest.approx(2.0)
