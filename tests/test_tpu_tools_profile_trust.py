@@ -226,7 +226,9 @@ def test_feeder_flags_protocol_breaches(tmp_path):
     assert list(private.iterdir()) == []  # every hand-over was a rename out of the private folder
 
 
-def _judged(tmp_path, cand_ms: list[float], device_kind: str = "TPU v6 lite"):
+def _judged(
+    tmp_path, cand_ms: list[float], device_kind: str = "TPU v6 lite", device_ms: list[float] | None = None
+):
     """The parent's verdict on synthetic child reports: a TPU reference and a candidate on 4096^3 matmul sets."""
     import numpy as np
 
@@ -254,7 +256,9 @@ def _judged(tmp_path, cand_ms: list[float], device_kind: str = "TPU v6 lite"):
         flops=2 * 4096**3,
     )
     ref2 = TimedSide(samples_ms=[1.0] * n, environment=env)
-    cand = CandidateSide(samples_ms=cand_ms, environment=env, candidate_execution="native")
+    cand = CandidateSide(
+        samples_ms=cand_ms, device_samples_ms=device_ms, environment=env, candidate_execution="native"
+    )
 
     class Feed:  # what the parent saw: each call's window = its claim + 1 ms
         def __init__(self, ms):
@@ -286,3 +290,11 @@ def test_a_time_beating_the_chips_roofline_is_implausible_never_a_win(tmp_path):
     )
     honest = _judged(tmp_path / "honest", [0.5] * 5)
     assert honest.ok and honest.plausibility.plausible and honest.speedup.ratio == pytest.approx(2.0)
+
+
+def test_device_time_longer_than_the_host_clock_around_it_is_tampered(tmp_path):
+    ok = _judged(tmp_path, [0.5] * 5, device_ms=[0.45] * 5)
+    assert ok.ok and ok.device_check.agrees and ok.measured["candidate"].timing_source == "device_trace"
+    forged = _judged(tmp_path / "forged", [0.5] * 5, device_ms=[0.45, 0.45, 0.9, 0.45, 0.45])
+    assert not forged.ok and forged.failure.kind == "tampered" and forged.speedup is None
+    assert forged.device_check.over_wall_calls == 1
