@@ -239,3 +239,12 @@ def test_default_size_is_the_references_only_size(evaluator):
     c = evaluator.compile(kernel("good_matmul"), str(REFS / "jaxbench_style_matmul.py"))
     assert c.ok, c.failure
     assert c.size == "full" and "only size" in c.size_note
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"), [("spawns_process", "subprocess.Popen"), ("uses_ctypes", "ctypes.")]
+)
+def test_starting_processes_or_using_ctypes_is_tampered(evaluator, name, needle):
+    r = evaluator.validate(adv(name), MATMUL_REF, "cpu", seeds=1)
+    assert r.failure.kind == "tampered", r.failure
+    assert needle in r.failure.summary

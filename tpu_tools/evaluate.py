@@ -104,6 +104,28 @@ def hide_paths_for(reference: str, kernel_path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def integrity_evidence(progress: list[str]) -> Failure | None:
+    """The judged child's integrity events, as it streamed them (reached_reference before tampered)."""
+    events: dict[str, list[str]] = {"reached_reference": [], "tampered": []}
+    for line in progress:
+        if line.startswith(PROGRESS_PREFIX):
+            kind, _, what = line[len(PROGRESS_PREFIX) :].partition(": ")
+            events.setdefault(kind, []).append(what)
+    if events["reached_reference"]:
+        return Failure(
+            kind="reached_reference",
+            summary=f"the candidate reached hidden reference paths: {'; '.join(events['reached_reference'][:4])}",
+            stage="run",
+        )
+    if events["tampered"]:
+        return Failure(
+            kind="tampered",
+            summary=f"the candidate tampered with the judge: used {', '.join(sorted(set(events['tampered'])))}",
+            stage="run",
+        )
+    return None
+
+
 def _copyable_inputs(scratch: Path, seeds: list[int], side: ReferenceSide) -> dict:
     """Inputs shaped like the single output (for the 'copy of input' weak check), read before the candidate runs."""
     if len(side.output_specs) != 1:
@@ -374,15 +396,10 @@ class Evaluator:
                 scratch_dir=str(scratch),
                 hide_paths=hide_paths_for(reference, kernel_path) + (str(expected_dir),),
             )
-            evidence = [p[len(PROGRESS_PREFIX) :] for p in outcome.progress if p.startswith(PROGRESS_PREFIX)]
-            if evidence:  # sent the moment it happened: whatever the child did afterwards cannot undo it
+            if (failure := integrity_evidence(outcome.progress)) is not None:
                 return finish(
-                    Failure(
-                        kind="reached_reference",
-                        summary=f"the candidate reached hidden reference paths: {'; '.join(evidence[:4])}",
-                        stage="run",
-                    )
-                )
+                    failure
+                )  # sent the moment it happened: what the child did afterwards cannot undo it
             if outcome.status != "ok" or outcome.result is None:
                 return finish(ended(outcome, "candidate run"))
             cand = ValidationReport.model_validate(outcome.result)

@@ -5,7 +5,7 @@ with the candidate. Before the candidate is imported we fingerprint what we rely
 code of every function and class method of the interpreter, the race detector, our execution and
 hand-over helpers, the clocks, `jax.jit`, `jax.block_until_ready`, `np.save`, the pipe's send), and
 install an audit hook that records and refuses opens, listings and imports of the hidden paths (the
-reference, the task sources) and records attempts to install tracers or more audit hooks. After the run, any change is
+reference, the task sources) and records attempts to install tracers or more audit hooks, use ctypes, or start processes (refused). After the run, any change is
 `tampered` and any touch of a hidden path is `reached_reference`.
 
 What this cannot stop is code that rewrites memory (ctypes); that is what the OS sandbox and keeping the
@@ -61,7 +61,13 @@ WATCHED_ATTRS = (
     ("os", "_exit"),
 )
 PROGRESS_PREFIX = "integrity: "  # progress lines the parent reads as evidence
+# Installing tracers or hooks, and ctypes (raw memory, C calls): no honest kernel does these (measured: none
+# fire while the test kernels and the JaxBench Pallas references trace, compile and run).
 _AUDITED_EVENTS = ("sys.addaudithook", "sys.settrace", "sys.setprofile", "threading.settrace")
+# A process of its own would outlive the checks: refused, and recorded.
+_SPAWN_EVENTS = (
+    "os.fork", "os.forkpty", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "subprocess.Popen", "pty.spawn",
+)  # fmt: skip
 
 
 def _hash_code(h, code: types.CodeType) -> None:
@@ -173,21 +179,24 @@ class Guard:
                 if str(module).startswith("maxkernel.jaxbench") or self._is_hidden(filename):
                     self._record(self.reached, f"import {module}")
                     refused = ImportError(f"{module}: hidden from the candidate by the judge")
-            elif event in _AUDITED_EVENTS:
+            elif event in _AUDITED_EVENTS or event.startswith("ctypes."):
                 self._record(self.hooks, event)
+            elif event in _SPAWN_EVENTS:
+                self._record(self.hooks, event)
+                refused = PermissionError(f"{event}: a candidate may not start processes")
         except Exception:  # noqa: BLE001 - a broken check must not break the candidate's honest calls
             return
         if refused is not None:
             raise refused
 
-    @staticmethod
-    def _record(where: list[str], what: str) -> None:
+    def _record(self, where: list[str], what: str) -> None:
         """Kept here and sent to the parent at once: clearing our list later cannot hide it."""
         if len(where) < 20:
             where.append(what[:300])
             from maxkernel.tpu_tools.pool_child import report_progress
 
-            report_progress(f"{PROGRESS_PREFIX}{what[:300]}")
+            kind = "reached_reference" if where is self.reached else "tampered"
+            report_progress(f"{PROGRESS_PREFIX}{kind}: {what[:300]}")
 
     def arm(self) -> None:
         """Call just before importing the candidate."""
@@ -207,7 +216,7 @@ class Guard:
                 f"changed {len(changed)} function(s) the judge relies on: {', '.join(changed[:6])}"
             )
         if self.hooks:
-            problems.append(f"installed {', '.join(sorted(set(self.hooks)))}")
+            problems.append(f"used {', '.join(sorted(set(self.hooks)))}")
         if new_threads:
             problems.append(f"left {len(new_threads)} Python thread(s) running: {', '.join(new_threads[:3])}")
         tampered = "; ".join(problems) or None
