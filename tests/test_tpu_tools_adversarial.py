@@ -188,6 +188,7 @@ def test_patching_the_clock_is_tampered(evaluator):
     r = evaluator.validate(adv("patches_clock"), MATMUL_REF, "cpu", seeds=1)
     assert r.failure.kind == "tampered", r.failure
     assert "time.perf_counter" in r.failure.summary
+    assert any("static scan" in w and "time.perf_counter" in w for w in r.warnings)  # the second signal
 
 
 # ---- blame -------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from maxkernel.tpu_tools import execution, job_env
 from maxkernel.tpu_tools.classify import classify_exception
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
-from maxkernel.tpu_tools.integrity import Guard
+from maxkernel.tpu_tools.integrity import Guard, static_patch_scan
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
 from maxkernel.tpu_tools.targets import parse_target
 from maxkernel.tpu_tools.work_check import WorkCensus, callback_verdict, census_of, work_verdict
@@ -149,6 +149,9 @@ def candidate_job(
         )
     report.kernel_sha256 = cand.sha256
     path = Path(cand.path)
+    patches = static_patch_scan(path.read_text(errors="replace"))
+    if patches:  # a hint for the reader; the fingerprints decide
+        report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
     shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
     with scope:
         try:

@@ -224,3 +224,44 @@ class Guard:
         if self.reached:
             reached = f"the candidate reached hidden reference paths: {'; '.join(self.reached[:4])}"
         return tampered, reached
+
+
+def static_patch_scan(source: str) -> list[str]:
+    """A second signal, never the verdict: assignments to attributes of imported modules (monkey-patching).
+
+    `time.perf_counter = ...`, `setattr(jax, ...)`, `race_detection_state.RaceDetectionState.check_read = ...`.
+    """
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            modules.update(a.asname or a.name for a in node.names)
+
+    def root(expr) -> str | None:
+        while isinstance(expr, ast.Attribute):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if isinstance(t, ast.Attribute) and root(t) in modules:
+                found.append(f"line {node.lineno}: assigns {ast.unparse(t)}")
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+        ):
+            if node.args and root(node.args[0]) in modules:
+                found.append(f"line {node.lineno}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
+    return found[:10]
