@@ -134,17 +134,6 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def hidden_paths(reference: str) -> list[str]:
-    """What the candidate's process must not see: the reference's files and every JaxBench task source."""
-    from maxkernel.jaxbench.registry import TASKS_DIR
-
-    out = [str(TASKS_DIR)]
-    p = Path(reference).expanduser()
-    if p.exists():
-        out.append(str(p.resolve()))
-    return out
-
-
 class _Feeder:
     """Hands a timed child one fresh set at a time, on its own clock; records every protocol breach."""
 
@@ -482,7 +471,9 @@ def _run_jobs(
     give_warmup(cand_dir)
     say("candidate: trace, compile, time")
     feed_c = _Feeder(_write_from(sets), cand_dir, private, n, say)
-    hide = hidden_paths(reference) + [str(private)]
+    from maxkernel.tpu_tools.evaluate import hide_paths_for
+
+    hide = [*hide_paths_for(reference, kernel_path), str(private)]
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_candidate:candidate_job",
         {
@@ -519,14 +510,22 @@ def _run_jobs(
     report.static_estimate = cand.static_estimate
     report.candidate_not_measured_reason = cand.not_measured_reason
     report.warnings += cand.warnings
-    if cand.tampered:
+    # Integrity: the events the child streamed as they happened (a later lie cannot hide them), then its report.
+    from maxkernel.tpu_tools.evaluate import integrity_evidence
+
+    breach = integrity_evidence(outcome.progress)
+    if breach is None and cand.reached:
+        breach = Failure(kind="reached_reference", summary=cand.reached[:1000], stage="run")
+    if breach is None and cand.tampered:
+        what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
+        breach = Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run")
+    if breach is not None:
         if cand.samples_ms:  # evidence: what the parent's clock says about the candidate's own
             from maxkernel.tpu_tools.timing_checks import clock_check, overheads
 
             ref_over = overheads(ref.samples_ms, feed_r1.deliver, feed_r1.done)
             report.clock_check = clock_check(cand.samples_ms, feed_c.deliver, feed_c.done, ref_over)
-        what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
-        return finish(Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run"))
+        return finish(breach)
     if cand.failure is not None:
         return finish(cand.failure)
 

@@ -45,6 +45,7 @@ class CandidateSide(TimedSide):
     tampered: list[str] = Field(
         default_factory=list, description="judge functions changed while the candidate ran"
     )
+    reached: str | None = Field(default=None, description="hidden reference paths the candidate touched")
 
 
 @contextlib.contextmanager
@@ -127,7 +128,8 @@ def candidate_job(
         tampered, reached = guard.check()
         if changed:
             side.tampered.append(f"changed the timing loop's {', '.join(changed)}")
-        side.tampered += [t for t in (tampered, reached) if t]
+        side.tampered += [tampered] if tampered else []
+        side.reached = reached
     return side.model_dump(mode="json")
 
 
