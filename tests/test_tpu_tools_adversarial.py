@@ -132,6 +132,7 @@ def test_census_tells_honest_kernels_from_wrappers():
 # ---- inputs the kernel cannot predict ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # three 3-seed validations: ~20-30 s on 2 shared cores
 def test_memorized_answers_for_the_old_fixed_seeds_fail_on_random_seeds(evaluator):
     fixed = evaluator.validate(adv("memorized_seeds"), MATMUL_REF, "cpu", seed_offset=0, allow_plain_jax=True)
     assert fixed.ok, "the exploit must be real: it passes on seeds 0, 1, 2"
@@ -144,6 +145,7 @@ def test_memorized_answers_for_the_old_fixed_seeds_fail_on_random_seeds(evaluato
     assert again.seeds == r.seeds and again.per_seed[0].max_abs_err == r.per_seed[0].max_abs_err
 
 
+@pytest.mark.slow  # three validations, one at 2x the small size: ~20-30 s on 2 shared cores
 def test_zeros_above_the_small_size_fail_the_larger_case(evaluator):
     small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
     assert small.ok, small.failure
@@ -201,6 +203,7 @@ def test_keyboard_interrupt_is_the_candidates_failure(evaluator):
     assert "keyboard_interrupt.py:5" in r.failure.message
 
 
+@pytest.mark.slow  # two 13p validations with 12 calibration seeds: ~20-30 s on 2 shared cores
 def test_scalar_output_an_honest_kernel_passes_and_a_constant_fails(evaluator):
     honest = evaluator.validate(adv("honest_13p"), "13p", "cpu")
     assert honest.ok, honest.failure
@@ -209,6 +212,7 @@ def test_scalar_output_an_honest_kernel_passes_and_a_constant_fails(evaluator):
     assert const.failure.kind == "output_mismatch", const.failure
 
 
+@pytest.mark.slow  # two validations: ~20-30 s on 2 shared cores
 def test_honest_twins_pass(evaluator):
     r = evaluator.validate(adv("honest_epilogue"), MATMUL_REF, "cpu", seeds=2)
     assert r.ok, r.failure
