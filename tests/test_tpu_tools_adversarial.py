@@ -247,9 +247,10 @@ def test_default_size_is_the_references_only_size(evaluator):
 
 
 @pytest.mark.parametrize(
-    ("name", "needle"), [("spawns_process", "subprocess.Popen"), ("uses_ctypes", "ctypes.")]
+    ("name", "needle"),
+    [("spawns_process", "subprocess.Popen"), ("uses_ctypes", "ctypes."), ("patches_np_save", "numpy.save")],
 )
-def test_starting_processes_or_using_ctypes_is_tampered(evaluator, name, needle):
+def test_processes_ctypes_or_a_broken_judge_are_tampered(evaluator, name, needle):
     r = evaluator.validate(adv(name), MATMUL_REF, "cpu", seeds=1)
     assert r.failure.kind == "tampered", r.failure
     assert needle in r.failure.summary

@@ -136,76 +136,92 @@ def candidate_job(
         report.ok = report.failure is None  # provisional: the parent judges the numbers
         return report.model_dump(mode="json")
 
-    guard.arm()
-    try:
-        cand = load_candidate(kernel_path)
-    except UsageError as e:
-        return done(Failure(kind="usage_error", summary=str(e), stage="load"))
-    except CandidateLoadError as e:
-        return done(
-            Failure(
-                kind="load_error", summary=str(e), message=e.detail[-_TRACE_LIMIT:], stage="load", line=e.line
-            )
-        )
-    report.kernel_sha256 = cand.sha256
-    path = Path(cand.path)
-    patches = static_patch_scan(path.read_text(errors="replace"))
-    if patches:  # a hint for the reader; the fingerprints decide
-        report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
-    shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
-    with scope:
+    def run() -> dict:
         try:
-            census = census_of(jax.make_jaxpr(cand.workload)(*shapes))
-        except SystemExit:
-            raise
-        except BaseException as e:  # noqa: BLE001 - the candidate's failure, whatever it raised
-            return done(_failure(e, "trace", path))
-        report.has_pallas_call = census.num_pallas_calls > 0
-        report.work = census
-        if (why := callback_verdict(census)) is not None:
-            return done(Failure(kind="host_callback", summary=why, stage="trace"))
-        if not report.has_pallas_call and not allow_plain_jax:
+            cand = load_candidate(kernel_path)
+        except UsageError as e:
+            return done(Failure(kind="usage_error", summary=str(e), stage="load"))
+        except CandidateLoadError as e:
             return done(
                 Failure(
-                    kind="no_kernel",
-                    summary="no kernel: the candidate contains no pallas_call (pass allow_plain_jax to accept JAX rewrites)",
-                    stage="trace",
+                    kind="load_error",
+                    summary=str(e),
+                    message=e.detail[-_TRACE_LIMIT:],
+                    stage="load",
+                    line=e.line,
                 )
             )
-        ref_census = WorkCensus.model_validate(reference_census) if reference_census else None
-        if not allow_plain_jax and (why := work_verdict(census, ref_census)) is not None:
-            return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
-        race_log = io.StringIO()
-        try:
-            compiled = jit(cand.workload).lower(*inputs[order[0]]).compile()
-        except SystemExit:
-            raise
-        except BaseException as e:  # noqa: BLE001
-            return done(_failure(e, "compile", path))
-        count: dict[int, int] = {}
-        for call, seed in enumerate(order):
-            report_progress(f"candidate run {call + 1}/{len(order)} (seed {seed})")
-            k = count.get(seed, 0)
-            count[seed] = k + 1
+        report.kernel_sha256 = cand.sha256
+        path = Path(cand.path)
+        patches = static_patch_scan(path.read_text(errors="replace"))
+        if patches:  # a hint for the reader; the fingerprints decide
+            report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
+        shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
+        with scope:
             try:
-                with contextlib.redirect_stdout(race_log):
-                    out = block(compiled(*inputs[seed]))
-                    races = detect_races and races_found()
+                census = census_of(jax.make_jaxpr(cand.workload)(*shapes))
+            except SystemExit:
+                raise
+            except BaseException as e:  # noqa: BLE001 - the candidate's failure, whatever it raised
+                return done(_failure(e, "trace", path))
+            report.has_pallas_call = census.num_pallas_calls > 0
+            report.work = census
+            if (why := callback_verdict(census)) is not None:
+                return done(Failure(kind="host_callback", summary=why, stage="trace"))
+            if not report.has_pallas_call and not allow_plain_jax:
+                return done(
+                    Failure(
+                        kind="no_kernel",
+                        summary="no kernel: the candidate contains no pallas_call (pass allow_plain_jax to accept JAX rewrites)",
+                        stage="trace",
+                    )
+                )
+            ref_census = WorkCensus.model_validate(reference_census) if reference_census else None
+            if not allow_plain_jax and (why := work_verdict(census, ref_census)) is not None:
+                return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
+            race_log = io.StringIO()
+            try:
+                compiled = jit(cand.workload).lower(*inputs[order[0]]).compile()
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001
-                return done(_failure(e, "run", path))
-            if races:
-                report.races_found = True
-                text = race_log.getvalue().strip()
-                first = text.splitlines()[1].strip() if text.count("\n") else text
-                return done(
-                    Failure(
-                        kind="race",
-                        summary=f"data race detected in TPU interpret mode (seed {seed}): {first}",
-                        message=text[:6000],
-                        stage="run",
+                return done(_failure(e, "compile", path))
+            count: dict[int, int] = {}
+            for call, seed in enumerate(order):
+                report_progress(f"candidate run {call + 1}/{len(order)} (seed {seed})")
+                k = count.get(seed, 0)
+                count[seed] = k + 1
+                try:
+                    with contextlib.redirect_stdout(race_log):
+                        out = block(compiled(*inputs[seed]))
+                        races = detect_races and races_found()
+                except SystemExit:
+                    raise
+                except BaseException as e:  # noqa: BLE001
+                    return done(_failure(e, "run", path))
+                if races:
+                    report.races_found = True
+                    text = race_log.getvalue().strip()
+                    first = text.splitlines()[1].strip() if text.count("\n") else text
+                    return done(
+                        Failure(
+                            kind="race",
+                            summary=f"data race detected in TPU interpret mode (seed {seed}): {first}",
+                            message=text[:6000],
+                            stage="run",
+                        )
                     )
-                )
-            save_arrays(scratch, f"out_{seed}_{k}", list(jax.tree_util.tree_leaves(out)))
-    return done(None)
+                save_arrays(scratch, f"out_{seed}_{k}", list(jax.tree_util.tree_leaves(out)))
+        return done(None)
+
+    guard.arm()
+    try:
+        return run()
+    except SystemExit:
+        raise
+    except BaseException:
+        # our code broke after the candidate was imported: if the candidate changed what we rely on, say so
+        if (failure := integrity_failure()) is not None:
+            report.failure, report.ok = failure, False
+            return report.model_dump(mode="json")
+        raise
