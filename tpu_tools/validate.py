@@ -201,7 +201,9 @@ def reference_job(
     if atol is None and rtol is None and ref.info.seedable and _near_constant(answers, side.tolerance):
         report_progress("reference calibration seeds")
         base = secrets.randbelow(2**31 - CALIBRATION_SEEDS)
-        for seed in range(base, base + CALIBRATION_SEEDS):
+        for k, seed in enumerate(range(base, base + CALIBRATION_SEEDS)):
+            if k == 2 and len(seeds) == 1 and not _near_constant(answers, side.tolerance):
+                break  # one checked seed said nothing; two more show the outputs do move: no guard needed
             try:
                 outs = _leaves(jax.block_until_ready(fn(*ref.create_inputs(side.size, seed, input_case))))
             except Exception:  # noqa: BLE001 - calibration is best effort; the checked seeds ran
