@@ -254,3 +254,29 @@ def test_processes_ctypes_or_a_broken_judge_are_tampered(evaluator, name, needle
     r = evaluator.validate(adv(name), MATMUL_REF, "cpu", seeds=1)
     assert r.failure.kind == "tampered", r.failure
     assert needle in r.failure.summary
+
+
+def test_dead_or_input_free_kernels_beside_plain_jax_are_flagged_but_a_helper_kernel_is_not():
+    sys.path.insert(0, str(ADV))
+    try:
+        from _pallas import copy, fill, matmul
+    finally:
+        sys.path.remove(str(ADV))
+    import jax.numpy as jnp
+
+    a = jax.ShapeDtypeStruct((256, 512), jnp.float32)
+    b = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+
+    def dead(a, b):
+        copy(a[:8, :128])  # traced, never used
+        return a[:, :256] * 2.0
+
+    def input_free(a, b):
+        return a[:, :256] + fill(jnp.zeros((8, 128)), (8, 128), jnp.float32, 1.0)[0, 0]
+
+    def honest_with_a_helper_kernel(a, b):
+        return matmul(a, b) + fill(jnp.zeros((8, 128)), (8, 128), jnp.float32, 0.0)[0, 0]
+
+    assert "never reaches the result" in work_verdict(census_of(jax.make_jaxpr(dead)(a, b)), None)
+    assert "reads none of the inputs" in work_verdict(census_of(jax.make_jaxpr(input_free)(a, b)), None)
+    assert work_verdict(census_of(jax.make_jaxpr(honest_with_a_helper_kernel)(a, b)), None) is None

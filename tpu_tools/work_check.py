@@ -12,7 +12,8 @@ The verdict (`work_outside_kernel`), documented thresholds:
   `OUTSIDE_MATMUL_SHARE` of the candidate's matmul flops;
 - or more than `OUTSIDE_FLOPS_SHARE` of all counted flops outside the kernels (a softmax in jnp plus a
   Pallas copy has ~100% outside; an honest kernel with a `.astype`/bias epilogue has ~0%);
-- or a pallas_call whose outputs never reach the result, or that reads none of the program's inputs.
+- or no pallas_call that both reads one of the program's inputs and reaches its result (a dead or
+  input-free kernel beside plain JAX).
 Host callbacks (io_callback, pure_callback) anywhere, kernels included, are `host_callback`: they
 carry state from one call to the next (memoized answers, call counters).
 """
@@ -56,6 +57,9 @@ class WorkCensus(BaseModel):
     debug_callbacks: int = 0
     dead_pallas_calls: list[str] = Field(default_factory=list, description="outputs never reach the result")
     inputless_pallas_calls: list[str] = Field(default_factory=list, description="read none of the inputs")
+    data_flow_pallas_calls: list[str] = Field(
+        default_factory=list, description="kernels the data-flow pass saw (top level, through pjit)"
+    )
     pallas_under_cond: list[str] = Field(
         default_factory=list, description="kernels inside a cond whose other branch does heavy work"
     )
@@ -229,6 +233,7 @@ def _data_flow(jaxpr, census: WorkCensus) -> None:
             if eqn.primitive.name == "pallas_call":
                 counter[0] += 1
                 label = _kernel_name(eqn, counter[0])
+                census.data_flow_pallas_calls.append(label)
                 if not any(ins):
                     census.inputless_pallas_calls.append(label)
                 kernels.append((label, list(eqn.outvars)))
@@ -278,12 +283,16 @@ def work_verdict(candidate: WorkCensus, reference: WorkCensus | None) -> str | N
     outside = sum(candidate.outside_flops.values())
     top = sorted(candidate.outside_flops.items(), key=lambda kv: -kv[1])[:4]
     named = ", ".join(f"{k} {_fmt_flops(v)}" for k, v in top)
-    if candidate.dead_pallas_calls:
-        return (
-            f"{', '.join(candidate.dead_pallas_calls)}: its output never reaches the result; the answer comes "
-            f"from plain JAX ({named or 'no counted ops'})"
-        )
-    if candidate.inputless_pallas_calls:
+    # No kernel that both reads an input and reaches the result (kernels inside cond/scan bodies are not in
+    # the data-flow pass, so they keep the benefit of the doubt; the flop shares below still judge them).
+    seen = candidate.data_flow_pallas_calls
+    useless = set(candidate.dead_pallas_calls) | set(candidate.inputless_pallas_calls)
+    if seen and len(seen) == candidate.num_pallas_calls and useless >= set(seen):
+        if candidate.dead_pallas_calls:
+            return (
+                f"{', '.join(candidate.dead_pallas_calls)}: its output never reaches the result; the answer "
+                f"comes from plain JAX ({named or 'no counted ops'})"
+            )
         return f"{', '.join(candidate.inputless_pallas_calls)} reads none of the inputs"
     out_mm, all_mm = (
         candidate.outside_matmul_flops,
