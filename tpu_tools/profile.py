@@ -416,16 +416,17 @@ def _run_jobs(
             "scratch_dir": str(r1),
             "warmups": warmups,
             "warmup_min_time_s": warmup_min_time_s,
-            "trace_dir": ref_log,
+            "trace_dir": str(private / "trace") if ref_log else None,
             "top": top,
         },
         feed_r1,
-        r1,
+        private,  # the reference's one writable folder: staging, its timed sets, its trace
         [],
     )
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "reference run"))
     ref = ReferenceSide.model_validate(outcome.result)
+    _move_trace(ref, private / "trace", ref_log)
     report.reference = ref.info
     report.warnings += ref.warnings
     report.measured_on = ref.measured_on
@@ -489,7 +490,7 @@ def _run_jobs(
             "measure_interpret": measure_interpret,
             "warmups": warmups,
             "warmup_min_time_s": warmup_min_time_s,
-            "trace_dir": cand_log,
+            "trace_dir": str(cand_dir / "trace") if cand_log else None,
             "top": top,
             "hide_paths": hide,
         },
@@ -500,6 +501,7 @@ def _run_jobs(
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "candidate run"))
     cand = CandidateSide.model_validate(outcome.result)
+    _move_trace(cand, cand_dir / "trace", cand_log)
     for log in (ref_log, cand_log):  # a capture folder nobody wrote into is not evidence: drop it
         if log and not any(Path(log).iterdir()):
             Path(log).rmdir()
@@ -758,6 +760,21 @@ def _throughput(report: ProfileReport, ref, tgt, extra: list[str]) -> None:
             for k in ["reference", *extra]
         },
     )
+
+
+def _move_trace(side, written: Path, logdir: str | None) -> None:
+    """A child writes its capture inside its own scratch folder (all a sandbox lets it write); keep it in `logdir`."""
+    if logdir is None or not written.is_dir():
+        return
+    for entry in written.iterdir():
+        shutil.move(str(entry), logdir)
+    old, new = str(written), logdir
+    if side.trace_path and side.trace_path.startswith(old):
+        side.trace_path = new + side.trace_path[len(old) :]
+    if side.trace_summary is not None and side.trace_summary.source_file.startswith(old):
+        side.trace_summary.source_file = new + side.trace_summary.source_file[len(old) :]
+    if side.trace_summary is not None:
+        side.trace_summary.text = side.trace_summary.text.replace(old, new)
 
 
 def _attach_trace(report: ProfileReport, cand, ref) -> None:
