@@ -253,20 +253,30 @@ def _run(
                 "pass measure_interpret to time it anyway (not representative)"
             )
         calls = _distrust_cost_estimates(calls, reference_flops, side)
-        if est_chip is not None:
+
+        def estimate() -> None:  # after the timings: costing the whole program must not disturb them
+            if est_chip is None:
+                return
             # Flops are the reference's (or, for plain JAX, XLA's count when larger): never a declared CostEstimate alone.
             flops = max(reference_flops or 0.0, (side.xla_flops or 0.0) if not calls else 0.0) or None
             try:
-                side.static_estimate = (
-                    estimate_pallas(calls, est_chip, total_flops=flops)
-                    if calls
-                    else estimate_pallas(
+                if calls:
+                    from maxkernel.tpu_tools.jaxpr_cost import (
+                        program_cost,
+                    )  # the estimate costs the whole program
+
+                    side.static_estimate = estimate_pallas(
+                        calls, est_chip, total_flops=flops, program=program_cost(jaxpr)
+                    )
+                else:
+                    side.static_estimate = estimate_pallas(
                         [], est_chip, total_flops=flops or 0.0, total_bytes=float(io_bytes or 0)
                     )
-                )
             except Exception as e:
                 side.warnings.append(f"no static estimate: {type(e).__name__}: {e}")
+
         if fn is None:
+            estimate()
             return None
         try:
             warm_up(fn, warm, warmups, warmup_min_time_s)
@@ -277,4 +287,5 @@ def _run(
             return classify_exception(e, "run", path)
         if native:
             capture_trace(fn, warm, trace_dir, top, side, pause=pause)
+        estimate()
     return None
