@@ -174,7 +174,7 @@ class CancellableEvaluator(Evaluator):
         super().__init__(base.pool, timeout_s=base.timeout_s)
         self._cancel, self._progress = cancel, on_progress
 
-    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False):
+    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False, **job):
         return super()._run(
             fn,
             kwargs,
@@ -182,6 +182,7 @@ class CancellableEvaluator(Evaluator):
             on_progress=on_progress or self._progress,
             cancel=self._cancel,
             needs_device=needs_device,
+            **job,  # scratch_dir, hide_paths: the sandbox contract travels with the job
         )
 
 

@@ -152,6 +152,20 @@ async def test_validate_on_fresh_seeds(client):
 
 
 @pytest.mark.anyio
+async def test_validate_seeds_are_random_by_default_and_zero_seeds_is_an_error(client):
+    r = await client.call_tool(
+        "validate_kernel", {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 1}
+    )
+    assert not r.is_error, text(r)
+    rep = r.structured_content
+    assert rep["ok"] and rep["seeds"] == [rep["seed_offset"]] and rep["run_order"] == rep["seeds"] * 2
+    bad = await client.call_tool(
+        "validate_kernel", {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 0}
+    )
+    assert bad.is_error
+
+
+@pytest.mark.anyio
 async def test_estimate_kernel_is_labeled_and_compile_free(client):
     r = await client.call_tool("estimate_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py"})
     assert not r.is_error, text(r)
