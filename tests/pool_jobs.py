@@ -11,10 +11,16 @@ import time
 from maxkernel.tpu_tools.pool import report_progress
 
 
+def _start_ticks() -> int:
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time since boot
+
+
 def ok(x: int = 1) -> dict:
     report_progress("started")
     report_progress("computed")
-    return {"y": x * 2, "pid": os.getpid(), "pgid": os.getpgid(0)}
+    # pid alone does not name a process across PID namespaces (a sandboxed job is PID 2 of its own)
+    return {"y": x * 2, "pid": os.getpid(), "pgid": os.getpgid(0), "proc": [os.getpid(), _start_ticks()]}
 
 
 def sleep(seconds: float = 1.0) -> dict:
@@ -57,8 +63,9 @@ def not_a_dict() -> list:
     return [1, 2]
 
 
-def spawn_grandchild() -> dict:
-    child = subprocess.Popen(["sleep", "300"])
+def spawn_grandchild(marker: str = "300.0") -> dict:
+    """A grandchild the host can find by its command line (`sleep <marker>`): pids differ in a sandbox."""
+    child = subprocess.Popen(["sleep", marker])
     report_progress(f"grandchild {child.pid}")
     time.sleep(300)
     return {}

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from maxkernel.tpu_tools.sandbox import SandboxInfo
+
 GIB = 1 << 30
 
 
@@ -36,7 +38,10 @@ class JobSpec(BaseModel):
     needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
     # The sandbox contract (the OS sandbox binds these; without one, the judge's own checks guard them).
     scratch_dir: str | None = Field(
-        default=None, description="the one directory the job may write to (inputs in, outputs out)"
+        default=None,
+        description="the one directory the job may write to (inputs in, outputs out); None = a fresh "
+        "private one, removed after the job. On a TPU host's device lane it must lie under "
+        "sandbox.scratch_root() (make it with sandbox.make_scratch_dir())",
     )
     hide_paths: tuple[str, ...] = Field(
         default=(),
@@ -58,6 +63,9 @@ class JobOutcome(BaseModel):
     signal: str | None = None
     duration_s: float = 0.0
     progress: list[str] = Field(default_factory=list)
+    sandbox: SandboxInfo | None = Field(
+        default=None, description="the sandbox the job ran in (set by the pool)"
+    )
 
 
 class JobHandle:

@@ -38,10 +38,11 @@ def kill_job(proc) -> None:
         pass
 
 
-def _group_rss_bytes(pgid: int) -> int:
-    """Resident set of every process in the group (the job and anything it started)."""
+def _group_rss_bytes(root: int) -> int:
+    """Resident set of the job's process group plus every descendant of `root` (a setsid'd child, or a
+    whole sandbox whose outermost process is bwrap, leaves the group but not the tree)."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
+    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, pgrp, rss pages)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -49,11 +50,21 @@ def _group_rss_bytes(pgid: int) -> int:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
             fields = stat[stat.rindex(b")") + 2 :].split()
-            if int(fields[2]) == pgid:  # state, ppid, pgrp, ...
-                total += int(fields[21]) * page  # rss in pages
+            procs[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[21]))  # ppid, pgrp, rss
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    tree: set[int] = set()
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid not in tree:
+            tree.add(pid)
+            stack.extend(children.get(pid, ()))
+    members = tree | {pid for pid, (_, pgrp, _) in procs.items() if pgrp == root}
+    return sum(procs[p][2] for p in members if p in procs) * page
 
 
 def read_tail(path: str) -> str:
@@ -81,8 +92,9 @@ _start_lock = threading.Lock()  # multiprocessing.Process.start is not thread-sa
 
 
 @contextlib.contextmanager
-def starting_without_main():
-    """Start processes without re-running the caller's __main__ in the child.
+def starting_without_main(executable: str | None = None):
+    """Start processes without re-running the caller's __main__ in the child (and, given `executable`,
+    through that launcher instead of the plain interpreter: how the sandbox goes around it).
 
     multiprocessing re-imports the parent's main script in every spawned/forkserver child; for pytest,
     an MCP server or a benchmark script that is slow at best and re-runs the script at worst. Our
@@ -98,10 +110,14 @@ def starting_without_main():
 
     with _start_lock:
         spawn.get_preparation_data = without_main
+        plain = spawn.get_executable()
+        if executable is not None:
+            spawn.set_executable(executable)
         try:
             yield
         finally:
             spawn.get_preparation_data = original
+            spawn.set_executable(plain)
 
 
 class Job:
@@ -110,6 +126,7 @@ class Job:
     def __init__(self, handle: JobHandle, proc, conn, stderr_path: str) -> None:
         self.handle, self.proc, self.conn, self.stderr_path = handle, proc, conn, stderr_path
         self.clean_end = False  # the child reported a result itself (and, for the device worker, lives on)
+        self.signal: int | None = None  # sandbox tiers: the job died by this signal (told by its init)
 
 
 def watch(job: Job, deadline: float) -> JobOutcome:
@@ -158,6 +175,9 @@ def watch(job: Job, deadline: float) -> JobOutcome:
             if message[0] == "progress":
                 handle._add_progress(message[1])
                 continue
+            if message[0] == "signal":
+                job.signal = int(message[1])
+                continue
             return _terminal(message, job, out)
         if proc.sentinel in ready:
             # The process is gone; a terminal message may still sit in the pipe.
@@ -168,6 +188,8 @@ def watch(job: Job, deadline: float) -> JobOutcome:
                     break
                 if message[0] == "progress":
                     handle._add_progress(message[1])
+                elif message[0] == "signal":
+                    job.signal = int(message[1])
                 else:
                     return _terminal(message, job, out)
             if handle._cancelled:
@@ -199,6 +221,8 @@ def _died(job: Job, out) -> JobOutcome:
     """The process ended without a terminal message: a signal or os._exit."""
     job.proc.join(5)
     code = job.proc.exitcode
+    if job.signal is not None:  # the sandbox's init saw the job die by this signal
+        code = -job.signal
     tail = read_tail(job.stderr_path)
     if code is not None and code < 0:
         name = _signal_name(-code)
