@@ -7,7 +7,6 @@ Usable from threads (the MCP server) with a `cancel` event that kills the child.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from pydantic import BaseModel
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+from maxkernel.tpu_tools.sandbox import make_scratch_dir
 
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.profile import ProfileReport
@@ -51,6 +51,27 @@ def _abs_reference(reference: str) -> str:
     return str(p.resolve()) if p.exists() else reference
 
 
+UNSANDBOXED_WARNING = "sandbox: none - this evaluation ran unsandboxed ({note})"
+
+
+def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
+    """Every verdict names the sandbox its jobs ran in, as the pool (not the judged job) saw it."""
+    info = outcome.sandbox
+    if info is None or not hasattr(report, "environment"):
+        return report
+    if report.environment is None:  # type: ignore[attr-defined]
+        from maxkernel.tpu_tools.env_info import host_environment
+
+        report.environment = host_environment()  # type: ignore[attr-defined]
+    report.environment.sandbox = info  # type: ignore[attr-defined]
+    warnings = getattr(report, "warnings", None)
+    if info.tier == "none" and isinstance(warnings, list):
+        line = UNSANDBOXED_WARNING.format(note=info.note or "no OS sandbox on this host")
+        if line not in warnings:
+            warnings.append(line)
+    return report
+
+
 class Evaluator:
     """compile/validate entry points shared by the CLI, the MCP server and benchmarks."""
 
@@ -71,8 +92,15 @@ class Evaluator:
         on_progress: ProgressFn | None,
         cancel: threading.Event | None,
         needs_device: bool = False,
+        scratch_dir: str | None = None,
     ) -> JobOutcome:
-        spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=timeout_s or self.timeout_s, needs_device=needs_device)
+        spec = JobSpec(
+            fn=fn,
+            kwargs=kwargs,
+            timeout_s=timeout_s or self.timeout_s,
+            needs_device=needs_device,
+            scratch_dir=scratch_dir,  # the sandbox lets the job write there and nowhere else
+        )
         handle = self.pool.submit(spec, on_progress=on_progress)
         while True:
             outcome = handle.wait(0.1)
@@ -91,6 +119,7 @@ class Evaluator:
         timeout_s: float | None,
         on_progress: ProgressFn | None,
         cancel: threading.Event | None,
+        scratch_dir: str | None = None,
     ) -> R:
         """Run a one-child job returning a report; a child that ended otherwise becomes that report's failure."""
         started = time.perf_counter()
@@ -104,10 +133,11 @@ class Evaluator:
             on_progress=on_progress,
             cancel=cancel,
             needs_device=self._on_device(target),
+            scratch_dir=scratch_dir,
         )
         if outcome.status == "ok" and outcome.result is not None:
-            return model.model_validate(outcome.result)
-        return model(
+            return stamp_sandbox(model.model_validate(outcome.result), outcome)
+        report = model(
             ok=False,
             target=target,
             size=kwargs["size"],
@@ -115,6 +145,7 @@ class Evaluator:
             failure=outcome_failure(outcome, what),
             wall_time_s=round(time.perf_counter() - started, 4),
         )
+        return stamp_sandbox(report, outcome)
 
     def compile(
         self,
@@ -169,7 +200,7 @@ class Evaluator:
         reference = _abs_reference(reference)
         seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
         case_dict = case.model_dump(mode="json") if case is not None else None
-        out_dir = tempfile.mkdtemp(prefix="maxkernel-validate-")
+        out_dir = make_scratch_dir("validate-")
         try:
             outcome = self._run(
                 "maxkernel.tpu_tools.validate:candidate_outputs_job",
@@ -187,6 +218,7 @@ class Evaluator:
                 on_progress=on_progress,
                 cancel=cancel,
                 needs_device=self._on_device(target),
+                scratch_dir=out_dir,
             )
             base = ValidationReport(
                 ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seed_list, case=case
@@ -194,11 +226,12 @@ class Evaluator:
             if outcome.status != "ok" or outcome.result is None:
                 base.failure = outcome_failure(outcome, "candidate run")
                 base.wall_time_s = round(time.perf_counter() - started, 4)
-                return base
+                return stamp_sandbox(base, outcome)
             cand_side = ValidationReport.model_validate(outcome.result)
+            cand_outcome = outcome
             if not cand_side.ok:
                 cand_side.wall_time_s = round(time.perf_counter() - started, 4)
-                return cand_side
+                return stamp_sandbox(cand_side, outcome)
             outcome = self._run(
                 "maxkernel.tpu_tools.validate:reference_compare_job",
                 {
@@ -215,13 +248,15 @@ class Evaluator:
                 on_progress=on_progress,
                 cancel=cancel,
                 needs_device=self._on_device(target),
+                scratch_dir=out_dir,
             )
             if outcome.status != "ok" or outcome.result is None:
                 cand_side.ok = False
                 cand_side.failure = outcome_failure(outcome, "reference comparison")
                 cand_side.wall_time_s = round(time.perf_counter() - started, 4)
-                return cand_side
-            return merge_reports(cand_side, ValidationReport.model_validate(outcome.result), started)
+                return stamp_sandbox(cand_side, outcome)
+            merged = merge_reports(cand_side, ValidationReport.model_validate(outcome.result), started)
+            return stamp_sandbox(merged, cand_outcome)  # the candidate's sandbox is the one that matters
         finally:
             shutil.rmtree(out_dir, ignore_errors=True)
 
@@ -253,6 +288,11 @@ class Evaluator:
             "measure_interpret": measure_interpret,
             "reps": reps,
         }
+        from maxkernel.tpu_tools.profile import default_trace_root
+
+        # The job writes its trace there and nowhere else (the sandbox binds it read-write).
+        trace_root = Path(kwargs["trace_dir"]) if kwargs["trace_dir"] else default_trace_root()
+        trace_root.mkdir(parents=True, exist_ok=True)
         # On a TPU host only the device-owning worker sees the chip; elsewhere children run on CPU.
         return self._report(
             ProfileReport,
@@ -262,6 +302,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            scratch_dir=str(trace_root),
         )
 
     def estimate(

@@ -129,6 +129,9 @@ class WorkerPool:
             self._child_env = {**self._base_env, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
         self._child_env.update({str(k): str(v) for k, v in (env or {}).items()})
         self._device_env = {**self._base_env, **{str(k): str(v) for k, v in (env or {}).items()}}
+        # A profile job without --trace-dir writes where this process looks (its HOME is its scratch).
+        for child_env in (self._child_env, self._device_env):
+            child_env.setdefault("MAXKERNEL_TRACE_DIR", _trace_root())
         # The forkserver is one per process: the first pool's preload wins (multiprocessing's rule).
         self._ctx = multiprocessing.get_context("forkserver")
         # sandbox_boot first: in the namespaces tier it unshares a user namespace, which needs one thread.
@@ -172,8 +175,14 @@ class WorkerPool:
         return outcome
 
     def warm_up(self) -> None:
-        """Start the forkserver now (it imports the preload list, ~1 s) instead of on the first job."""
+        """Start the forkserver now and wait until it serves (it imports the preload list, ~1-3 s), by
+        running one empty job through the sandbox; raises if even that fails."""
         self._ensure_forkserver()
+        outcome = self.run(
+            JobSpec(fn="maxkernel.tpu_tools.pool_child:noop_job", timeout_s=DEVICE_WORKER_START_TIMEOUT_S)
+        )
+        if outcome.status != "ok":
+            raise RuntimeError(f"worker pool failed to start a job: {outcome.message}\n{outcome.detail}")
 
     def _ensure_forkserver(self) -> None:
         """Start (or find) the forkserver from the pool's one long-lived starter thread: the sandbox ties
@@ -255,7 +264,12 @@ class WorkerPool:
         plan = None
         if self.sandbox_decision.tier != "none":
             cap = spec.memory_limit_bytes or default_memory_limit_bytes()
-            plan = {"scratch": scratch, "hide": list(spec.hide_paths), "tmp_size": min(cap, 4 * GIB)}
+            plan = {
+                "scratch": scratch,
+                "hide": list(spec.hide_paths),
+                "tmp_size": min(cap, 4 * GIB),
+                "inputs": _named_paths(spec.kwargs),
+            }
         recv_conn, send_conn = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=pool_child.forked_main,
@@ -404,7 +418,7 @@ class WorkerPool:
         return sandbox.write_launcher(argv, directory)
 
     def _device_writable(self) -> list[str]:
-        trace_root = os.environ.get("MAXKERNEL_TRACE_DIR") or os.path.expanduser("~/.cache/maxkernel/traces")
+        trace_root = self._device_env["MAXKERNEL_TRACE_DIR"]
         os.makedirs(trace_root, exist_ok=True)
         return [sandbox.scratch_root(), os.path.realpath(trace_root)]
 
@@ -439,6 +453,23 @@ class WorkerPool:
             self._stop_device_worker()  # hung, killed or crashed: the next device job starts a fresh one
         outcome.sandbox = self.device_sandbox
         handle._finish(outcome)
+
+
+def _named_paths(value) -> list[str]:
+    """Absolute paths of existing files the job's arguments name (a kernel under /tmp must stay visible
+    to the job, read-only, when its /tmp is replaced)."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _named_paths(v)]
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in _named_paths(v)]
+    if isinstance(value, str) and value.startswith("/") and len(value) < 4096 and os.path.exists(value):
+        return [value]
+    return []
+
+
+def _trace_root() -> str:
+    """profile.default_trace_root(), without importing profile (jax) into the parent."""
+    return os.environ.get("MAXKERNEL_TRACE_DIR") or os.path.expanduser("~/.cache/maxkernel/traces")
 
 
 class _Starter:

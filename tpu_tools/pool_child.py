@@ -110,6 +110,11 @@ def _apply_env(env: dict[str, str], sys_path: list[str], home: str | None = None
         jax.config.update(name, value)
 
 
+def noop_job() -> dict:
+    """The empty job `WorkerPool.warm_up` runs to know the forkserver (and its sandbox) serves."""
+    return {}
+
+
 def _is_host_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
@@ -166,7 +171,9 @@ def forked_main(
     scratch = (sandbox_plan or {}).get("scratch")
     if sandbox_plan is not None:
         try:
-            sandbox_linux.enter_job(scratch, sandbox_plan["hide"], sandbox_plan["tmp_size"], conn)
+            sandbox_linux.enter_job(
+                scratch, sandbox_plan["hide"], sandbox_plan["tmp_size"], conn, sandbox_plan["inputs"]
+            )
         except OSError as exc:  # fail closed: never run the job half-sandboxed
             conn.send(("error", "SandboxSetupError", f"sandbox setup failed: {exc}", traceback.format_exc()))
             os._exit(0)

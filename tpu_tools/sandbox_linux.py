@@ -178,7 +178,8 @@ def die_with_parent() -> None:
 # ---- the per-job plan (data) ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MountOp:
-    """One mount step of a job's sandbox; `kind` in tmpfs | bind_rw | mask_dir | mask_file | proc | mkdir."""
+    """One mount step of a job's sandbox; `kind` in tmpfs | mkdir | touch | bind_ro | bind_rw | mask_dir |
+    mask_file | proc."""
 
     kind: str
     target: str
@@ -191,25 +192,46 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 
 
 def job_mount_plan(
-    scratch_dir: str, hide_paths: tuple[str, ...] | list[str], tmp_size_bytes: int, *, exists=os.path.lexists
+    scratch_dir: str,
+    hide_paths: tuple[str, ...] | list[str],
+    tmp_size_bytes: int,
+    inputs: tuple[str, ...] | list[str] = (),
+    *,
+    exists=os.path.lexists,
+    isdir=os.path.isdir,
 ) -> list[MountOp]:
-    """The mounts that make one job's view: private dirs, its scratch rw, hidden paths masked, fresh /proc.
+    """The mounts that make one job's view: private dirs, its inputs read-only, its scratch rw, hidden
+    paths masked, a fresh /proc.
 
-    A hidden path under a private dir is already gone (fresh tmpfs) unless it lies inside the scratch, so
-    it is masked only where it would still be visible. Paths are resolved as the forkserver sees them.
+    `inputs` are files the parent named in the job's arguments that live under a private dir (a kernel
+    in /tmp): they stay visible, read-only, unless hidden. A hidden path under a private dir is already
+    gone (fresh tmpfs) unless it lies inside the scratch or an input, so it is masked only where it would
+    still be visible. Paths are resolved as the forkserver sees them.
     """
     scratch = os.path.realpath(scratch_dir)
+    hidden = [os.path.realpath(p) for p in hide_paths]
     ops = [MountOp("tmpfs", d, options=f"mode=1777,size={tmp_size_bytes}") for d in PRIVATE_DIRS]
+    shown: list[str] = []
+    for raw in inputs:
+        path = os.path.realpath(raw)
+        if not _under(path, PRIVATE_DIRS) or _under(path, tuple(hidden)) or _under(path, (scratch,)):
+            continue
+        if path in PRIVATE_DIRS or _under(scratch, (path,)):
+            continue  # never a whole /tmp, nor a directory holding the scratch (or other jobs' scratch)
+        if not exists(path) or path in shown:
+            continue
+        shown.append(path)
+        ops.append(MountOp("mkdir" if isdir(path) else "touch", path))
+        ops.append(MountOp("bind_ro", path, source=path))
     if _under(scratch, PRIVATE_DIRS):
         ops.append(MountOp("mkdir", scratch))
     ops.append(MountOp("bind_rw", scratch, source=scratch))
-    for raw in hide_paths:
-        path = os.path.realpath(raw)
-        if _under(path, PRIVATE_DIRS) and not _under(path, (scratch,)):
+    for path in hidden:
+        if _under(path, PRIVATE_DIRS) and not _under(path, (scratch, *shown)):
             continue  # not in this job's view
         if not exists(path):
             continue
-        ops.append(MountOp("mask_dir" if os.path.isdir(path) else "mask_file", path))
+        ops.append(MountOp("mask_dir" if isdir(path) else "mask_file", path))
     ops.append(MountOp("proc", "/proc"))
     return ops
 
@@ -220,7 +242,13 @@ def _apply(ops: list[MountOp], sources: dict[str, int]) -> None:
             if os.path.isdir(op.target):
                 mount("tmpfs", op.target, "tmpfs", MS_NOSUID | MS_NODEV, op.options)
         elif op.kind == "mkdir":
-            os.makedirs(op.target, mode=0o700, exist_ok=True)
+            os.makedirs(op.target, mode=0o755, exist_ok=True)
+        elif op.kind == "touch":
+            os.makedirs(os.path.dirname(op.target), mode=0o755, exist_ok=True)
+            open(op.target, "a").close()
+        elif op.kind == "bind_ro":
+            mount(f"/proc/self/fd/{sources[op.source]}", op.target, None, MS_BIND | MS_REC)
+            mount(None, op.target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         elif op.kind == "bind_rw":
             mount(f"/proc/self/fd/{sources[op.source]}", op.target, None, MS_BIND | MS_REC)
             mount(None, op.target, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV)
@@ -263,7 +291,9 @@ def enter_forkserver_namespaces(*, map_user: bool) -> None:
 
 
 # ---- job side ---------------------------------------------------------------------------------------
-def enter_job(scratch_dir: str, hide_paths: list[str], tmp_size_bytes: int, conn) -> None:
+def enter_job(
+    scratch_dir: str, hide_paths: list[str], tmp_size_bytes: int, conn, inputs: list[str] = ()
+) -> None:
     """Turn this freshly forked child into a sandboxed job; returns in the job process.
 
     This process (the one the pool knows by pid) becomes a relay: it unshares the namespaces, builds
@@ -278,13 +308,14 @@ def enter_job(scratch_dir: str, hide_paths: list[str], tmp_size_bytes: int, conn
     scratch = os.path.realpath(scratch_dir)
     if not os.path.isdir(scratch):
         raise SandboxSetupError(errno.ENOENT, f"scratch dir {scratch} is not visible to the sandbox")
-    plan = job_mount_plan(scratch, tuple(hide_paths), tmp_size_bytes)
+    plan = job_mount_plan(scratch, tuple(hide_paths), tmp_size_bytes, tuple(inputs))
     unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Opened in the new mount namespace (a bind source must be one of its mounts), before /tmp is covered.
-    sources = {scratch: os.open(scratch, os.O_PATH | os.O_DIRECTORY)}
+    sources = {op.source: os.open(op.source, os.O_PATH) for op in plan if op.source}
     _apply([op for op in plan if op.kind != "proc"], sources)
-    os.close(sources[scratch])
+    for fd in sources.values():
+        os.close(fd)
     init = os.fork()
     if init != 0:
         _relay(init)
