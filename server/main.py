@@ -183,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from maxkernel.server.app import build_server
 
+    hidden = (str(Path(args.token_file).expanduser().resolve()),) if args.token_file else ()
     server = build_server(
-        args.workspace, max_workers=args.max_workers, timeout_s=args.timeout, **security["server"]
+        args.workspace,
+        max_workers=args.max_workers,
+        timeout_s=args.timeout,
+        hide_paths=hidden,  # no evaluation may read the token, wherever the file lives
+        **security["server"],
     )
     if args.transport == "stdio":
         try:

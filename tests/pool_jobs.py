@@ -126,3 +126,26 @@ def allocate_and_hold(gigabytes: float = 1.0, hold_s: float = 10.0) -> dict:
     report_progress("allocated")
     time.sleep(hold_s)
     return {"n": int(a.size)}
+
+
+def device_probe(device: str) -> dict:
+    """What the device-owning worker's sandbox shows it: the device node, network, root, lock, secrets."""
+    import socket
+
+    out: dict = {}
+    with open(device) as f:
+        out["device"] = f.read()
+    try:
+        socket.create_connection(("127.0.0.1", 22), timeout=2).close()
+        out["connect"] = "connected"
+    except OSError as e:
+        out["connect"] = f"OSError: {e}"
+    try:
+        with open("/maxkernel-device-probe", "w") as f:
+            f.write("x")
+        out["write_root"] = "wrote"
+    except OSError as e:
+        out["write_root"] = f"OSError: {e}"
+    out["lockfile"] = os.path.exists("/tmp/libtpu_lockfile")
+    out["secrets"] = [k for k in os.environ if "TOKEN" in k or "KEY" in k]
+    return out

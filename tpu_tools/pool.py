@@ -104,8 +104,11 @@ class WorkerPool:
         device_owner: bool | None = None,
         env: dict | None = None,
         require_sandbox: bool | None = None,
+        hide_paths: tuple[str, ...] | list[str] = (),
     ) -> None:
-        """`require_sandbox` (default: MAXKERNEL_REQUIRE_SANDBOX=1) refuses a host without an OS sandbox."""
+        """`require_sandbox` (default: MAXKERNEL_REQUIRE_SANDBOX=1) refuses a host without an OS sandbox.
+        `hide_paths` are masked in every job (the server's token file), besides the home directory's
+        credential stores (`sandbox.credential_paths()`) and each job's own."""
         if max_workers < 1:
             raise ValueError(f"max_workers should be >= 1, got {max_workers}")
         self.sandbox_decision = sandbox.detect()
@@ -116,6 +119,7 @@ class WorkerPool:
                 f"refusing to run unsandboxed (--require-sandbox): {self.sandbox_decision.note}"
             )
         self.sandbox = sandbox.info_for(self.sandbox_decision, "forked")
+        self.hide_paths = (*sandbox.credential_paths(), *(str(p) for p in hide_paths))
         self.device_sandbox = sandbox.info_for(self.sandbox_decision, "device")
         self.max_workers = max_workers
         self.preload = tuple(preload)
@@ -266,7 +270,7 @@ class WorkerPool:
             cap = spec.memory_limit_bytes or default_memory_limit_bytes()
             plan = {
                 "scratch": scratch,
-                "hide": list(spec.hide_paths),
+                "hide": [*self.hide_paths, *spec.hide_paths],
                 "tmp_size": min(cap, 4 * GIB),
                 "inputs": _named_paths(spec.kwargs),
             }

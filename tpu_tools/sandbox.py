@@ -92,6 +92,29 @@ class Decision:
     note: str = ""
 
 
+# Masked in every job when present: where a home directory keeps credentials.
+CREDENTIAL_STORES = (
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".config/gh",
+    ".docker",
+    ".kube",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".cache/huggingface",
+    ".config/maxkernel",
+)
+
+
+def credential_paths() -> list[str]:
+    home = os.path.expanduser("~")
+    return [p for p in (os.path.join(home, s) for s in CREDENTIAL_STORES) if os.path.lexists(p)]
+
+
 def info_for(decision: Decision, lane: Lane = "forked") -> SandboxInfo:
     if decision.tier == "none":
         return SandboxInfo(
