@@ -443,13 +443,14 @@ def test_the_namespaces_tier_blocks_the_same_escapes(tmp_path):
 
 # ---- plans as data (no privileges needed) -------------------------------------------------------------
 def test_job_mount_plan_binds_scratch_and_inputs_and_masks_hidden_paths():
-    present = {"/tmp/job/scratch", "/tmp/k.py", "/opt/ref/reference.py", "/opt/tasks", "/tmp/other/ref.py"}
-    dirs = {"/tmp/job/scratch", "/opt/tasks"}
+    present = {"/tmp/job/scratch", "/tmp/k.py", "/tmp/ws/cands/k.py", "/tmp/ws/cands/ref.py"}
+    present |= {"/opt/ref/reference.py", "/opt/tasks", "/tmp/other/ref.py"}
+    dirs = {"/tmp/job/scratch", "/opt/tasks", "/tmp/ws/cands"}
     plan = sandbox_linux.job_mount_plan(
         "/tmp/job/scratch",
-        ["/opt/ref/reference.py", "/opt/tasks", "/tmp/other/ref.py", "/opt/missing"],
+        ["/opt/ref/reference.py", "/opt/tasks", "/tmp/other/ref.py", "/tmp/ws/cands/ref.py", "/opt/missing"],
         1 << 30,
-        ["/tmp/k.py", "/tmp", "/tmp/job", "/usr/lib/x.py"],
+        ["/tmp/k.py", "/tmp/ws/cands/k.py", "/tmp", "/tmp/job", "/tmp/other/ref.py", "/usr/lib/x.py"],
         exists=lambda p: p in present,
         isdir=lambda p: p in dirs,
     )
@@ -459,15 +460,15 @@ def test_job_mount_plan_binds_scratch_and_inputs_and_masks_hidden_paths():
         ("tmpfs", "/var/tmp"),
         ("tmpfs", "/dev/shm"),
         ("tmpfs", "/run"),
-        (
-            "touch",
-            "/tmp/k.py",
-        ),  # an input under /tmp: shown read-only (never /tmp itself, nor the scratch's parent)
+        ("touch", "/tmp/k.py"),  # its directory is /tmp itself: only the file is shown
         ("bind_ro", "/tmp/k.py"),
-        ("mkdir", "/tmp/job/scratch"),
+        ("mkdir", "/tmp/ws/cands"),  # a kernel's directory, read-only: its helpers import from beside it
+        ("bind_ro", "/tmp/ws/cands"),
+        ("mkdir", "/tmp/job/scratch"),  # never /tmp, the scratch's parent, or a hidden input
         ("bind_rw", "/tmp/job/scratch"),
         ("mask_file", "/opt/ref/reference.py"),
         ("mask_dir", "/opt/tasks"),  # /tmp/other/ref.py is simply not in the job's view
+        ("mask_file", "/tmp/ws/cands/ref.py"),  # hidden inside a shown directory: masked
         ("proc", "/proc"),
     ]
     assert plan[0].options == f"mode=1777,size={1 << 30}"

@@ -204,7 +204,8 @@ def job_mount_plan(
     paths masked, a fresh /proc.
 
     `inputs` are files the parent named in the job's arguments that live under a private dir (a kernel
-    in /tmp): they stay visible, read-only, unless hidden. A hidden path under a private dir is already
+    in /tmp): they stay visible read-only with their directory (a kernel imports helpers from beside
+    it), unless hidden. A hidden path under a private dir is already
     gone (fresh tmpfs) unless it lies inside the scratch or an input, so it is masked only where it would
     still be visible. Paths are resolved as the forkserver sees them.
     """
@@ -212,16 +213,26 @@ def job_mount_plan(
     hidden = [os.path.realpath(p) for p in hide_paths]
     ops = [MountOp("tmpfs", d, options=f"mode=1777,size={tmp_size_bytes}") for d in PRIVATE_DIRS]
     shown: list[str] = []
+
+    def allowed(path: str) -> bool:
+        if not _under(path, PRIVATE_DIRS) or _under(path, (scratch,)) or path in PRIVATE_DIRS:
+            return False
+        # never a directory holding the scratch (or other jobs' scratch), nor a hidden path or one under it
+        # (a hidden file inside a shown directory is masked below)
+        return not _under(scratch, (path,)) and not _under(path, tuple(hidden))
+
     for raw in inputs:
         path = os.path.realpath(raw)
-        if not _under(path, PRIVATE_DIRS) or _under(path, tuple(hidden)) or _under(path, (scratch,)):
+        if not exists(path) or _under(path, tuple(hidden)):
+            continue  # a hidden input (the reference, to the candidate) is not shown at all
+        if not allowed(path) and not allowed(os.path.dirname(path)):
             continue
-        if path in PRIVATE_DIRS or _under(scratch, (path,)):
-            continue  # never a whole /tmp, nor a directory holding the scratch (or other jobs' scratch)
-        if not exists(path) or path in shown:
+        if not isdir(path) and allowed(os.path.dirname(path)):
+            path = os.path.dirname(path)  # the kernel's siblings too (its helpers import from beside it)
+        if any(_under(path, (s,)) for s in shown):
             continue
         shown.append(path)
-        ops.append(MountOp("mkdir" if isdir(path) else "touch", path))
+        ops.append(MountOp("mkdir" if isdir(path) or path != os.path.realpath(raw) else "touch", path))
         ops.append(MountOp("bind_ro", path, source=path))
     if _under(scratch, PRIVATE_DIRS):
         ops.append(MountOp("mkdir", scratch))
