@@ -133,8 +133,8 @@ def sandbox_check(require: bool) -> str:
 
 
 async def serve_stdio(server) -> None:
-    """Serve stdio until the client goes; when its stdin closes, cancel every request it started (their
-    evaluations' process groups are killed) instead of letting them run to their timeouts."""
+    """Serve stdio until the client goes; when its stdin closes or the parent process dies, cancel every
+    request it started (their evaluations are killed) instead of letting them run to their timeouts."""
     import anyio
     from mcp.server.stdio import stdio_server
 
@@ -150,7 +150,16 @@ async def serve_stdio(server) -> None:
                 log.info("stdio client disconnected; cancelling its requests")
                 tg.cancel_scope.cancel()
 
+            async def orphaned() -> None:
+                # A killed parent (orchestrator, IDE) whose pipe is still held open elsewhere: stop too.
+                parent = os.getppid()
+                while os.getppid() == parent:
+                    await anyio.sleep(0.5)
+                log.info("parent process %d is gone; cancelling its requests", parent)
+                tg.cancel_scope.cancel()
+
             tg.start_soon(pump)
+            tg.start_soon(orphaned)
             await low.run(recv, write_stream, low.create_initialization_options())
             tg.cancel_scope.cancel()
 

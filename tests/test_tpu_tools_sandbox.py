@@ -355,6 +355,55 @@ def test_a_stdio_client_that_disconnects_cancels_its_job(ws, tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+HTTP_CLIENT = """
+import sys, anyio, httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+async def main():
+    async with httpx2.AsyncClient(timeout=600) as http:
+        transport = streamable_http_client(sys.argv[1], http_client=http)
+        async with Client(transport, mode=sys.argv[2]) as c:
+            args = {"kernel_path": sys.argv[3], "reference": "ref.py", "seeds": 1, "allow_plain_jax": True}
+            await c.call_tool("validate_kernel", args)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.slow  # ~15 s: a real HTTP server and client
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_an_http_client_that_disconnects_cancels_its_job(ws, tmp_path, mode):
+    mark = f"3600.{uuid.uuid4().int % 10**9}"
+    kernel_with("spawn_and_hang", ws, MARK=mark)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [SERVER, "--transport", "http", "--port", str(port), "--workspace", str(ws), "--max-workers", "1"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = None
+    try:
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline and server.poll() is None, "server did not start"
+            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        client = subprocess.Popen([sys.executable, "-c", HTTP_CLIENT, url, mode, "spawn_and_hang.py"])
+        sleeper = wait_for_host_pids(["sleep", mark], timeout_s=120)
+        assert sleeper, "the job never started"
+        client.kill()  # gone without a cancel
+        client.wait(10)
+        assert wait_all_gone(set(sleeper)) == set()  # its job's PID namespace is gone: the job was cancelled
+        assert server.poll() is None  # the server stays up for everyone else
+    finally:
+        if client is not None:
+            client.kill()
+        server.kill()
+        server.wait(10)
+        for pid in host_pids_running(["sleep", mark]):
+            os.kill(pid, signal.SIGKILL)
+
+
 # ---- the unsandboxed fallback says so; --require-sandbox refuses -------------------------------------
 def test_the_unsandboxed_fallback_labels_its_verdicts():
     env = {**os.environ, "MAXKERNEL_SANDBOX": "none"}
