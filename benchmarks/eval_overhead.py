@@ -203,6 +203,18 @@ def main() -> None:
 
     from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
 
+    with WorkerPool(max_workers=1) as pool:
+        pool.warm_up()
+        empty = JobSpec(fn="maxkernel.tpu_tools.pool_child:noop_job")
+        times = []
+        for _ in range(max(args.n, 10) * 2):
+            t = time.perf_counter()
+            assert pool.run(empty).status == "ok"
+            times.append(time.perf_counter() - t)
+        print(
+            f"empty job through the pool ({pool.sandbox.tier}: fork + sandbox set-up + teardown): median "
+            f"{statistics.median(times) * 1000:.1f} ms, min {min(times) * 1000:.1f} ms over {len(times)}"
+        )
     for fn, kw in ((args.job, kwargs), ("eval_overhead:small_jit", {})):
         _print(fn, kw, _measure(fn, kw, args.n))
     with WorkerPool(max_workers=1) as pool:
