@@ -149,3 +149,16 @@ def device_probe(device: str) -> dict:
     out["lockfile"] = os.path.exists("/tmp/libtpu_lockfile")
     out["secrets"] = [k for k in os.environ if "TOKEN" in k or "KEY" in k]
     return out
+
+
+def write_host_settings() -> dict:
+    """A root job without capabilities still passes uid checks: try the host's sysctls and sysrq."""
+    out = {}
+    for path, value in (("/proc/sys/vm/overcommit_ratio", "50"), ("/proc/sysrq-trigger", "h")):
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+            out[path] = "wrote"
+        except OSError as e:
+            out[path] = f"OSError: {e.strerror}"
+    return out

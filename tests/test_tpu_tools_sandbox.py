@@ -587,3 +587,12 @@ def test_device_worker_runs_sandboxed_with_a_fake_device_bound(tier, tmp_path, m
     assert out.result["write_root"].startswith("OSError")  # read-only root
     assert out.result["lockfile"] is True  # libtpu's host lock is bound into its private /tmp
     assert out.result["secrets"] == []
+
+
+def test_a_job_cannot_change_the_hosts_kernel_settings(evaluator):
+    before = Path("/proc/sys/vm/overcommit_ratio").read_text()
+    out = evaluator.pool.run(JobSpec(fn="pool_jobs:write_host_settings"))
+    assert out.status == "ok", out
+    assert out.result["/proc/sys/vm/overcommit_ratio"] == "OSError: Read-only file system", out.result
+    assert out.result["/proc/sysrq-trigger"] != "wrote", out.result  # read-only, or absent on this kernel
+    assert Path("/proc/sys/vm/overcommit_ratio").read_text() == before

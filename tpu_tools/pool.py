@@ -111,7 +111,7 @@ class WorkerPool:
         credential stores (`sandbox.credential_paths()`) and each job's own."""
         if max_workers < 1:
             raise ValueError(f"max_workers should be >= 1, got {max_workers}")
-        self.sandbox_decision = sandbox.detect()
+        self.sandbox_decision = _process_decision()
         if require_sandbox is None:
             require_sandbox = sandbox.require_sandbox_requested()
         if require_sandbox and self.sandbox_decision.tier == "none":
@@ -457,6 +457,19 @@ class WorkerPool:
             self._stop_device_worker()  # hung, killed or crashed: the next device job starts a fresh one
         outcome.sandbox = self.device_sandbox
         handle._finish(outcome)
+
+
+_decision: list[sandbox.Decision] = []
+_decision_lock = threading.Lock()
+
+
+def _process_decision() -> sandbox.Decision:
+    """The tier of this process's one forkserver: chosen by the first pool, kept by every later one
+    (a pool must never label, or plan for, a sandbox its forkserver was not started in)."""
+    with _decision_lock:
+        if not _decision:
+            _decision.append(sandbox.detect())
+        return _decision[0]
 
 
 def _named_paths(value) -> list[str]:

@@ -58,6 +58,7 @@ SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added after th
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus")
 # Covered by a fresh tmpfs in every job: the host's and other jobs' files and sockets there are gone.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run")
 
@@ -272,6 +273,15 @@ def _apply(ops: list[MountOp], sources: dict[str, int]) -> None:
             mount(None, op.target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
         elif op.kind == "proc":
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            # Writes to most sysctls are checked by uid alone: a capability-less root job could still
+            # change the host's kernel settings through a fresh /proc/sys. Read-only, as bwrap does.
+            for sub in PROC_READONLY:
+                path = f"/proc/{sub}"
+                if os.path.exists(path):
+                    mount(path, path, None, MS_BIND | MS_REC)
+                    mount(
+                        None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                    )
         else:
             raise SandboxSetupError(errno.EINVAL, f"unknown mount step {op.kind}")
 
@@ -316,6 +326,8 @@ def enter_job(
     die_with_parent()
     if os.getppid() == 1:
         raise SandboxSetupError(errno.ESRCH, "the forkserver went away")
+    if not os.statvfs("/").f_flag & os.ST_RDONLY:  # the forkserver's own sandbox is the premise
+        raise SandboxSetupError(errno.EPERM, "the forkserver is not sandboxed (its root is writable)")
     scratch = os.path.realpath(scratch_dir)
     if not os.path.isdir(scratch):
         raise SandboxSetupError(errno.ENOENT, f"scratch dir {scratch} is not visible to the sandbox")
