@@ -10,6 +10,11 @@ flags and dropped capabilities, not on a VM. Out of scope: kernel exploits, side
 exhaustion beyond the pool's timeout / memory cap / tmpfs sizes, and the job's own pipe (it may send
 any message; the judge's checks, not the sandbox, decide what a result is worth).
 
+Inputs the parent names in a job's arguments (a kernel file under /tmp) stay visible read-only, with
+their directory; the home directory's credential stores (~/.ssh, ~/.aws, ~/.config/gcloud, ...) and the
+server's --token-file are masked in every job, besides the job's own hide_paths. /proc/sys is read-only
+(sysctl writes are checked by uid alone, and a job may run as a capability-less root).
+
 Tiers, best first (forced with MAXKERNEL_SANDBOX=bwrap|namespaces|none):
 - bwrap: the jax-preloaded forkserver runs under bubblewrap (read-only root, new network/IPC/UTS
   namespaces, clean environment, dies with the server). Each forked job then gets its own PID, mount,
@@ -59,8 +64,8 @@ ENFORCED_JOB = [
     "own PID namespace: nothing it starts outlives it",
     "dies with its parent (server -> forkserver -> job)",
     "fresh /proc: no ancestor's command line or environment",
-    "hide_paths masked",
-    "no capabilities, no_new_privs",
+    "hide_paths masked, and the home's credential stores and the server's token file",
+    "no capabilities, no_new_privs; /proc/sys read-only",
 ]
 ENFORCED_DEVICE = [
     "network: own namespace",
