@@ -32,6 +32,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "estimate_kernel",
     "summarize_trace",
     "autotune_kernel",
+    "find_examples",
 )
 
 
@@ -91,21 +92,21 @@ ROLES: dict[str, Role] = {
             "planner",
             "Chooses the tiling, grid, VMEM budget and accumulator for a kernel on a chip.",
             Plan,
-            ("get_task", "list_chips", "estimate_kernel"),
+            ("get_task", "list_chips", "estimate_kernel", "find_examples"),
             guide=True,
         ),
         _role(
             "implementer",
             "Writes the Pallas module that carries out a plan.",
             KernelProposal,
-            ("get_task", "compile_kernel"),
+            ("get_task", "compile_kernel", "find_examples"),
             guide=True,
         ),
         _role(
             "debugger",
             "Reads a failing kernel and its verdict, names the cause, returns the fixed module.",
             Diagnosis,
-            ("compile_kernel", "validate_kernel"),
+            ("compile_kernel", "validate_kernel", "find_examples"),
             guide=True,
         ),
         _role(

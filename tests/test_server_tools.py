@@ -31,6 +31,7 @@ SERVER_TOOLS = {
     "list_tasks",
     "get_task",
     "list_chips",
+    "find_examples",
 }
 
 
@@ -92,6 +93,7 @@ async def test_lists_tools_prompts_and_resources(client):
         "maxkernel://tasks/{task_id}",
         "maxkernel://chips/{name}",
         "maxkernel://artifacts/{sha}",
+        "maxkernel://examples/{example_id}",
     }
 
 

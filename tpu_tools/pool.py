@@ -15,7 +15,7 @@ an address-space cap could break it.
 
 Every job runs in the OS sandbox this host allows (`sandbox.py`: bwrap, namespaces, or none, labeled on
 every outcome): the forkserver itself is started sandboxed, and each forked job builds its own
-namespaces at fork time (`sandbox_linux.py`), so the sandbox costs a few milliseconds, not a process.
+namespaces at fork time (`sandbox_linux.py`): two more forks per job, not a fresh interpreter.
 
 On a TPU host (`/dev/accel*` or `/dev/vfio/*`), jobs with `needs_device=True` go to one long-lived,
 spawned worker that alone initialises the device backend, one job at a time; a hung job gets it killed
