@@ -301,10 +301,19 @@ class WorkerPool:
                 os.close(fd)
             with handle._lock:
                 handle._pgid = proc.pid
+                handle._sandboxed = plan is not None
                 cancelled = handle._cancelled
             if cancelled:
-                kill_job(proc)
-            outcome = watch(Job(handle, proc, recv_conn, stderr_path), time.monotonic() + spec.timeout_s)
+                kill_job(proc, plan is not None)
+            job = Job(handle, proc, recv_conn, stderr_path)
+            job.sandboxed = plan is not None
+            outcome = watch(job, time.monotonic() + spec.timeout_s)
+            # Sandboxed, the relay ends only after everything in the job's PID namespace is gone: wait
+            # for that (a job that reported and lingers gets killed), so the verdict comes after it.
+            proc.join(2)
+            if proc.exitcode is None:
+                kill_job(proc, job.sandboxed)
+                proc.join(5)
             kill_group(proc.pid)  # whatever the job left behind in its group
             proc.join(5)
         finally:

@@ -79,6 +79,7 @@ class JobHandle:
         self._outcome: JobOutcome | None = None
         self._progress: list[str] = []
         self._pgid: int | None = None  # set while a process runs this job
+        self._sandboxed = False  # _pgid is the relay of a sandboxed job: kill its namespace's init
         self._cancelled = False
         self._started_at: float | None = None
 
@@ -103,7 +104,7 @@ class JobHandle:
                 return
             self._cancelled = True
             pgid, started = self._pgid, self._started_at is not None
-        if pgid is not None:
+        if pgid is not None and not (self._sandboxed and kill_children(pgid)):
             kill_group(pgid)
         elif not started:
             self._finish(JobOutcome(status="cancelled", message="cancelled before it started"))
@@ -126,6 +127,26 @@ class JobHandle:
             self._pgid = None
             self._done.set()
         return True
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_children(pid: int) -> bool:
+    """SIGKILL a sandboxed job's init (the relay's child): the kernel then kills its whole PID namespace
+    and the relay ends after it. False if there is no child yet."""
+    kids = children_of(pid)
+    for kid in kids:
+        try:
+            os.kill(kid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(kids)
 
 
 def kill_group(pgid: int) -> None:

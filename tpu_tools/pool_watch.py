@@ -16,14 +16,21 @@ import threading
 import time
 from multiprocessing import spawn
 
-from maxkernel.tpu_tools.pool_types import GIB, JobHandle, JobOutcome
+from maxkernel.tpu_tools.pool_types import GIB, JobHandle, JobOutcome, kill_children
 
 STDERR_TAIL_BYTES = 4096
 WATCHDOG_INTERVAL_S = 0.5
 
 
-def kill_job(proc) -> None:
-    """Kill a running job from its runner thread (the only thread that polls `proc`)."""
+def kill_job(proc, sandboxed: bool = False) -> None:
+    """Kill a running job from its runner thread (the only thread that polls `proc`).
+
+    Sandboxed, `proc` is the relay outside the job's PID namespace: kill the namespace's init (its
+    child) and let the relay end as init ends, which is after the kernel has killed everything in the
+    namespace; so when `proc` is over, so is every process the job started.
+    """
+    if sandboxed and kill_children(proc.pid):
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -127,6 +134,7 @@ class Job:
         self.handle, self.proc, self.conn, self.stderr_path = handle, proc, conn, stderr_path
         self.clean_end = False  # the child reported a result itself (and, for the device worker, lives on)
         self.signal: int | None = None  # sandbox tiers: the job died by this signal (told by its init)
+        self.sandboxed = False  # proc is the relay of a sandboxed job (see kill_job)
 
 
 def watch(job: Job, deadline: float) -> JobOutcome:
@@ -142,10 +150,10 @@ def watch(job: Job, deadline: float) -> JobOutcome:
     while True:
         now = time.monotonic()
         if handle._cancelled:
-            kill_job(proc)
+            kill_job(proc, job.sandboxed)
             return out(status="cancelled", message="cancelled; process group killed")
         if now >= deadline:
-            kill_job(proc)
+            kill_job(proc, job.sandboxed)
             return out(
                 status="timeout",
                 message=f"timed out after {spec.timeout_s:.1f} s; process group killed",
@@ -157,7 +165,7 @@ def watch(job: Job, deadline: float) -> JobOutcome:
             if cap:
                 rss = _group_rss_bytes(proc.pid)
                 if rss > cap:
-                    kill_job(proc)
+                    kill_job(proc, job.sandboxed)
                     return out(
                         status="oom",
                         message=f"exceeded memory cap of {_gib(cap)} (resident set {_gib(rss)}); "

@@ -364,10 +364,14 @@ def _relay(init: int) -> None:
             continue
         except ChildProcessError:
             os._exit(1)
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.WEXITSTATUS(status))
+    try:
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot (and need not) be reset
+                signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+    finally:
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 def _init_loop(job_pid: int, conn) -> None:
