@@ -384,6 +384,7 @@ class AutoLoop(RoleSteps):
             chip=self.state.chip,
             task_spec=self.config.task_spec,
             examples=await self._examples("debugger", error=cur.last_error or ""),
+            analysis=await self._compiler_analysis(cur.source or ""),
         )
         try:
             diagnosis: Diagnosis = await self._ask("debugger", prompt, "debug")
@@ -457,7 +458,11 @@ class AutoLoop(RoleSteps):
     async def _step_analyze(self) -> Step:
         cur = self.state.current
         prompt = render_analyze_profile_prompt(
-            cur.profile or {}, cur.trace_summary, self.state.chip, kernel=cur.source
+            cur.profile or {},
+            cur.trace_summary,
+            self.state.chip,
+            kernel=cur.source,
+            analysis=await self._compiler_analysis(cur.source or ""),
         )
         try:
             analysis = await self._ask("profile_analyst", prompt, "analyze")
@@ -468,6 +473,27 @@ class AutoLoop(RoleSteps):
         if self.config.autotune and not cur.autotune_done:
             return "autotune"
         return self._end_iteration("verified (autotuned)" if self._autotuned() else "verified")
+
+    async def _compiler_analysis(self, source: str) -> dict | None:
+        """`analyze_kernel` for TPU targets (the compiler's schedule: units, spills, VMEM); None otherwise.
+
+        A server without the tool, or a kernel the analysis cannot compile, leaves the prompt without it.
+        """
+        if not source or not self.config.target.startswith("tpu"):
+            return None
+        try:
+            report = await self.servers[0].call(
+                "analyze_kernel",
+                {
+                    "kernel_source": source,
+                    "reference": self.config.reference,
+                    "target": self.config.target,
+                    "size": self.config.size,
+                },
+            )
+        except Exception:  # noqa: BLE001 - best effort: the prompt stands without the analysis
+            return None
+        return report if isinstance(report, dict) and report.get("summary") else None
 
     def _autotuned(self) -> bool:
         cur = self.state.current

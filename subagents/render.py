@@ -239,6 +239,18 @@ def _failed_fix_line(i: int, fix: Diagnosis | Mapping | str) -> str:
     return f"{i}. {str(fix).strip()}"
 
 
+def _analysis_text(analysis: BaseModel | Mapping | str | None) -> str | None:
+    """The compiler analysis (`maxkernel analyze`) as the short text a model acts on."""
+    if analysis is None:
+        return None
+    if isinstance(analysis, BaseModel):
+        analysis = analysis.model_dump(mode="json")
+    if isinstance(analysis, Mapping):
+        text = str(analysis.get("summary") or "").strip()
+        return f"Tier {analysis.get('tier', '?')} ({analysis.get('target', '?')}):\n{text}" if text else None
+    return str(analysis).strip() or None
+
+
 def render_debug_prompt(
     kernel: str,
     error: str,
@@ -246,6 +258,7 @@ def render_debug_prompt(
     chip: ChipLike | None = None,
     task_spec: str | None = None,
     examples: Sequence[Any] | None = None,
+    analysis: BaseModel | Mapping | str | None = None,
 ) -> str:
     """Debugger: explain the failure of `kernel` and return a fixed module, not repeating failed fixes.
 
@@ -264,6 +277,9 @@ def render_debug_prompt(
         chip_facts=chip_facts(chip),
         kernel=kernel.rstrip(),
         error=_clip(error.strip()),
+        analysis_section=_section(
+            "Compiler analysis (libtpu's final schedule)", _analysis_text(analysis), "text"
+        ),
         history_section=_section("Previously failed fixes", history),
         guide=_demote_headings(guide),
         examples_section=render_examples_section(
@@ -287,13 +303,17 @@ def render_analyze_profile_prompt(
     trace_summary: BaseModel | Mapping | str | None,
     chip: ChipLike,
     kernel: str | None = None,
+    analysis: BaseModel | Mapping | str | None = None,
 ) -> str:
-    """Profile analyst: name the bottleneck from a profile report and a trace summary."""
+    """Profile analyst: name the bottleneck from a profile report, a trace summary and the compiler's analysis."""
     return _render(
         "profile_analyst",
         chip_facts=chip_facts(chip),
         report=_as_text(report_json),
         trace_section=_section("Trace summary", _as_text(trace_summary) or None, "json"),
+        analysis_section=_section(
+            "Compiler analysis (libtpu's final schedule)", _analysis_text(analysis), "text"
+        ),
         kernel_section=_section("Kernel", kernel, "python"),
     )
 

@@ -30,6 +30,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "profile_kernel",
     "evaluate_kernel",
     "estimate_kernel",
+    "analyze_kernel",
     "summarize_trace",
     "autotune_kernel",
     "find_examples",
@@ -106,7 +107,7 @@ ROLES: dict[str, Role] = {
             "debugger",
             "Reads a failing kernel and its verdict, names the cause, returns the fixed module.",
             Diagnosis,
-            ("compile_kernel", "validate_kernel", "find_examples"),
+            ("compile_kernel", "validate_kernel", "find_examples", "analyze_kernel"),
             guide=True,
         ),
         _role(
@@ -119,7 +120,7 @@ ROLES: dict[str, Role] = {
             "profile_analyst",
             "Reads a profile and an estimate, names the bottleneck and the next move.",
             ProfileAnalysis,
-            ("profile_kernel", "estimate_kernel", "summarize_trace"),
+            ("profile_kernel", "estimate_kernel", "analyze_kernel", "summarize_trace"),
         ),
         _role(
             "autotuner",

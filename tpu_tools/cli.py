@@ -154,6 +154,7 @@ def _extensions():
         "maxkernel.tpu_tools.cli_profile",
         "maxkernel.tpu_tools.cli_bench",
         "maxkernel.tpu_tools.cli_examples",
+        "maxkernel.tpu_tools.cli_analyze",
     ):
         try:
             module = importlib.import_module(name)
