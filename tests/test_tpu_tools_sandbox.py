@@ -339,7 +339,7 @@ def test_kill_9_of_the_server_leaves_no_pool_process(tier, ws, tmp_path):
 
 
 @pytest.mark.slow  # ~10 s: a real stdio server
-def test_a_stdio_client_that_disconnects_cancels_its_job(ws, tmp_path):
+def test_a_stdio_client_that_disconnects_cancels_its_job(tier, ws, tmp_path):
     mark = f"3600.{uuid.uuid4().int % 10**9}"
     server = RawStdioServer(ws, dict(os.environ))
     try:
@@ -373,7 +373,7 @@ anyio.run(main)
 
 @pytest.mark.slow  # ~15 s: a real HTTP server and client
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-def test_an_http_client_that_disconnects_cancels_its_job(ws, tmp_path, mode):
+def test_an_http_client_that_disconnects_cancels_its_job(tier, ws, tmp_path, mode):
     mark = f"3600.{uuid.uuid4().int % 10**9}"
     kernel_with("spawn_and_hang", ws, MARK=mark)
     with socket.socket() as s:
