@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -115,6 +116,11 @@ def _add_eval_args(
     )
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit per child process, seconds")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="refuse to evaluate where no OS sandbox isolates the job",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,10 +183,14 @@ def _extensions():
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from maxkernel.tpu_tools.sandbox import SandboxUnavailable
+
+    if getattr(args, "require_sandbox", False):
+        os.environ["MAXKERNEL_REQUIRE_SANDBOX"] = "1"  # read by the worker pool when it starts
     try:
         _check_inputs(args)
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, SandboxUnavailable) as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -10,7 +10,6 @@ import importlib.util
 import random
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.integrity import PROGRESS_PREFIX
 from maxkernel.tpu_tools.pool import JobOutcome, JobSpec, WorkerPool, get_default_pool
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+from maxkernel.tpu_tools.sandbox import make_scratch_dir
 from maxkernel.tpu_tools.validate import ReferenceSide, f32, run_order
 
 if TYPE_CHECKING:
@@ -141,6 +141,27 @@ def _abs_reference(reference: str) -> str:
     return str(p.resolve()) if p.exists() else reference
 
 
+UNSANDBOXED_WARNING = "sandbox: none - this evaluation ran unsandboxed ({note})"
+
+
+def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
+    """Every verdict names the sandbox its jobs ran in, as the pool (not the judged job) saw it."""
+    info = outcome.sandbox
+    if info is None or not hasattr(report, "environment"):
+        return report
+    if report.environment is None:  # type: ignore[attr-defined]
+        from maxkernel.tpu_tools.env_info import host_environment
+
+        report.environment = host_environment()  # type: ignore[attr-defined]
+    report.environment.sandbox = info  # type: ignore[attr-defined]
+    warnings = getattr(report, "warnings", None)
+    if info.tier == "none" and isinstance(warnings, list):
+        line = UNSANDBOXED_WARNING.format(note=info.note or "no OS sandbox on this host")
+        if line not in warnings:
+            warnings.append(line)
+    return report
+
+
 class Evaluator:
     """compile/validate entry points shared by the CLI, the MCP server and benchmarks."""
 
@@ -207,8 +228,8 @@ class Evaluator:
             hide_paths=hide_paths,
         )
         if outcome.status == "ok" and outcome.result is not None:
-            return model.model_validate(outcome.result)
-        return model(
+            return stamp_sandbox(model.model_validate(outcome.result), outcome)
+        report = model(
             ok=False,
             target=target,
             size=kwargs["size"] or "default",
@@ -216,6 +237,7 @@ class Evaluator:
             failure=outcome_failure(outcome, what),
             wall_time_s=round(time.perf_counter() - started, 4),
         )
+        return stamp_sandbox(report, outcome)
 
     def compile(
         self,
@@ -316,11 +338,13 @@ class Evaluator:
             case=case,
         )
 
+        outcomes: list[JobOutcome] = []  # the last one's sandbox (the candidate's, once it ran) is stamped
+
         def finish(failure: Failure | None = None) -> ValidationReport:
             if failure is not None:
                 report.failure, report.ok = failure, False
             report.wall_time_s = round(time.perf_counter() - started, 4)
-            return report
+            return stamp_sandbox(report, outcomes[-1]) if outcomes else report
 
         budget_s = timeout_s or self.timeout_s  # one limit for the whole validation, both children
 
@@ -335,7 +359,7 @@ class Evaluator:
                 )
             return failure
 
-        root = Path(tempfile.mkdtemp(prefix="maxkernel-validate-"))
+        root = Path(make_scratch_dir("validate-"))  # under the sandbox's scratch root: every lane can bind it
         scratch, expected_dir = root / "scratch", root / "expected"
         scratch.mkdir()
         expected_dir.mkdir()
@@ -358,6 +382,7 @@ class Evaluator:
                 needs_device=self._on_device(target),
                 scratch_dir=str(root),
             )
+            outcomes.append(outcome)
             if outcome.status != "ok" or outcome.result is None:
                 return finish(ended(outcome, "reference"))
             side = ReferenceSide.model_validate(outcome.result)
@@ -396,6 +421,7 @@ class Evaluator:
                 scratch_dir=str(scratch),
                 hide_paths=hide_paths_for(reference, kernel_path) + (str(expected_dir),),
             )
+            outcomes.append(outcome)
             if (failure := integrity_evidence(outcome.progress)) is not None:
                 return finish(
                     failure

@@ -43,6 +43,7 @@ from maxkernel.tpu_tools.estimate import StaticEstimate
 from maxkernel.tpu_tools.pool_types import JobOutcome, JobSpec
 from maxkernel.tpu_tools.problem import ReferenceInfo, sha256_file
 from maxkernel.tpu_tools.reports import Environment, Failure
+from maxkernel.tpu_tools.sandbox import make_scratch_dir
 from maxkernel.tpu_tools.targets import parse_target
 from maxkernel.tpu_tools.timing import NoiseFloor, SpeedupEstimate, Throughput, TimingStats
 from maxkernel.tpu_tools.timing_checks import ClockCheck, DeviceCheck, Plausibility
@@ -209,6 +210,7 @@ class _Runner:
 
     def __init__(self, pool, deadline: float, cancel: threading.Event | None, needs_device: bool):
         self.pool, self.deadline, self.cancel, self.needs_device = pool, deadline, cancel, needs_device
+        self.last: JobOutcome | None = None
 
     def run(self, fn: str, kwargs: dict, on_progress, scratch: Path, hide: list[str]) -> JobOutcome:
         left = max(self.deadline - time.monotonic(), 0.5)
@@ -224,6 +226,7 @@ class _Runner:
         while True:
             outcome = handle.wait(0.05)
             if outcome is not None:
+                self.last = outcome  # its sandbox is the one the verdict names (the candidate's, once it ran)
                 return outcome
             if self.cancel is not None and self.cancel.is_set():
                 handle.cancel()
@@ -278,9 +281,9 @@ def run_profile(
     report.kernel_sha256 = sha256_file(kpath)
     pool = pool or get_default_pool()
     runner = _Runner(pool, time.monotonic() + timeout_s, cancel, needs_device)
-    work = Path(tempfile.mkdtemp(prefix="maxkernel-profile-"))
+    work = Path(make_scratch_dir("profile-"))  # under the sandbox scratch root: every lane binds it
     try:
-        return _profile(
+        result = _profile(
             report,
             finish,
             runner,
@@ -297,6 +300,9 @@ def run_profile(
             top,
             on_progress,
         )
+        from maxkernel.tpu_tools.evaluate import stamp_sandbox
+
+        return stamp_sandbox(result, runner.last) if runner.last is not None else result
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -333,7 +339,7 @@ def _profile(
     on_progress,
 ) -> ProfileReport:
     # `work` holds the children's scratch folders; `private` (elsewhere, a random name) what only we read.
-    private = Path(tempfile.mkdtemp(prefix="maxkernel-judge-"))
+    private = Path(make_scratch_dir("judge-"))
     try:
         return _run_jobs(
             report,

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.problem import ReferenceInfo
+from maxkernel.tpu_tools.sandbox import SandboxInfo
 from maxkernel.tpu_tools.work_check import WorkCensus
 
 FailureKind = Literal[
@@ -59,6 +60,9 @@ class Environment(BaseModel):
     libtpu: str | None
     platform: str = Field(description="backend the child process ran on, e.g. cpu or tpu")
     device_kind: str
+    sandbox: SandboxInfo | None = Field(
+        default=None, description="the OS sandbox the evaluation ran in (stamped by the parent, not the job)"
+    )
 
 
 class StageTimes(BaseModel):
