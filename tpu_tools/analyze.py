@@ -10,6 +10,7 @@ where the dump was read, else `model`, with the reason). Also the pool jobs for 
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -212,11 +213,24 @@ def estimate_one(
 
 
 def analyze_job(kernel_path: str, reference: str, target: str = "tpu-v5e", size: str = "small") -> dict:
-    """Pool job: an AnalysisReport as a JSON-able dict."""
-    return run_analyze(kernel_path, reference, target, size).model_dump(mode="json")
+    """Pool job: an AnalysisReport as a JSON-able dict (the candidate's Python runs under the guard)."""
+    from maxkernel.tpu_tools import job_env
+    from maxkernel.tpu_tools.integrity import ESTIMATOR_MODULES, Guard
+
+    job_env.scrub()
+    guard = Guard([], extra_modules=ESTIMATOR_MODULES)
+    report = run_analyze(kernel_path, reference, target, size, guard=guard)
+    if guard.before:  # armed: the candidate was imported
+        changed, reached = guard.check()
+        if changed or reached:
+            report.ok, report.estimate = False, None
+            report.failure = Failure(
+                kind="tampered", summary=f"the candidate tampered with the judge: {changed or reached}"[:1000]
+            )
+    return report.model_dump(mode="json")
 
 
-def run_analyze(kernel_path: str, reference: str, target_name: str, size: str) -> AnalysisReport:
+def run_analyze(kernel_path: str, reference: str, target_name: str, size: str, guard=None) -> AnalysisReport:
     from maxkernel.tpu_tools.llo_dump import enable_dump
 
     dump_root = enable_dump()  # before anything touches the TPU backend
@@ -236,6 +250,9 @@ def run_analyze(kernel_path: str, reference: str, target_name: str, size: str) -
             raise UsageError(f"analyze needs a TPU target (tpu-v5e, tpu-v6e, ...), got {target_name!r}")
         ref = load_reference(reference)
         in_shapes = ref.input_shapes(size)
+        if guard is not None:
+            guard.hidden.append(os.path.realpath(ref.info.path))
+            guard.arm()  # just before the candidate's code first runs
         cand = load_candidate(kernel_path)
     except (UsageError, CandidateLoadError) as e:
         report.failure = load_failure(e)

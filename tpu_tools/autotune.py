@@ -205,17 +205,37 @@ def estimate_batch_job(
     allow_plain: bool = False,
 ) -> dict:
     """Pool job: estimate several candidates in one child (one jax start-up for the whole sweep)."""
+    from maxkernel.tpu_tools import job_env
+    from maxkernel.tpu_tools.integrity import ESTIMATOR_MODULES, Guard
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.problem import load_reference
 
+    job_env.scrub()
     ref = load_reference(reference)
     shapes, scope, dump_root = _aot_shapes(target, tuple(ref.input_shapes(size)))
     chip = _chip_for(target)
     results = []
+    # The candidates run their Python here: each is estimated under the integrity guard, and once one has
+    # changed the estimator (or the clocks, jax.jit ...) nothing after it in this process is trusted.
+    guard = Guard([ref.info.path], extra_modules=ESTIMATOR_MODULES)
+    tampered: str | None = None
     with scope:
         for i, path in enumerate(kernel_paths):
             report_progress(f"estimate {i + 1}/{len(kernel_paths)}")
-            results.append(_estimate_one(path, ref, shapes, chip, size, dump_root, allow_plain))
+            if tampered is not None:
+                results.append(
+                    {"ok": False, "error": f"tampered: not estimated after an earlier candidate {tampered}"}
+                )
+                continue
+            guard.arm()
+            try:
+                result = _estimate_one(path, ref, shapes, chip, size, dump_root, allow_plain)
+            finally:
+                changed, reached = guard.check()
+            if changed or reached:
+                tampered = f"tampered with the judge: {changed or reached}"
+                result = {"ok": False, "error": f"tampered: the candidate {tampered[:600]}"}
+            results.append(result)
     return {"chip": chip, "results": results}
 
 

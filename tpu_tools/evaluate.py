@@ -543,7 +543,13 @@ class Evaluator:
             report.failure = outcome_failure(outcome, "estimate")
         elif not outcome.result.get("ok"):
             error = str(outcome.result.get("error", "unknown"))
-            kind = "usage_error" if error.startswith("reference") else "python_error"
+            kind = (
+                "usage_error"
+                if error.startswith("reference")
+                else "tampered"
+                if error.startswith("tampered")
+                else "python_error"
+            )
             report.failure = Failure(
                 kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
             )

@@ -116,10 +116,25 @@ def _entries(name: str, value) -> dict[str, tuple[int, str]]:
     return out
 
 
-def fingerprint() -> dict[str, tuple[int, str]]:
+# The estimator's rooms: a kernel estimated in-process must not be able to rewrite its own estimate.
+ESTIMATOR_MODULES = (
+    "maxkernel.tpu_tools.estimate",
+    "maxkernel.tpu_tools.block_schedule",
+    "maxkernel.tpu_tools.pallas_info",
+    "maxkernel.tpu_tools.jaxpr_cost",
+    "maxkernel.tpu_tools.llo_parse",
+    "maxkernel.tpu_tools.llo_dump",
+    "maxkernel.tpu_tools.analyze",
+    "maxkernel.tpu_tools.autotune",
+    "maxkernel.tpu_tools.megacore",
+    "maxkernel.tpu_tools.chips",
+)
+
+
+def fingerprint(extra_modules: tuple[str, ...] = ()) -> dict[str, tuple[int, str]]:
     """Identity + code hash of everything the judge relies on in this process."""
     prints: dict[str, tuple[int, str]] = {}
-    for mod_name in WATCHED_MODULES:
+    for mod_name in (*WATCHED_MODULES, *extra_modules):
         try:
             module = importlib.import_module(mod_name)
         except ImportError:
@@ -147,7 +162,9 @@ def changes(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]
 class Guard:
     """Fingerprints before the candidate, an audit hook for hidden paths, and the check after the run."""
 
-    def __init__(self, hide_paths: list[str]) -> None:
+    def __init__(self, hide_paths: list[str], extra_modules: tuple[str, ...] = ()) -> None:
+        self.extra_modules = tuple(extra_modules)
+        self._hooked = False
         self.hidden = [os.path.realpath(p) for p in hide_paths if p]
         self.reached: list[str] = []
         self.hooks: list[str] = []
@@ -199,16 +216,18 @@ class Guard:
             report_progress(f"{PROGRESS_PREFIX}{kind}: {what[:300]}")
 
     def arm(self) -> None:
-        """Call just before importing the candidate."""
-        self.before = fingerprint()
+        """Call just before importing the candidate (again before each one of a batch: one hook in all)."""
+        self.before = fingerprint(self.extra_modules)
         self.threads = {t.ident for t in threading.enumerate() if t.ident is not None}
-        sys.addaudithook(self._hook)
+        if not self._hooked:  # audit hooks cannot be removed: install ours once
+            sys.addaudithook(self._hook)
+            self._hooked = True
         self._armed = True
 
     def check(self) -> tuple[str | None, str | None]:
         """(tampered summary, reached-reference summary) after the run; None where clean."""
         self._armed = False
-        changed = changes(self.before, fingerprint())
+        changed = changes(self.before, fingerprint(self.extra_modules))
         new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
         problems = []
         if changed:

@@ -1,0 +1,20 @@
+"""Exploit: a right kernel that rewrites the static estimator so its own estimate comes out tiny."""
+
+import maxkernel.tpu_tools.analyze as analyze
+import maxkernel.tpu_tools.estimate as estimate
+from _pallas import matmul
+
+_real = estimate.estimate_pallas
+
+
+def _flattering(*args, **kwargs):
+    est = _real(*args, **kwargs)
+    return est.model_copy(update={"estimated_time_us": est.estimated_time_us / 100})
+
+
+estimate.estimate_pallas = _flattering
+analyze.estimate_pallas = _flattering
+
+
+def workload(a, b):
+    return matmul(a, b)
