@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from maxkernel.tpu_tools import cli_args
 from maxkernel.tpu_tools.errors import UsageError
-from maxkernel.tpu_tools.targets import TARGET_NAMES, UnknownTargetError, parse_target
 
 
 def _print_json(model: BaseModel | list) -> None:
@@ -25,13 +25,14 @@ def _print_json(model: BaseModel | list) -> None:
 
 def _check_inputs(args) -> None:
     """Catch the caller's mistakes before any child starts (cheap, no jax import)."""
+    if hasattr(args, "reference_task"):
+        cli_args.take_reference(args)
     if hasattr(args, "kernel") and not Path(args.kernel).is_file():
         raise UsageError(f"kernel file not found: {args.kernel}")
     if hasattr(args, "target"):
-        try:
-            parse_target(args.target)
-        except UnknownTargetError as e:
-            raise UsageError(str(e)) from None
+        cli_args.check_target(args.target)
+    if hasattr(args, "reference_task") and not args.reference:
+        raise UsageError("give the reference: --reference ID|PATH (a JaxBench task id or a reference file)")
     if getattr(args, "reference", None):
         if not Path(args.reference).exists():
             from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
@@ -56,7 +57,9 @@ def cmd_compile(args) -> int:
     from maxkernel.tpu_tools.evaluate import Evaluator
     from maxkernel.tpu_tools.render import render_compile
 
-    report = Evaluator(timeout_s=args.timeout).compile(args.kernel, args.reference, args.target, args.size)
+    report = Evaluator(timeout_s=args.timeout).compile(
+        args.kernel, args.reference, args.target, **cli_args.size_kwargs(args.size)
+    )
     _print_json(report) if args.json else render_compile(report)
     return _verdict_exit(report)
 
@@ -69,8 +72,8 @@ def cmd_validate(args) -> int:
         args.kernel,
         args.reference,
         args.target,
-        args.size,
-        seeds=args.seeds,
+        **cli_args.size_kwargs(args.size),
+        seeds=list(range(args.seed_offset, args.seed_offset + args.seeds)),
         atol=args.atol,
         rtol=args.rtol,
         allow_plain_jax=args.allow_plain_jax,
@@ -97,42 +100,41 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-def _add_eval_args(p: argparse.ArgumentParser, default_target: str) -> None:
+def _add_eval_args(p: argparse.ArgumentParser, default_target: str = cli_args.DEFAULT_TARGET) -> None:
+    """The flags every kernel-evaluating subcommand shares (compile, validate, profile, ...)."""
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
-    p.add_argument(
-        "--reference", "-r", required=True, help="JaxBench task id (e.g. 8p_GEMM) or reference file/dir"
-    )
-    p.add_argument("--target", "-t", default=default_target, help=f"one of {', '.join(TARGET_NAMES)}")
-    p.add_argument("--size", default="small", help="reference size: small (default) or full")
-    p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit per child process, seconds")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli_args.add_reference(p)
+    cli_args.add_target(p, default_target)
+    cli_args.add_size(p)
+    cli_args.add_timeout(p)
+    cli_args.add_json(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="maxkernel", description=__doc__.splitlines()[0])
+    parser = cli_args.parser("maxkernel", __doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("compile", help="trace, lower and compile a kernel for a target")
-    _add_eval_args(p, "tpu-v6e")
+    p = cli_args.subparser(sub, "compile", help="trace, lower and compile a kernel for a target")
+    _add_eval_args(p)
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("validate", help="check a kernel against the reference on several seeds")
-    _add_eval_args(p, "cpu")
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--atol", type=float)
-    p.add_argument("--rtol", type=float)
+    p = cli_args.subparser(sub, "validate", help="check a kernel against the reference on several seeds")
+    _add_eval_args(p)
+    cli_args.add_seeds(p)
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: the reference's)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: the reference's)")
     p.add_argument("--allow-plain-jax", action="store_true", help="accept candidates without a pallas_call")
     p.add_argument(
         "--allow-weak-check", action="store_true", help="accept when a trivial output would also pass"
     )
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("chips", help="TPU chip specs")
-    p.add_argument("--json", action="store_true")
+    p = cli_args.subparser(sub, "chips", help="TPU chip specs")
+    cli_args.add_json(p, "the chips")
     p.set_defaults(func=cmd_chips)
 
-    p = sub.add_parser("tasks", help="the 50 JaxBench tasks")
-    p.add_argument("--json", action="store_true")
+    p = cli_args.subparser(sub, "tasks", help="the 50 JaxBench tasks")
+    cli_args.add_json(p, "the tasks")
     p.set_defaults(func=cmd_tasks)
 
     for register in _extensions():

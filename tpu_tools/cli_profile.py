@@ -9,6 +9,7 @@ from maxkernel.tpu_tools.errors import UsageError
 
 def cmd_profile(args) -> int:
     from maxkernel.tpu_tools.cli import _print_json, _verdict_exit
+    from maxkernel.tpu_tools.cli_args import size_kwargs
     from maxkernel.tpu_tools.evaluate import Evaluator
 
     if args.reps < 1:
@@ -17,7 +18,7 @@ def cmd_profile(args) -> int:
         args.kernel,
         args.reference,
         args.target,
-        args.size,
+        **size_kwargs(args.size),
         trace_dir=args.trace_dir,
         measure_interpret=args.measure_interpret,
         reps=args.reps,
@@ -104,12 +105,13 @@ def render_profile(r) -> None:
 
 def register(sub) -> None:
     from maxkernel.tpu_tools.cli import _add_eval_args
+    from maxkernel.tpu_tools.cli_args import add_trace_dir
 
     p: argparse.ArgumentParser = sub.add_parser(
         "profile", help="time a kernel against its reference, trace it"
     )
-    _add_eval_args(p, "cpu")
-    p.add_argument("--trace-dir", help="keep the profiler trace under this directory (default: a temp dir)")
+    _add_eval_args(p)
+    add_trace_dir(p)
     p.add_argument(
         "--measure-interpret",
         action="store_true",
