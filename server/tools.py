@@ -55,6 +55,14 @@ from maxkernel.server.requests import (
 from maxkernel.server.workspace import WorkspaceError, sha256_text
 from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on the shell and over MCP
+    DEFAULT_REPS,
+    DEFAULT_SEED_OFFSET,
+    DEFAULT_SEEDS,
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT_S,
+    PROFILE_TIMEOUT_S,
+)
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
@@ -74,9 +82,9 @@ async def compile_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: CompileTarget = "tpu-v6e",
+    target: CompileTarget = DEFAULT_TARGET,
     size: Size = "small",
-    timeout_s: Timeout = 300.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
 
@@ -98,12 +106,12 @@ async def validate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: RunTarget = "cpu",
+    target: RunTarget = DEFAULT_TARGET,
     size: Size = "small",
-    seeds: Seeds = 3,
+    seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: Annotated[
         int, Field(ge=0, description="first seed; give a new offset to validate on inputs never seen before")
-    ] = 0,
+    ] = DEFAULT_SEED_OFFSET,
     atol: Tol = None,
     rtol: Tol = None,
     allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
@@ -117,7 +125,7 @@ async def validate_kernel(
             "only) and a distribution for the float inputs; omit for the reference's own inputs"
         ),
     ] = None,
-    timeout_s: Timeout = 300.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> ValidationReport:
     """Run the kernel and the reference on fresh inputs and compare (on CPU: TPU interpret mode, races).
 
@@ -171,11 +179,11 @@ async def profile_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: RunTarget = "tpu-v6e",
+    target: RunTarget = DEFAULT_TARGET,
     size: Size = "small",
-    reps: Reps = 30,
+    reps: Reps = DEFAULT_REPS,
     measure_interpret: MeasureInterpret = False,
-    timeout_s: Timeout = 600.0,
+    timeout_s: Timeout = PROFILE_TIMEOUT_S,
 ) -> ProfileReport:
     """Time the kernel against the reference (interleaved, with a noise floor), trace it, estimate it.
 
@@ -193,17 +201,17 @@ async def evaluate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    compile_target: CompileTarget = "tpu-v6e",
-    validate_target: RunTarget = "cpu",
-    profile_target: RunTarget = "tpu-v6e",
+    compile_target: CompileTarget = DEFAULT_TARGET,
+    validate_target: RunTarget = DEFAULT_TARGET,
+    profile_target: RunTarget = DEFAULT_TARGET,
     size: Size = "small",
-    seeds: Seeds = 3,
+    seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: Annotated[
         int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
-    ] = 0,
+    ] = DEFAULT_SEED_OFFSET,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
-    reps: Reps = 30,
-    timeout_s: Timeout = 300.0,
+    reps: Reps = DEFAULT_REPS,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> EvaluationReport:
     """Compile, then validate, then profile one kernel, stopping at the first negative verdict."""
     st = state_of(ctx)
@@ -290,7 +298,7 @@ async def estimate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: CompileTarget = "tpu-v6e",
+    target: CompileTarget = DEFAULT_TARGET,
     size: Size = "small",
     timeout_s: Timeout = 120.0,
 ) -> EstimateReport:
@@ -320,7 +328,7 @@ async def autotune_kernel(
         ),
     ],
     reference: Reference,
-    target: CompileTarget = "tpu-v6e",
+    target: CompileTarget = DEFAULT_TARGET,
     size: Size = "small",
     max_configs: Annotated[
         int, Field(ge=1, le=64, description="configs compiled + validated after pruning")

@@ -100,13 +100,18 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-def _add_eval_args(p: argparse.ArgumentParser, default_target: str = cli_args.DEFAULT_TARGET) -> None:
+def _add_eval_args(
+    p: argparse.ArgumentParser,
+    default_target: str = cli_args.DEFAULT_TARGET,
+    *,
+    timeout_s: float = cli_args.DEFAULT_TIMEOUT_S,
+) -> None:
     """The flags every kernel-evaluating subcommand shares (compile, validate, profile, ...)."""
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
     cli_args.add_reference(p)
     cli_args.add_target(p, default_target)
     cli_args.add_size(p)
-    cli_args.add_timeout(p)
+    cli_args.add_timeout(p, timeout_s)
     cli_args.add_json(p)
 
 

@@ -105,19 +105,19 @@ def render_profile(r) -> None:
 
 def register(sub) -> None:
     from maxkernel.tpu_tools.cli import _add_eval_args
-    from maxkernel.tpu_tools.cli_args import add_trace_dir
+    from maxkernel.tpu_tools.cli_args import DEFAULT_REPS, PROFILE_TIMEOUT_S, add_trace_dir
 
     p: argparse.ArgumentParser = sub.add_parser(
         "profile", help="time a kernel against its reference, trace it"
     )
-    _add_eval_args(p)
+    _add_eval_args(p, timeout_s=PROFILE_TIMEOUT_S)
     add_trace_dir(p)
     p.add_argument(
         "--measure-interpret",
         action="store_true",
         help="also time a Pallas kernel in TPU interpret mode when its chip is absent (labeled, no speedup)",
     )
-    p.add_argument("--reps", type=int, default=30, help="timed reps per program (more if under 0.1 s)")
+    p.add_argument("--reps", type=int, default=DEFAULT_REPS, help="timed reps per program (more if under 0.1 s)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("trace", help="summarize a profiler trace (logdir, .trace.json.gz, .xplane.pb)")
