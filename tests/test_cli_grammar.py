@@ -79,3 +79,26 @@ async def test_plan_kernel_renders_for_a_workspace_reference_and_says_why_not(tm
             await client.get_prompt("plan_kernel", {"task": "99p_Nope"})
         with pytest.raises(MCPError, match="prompts need a TPU generation"):
             await client.get_prompt("plan_kernel", {"task": "8p", "target": "cpu"})
+
+
+def test_server_port_in_use_is_one_line_exit_2_before_the_banner(tmp_path):
+    """maxkernel-server on a taken port: one line naming the port, rc 2, no banner, no uvicorn error."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "maxkernel.server.main", "--transport", "http", "--port", str(port)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"port {port}" in lines[0] and "in use" in lines[0], proc.stderr
+    assert "http://" not in proc.stderr and not list(tmp_path.iterdir())  # no banner, no workspace
