@@ -6,6 +6,7 @@ Real verdicts from an in-memory server; the test counts the tool calls that reac
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from conftest_paths import PLUS_ONE_REF
@@ -33,7 +34,7 @@ def anyio_backend():
 def workspace(tmp_path):
     ws = tmp_path / "ws"
     (ws / "references").mkdir(parents=True)
-    (ws / "references" / "plus_one_reference.py").write_text(PLUS_ONE_REF.read_text())
+    shutil.copyfile(PLUS_ONE_REF, ws / "references" / "plus_one_reference.py")
     return ws
 
 
