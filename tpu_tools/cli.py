@@ -34,16 +34,7 @@ def _check_inputs(args) -> None:
     if hasattr(args, "reference_task") and not args.reference:
         raise UsageError("give the reference: --reference ID|PATH (a JaxBench task id or a reference file)")
     if getattr(args, "reference", None):
-        if not Path(args.reference).exists():
-            from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
-
-            try:
-                resolve_id(args.reference)
-            except UnknownTaskError as e:
-                hint = "reference file not found" if any(c in args.reference for c in "/\\.") else str(e)
-                raise UsageError(
-                    f"{hint}: {args.reference}" if hint.startswith("reference") else hint
-                ) from None
+        cli_args.check_reference(args.reference)
 
 
 def _verdict_exit(report) -> int:
@@ -166,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         _check_inputs(args)
-        return args.func(args)
+        with cli_args.quiet_broken_pipe():
+            return args.func(args)
     except UsageError as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2

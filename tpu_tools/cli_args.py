@@ -8,8 +8,10 @@ stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from maxkernel.tpu_tools.errors import UsageError
@@ -138,6 +140,29 @@ def take_reference(args: argparse.Namespace) -> str | None:
     return args.reference
 
 
+def looks_like_path(reference: str) -> bool:
+    return any(c in reference for c in "/\\") or reference.endswith(".py")
+
+
+def check_reference(reference: str, *, remote: bool = False) -> str:
+    """A JaxBench id (canonical, e.g. '8p' -> '8p_GEMM') or an existing path; else UsageError, before
+    anything is created. With `remote`, a path that is not here is left for the server to resolve."""
+    from pathlib import Path
+
+    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
+
+    if Path(reference).expanduser().exists():
+        return reference
+    if looks_like_path(reference):
+        if remote:
+            return reference
+        raise UsageError(f"reference file not found: {reference}")
+    try:
+        return resolve_id(reference)
+    except UnknownTaskError as e:
+        raise UsageError(str(e)) from None
+
+
 def add_target(p: argparse.ArgumentParser, default: str = DEFAULT_TARGET) -> None:
     from maxkernel.tpu_tools.targets import TARGET_NAMES
 
@@ -236,3 +261,17 @@ def add_trace_dir(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help=f"keep the profiler trace under DIR (default: {DEFAULT_TRACE_DIR_TEXT})",
     )
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """`... --json | head`: the reader went away. Silence stdout (so Python's exit flush cannot raise
+    again) and turn it into the one-line UsageError every CLI prints with exit 2."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise UsageError("output closed early (broken pipe)") from None

@@ -117,7 +117,9 @@ def register(sub) -> None:
         action="store_true",
         help="also time a Pallas kernel in TPU interpret mode when its chip is absent (labeled, no speedup)",
     )
-    p.add_argument("--reps", type=int, default=DEFAULT_REPS, help="timed reps per program (more if under 0.1 s)")
+    p.add_argument(
+        "--reps", type=int, default=DEFAULT_REPS, help="timed reps per program (more if under 0.1 s)"
+    )
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("trace", help="summarize a profiler trace (logdir, .trace.json.gz, .xplane.pb)")
