@@ -112,7 +112,11 @@ async def test_http_requires_the_bearer_token(http_server):
         # a static token is not OAuth: no metadata advertised, none served (#13 item 7)
         assert "resource_metadata" not in r.headers["www-authenticate"]
         base = http_server.removesuffix("/mcp")
-        for meta in ("oauth-protected-resource/mcp", "oauth-protected-resource", "oauth-authorization-server"):
+        for meta in (
+            "oauth-protected-resource/mcp",
+            "oauth-protected-resource",
+            "oauth-authorization-server",
+        ):
             assert (await http.get(f"{base}/.well-known/{meta}")).status_code == 404, meta
         r = await http.post(
             http_server,
