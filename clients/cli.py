@@ -93,17 +93,17 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = No
     if args.resume:
         if reference:
             raise UsageError("--resume continues a run as it was started: drop --reference")
-        defaults = _auto_defaults(parser)
-        changed = [o for o in RUN_OPTIONS if getattr(args, o) != defaults.get(o)]
-        if changed:
-            flags = ", ".join("--" + o.replace("_", "-") for o in changed)
-            raise UsageError(f"--resume continues a run with the options it started with: drop {flags}")
         from maxkernel.clients.run_store import RunStore, RunStoreError
 
         try:
             RunStore.open(args.resume)
         except RunStoreError as e:
             raise UsageError(str(e)) from None
+        defaults = _auto_defaults(parser)
+        changed = [o for o in RUN_OPTIONS if getattr(args, o) != defaults.get(o)]
+        if changed:
+            flags = ", ".join("--" + o.replace("_", "-") for o in changed)
+            raise UsageError(f"--resume continues a run with the options it started with: drop {flags}")
         return
     if not reference:
         raise UsageError("give the reference: --reference ID|PATH (a JaxBench task id or a reference file)")
@@ -147,17 +147,6 @@ def _stage_reference(reference: str, workspace: Path) -> str:
     else:
         shutil.copyfile(src, dest)
     return f"references/{src.name}"
-
-
-def _first_missing(path: Path) -> Path | None:
-    """The highest ancestor of `path` (or itself) that does not exist yet: what a failed start removes."""
-    path = path.absolute()
-    missing = None
-    for p in (path, *path.parents):
-        if p.exists():
-            break
-        missing = p
-    return missing
 
 
 def _new_store(args: argparse.Namespace, label: str):
@@ -210,7 +199,7 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
     task_id = not args.resume and _is_task_id(reference)
     fresh = not args.resume
     if fresh:
-        created = _first_missing(Path(args.run_dir or args.out))
+        created = cli_args.first_missing(Path(args.run_dir or args.out))
         store = _new_store(args, reference if task_id else Path(reference).stem)
         if not args.run_dir and created is None:
             created = store.root

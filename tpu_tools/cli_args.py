@@ -140,6 +140,19 @@ def take_reference(args: argparse.Namespace) -> str | None:
     return args.reference
 
 
+def first_missing(path: str | os.PathLike) -> Any:
+    """The highest ancestor of `path` (or `path`) that does not exist yet: what a failed start removes."""
+    from pathlib import Path
+
+    p = Path(path).absolute()
+    missing = None
+    for q in (p, *p.parents):
+        if q.exists():
+            break
+        missing = q
+    return missing
+
+
 def looks_like_path(reference: str) -> bool:
     return any(c in reference for c in "/\\") or reference.endswith(".py")
 
