@@ -462,6 +462,8 @@ def _local_stdio(args: argparse.Namespace, workspace: Path) -> Any:
 def search_main(args: argparse.Namespace) -> int:
     import anyio
 
+    from maxkernel.clients.search.proposer import NoRootKernel
+
     prog = "maxkernel-orchestrate search"
     try:
         out = anyio.run(run_search, args)
@@ -471,6 +473,9 @@ def search_main(args: argparse.Namespace) -> int:
         print(f"{prog}: {e}", file=sys.stderr)
         return USAGE_EXIT
     except ServerDown as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return NO_KERNEL_EXIT
+    except NoRootKernel as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return NO_KERNEL_EXIT
     except KeyboardInterrupt:
