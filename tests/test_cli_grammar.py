@@ -102,3 +102,275 @@ def test_server_port_in_use_is_one_line_exit_2_before_the_banner(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"port {port}" in lines[0] and "in use" in lines[0], proc.stderr
     assert "http://" not in proc.stderr and not list(tmp_path.iterdir())  # no banner, no workspace
+
+
+# ------------------------------------------------------------------ the command line itself (subprocesses)
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from conftest_paths import ROOT, kernel  # noqa: E402
+
+BIN = Path(sys.executable).parent
+
+
+def sh(tool: str, *args: str, cwd: Path, timeout: float = 240, env: dict | None = None):
+    return subprocess.run(
+        [str(BIN / tool), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "COLUMNS": "80", **(env or {})},
+    )
+
+
+def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize(
+    "tool, argv, needle",
+    [
+        ("maxkernel", ["validate", kernel("good_matmul"), "-r", "8p", "--timeout", "0"], "must be > 0"),
+        ("maxkernel", ["profile", kernel("good_matmul"), "-r", "8p", "--timeout", "-1"], "must be > 0"),
+        ("maxkernel", ["compile", kernel("good_matmul"), "--reference", "99p_Nope"], "unknown JaxBench task"),
+        ("maxkernel-orchestrate", ["auto", "--task", "99p_Nope"], "unknown JaxBench task '99p_Nope'"),
+        ("maxkernel-orchestrate", ["auto", "--resume", "/nonexistent/run"], "not a run directory"),
+        ("maxkernel-orchestrate", ["search", "99p_Nope"], "unknown JaxBench task '99p_Nope'"),
+        ("maxkernel-orchestrate", ["search", "--reference", "nope.py"], "reference file not found"),
+        ("maxkernel-orchestrate", ["search", "--resume", "/nonexistent/run"], "not a search run directory"),
+        ("maxkernel-orchestrate", ["search", "12p", "--timeout", "3"], "unrecognized arguments"),
+        ("maxkernel-orchestrate", ["report", "/nonexistent/run"], "give a search run directory"),
+        ("maxkernel-orchestrate", ["report", "."], "give a search run directory"),
+        ("maxkernel-server", ["--timeout", "0"], "must be > 0"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(tmp_path, tool, argv, needle):
+    p = sh(tool, *argv, cwd=tmp_path, timeout=60)
+    one_line_exit_2(p, needle)
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())  # no run dir, cache or workspace
+
+
+def test_help_prints_the_shared_defaults(tmp_path):
+    def help_of(tool: str, *argv: str) -> str:
+        return " ".join(sh(tool, *argv, "--help", cwd=tmp_path).stdout.split())  # unwrap argparse's lines
+
+    h = help_of("maxkernel", "validate")
+    assert "(default: tpu-v6e)" in h and "small if the reference has it, else its only size" in h
+    assert "(default: 300.0)" in h and "(default: 3)" in h and "--seed-offset" in h
+    assert "--task" not in h  # the old spelling works but is not advertised
+    assert "~/.cache/maxkernel/traces" in help_of("maxkernel", "profile")
+    s = help_of("maxkernel-orchestrate", "search")
+    assert "--token" in s and "eval-cache.sqlite next to the run directory" in s and "(default: beam)" in s
+    a = help_of("maxkernel-orchestrate", "auto")
+    assert "--run-dir" in a and "--token" in a and "--task" not in a and "--out" not in a
+    assert "(default: 8765)" in help_of("maxkernel-server")
+    assert "--base-url" not in a + s
+
+
+def _estimate_search(tmp_path: Path, *extra: str, run: str = "run") -> subprocess.CompletedProcess:
+    return sh(
+        "maxkernel-orchestrate",
+        "search",
+        *extra,
+        "--objective",
+        "estimate",
+        "--run-dir",
+        run,
+        cwd=tmp_path,
+        timeout=300,
+    )
+
+
+def test_search_positional_reference_path_works(tmp_path):
+    """`search my_reference.py` (the README's spelling) searches that file; --root gives the first kernel."""
+    shutil.copy(MATMUL_REF, tmp_path / "my_reference.py")
+    root = ROOT / "examples" / "matmul_kernel.py"
+    p = _estimate_search(tmp_path, "my_reference.py", "--root", str(root), "--max-evaluations", "1", "--json")
+    assert p.returncode == 0, p.stderr
+    import json
+
+    out = json.loads(p.stdout)
+    assert out["task"]["reference"].endswith("my_reference.py") and out["evaluations"] == 1
+
+
+def test_search_resume_keeps_every_option_and_its_cache(tmp_path):
+    import json
+
+    p = _estimate_search(tmp_path, "--reference", "12p", "--max-evaluations", "2", "--cache", "mine.sqlite")
+    assert p.returncode == 0, p.stderr
+    assert "search 2/2" in p.stderr and "best:" in p.stderr  # the live line, on stderr
+    assert (tmp_path / "mine.sqlite").is_file()
+    # resume with a bigger budget and nothing else: the same cache, no finished node evaluated again
+    r = sh(
+        "maxkernel-orchestrate", "search", "--resume", "run", "--max-evaluations", "4", "--json", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["evaluations"] == 4 and out["nodes"] == 4 and out["cache_hits"] == 0
+    assert not (tmp_path / "eval-cache.sqlite").exists()  # the default cache was never opened
+    refused = sh("maxkernel-orchestrate", "search", "--resume", "run", "--algorithm", "evolve", cwd=tmp_path)
+    one_line_exit_2(refused, "drop --algorithm")
+
+    # report --json into a reader that went away: one line, exit 2, no traceback
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        broken = subprocess.run(
+            [str(BIN / "maxkernel-orchestrate"), "report", "run", "--json"],
+            cwd=tmp_path,
+            stdout=w_fd,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(w_fd)
+    one_line_exit_2(broken, "broken pipe")
+
+
+def test_auth_failure_says_so_in_auto_and_search(tmp_path):
+    """Against a token-protected server, both verbs print the same one line (exit 2), nothing on disk."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = subprocess.Popen(
+        [str(BIN / "maxkernel-server"), "--transport", "http", "--port", str(port), "--workspace", "ws"],
+        cwd=tmp_path,
+        env={**os.environ, "MAXKERNEL_TOKEN": "right"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        work = tmp_path / "client"
+        work.mkdir()
+        no_token = {k: v for k, v in os.environ.items() if k != "MAXKERNEL_TOKEN"}
+        for argv in (
+            ["auto", "--reference", "12p", "--model", "offline", "--server", url],
+            ["search", "12p", "--server", url],
+            ["search", "12p", "--server", url, "--token", "wrong"],
+        ):
+            p = subprocess.run(
+                [str(BIN / "maxkernel-orchestrate"), *argv],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=no_token,
+            )
+            one_line_exit_2(
+                p, f"the server at {url} refused the token (401): pass --token or set MAXKERNEL_TOKEN"
+            )
+        assert not list(work.iterdir())
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_chips_keep_their_names_at_80_columns(tmp_path):
+    p = sh("maxkernel", "chips", cwd=tmp_path)  # piped: rich renders 80 columns
+    from maxkernel.tpu_tools.chips import CHIPS
+
+    for name in CHIPS:
+        assert any(line.split()[:1] == [name] for line in p.stdout.splitlines()), (name, p.stdout)
+    assert "…" not in p.stdout.split("per JAX device")[0]  # no cell is cut
+    assert max(len(line) for line in p.stdout.splitlines()) <= 80
+
+
+def test_compile_report_claims_no_execution(tmp_path):
+    p = sh(
+        "maxkernel", "compile", str(ROOT / "examples" / "matmul_kernel.py"), "-r", MATMUL_REF, cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr
+    flat = " ".join(p.stdout.split())
+    assert "executed in" not in flat and "interpret mode" not in flat, flat  # compiling runs nothing
+    assert "compile only, nothing executed" in flat and "tpu-v6e" in flat
+
+
+def test_profile_hint_never_names_a_reference_op():
+    from maxkernel.tpu_tools.render import profile_trace_text
+    from maxkernel.tpu_tools.trace_summary import OpStat
+
+    def op(name, module, us):
+        return OpStat(
+            name=name,
+            module=module,
+            category="fusion",
+            count=1,
+            total_us=us,
+            self_us=us,
+            mean_us=us,
+            pct_of_device_time=0.0,
+        )
+
+    text = "trace x\nhint: ynn_fusion.1 takes 67%: optimize it first\ntop ops ..."
+    ref_only = profile_trace_text(text, [op("ynn_fusion.1", "jit_reference", 67.0)], candidate_traced=False)
+    assert "ynn_fusion.1" not in ref_only.split("top ops")[0] and "only the reference" in ref_only
+    both = [
+        op("ynn_fusion.1", "jit_reference", 67.0),
+        op("fusion.7", "jit_candidate", 20.0),
+        op("copy.2", "jit_candidate", 5.0),
+    ]
+    mixed = profile_trace_text(text, both, candidate_traced=True)
+    hint = next(line for line in mixed.splitlines() if line.startswith("hint: "))
+    assert "fusion.7" in hint and "80%" in hint and "ynn_fusion" not in hint
+
+
+def test_auto_live_line_shows_done_total_best_and_eta():
+    import io
+
+    from rich.console import Console
+
+    from maxkernel.clients.progress import RichReporter
+
+    buf = io.StringIO()
+    rep = RichReporter(Console(file=buf, width=80, force_terminal=False))
+    rep.step(1, 3, "analyze", "iteration ended: verified", "iter 1, estimate 12.5 us", "$0")
+    rep.step(2, 3, "plan", "plan: bigger blocks", "iter 1, estimate 12.5 us", "$0")
+    rep.close()
+    out = buf.getvalue()
+    assert "auto 1/3" in out and "best: iter 1, estimate 12.5 us" in out and "ETA" in out
+
+
+def test_report_says_why_each_node_is_not_valid(tmp_path):
+    """Each invalid/failed node: its stage, verdict kind and one line, in the JSON and on the page."""
+    from maxkernel.clients.search.graph import NodeVerdict, make_node
+    from maxkernel.clients.search.report import render_html, summary
+    from maxkernel.clients.search.store import GraphStore
+
+    store = GraphStore(tmp_path / "run")
+    store.set_meta("task", {"reference": "8p_GEMM"})
+    verdicts = {
+        "src_a": NodeVerdict(
+            status="invalid",
+            stopped_at="validate",
+            validation={"failure": {"kind": "output_mismatch", "summary": "max abs err 3.1 at (0, 5)\nmore"}},
+            failure="output_mismatch: max abs err 3.1 at (0, 5)",
+        ),
+        "src_b": NodeVerdict(status="failed", failure="EvaluatorDown: server http://x/mcp went away"),
+    }
+    for src, verdict in verdicts.items():
+        node, _ = store.add(make_node(src), src, proposal_key=src)
+        store.start(node.id)
+        store.finish(node.id, verdict, cached=False)
+    why = {w["kind"]: w for w in summary(store)["not_valid"]}
+    assert why["output_mismatch"]["stopped_at"] == "validate"
+    assert why["output_mismatch"]["reason"] == "max abs err 3.1 at (0, 5)"  # its first line
+    assert "went away" in why["EvaluatorDown"]["reason"]
+    page = render_html(store)
+    assert 'id="not-valid"' in page and "output_mismatch" in page and "max abs err 3.1" in page
+    store.close()

@@ -48,7 +48,7 @@ def cmd_trace(args) -> int:
 def render_profile(r) -> None:
     from rich.table import Table
 
-    from maxkernel.tpu_tools.render import _failure, console
+    from maxkernel.tpu_tools.render import _failure, console, profile_trace_text
 
     head = "[bold green]✓ profiled[/]" if r.ok else "[bold red]✗ not profiled[/]"
     ref = r.reference.name if r.reference else "?"
@@ -96,7 +96,13 @@ def render_profile(r) -> None:
         )
     if r.trace_summary:
         console.print(f"  trace: {r.trace_path}")
-        console.print(r.trace_summary.text, highlight=False, markup=False)
+        console.print(
+            profile_trace_text(
+                r.trace_summary.text, r.trace_summary.ops, candidate_traced=r.candidate_execution == "native"
+            ),
+            highlight=False,
+            markup=False,
+        )
     for w in r.warnings:
         console.print(f"  [yellow]warning[/]: {w}")
     if r.failure:

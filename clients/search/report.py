@@ -74,7 +74,7 @@ def why_not_valid(n: Node) -> dict[str, Any]:
     if kind is None and v is not None and v.failure:
         head, _, rest = v.failure.partition(": ")
         kind, line = (head, rest or head) if head and " " not in head else ("evaluation_failed", v.failure)
-    first = " ".join(str(line).split())
+    first = (str(line).strip().splitlines() or [""])[0].strip()
     return {
         "id": n.id,
         "status": n.status,
