@@ -374,3 +374,39 @@ def test_report_says_why_each_node_is_not_valid(tmp_path):
     page = render_html(store)
     assert 'id="not-valid"' in page and "output_mismatch" in page and "max abs err 3.1" in page
     store.close()
+
+
+def test_no_message_or_doc_names_a_flag_that_does_not_exist():
+    """A hint like 'use --base-url' for a flag no parser has is a dead end: every --flag named in the
+    package's source or docs is an option of maxkernel, maxkernel-orchestrate or maxkernel-server."""
+    import argparse
+    import re
+
+    from maxkernel.clients.cli import build_parser as orchestrate
+    from maxkernel.server.main import build_parser as server
+    from maxkernel.tpu_tools.cli import build_parser as maxkernel
+
+    def options(p: argparse.ArgumentParser) -> set[str]:
+        out: set[str] = set()
+        for action in p._actions:
+            out |= set(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sp in action.choices.values():
+                    out |= options(sp)
+        return out
+
+    known = options(maxkernel()) | options(orchestrate()) | options(server())
+    other_tools = {"docs/ide.md": {"--scope", "--header"}}  # `claude mcp add` flags in the IDE guide
+    files = [
+        p
+        for d in ("tpu_tools", "clients", "server", "subagents", "jaxbench")
+        for p in (ROOT / d).rglob("*.py")
+    ]
+    files += [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "subagents").rglob("*.md")]
+    unknown = {}
+    for f in files:
+        rel = str(f.relative_to(ROOT))
+        for m in re.finditer(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*\b", f.read_text(encoding="utf-8")):
+            if m.group(0) not in known | other_tools.get(rel, set()):
+                unknown.setdefault(m.group(0), rel)
+    assert not unknown, unknown
