@@ -22,6 +22,7 @@ from maxkernel.tpu_tools import cli_args
 from maxkernel.tpu_tools.errors import UsageError  # one class for the command line's mistakes
 
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
+CLI_OPTIONS = "cli_options.json"  # how the run reached its servers, for --resume (the loop's own config is in state.json)
 # options a run keeps from its start: --resume refuses a different value instead of ignoring it
 RUN_OPTIONS = (
     "size",
@@ -181,6 +182,11 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
             raise UsageError(str(e)) from None
         saved = json.loads(store.load_state_json())["config"]
         model_spec = args.model or saved["model"]
+        started_with = (
+            json.loads(store.path(CLI_OPTIONS).read_text()) if store.path(CLI_OPTIONS).is_file() else {}
+        )
+        args.workspace = args.workspace or started_with.get("workspace")  # the staged reference lives there
+        args.server = args.server or started_with.get("server", [])  # a host may be replaced, not dropped
     else:
         from maxkernel.clients.models import default_model_spec
 
@@ -203,6 +209,13 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
         store = _new_store(args, reference if task_id else Path(reference).stem)
         if not args.run_dir and created is None:
             created = store.root
+        store.write_json(
+            CLI_OPTIONS,
+            {
+                "workspace": str(Path(args.workspace).absolute()) if args.workspace else None,
+                "server": list(args.server),  # never the token: it stays in the flag or the environment
+            },
+        )
 
     reporter = NullReporter() if args.quiet else RichReporter()
     workspace = Path(args.workspace) if args.workspace else store.root / "workspace"

@@ -410,3 +410,47 @@ def test_no_message_or_doc_names_a_flag_that_does_not_exist():
             if m.group(0) not in known | other_tools.get(rel, set()):
                 unknown.setdefault(m.group(0), rel)
     assert not unknown, unknown
+
+
+@pytest.mark.slow
+def test_auto_resume_keeps_its_options_and_refuses_changes(monkeypatch, capsys, tmp_path):
+    """auto --resume reuses the workspace (and servers) the run started with; a run option it would
+    ignore (--target) is refused in one line instead."""
+    import json
+
+    from conftest_paths import PLUS_ONE_REF
+    from test_clients_auto import PLAN, PLUS_ONE, Script, code
+
+    from maxkernel.clients import cli
+
+    script = Script(planner=[PLAN], implementer=[code(PLUS_ONE)])
+    monkeypatch.setattr(cli, "build_model", lambda spec: script.model)
+    run, ws = tmp_path / "run", tmp_path / "my-ws"
+    argv = ["auto", "--reference", PLUS_ONE_REF, "--target", "cpu", "--iterations", "1", "--no-profile"]
+    argv += [
+        "--test-cases",
+        "0",
+        "--seeds",
+        "1",
+        "--quiet",
+        "--json",
+        "--run-dir",
+        str(run),
+        "--workspace",
+        str(ws),
+    ]
+    assert cli.main(argv) == 0
+    capsys.readouterr()
+    assert (ws / "references" / "plus_one_reference.py").is_file() and not (run / "workspace").exists()
+
+    assert cli.main(["auto", "--resume", str(run), "--target", "tpu-v5e"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "maxkernel-orchestrate: --resume continues a run with the options it started with: drop --target"
+    )
+
+    assert cli.main(["auto", "--resume", str(run), "--quiet", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["target"] == "cpu" and summary["best"]["iteration"] == 1
+    assert not (run / "workspace").exists()  # the resumed run spoke to the workspace it started with
