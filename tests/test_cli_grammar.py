@@ -233,6 +233,7 @@ def test_search_resume_keeps_every_option_and_its_cache(tmp_path):
     one_line_exit_2(broken, "broken pipe")
 
 
+@pytest.mark.slow
 def test_auth_failure_says_so_in_auto_and_search(tmp_path):
     """Against a token-protected server, both verbs print the same one line (exit 2), nothing on disk."""
     import socket
@@ -276,6 +277,20 @@ def test_auth_failure_says_so_in_auto_and_search(tmp_path):
                 p, f"the server at {url} refused the token (401): pass --token or set MAXKERNEL_TOKEN"
             )
         assert not list(work.iterdir())
+        # the right token, as a flag, reaches the server from `search`: one real evaluation there
+        ok = subprocess.run(
+            [str(BIN / "maxkernel-orchestrate"), "search", "12p", "--server", url, "--token", "right"]
+            + ["--max-evaluations", "1", "--json", "--run-dir", "run"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=no_token,
+        )
+        assert "refused" not in ok.stderr and "Traceback" not in ok.stderr, ok.stderr
+        import json
+
+        assert json.loads(ok.stdout)["evaluations"] == 1, ok.stdout
     finally:
         server.terminate()
         server.wait(10)
