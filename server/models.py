@@ -68,7 +68,13 @@ Reference = Annotated[
         "inside the workspace"
     ),
 ]
-Size = Annotated[Literal["small", "full"], Field(description="input sizes from the reference's SIZES")]
+Size = Annotated[
+    str | None,
+    Field(
+        description="a size from the reference's SIZES (JaxBench: 'small' or 'full'); "
+        "omit for 'small' if the reference has it, else its only size"
+    ),
+]
 Timeout = Annotated[float, Field(gt=0, le=3600, description="wall-clock limit per child process, seconds")]
 CompileTarget = Annotated[
     str,

@@ -59,9 +59,11 @@ from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on
     DEFAULT_REPS,
     DEFAULT_SEED_OFFSET,
     DEFAULT_SEEDS,
+    DEFAULT_SIZE,
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT_S,
     PROFILE_TIMEOUT_S,
+    size_kwargs,
 )
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
@@ -83,7 +85,7 @@ async def compile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
@@ -95,7 +97,13 @@ async def compile_kernel(
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
-            str(kernel), ref, tgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            tgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
     )
     return finish(report, "compile_kernel")
@@ -107,7 +115,7 @@ async def validate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: Annotated[
         int, Field(ge=0, description="first seed; give a new offset to validate on inputs never seen before")
@@ -139,7 +147,7 @@ async def validate_kernel(
             str(kernel),
             ref,
             tgt,
-            size,
+            **size_kwargs(size),
             seeds=list(range(seed_offset, seed_offset + seeds)),
             atol=atol,
             rtol=rtol,
@@ -155,16 +163,27 @@ async def validate_kernel(
 
 
 def _profile_call(
-    st: AppState, kernel: Path, ref: str, target: str, size: str, timeout_s: float, reps: int, interp: bool
+    st: AppState,
+    kernel: Path,
+    ref: str,
+    target: str,
+    size: str | None,
+    timeout_s: float,
+    reps: int,
+    interp: bool,
 ) -> Callable[[ProgressFn, threading.Event], ProfileReport]:
     # The trace lands in the workspace, so summarize_trace (and the host) can read it afterwards.
     sha = sha256_text(kernel.read_text(encoding="utf-8"))
-    trace_dir = st.workspace.root / "traces" / f"{sha[:16]}-{target}-{size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    trace_dir = (
+        st.workspace.root
+        / "traces"
+        / f"{sha[:16]}-{target}-{size or 'default'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     return lambda progress, cancel: st.evaluator.profile(
         str(kernel),
         ref,
         target,
-        size,
+        **size_kwargs(size),
         trace_dir=str(trace_dir),
         measure_interpret=interp,
         reps=reps,
@@ -180,7 +199,7 @@ async def profile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     reps: Reps = DEFAULT_REPS,
     measure_interpret: MeasureInterpret = False,
     timeout_s: Timeout = PROFILE_TIMEOUT_S,
@@ -204,7 +223,7 @@ async def evaluate_kernel(
     compile_target: CompileTarget = DEFAULT_TARGET,
     validate_target: RunTarget = DEFAULT_TARGET,
     profile_target: RunTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: Annotated[
         int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
@@ -227,7 +246,13 @@ async def evaluate_kernel(
     compiled = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
-            str(kernel), ref, ctgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            ctgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
         prefix="compile: ",
         progress=prog,
@@ -244,7 +269,7 @@ async def evaluate_kernel(
             str(kernel),
             ref,
             vtgt,
-            size,
+            **size_kwargs(size),
             seeds=list(range(seed_offset, seed_offset + seeds)),
             timeout_s=timeout_s,
             on_progress=progress,
@@ -299,7 +324,7 @@ async def estimate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     timeout_s: Timeout = 120.0,
 ) -> EstimateReport:
     """Static TPU performance estimate of a Pallas kernel (trace only, no compile): time, bound, VMEM fit.
@@ -310,7 +335,13 @@ async def estimate_kernel(
     result = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.estimate(
-            str(kernel), ref, tgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            tgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
     )
     return finish(result, "estimate_kernel")
@@ -329,7 +360,7 @@ async def autotune_kernel(
     ],
     reference: Reference,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = "small",
+    size: Size = DEFAULT_SIZE,
     max_configs: Annotated[
         int, Field(ge=1, le=64, description="configs compiled + validated after pruning")
     ] = 4,
@@ -356,7 +387,7 @@ async def autotune_kernel(
             space,
             ref,
             tgt,
-            size,
+            **size_kwargs(size),
             max_configs=max_configs,
             objective=objective,
             workdir=workdir,
