@@ -120,8 +120,8 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = No
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise UsageError(f"--{flag.replace('_', '-')} should be >= 0, got {value}")
-    if args.run_dir and Path(args.run_dir).exists() and any(Path(args.run_dir).iterdir()):
-        raise UsageError(f"--run-dir {args.run_dir} exists and is not empty: continue it with --resume")
+    if args.run_dir:
+        cli_args.check_new_run_dir(args.run_dir)
 
 
 def _auto_defaults(parser: argparse.ArgumentParser | None) -> dict:

@@ -153,6 +153,17 @@ def first_missing(path: str | os.PathLike) -> Any:
     return missing
 
 
+def check_new_run_dir(path: str | os.PathLike) -> None:
+    """A new run goes into a directory that is absent or empty; an old one is continued with --resume."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--run-dir {path} is a file, not a directory")
+    if p.is_dir() and any(p.iterdir()):
+        raise UsageError(f"--run-dir {path} exists and is not empty: continue it with --resume {path}")
+
+
 def looks_like_path(reference: str) -> bool:
     return any(c in reference for c in "/\\") or reference.endswith(".py")
 

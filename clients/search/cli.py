@@ -326,8 +326,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         settings = _settings(args)
         slug = Path(reference).stem if cli_args.looks_like_path(reference) else local_reference
         run_dir = Path(args.run_dir or f"runs/search-{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if run_dir.exists() and any(run_dir.iterdir()):
-            raise UsageError(f"--run-dir {run_dir} exists and is not empty: continue it with --resume")
+        cli_args.check_new_run_dir(run_dir)
         task = None
     _check_numbers(args)
     token = cli_args.server_token(args)
