@@ -42,7 +42,7 @@ class RunEvalCache:
         hit = self.entries.get(key)
         if hit is not None:
             self.hits += 1
-            on_hit(f"cache hit: {label} of a byte-identical kernel (first evaluated {hit['first']})")
+            on_hit(f"cache hit: {label}: the same kernel bytes were judged before ({hit['first']})")
             return {**hit["report"], "cache_hit": {"first": hit["first"]}}
         report = await call()
         kind = ((report or {}).get("failure") or {}).get("kind")
