@@ -472,3 +472,18 @@ def test_auto_resume_keeps_its_options_and_refuses_changes(monkeypatch, capsys, 
     summary = json.loads(capsys.readouterr().out)
     assert summary["target"] == "cpu" and summary["best"]["iteration"] == 1
     assert not (run / "workspace").exists()  # the resumed run spoke to the workspace it started with
+
+
+def _into_closed_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run with stdout a pipe whose reader is gone (`... | head` after head exits)."""
+    r_fd, w_fd = os.pipe()
+    os.close(r_fd)
+    try:
+        return subprocess.run(argv, cwd=cwd, stdout=w_fd, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w_fd)
+
+
+@pytest.mark.parametrize("argv", [["chips"], ["tasks", "--json"]])
+def test_maxkernel_into_a_closed_pipe_is_one_line_exit_2(tmp_path, argv):
+    one_line_exit_2(_into_closed_pipe([str(BIN / "maxkernel"), *argv], tmp_path), "broken pipe")
