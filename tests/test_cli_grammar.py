@@ -487,3 +487,14 @@ def _into_closed_pipe(argv: list[str], cwd: Path) -> subprocess.CompletedProcess
 @pytest.mark.parametrize("argv", [["chips"], ["tasks", "--json"]])
 def test_maxkernel_into_a_closed_pipe_is_one_line_exit_2(tmp_path, argv):
     one_line_exit_2(_into_closed_pipe([str(BIN / "maxkernel"), *argv], tmp_path), "broken pipe")
+
+
+@pytest.mark.slow
+def test_bench_shows_a_live_line(tmp_path):
+    p = sh(
+        "maxkernel", "bench", "--tasks", "12p", "--target", "cpu", "--run-dir", "r", cwd=tmp_path, timeout=600
+    )
+    assert p.returncode in (0, 1), p.stderr
+    line = " ".join(p.stderr.split())
+    assert "bench 2/2" in line and "best:" in line and "ETA" in line and "/2 ok" in line, p.stderr
+    assert (tmp_path / "r" / "results.json").is_file()  # --run-dir is where the results go
