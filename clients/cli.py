@@ -116,6 +116,9 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = No
     if args.max_debug < 0:
         raise UsageError(f"--max-debug should be >= 0, got {args.max_debug}")
     cli_args.check_target(args.target)
+    for url in args.server:
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"--server {url!r}: give the server's URL, http(s)://HOST:PORT/mcp")
     for flag in ("max_usd", "max_tokens", "max_minutes"):
         value = getattr(args, flag)
         if value is not None and value < 0:

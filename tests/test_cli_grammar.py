@@ -147,6 +147,8 @@ def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
         ("maxkernel-orchestrate", ["search", "--reference", "nope.py"], "reference file not found"),
         ("maxkernel-orchestrate", ["search", "--resume", "/nonexistent/run"], "not a search run directory"),
         ("maxkernel-orchestrate", ["search", "12p", "--timeout", "3"], "unrecognized arguments"),
+        ("maxkernel-orchestrate", ["search", "12p", "--server", "tpu-host:8765"], "give an http(s)://"),
+        ("maxkernel-orchestrate", ["auto", "--reference", "12p", "--server", "tpu-host:8765"], "http(s)://"),
         ("maxkernel-orchestrate", ["report", "/nonexistent/run"], "give a search run directory"),
         ("maxkernel-orchestrate", ["report", "."], "give a search run directory"),
         ("maxkernel-server", ["--timeout", "0"], "must be > 0"),

@@ -9,6 +9,7 @@ from rich.text import Text
 from maxkernel.tpu_tools.chips import ChipSpec
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
 
+
 class _Console(Console):
     """rich exits 1 silently when stdout's reader goes away (`maxkernel chips | head -1`); raise instead, so
     the CLI says so in one line with exit 2 like every other closed pipe (cli_args.quiet_broken_pipe)."""

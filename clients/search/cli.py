@@ -329,6 +329,11 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         cli_args.check_new_run_dir(run_dir)
         task = None
     _check_numbers(args)
+    for spec in args.server:
+        if not spec.startswith(("http://", "https://", "stdio:")):
+            raise UsageError(
+                f"--server {spec!r}: give an http(s)://HOST:PORT/mcp URL or 'stdio:COMMAND ARGS'"
+            )
     token = cli_args.server_token(args)
     specs: list[Any] = []
     if args.objective != "estimate":
