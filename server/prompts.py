@@ -16,6 +16,8 @@ from mcp.server.mcpserver.prompts.base import Message, UserMessage
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
+from maxkernel.server.examples import prompt_examples
+from maxkernel.server.requests import AppState
 from maxkernel.server.tools import task_detail
 from maxkernel.subagents import (
     get_role,
@@ -82,28 +84,40 @@ def _messages(role: str, text: str) -> list[Message]:
 
 
 def plan_kernel(
-    task: str, kernel: str = "", feedback: str = "", target: str = DEFAULT_TARGET, ctx: Context = None
+    task: str,
+    kernel: str = "",
+    feedback: str = "",
+    target: str = DEFAULT_TARGET,
+    ctx: Context[AppState] | None = None,
 ) -> list[Message]:
     """Plan a Pallas kernel for a JaxBench task or a workspace reference module: tiling, grid, VMEM budget."""
+    spec, examples = reference_spec(task, ctx), prompt_examples(ctx, "planner", task=task)
     return _messages(
-        "planner",
-        render_plan_prompt(reference_spec(task, ctx), _chip(target), kernel or None, feedback or None),
+        "planner", render_plan_prompt(spec, _chip(target), kernel or None, feedback or None, examples)
     )
 
 
 def implement_kernel(
-    plan: str, task: str, target: str = DEFAULT_TARGET, ctx: Context = None
+    plan: str, task: str, target: str = DEFAULT_TARGET, ctx: Context[AppState] | None = None
 ) -> list[Message]:
     """Write the Pallas module that carries out a plan."""
-    return _messages("implementer", render_implement_prompt(plan, reference_spec(task, ctx), _chip(target)))
+    spec, examples = reference_spec(task, ctx), prompt_examples(ctx, "implementer", task=task)
+    return _messages("implementer", render_implement_prompt(plan, spec, _chip(target), examples=examples))
 
 
 def debug_kernel(
-    kernel: str, error: str, target: str = DEFAULT_TARGET, task: str = "", ctx: Context = None
+    kernel: str,
+    error: str,
+    target: str = DEFAULT_TARGET,
+    task: str = "",
+    ctx: Context[AppState] | None = None,
 ) -> list[Message]:
     """Explain why a kernel fails (compiler error or verdict JSON) and return the fixed module."""
     spec = reference_spec(task, ctx) if task else None
-    return _messages("debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec))
+    examples = prompt_examples(ctx, "debugger", error=error)
+    return _messages(
+        "debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec, examples=examples)
+    )
 
 
 def analyze_profile(

@@ -36,7 +36,8 @@ async def test_mcp_tool_defaults_equal_the_cli_defaults(tmp_path):
         tools = {t.name: t for t in (await client.list_tools()).tools}
     for name in ("compile_kernel", "validate_kernel", "profile_kernel", "estimate_kernel", "autotune_kernel"):
         assert _tool_defaults(tools, name)["target"] == cli_args.DEFAULT_TARGET, name
-    for name in ("compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel", "estimate_kernel"):
+    sized = ("compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel", "estimate_kernel")
+    for name in (*sized, "analyze_kernel"):
         # None: the reference's own default, as on the CLI
         assert _tool_defaults(tools, name)["size"] is cli_args.DEFAULT_SIZE is None, name
     ev = _tool_defaults(tools, "evaluate_kernel")

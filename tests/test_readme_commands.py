@@ -25,7 +25,11 @@ TOOLS = ("maxkernel", "maxkernel-orchestrate", "maxkernel-server")
 BIN = Path(sys.executable).parent
 
 # (tool, first argument) -> how the command is checked
-RUN = {("maxkernel", v) for v in ("compile", "validate", "profile", "trace", "chips", "tasks")}
+RUN = {
+    ("maxkernel", v)
+    for v in ("compile", "validate", "profile", "trace", "analyze", "estimate", "chips", "tasks")
+}
+RUN |= {("maxkernel", "examples")}
 RUN |= {("maxkernel-orchestrate", "search-estimate")}
 PARSE = {("maxkernel", "bench"), ("maxkernel-server", None)}
 PARSE |= {("maxkernel-orchestrate", v) for v in ("auto", "search", "report")}
