@@ -24,6 +24,7 @@ from pydantic import Field
 
 from maxkernel.server.models import (
     CompileTarget,
+    DefaultSize,
     EvaluationReport,
     KernelPath,
     KernelSource,
@@ -32,6 +33,7 @@ from maxkernel.server.models import (
     Reps,
     RunTarget,
     SavedTraceSummary,
+    SeedOffset,
     Seeds,
     Size,
     TaskDetail,
@@ -68,6 +70,7 @@ from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on
 )
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
+from maxkernel.tpu_tools.program import ProgramDescription
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
 from maxkernel.tpu_tools.tasks import TaskSummary
 from maxkernel.tpu_tools.trace_summary import TraceFormatError
@@ -86,7 +89,7 @@ async def compile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
@@ -116,11 +119,9 @@ async def validate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     seeds: Seeds = DEFAULT_SEEDS,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first seed; give a new offset to validate on inputs never seen before")
-    ] = DEFAULT_SEED_OFFSET,
+    seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     atol: Tol = None,
     rtol: Tol = None,
     allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
@@ -148,8 +149,9 @@ async def validate_kernel(
             str(kernel),
             ref,
             tgt,
-            **size_kwargs(size),
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            size,
+            seeds=seeds,
+            seed_offset=seed_offset,
             atol=atol,
             rtol=rtol,
             allow_plain_jax=allow_plain_jax,
@@ -200,7 +202,7 @@ async def profile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     reps: Reps = DEFAULT_REPS,
     measure_interpret: MeasureInterpret = False,
     timeout_s: Timeout = PROFILE_TIMEOUT_S,
@@ -224,11 +226,9 @@ async def evaluate_kernel(
     compile_target: CompileTarget = DEFAULT_TARGET,
     validate_target: RunTarget = DEFAULT_TARGET,
     profile_target: RunTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     seeds: Seeds = DEFAULT_SEEDS,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
-    ] = DEFAULT_SEED_OFFSET,
+    seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
     reps: Reps = DEFAULT_REPS,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
@@ -270,8 +270,9 @@ async def evaluate_kernel(
             str(kernel),
             ref,
             vtgt,
-            **size_kwargs(size),
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            size,
+            seeds=seeds,
+            seed_offset=seed_offset,
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,
@@ -325,7 +326,7 @@ async def estimate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = 120.0,
 ) -> EstimateReport:
     """Static TPU performance estimate of a Pallas kernel (compile-only, no chip): time, bound, VMEM fit.
@@ -356,7 +357,7 @@ async def analyze_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = "tpu-v5e",
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = 180.0,
 ) -> AnalysisReport:
     """What the TPU compiler made of a kernel (compile-only, from libtpu's LLO dump).
@@ -397,7 +398,7 @@ async def autotune_kernel(
     ],
     reference: Reference,
     target: CompileTarget = DEFAULT_TARGET,
-    size: Size = DEFAULT_SIZE,
+    size: DefaultSize = DEFAULT_SIZE,
     max_configs: Annotated[
         int, Field(ge=1, le=64, description="configs compiled + validated after pruning")
     ] = 4,
@@ -474,6 +475,36 @@ async def get_task(
     return await anyio.to_thread.run_sync(lambda: task_detail(task))
 
 
+async def describe_reference(
+    ctx: Context[AppState],
+    reference: Reference,
+    size: Annotated[
+        Size | None, Field(description="default: small if the reference has it, else its only size")
+    ] = None,
+    timeout_s: Timeout = 120.0,
+) -> ProgramDescription:
+    """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every
+    equation (primitive, operands, output shapes, parameters as source) and a primitive census."""
+    from maxkernel.tpu_tools.errors import UsageError
+    from maxkernel.tpu_tools.program import describe_in_child
+
+    st = state_of(ctx)
+    ref = resolve_reference(st.workspace, reference)
+
+    def run(progress: ProgressFn, cancel: threading.Event) -> ProgramDescription | str:
+        try:
+            return describe_in_child(
+                st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            )
+        except UsageError as e:  # returned, not raised: the task group would wrap it
+            return str(e)
+
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -494,6 +525,7 @@ def register(server: MCPServer) -> None:
     for fn, title in [
         (list_tasks, "List the JaxBench tasks"),
         (get_task, "Get a JaxBench task"),
+        (describe_reference, "Describe a reference's traced program"),
         (list_chips, "List TPU chips"),
     ]:
         server.tool(title=title, annotations=READS)(fn)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,8 +64,9 @@ def cmd_validate(args) -> int:
         args.kernel,
         args.reference,
         args.target,
-        **cli_args.size_kwargs(args.size),
-        seeds=list(range(args.seed_offset, args.seed_offset + args.seeds)),
+        args.size,
+        seeds=args.seeds,
+        seed_offset=args.seed_offset,
         atol=args.atol,
         rtol=args.rtol,
         allow_plain_jax=args.allow_plain_jax,
@@ -94,6 +96,7 @@ def cmd_tasks(args) -> int:
 def _add_eval_args(
     p: argparse.ArgumentParser,
     default_target: str = cli_args.DEFAULT_TARGET,
+    default_size: str | None = cli_args.DEFAULT_SIZE,
     *,
     timeout_s: float = cli_args.DEFAULT_TIMEOUT_S,
 ) -> None:
@@ -101,9 +104,14 @@ def _add_eval_args(
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
     cli_args.add_reference(p)
     cli_args.add_target(p, default_target)
-    cli_args.add_size(p)
+    cli_args.add_size(p, default_size)
     cli_args.add_timeout(p, timeout_s)
     cli_args.add_json(p)
+    p.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="refuse to evaluate where no OS sandbox isolates the job",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,11 +168,15 @@ def _extensions():
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from maxkernel.tpu_tools.sandbox import SandboxUnavailable
+
+    if getattr(args, "require_sandbox", False):
+        os.environ["MAXKERNEL_REQUIRE_SANDBOX"] = "1"  # read by the worker pool when it starts
     try:
         _check_inputs(args)
         with cli_args.quiet_broken_pipe():
             return args.func(args)
-    except UsageError as e:
+    except (UsageError, SandboxUnavailable) as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -22,7 +22,9 @@ DEFAULT_TARGET = "tpu-v6e"  # the compile-only TPU target: real Mosaic compile, 
 DEFAULT_SIZE: str | None = None  # None: "small" if the reference has it, else its only size
 SIZE_DEFAULT_TEXT = "small if the reference has it, else its only size"
 DEFAULT_SEEDS = 3
-DEFAULT_SEED_OFFSET = 0
+DEFAULT_SEED_OFFSET: int | None = (
+    None  # None: drawn at random, recorded in the verdict (pass it back to reproduce)
+)
 DEFAULT_TIMEOUT_S = 300.0
 PROFILE_TIMEOUT_S = 600.0  # profile runs reference + candidate + noise floor: twice the budget
 DEFAULT_REPS = 30
@@ -208,12 +210,12 @@ def check_target(name: str) -> None:
         raise UsageError(str(e)) from None
 
 
-def add_size(p: argparse.ArgumentParser) -> None:
+def add_size(p: argparse.ArgumentParser, default: str | None = DEFAULT_SIZE) -> None:
     p.add_argument(
         "--size",
-        default=DEFAULT_SIZE,
+        default=default,
         metavar="NAME",
-        help=f"a size from the reference's SIZES (default: {SIZE_DEFAULT_TEXT})",
+        help=f"a size from the reference's SIZES (default: {default or SIZE_DEFAULT_TEXT})",
     )
 
 
@@ -265,7 +267,7 @@ def add_seeds(p: argparse.ArgumentParser, *, offset: bool = True) -> None:
             type=non_negative_int,
             default=DEFAULT_SEED_OFFSET,
             metavar="N",
-            help="first seed; a new offset validates on inputs never seen before",
+            help="first seed (default: drawn at random; the verdict records it, pass it back to reproduce)",
         )
 
 
