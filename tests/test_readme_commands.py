@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_paths import ROOT
+from conftest_paths import ROOT, scratch_outside_tmp
 
 README = ROOT / "README.md"
 TOOLS = ("maxkernel", "maxkernel-orchestrate", "maxkernel-server")
@@ -66,16 +66,17 @@ def kind(words: list[str]) -> tuple[str, str | None]:
 
 
 @pytest.fixture(scope="module")
-def scratch(tmp_path_factory) -> Path:
+def scratch():
     """A directory where the README's relative paths exist: examples/, my_kernel.py, my_reference.py."""
-    d = tmp_path_factory.mktemp("readme")
+    d = scratch_outside_tmp("readme-")
     shutil.copytree(ROOT / "examples", d / "examples")
     shutil.copy(ROOT / "jaxbench" / "tasks" / "8p_GEMM" / "pallas_reference.py", d / "my_kernel.py")
     shutil.copy(ROOT / "examples" / "matmul_reference.py", d / "my_reference.py")
     # the runs the resume/report examples name (their placeholders become these directories)
     (d / "runs" / "20250101-120000-12p_RMSNorm").mkdir(parents=True)
     (d / "runs" / "20250101-120000-12p_RMSNorm" / "state.json").write_text("{}")
-    return d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def test_the_readme_has_examples_of_every_tool():
