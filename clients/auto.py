@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from maxkernel.clients.auto_cache import CachedServer, RunEvalCache
 from maxkernel.clients.auto_roles import RoleSteps
 from maxkernel.clients.auto_state import (
     DESIGN_CHIP,
@@ -79,12 +80,20 @@ class AutoLoop(RoleSteps):
     ) -> None:
         if not servers:
             raise ValueError("AutoLoop needs at least one connected server")
-        self.model, self.servers, self.store, self.state = model, servers, store, state
+        self.model, self.store, self.state = model, store, state
         self.ledger = ledger or Ledger()
         self.reporter = reporter or NullReporter()
         self._transcripts = 0
         for s in servers:
             s.on_progress = self.reporter.tool
+        # a byte-identical kernel asked the same question again is a cache hit, not a re-evaluation
+        self.eval_cache = RunEvalCache(store)
+        self.servers = [
+            CachedServer(
+                s, self.eval_cache, lambda: f"iteration {self.state.current.index}", self.reporter.note
+            )
+            for s in servers
+        ]
 
     @classmethod
     def start(
@@ -644,6 +653,7 @@ class AutoLoop(RoleSteps):
                 for it in st.finished
             ],
             "steps": len(st.steps),
+            "cache_hits": self.eval_cache.hits,
             "spend": {
                 "usd": round(self.ledger.total_cost_usd, 6),
                 "unpriced_calls": self.ledger.unpriced_calls,

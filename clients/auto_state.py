@@ -31,7 +31,9 @@ class AutoConfig(BaseModel):
     reference: str = Field(description="what the server's tools get: a JaxBench id or a workspace path")
     task_spec: str = Field(default="", description="prompt text for the task; fetched with get_task if empty")
     target: str = "tpu-v6e"
-    size: Literal["small", "full"] = "small"
+    size: str | None = Field(
+        default=None, description="None: the server picks (small if present, else the only size)"
+    )
     iterations: int = Field(default=5, ge=1)
     max_debug: int = Field(default=3, ge=0)
     seeds: int = Field(default=3, ge=1, le=16)

@@ -1,6 +1,6 @@
 """`maxkernel-orchestrate`: drive models against maxkernel servers (the Auto loop).
 
-    maxkernel-orchestrate auto --task 12p_RMSNorm [--target tpu-v6e] [--model offline] [--iterations 5]
+    maxkernel-orchestrate auto --reference 12p_RMSNorm [--target tpu-v6e] [--model offline] [--iterations 5]
     maxkernel-orchestrate auto --resume runs/20260101-120000-12p_RMSNorm
 
 By default a `maxkernel-server` is spawned over stdio with its workspace inside the run directory;
@@ -12,35 +12,46 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 from maxkernel.clients.models import Budget, Model, ModelConfigError
+from maxkernel.tpu_tools import cli_args
+from maxkernel.tpu_tools.errors import UsageError  # one class for the command line's mistakes
 
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
-
-
-class UsageError(Exception):
-    """The command line asks for something impossible; the message says how to fix it."""
+CLI_OPTIONS = "cli_options.json"  # how the run reached its servers, for --resume (the loop's own config is in state.json)
+# options a run keeps from its start: --resume refuses a different value instead of ignoring it
+RUN_OPTIONS = (
+    "size",
+    "target",
+    "iterations",
+    "max_debug",
+    "seeds",
+    "no_profile",
+    "test_cases",
+    "autotune",
+    "run_dir",
+    "out",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="maxkernel-orchestrate", description=__doc__.splitlines()[0])
+    p = cli_args.parser("maxkernel-orchestrate", __doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("auto", help="plan, implement, debug, validate and profile kernels for a task")
-    a.add_argument("--task", help="JaxBench task id, e.g. 12p_RMSNorm")
-    a.add_argument("--reference", help="your own reference module (maxkernel reference format)")
-    a.add_argument("--size", choices=["small", "full"], default="small")
-    a.add_argument("--target", default="tpu-v6e", help="tpu-v4|tpu-v5e|tpu-v5p|tpu-v6e|tpu-7x|cpu")
+    a = sub.add_parser("auto", help="plan, implement, debug, validate and profile kernels for a reference")
+    cli_args.add_reference(a)
+    cli_args.add_target(a)
+    cli_args.add_size(a)
     a.add_argument(
-        "--model", help="offline, gemini-<version> or openai:<model> (default: gemini if a key is set)"
+        "--model",
+        help="offline, gemini-<version> or openai:<model> (default: gemini if a key is set, else offline)",
     )
-    a.add_argument("--iterations", type=int, default=5)
+    a.add_argument("--iterations", type=int, default=5, help="plan -> ... -> analyze rounds")
     a.add_argument("--max-debug", type=int, default=3, help="debugger attempts per iteration")
-    a.add_argument("--seeds", type=int, default=3, help="fresh input seeds per validation")
+    cli_args.add_seeds(a, offset=False)
     a.add_argument("--no-profile", action="store_true", help="skip profiling (rank nothing, keep the first)")
     a.add_argument(
         "--test-cases",
@@ -52,17 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--autotune", action="store_true", help="sweep the verified kernel's tunables after each analysis"
     )
-    a.add_argument("--out", default="runs", help="parent of the run directory (default runs/)")
-    a.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last finished step")
+    cli_args.add_run_dir(a, help_text="the run's directory (default: runs/<time>-<reference>)")
+    a.add_argument("--out", default="runs", help=argparse.SUPPRESS)  # old spelling: the run dir's parent
     a.add_argument(
-        "--server", action="append", default=[], metavar="URL", help="a running server (repeatable)"
+        "--resume", metavar="RUN_DIR", help="continue a run from its last finished step, with its options"
     )
-    a.add_argument("--token", help="bearer token for --server (else env MAXKERNEL_TOKEN)")
+    cli_args.add_server(a)
     a.add_argument("--workspace", help="workspace of the spawned stdio server (default: RUN_DIR/workspace)")
-    a.add_argument("--max-usd", type=float)
-    a.add_argument("--max-tokens", type=int)
-    a.add_argument("--max-minutes", type=float)
-    a.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    a.add_argument("--max-usd", type=float, help="stop cleanly after this much model spend")
+    a.add_argument("--max-tokens", type=int, help="stop cleanly after this many model tokens")
+    a.add_argument("--max-minutes", type=float, help="stop cleanly after this many minutes")
+    cli_args.add_json(a, "summary.json")
     a.add_argument("--quiet", action="store_true", help="no progress lines")
     from maxkernel.clients.search.cli import register as register_search
 
@@ -77,31 +88,57 @@ def build_model(spec: str) -> Model:
     return with_retries(get_model(spec))
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> None:
+    """Every mistake on the command line is found here, before a run directory or a server exists."""
+    reference = cli_args.take_reference(args)
     if args.resume:
-        if args.task or args.reference:
-            raise UsageError("--resume continues a run as it was started: drop --task/--reference")
+        if reference:
+            raise UsageError("--resume continues a run as it was started: drop --reference")
+        from maxkernel.clients.run_store import RunStore, RunStoreError
+
+        try:
+            RunStore.open(args.resume)
+        except RunStoreError as e:
+            raise UsageError(str(e)) from None
+        defaults = _auto_defaults(parser)
+        changed = [o for o in RUN_OPTIONS if getattr(args, o) != defaults.get(o)]
+        if changed:
+            flags = ", ".join("--" + o.replace("_", "-") for o in changed)
+            raise UsageError(f"--resume continues a run with the options it started with: drop {flags}")
         return
-    if bool(args.task) == bool(args.reference):
-        raise UsageError("give exactly one of --task ID or --reference FILE")
-    if args.reference and not args.server and not Path(args.reference).exists():
-        raise UsageError(f"reference file not found: {args.reference}")
+    if not reference:
+        raise UsageError("give the reference: --reference ID|PATH (a JaxBench task id or a reference file)")
+    args.reference = cli_args.check_reference(reference, remote=bool(args.server))
     if args.iterations < 1:
         raise UsageError(f"--iterations should be at least 1, got {args.iterations}")
     if not 0 <= args.test_cases <= 16:
         raise UsageError(f"--test-cases should be between 0 and 16, got {args.test_cases}")
     if args.max_debug < 0:
         raise UsageError(f"--max-debug should be >= 0, got {args.max_debug}")
-    if not 1 <= args.seeds <= 16:
-        raise UsageError(f"--seeds should be between 1 and 16, got {args.seeds}")
-    from maxkernel.tpu_tools.targets import TARGET_NAMES
-
-    if args.target not in TARGET_NAMES:
-        raise UsageError(f"unknown --target {args.target!r}: one of {', '.join(TARGET_NAMES)}")
+    cli_args.check_target(args.target)
+    for url in args.server:
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"--server {url!r}: give the server's URL, http(s)://HOST:PORT/mcp")
     for flag in ("max_usd", "max_tokens", "max_minutes"):
         value = getattr(args, flag)
         if value is not None and value < 0:
             raise UsageError(f"--{flag.replace('_', '-')} should be >= 0, got {value}")
+    if args.run_dir:
+        cli_args.check_new_run_dir(args.run_dir)
+
+
+def _auto_defaults(parser: argparse.ArgumentParser | None) -> dict:
+    auto = (parser or build_parser())._subparsers._group_actions[0].choices["auto"]  # type: ignore[union-attr]
+    return {a.dest: a.default for a in auto._actions}
+
+
+def _is_task_id(reference: str) -> bool:
+    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
+
+    try:
+        return resolve_id(reference) == reference and not Path(reference).exists()
+    except UnknownTaskError:
+        return False
 
 
 def _stage_reference(reference: str, workspace: Path) -> str:
@@ -116,14 +153,31 @@ def _stage_reference(reference: str, workspace: Path) -> str:
     return f"references/{src.name}"
 
 
+def _new_store(args: argparse.Namespace, label: str):
+    from maxkernel.clients.run_store import RunStore
+
+    if args.run_dir:
+        root = Path(args.run_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        return RunStore(root)
+    return RunStore.create(args.out, label)
+
+
+def _resume_budget(saved: Budget, args: argparse.Namespace) -> Budget:
+    """Budgets are the one thing a resumed run may change: how much more it may spend."""
+    given = {
+        k: getattr(args, k) for k in ("max_usd", "max_tokens", "max_minutes") if getattr(args, k) is not None
+    }
+    return saved.model_copy(update=given) if given else saved
+
+
 async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
     """Set up the store, model and servers, then run (or resume) the loop; return summary.json."""
     from maxkernel.clients.auto import AutoConfig, AutoLoop
-    from maxkernel.clients.mcp_client import KernelServerClient
+    from maxkernel.clients.mcp_client import KernelServerClient, ServerUnavailable
     from maxkernel.clients.progress import NullReporter, RichReporter
-    from maxkernel.clients.run_store import RunStore, RunStoreError
+    from maxkernel.clients.run_store import STATE_FILE, RunStore, RunStoreError
 
-    reporter = NullReporter() if args.quiet else RichReporter()
     if args.resume:
         try:
             store = RunStore.open(args.resume)
@@ -131,6 +185,11 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
             raise UsageError(str(e)) from None
         saved = json.loads(store.load_state_json())["config"]
         model_spec = args.model or saved["model"]
+        started_with = (
+            json.loads(store.path(CLI_OPTIONS).read_text()) if store.path(CLI_OPTIONS).is_file() else {}
+        )
+        args.workspace = args.workspace or started_with.get("workspace")  # the staged reference lives there
+        args.server = args.server or started_with.get("server", [])  # a host may be replaced, not dropped
     else:
         from maxkernel.clients.models import default_model_spec
 
@@ -139,51 +198,82 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
         model = build_model(model_spec)
     except ModelConfigError as e:
         raise UsageError(str(e)) from None
-    if not args.resume:
-        store = RunStore.create(args.out, args.task or Path(args.reference).stem)
+    token = cli_args.server_token(args)
+    if server_factory is None and args.server:
+        from maxkernel.clients.connect import check_auth
 
+        for url in args.server:  # a refused token is the caller's mistake: say so before creating anything
+            check_auth(url, token)
+    reference = args.reference
+    task_id = not args.resume and _is_task_id(reference)
+    fresh = not args.resume
+    if fresh:
+        created = cli_args.first_missing(Path(args.run_dir or args.out))
+        store = _new_store(args, reference if task_id else Path(reference).stem)
+        if not args.run_dir and created is None:
+            created = store.root
+        store.write_json(
+            CLI_OPTIONS,
+            {
+                "workspace": str(Path(args.workspace).absolute()) if args.workspace else None,
+                "server": list(args.server),  # never the token: it stays in the flag or the environment
+            },
+        )
+
+    reporter = NullReporter() if args.quiet else RichReporter()
     workspace = Path(args.workspace) if args.workspace else store.root / "workspace"
-    async with AsyncExitStack() as stack:
-        if server_factory is not None:
-            clients = [server_factory(workspace)]
-        elif args.server:
-            token = args.token or os.environ.get("MAXKERNEL_TOKEN")
-            clients = [KernelServerClient.http(url, token) for url in args.server]
-        else:
-            workspace.mkdir(parents=True, exist_ok=True)
-            clients = [KernelServerClient.stdio(str(workspace))]
-        for c in clients:
-            await stack.enter_async_context(c)
+    try:
+        async with AsyncExitStack() as stack:
+            if server_factory is not None:
+                clients = [server_factory(workspace)]
+            elif args.server:
+                clients = [KernelServerClient.http(url, token) for url in args.server]
+            else:
+                workspace.mkdir(parents=True, exist_ok=True)
+                clients = [KernelServerClient.stdio(str(workspace))]
+            for c in clients:
+                await stack.enter_async_context(c)
 
-        if args.resume:
-            loop = AutoLoop.resume(model, clients, store, reporter=reporter)
-        else:
-            reference, spec = args.task, ""
-            if args.reference:
-                spec = (
-                    Path(args.reference).read_text(encoding="utf-8") if Path(args.reference).is_file() else ""
+            if args.resume:
+                loop = AutoLoop.resume(model, clients, store, reporter=reporter)
+                loop.state.config.budget = _resume_budget(loop.state.config.budget, args)
+                if args.model:
+                    loop.state.config.model = model_spec
+            else:
+                spec, server_reference = "", reference
+                if not task_id:
+                    local = Path(reference)
+                    spec = local.read_text(encoding="utf-8") if local.is_file() else ""
+                    if not args.server:
+                        server_reference = _stage_reference(reference, workspace)
+                config = AutoConfig(
+                    task=reference if task_id else Path(reference).stem,
+                    reference=server_reference,
+                    task_spec=f"Reference module (the kernel must match it):\n```python\n{spec}\n```"
+                    if spec
+                    else "",
+                    target=args.target,
+                    size=args.size,
+                    iterations=args.iterations,
+                    max_debug=args.max_debug,
+                    seeds=args.seeds,
+                    model=model_spec,
+                    budget=Budget(
+                        max_usd=args.max_usd, max_tokens=args.max_tokens, max_minutes=args.max_minutes
+                    ),
+                    profile=not args.no_profile,
+                    test_cases=args.test_cases,
+                    autotune=args.autotune,
                 )
-                reference = args.reference if args.server else _stage_reference(args.reference, workspace)
-            config = AutoConfig(
-                task=args.task or Path(args.reference).stem,
-                reference=reference,
-                task_spec=f"Reference module (the kernel must match it):\n```python\n{spec}\n```"
-                if spec
-                else "",
-                target=args.target,
-                size=args.size,
-                iterations=args.iterations,
-                max_debug=args.max_debug,
-                seeds=args.seeds,
-                model=model_spec,
-                budget=Budget(max_usd=args.max_usd, max_tokens=args.max_tokens, max_minutes=args.max_minutes),
-                profile=not args.no_profile,
-                test_cases=args.test_cases,
-                autotune=args.autotune,
-            )
-            loop = AutoLoop.start(model, clients, store, config, reporter=reporter)
-        reporter.note(f"run directory: {store.root}")
-        return await loop.run()
+                loop = AutoLoop.start(model, clients, store, config, reporter=reporter)
+            reporter.note(f"run directory: {store.root}")
+            return await loop.run()
+    except (UsageError, ServerUnavailable):
+        if fresh and created is not None and not (store.root / STATE_FILE).exists():
+            shutil.rmtree(created, ignore_errors=True)  # nothing ran: leave nothing behind
+        raise
+    finally:
+        reporter.close()
 
 
 def _print_summary(summary: dict) -> None:
@@ -208,8 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "func"):  # verbs that live in their own modules (search, report)
         return args.func(args)
     try:
-        _check(args)
+        _check(args, parser)
         summary = anyio.run(run_auto, args)
+        with cli_args.quiet_broken_pipe():
+            if args.json:
+                print(json.dumps(summary, indent=2))
+            else:
+                _print_summary(summary)
     except UsageError as e:
         print(f"maxkernel-orchestrate: {e}", file=sys.stderr)
         return USAGE_EXIT
@@ -223,10 +318,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("maxkernel-orchestrate: interrupted; resume with --resume RUN_DIR", file=sys.stderr)
         return 130
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        _print_summary(summary)
     return 0 if summary.get("best") else NO_KERNEL_EXIT
 
 

@@ -13,8 +13,8 @@ import sys
 def main() -> int:
     from maxkernel.clients.cli import main as orchestrate
 
-    args = ["auto", "--task", "12p_RMSNorm", "--size", "small", "--target", "tpu-v6e", "--model", "offline"]
-    args += ["--iterations", "2", "--autotune", "--out", "runs"]
+    args = ["auto", "--reference", "12p_RMSNorm", "--size", "small", "--target", "tpu-v6e"]
+    args += ["--model", "offline", "--iterations", "2", "--autotune"]
     return orchestrate(args)
 
 

@@ -81,12 +81,13 @@ def http_security(host: str, port: int, token: str | None, allowed_hosts: list[s
     run_kwargs: dict = {"host": host, "port": port}
     public = allowed_hosts[0] if allowed_hosts else host
     if token:
+        # A static bearer token, not OAuth: no resource_server_url, so the server neither serves
+        # protected-resource metadata nor points a 401's WWW-Authenticate at an authorization server.
+        # (The SDK requires an issuer_url in AuthSettings; without an auth provider no route serves it.)
         base = f"http://{public}" + ("" if ":" in public else f":{port}")
         server_kwargs["token_verifier"] = StaticTokenVerifier(token)
         server_kwargs["auth"] = AuthSettings(
-            issuer_url=AnyHttpUrl(base),
-            resource_server_url=AnyHttpUrl(f"{base}/mcp"),
-            validate_token_resource=False,
+            issuer_url=AnyHttpUrl(base), resource_server_url=None, validate_token_resource=False
         )
     if allowed_hosts:
         hosts = [h for a in allowed_hosts for h in ([a] if ":" in a else [a, f"{a}:*"])]
@@ -97,18 +98,38 @@ def http_security(host: str, port: int, token: str | None, allowed_hosts: list[s
     return {"server": server_kwargs, "run": run_kwargs}
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail before the banner when the port is taken (uvicorn would print the banner, then exit 3)."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is fine
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise StartupError(f"port {port} on {host} is already in use: pass --port N") from None
+            raise StartupError(f"cannot bind {host}:{port}: {e.strerror}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="maxkernel-server", description=__doc__.splitlines()[0])
-    p.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    from maxkernel.tpu_tools import cli_args
+
+    p = cli_args.parser("maxkernel-server", __doc__.splitlines()[0])
+    p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="how clients connect")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port")
     p.add_argument("--workspace", default="./maxkernel-work", help="where kernels and artifacts are saved")
-    p.add_argument("--token-file", help="file holding the HTTP bearer token (else env MAXKERNEL_TOKEN)")
+    p.add_argument(
+        "--token-file", help=f"file holding the HTTP bearer token (default: env {cli_args.TOKEN_ENV})"
+    )
     p.add_argument(
         "--allowed-host", action="append", default=[], help="Host header value clients use (repeatable)"
     )
-    p.add_argument("--max-workers", type=int, default=2, help="evaluations run at once (default 2)")
-    p.add_argument("--timeout", type=float, default=300.0, help="default per-evaluation limit, seconds")
+    p.add_argument("--max-workers", type=int, default=2, help="evaluations run at once")
+    cli_args.add_timeout(p)
     p.add_argument(
         "--examples",
         action="append",
@@ -192,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.transport == "http"
             else {"server": {}, "run": {}}
         )
+        if args.transport == "http":
+            check_port_free(args.host, args.port)
         line = sandbox_check(args.require_sandbox)
     except StartupError as e:
         print(f"maxkernel-server: {e}", file=sys.stderr)

@@ -7,10 +7,14 @@ in the loop and the Auto loop ground the model the same way.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 from maxkernel.server.examples import prompt_examples
 from maxkernel.server.requests import AppState
@@ -23,8 +27,7 @@ from maxkernel.subagents import (
     render_plan_prompt,
 )
 from maxkernel.tpu_tools.chips import UnknownChipError, get_chip
-
-DEFAULT_TARGET = "tpu-v6e"
+from maxkernel.tpu_tools.cli_args import DEFAULT_TARGET
 
 
 def task_spec(task: str) -> str:
@@ -38,11 +41,42 @@ def task_spec(task: str) -> str:
     )
 
 
+def _bad_argument(message: str) -> MCPError:
+    """A prompt argument the server cannot use: the host shows this message, not 'Error rendering prompt'."""
+    return MCPError(INVALID_PARAMS, message)
+
+
+def reference_spec(reference: str, ctx: Context | None) -> str:
+    """A JaxBench id or a reference module in the workspace, as prompt text (the text the kernel must match)."""
+    from maxkernel.server.requests import resolve_reference, state_of
+
+    try:
+        if ctx is None:
+            return task_spec(reference)
+        resolved = resolve_reference(state_of(ctx).workspace, reference)
+        if not Path(resolved).is_absolute():  # a canonical JaxBench id
+            return task_spec(resolved)
+    except ToolError as e:
+        raise _bad_argument(str(e)) from None
+    path = Path(resolved)
+    files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+    if not files or not all(f.is_file() for f in files):
+        raise _bad_argument(f"reference {reference!r}: no Python module at {path}")
+    try:
+        body = "\n\n".join(f"# {f.name}\n{f.read_text(encoding='utf-8').rstrip()}" for f in files)
+    except (OSError, UnicodeDecodeError) as e:
+        raise _bad_argument(f"reference {reference!r} cannot be read: {e}") from None
+    return (
+        f"Reference module `{reference}` (the kernel's `workload(*inputs)` must match its `workload`; "
+        f"inputs come from its `create_inputs`):\n```python\n{body}\n```\n"
+    )
+
+
 def _chip(target: str | None):
     try:
         return get_chip(target or DEFAULT_TARGET)
     except UnknownChipError as e:
-        raise ValueError(str(e)) from None
+        raise _bad_argument(f"target: {e} (prompts need a TPU generation)") from None
 
 
 def _messages(role: str, text: str) -> list[Message]:
@@ -56,8 +90,8 @@ def plan_kernel(
     target: str = DEFAULT_TARGET,
     ctx: Context[AppState] | None = None,
 ) -> list[Message]:
-    """Plan a Pallas kernel for a JaxBench task on a TPU: tiling, grid, VMEM budget, accumulator."""
-    spec, examples = task_spec(task), prompt_examples(ctx, "planner", task=task)
+    """Plan a Pallas kernel for a JaxBench task or a workspace reference module: tiling, grid, VMEM budget."""
+    spec, examples = reference_spec(task, ctx), prompt_examples(ctx, "planner", task=task)
     return _messages(
         "planner", render_plan_prompt(spec, _chip(target), kernel or None, feedback or None, examples)
     )
@@ -67,7 +101,7 @@ def implement_kernel(
     plan: str, task: str, target: str = DEFAULT_TARGET, ctx: Context[AppState] | None = None
 ) -> list[Message]:
     """Write the Pallas module that carries out a plan."""
-    spec, examples = task_spec(task), prompt_examples(ctx, "implementer", task=task)
+    spec, examples = reference_spec(task, ctx), prompt_examples(ctx, "implementer", task=task)
     return _messages("implementer", render_implement_prompt(plan, spec, _chip(target), examples=examples))
 
 
@@ -79,7 +113,7 @@ def debug_kernel(
     ctx: Context[AppState] | None = None,
 ) -> list[Message]:
     """Explain why a kernel fails (compiler error or verdict JSON) and return the fixed module."""
-    spec = task_spec(task) if task else None
+    spec = reference_spec(task, ctx) if task else None
     examples = prompt_examples(ctx, "debugger", error=error)
     return _messages(
         "debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec, examples=examples)

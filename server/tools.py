@@ -58,6 +58,16 @@ from maxkernel.server.workspace import WorkspaceError, sha256_text
 from maxkernel.tpu_tools.analyze import AnalysisReport
 from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on the shell and over MCP
+    DEFAULT_REPS,
+    DEFAULT_SEED_OFFSET,
+    DEFAULT_SEEDS,
+    DEFAULT_SIZE,
+    DEFAULT_TARGET,
+    DEFAULT_TIMEOUT_S,
+    PROFILE_TIMEOUT_S,
+    size_kwargs,
+)
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.program import ProgramDescription
@@ -78,9 +88,9 @@ async def compile_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: CompileTarget = "tpu-v6e",
-    size: DefaultSize = None,
-    timeout_s: Timeout = 300.0,
+    target: CompileTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
 
@@ -91,7 +101,13 @@ async def compile_kernel(
     report = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
-            str(kernel), ref, tgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            tgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
     )
     return finish(report, "compile_kernel")
@@ -102,10 +118,10 @@ async def validate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: RunTarget = "cpu",
-    size: DefaultSize = None,
-    seeds: Seeds = 3,
-    seed_offset: SeedOffset = None,
+    target: RunTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
+    seeds: Seeds = DEFAULT_SEEDS,
+    seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     atol: Tol = None,
     rtol: Tol = None,
     allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
@@ -119,7 +135,7 @@ async def validate_kernel(
             "only) and a distribution for the float inputs; omit for the reference's own inputs"
         ),
     ] = None,
-    timeout_s: Timeout = 300.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> ValidationReport:
     """Run the kernel and the reference on fresh inputs and compare (on CPU: TPU interpret mode, races).
 
@@ -150,16 +166,27 @@ async def validate_kernel(
 
 
 def _profile_call(
-    st: AppState, kernel: Path, ref: str, target: str, size: str, timeout_s: float, reps: int, interp: bool
+    st: AppState,
+    kernel: Path,
+    ref: str,
+    target: str,
+    size: str | None,
+    timeout_s: float,
+    reps: int,
+    interp: bool,
 ) -> Callable[[ProgressFn, threading.Event], ProfileReport]:
     # The trace lands in the workspace, so summarize_trace (and the host) can read it afterwards.
     sha = sha256_text(kernel.read_text(encoding="utf-8"))
-    trace_dir = st.workspace.root / "traces" / f"{sha[:16]}-{target}-{size}-{time.strftime('%Y%m%d-%H%M%S')}"
+    trace_dir = (
+        st.workspace.root
+        / "traces"
+        / f"{sha[:16]}-{target}-{size or 'default'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     return lambda progress, cancel: st.evaluator.profile(
         str(kernel),
         ref,
         target,
-        size,
+        **size_kwargs(size),
         trace_dir=str(trace_dir),
         measure_interpret=interp,
         reps=reps,
@@ -174,11 +201,11 @@ async def profile_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: RunTarget = "tpu-v6e",
-    size: Size = "small",
-    reps: Reps = 30,
+    target: RunTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
+    reps: Reps = DEFAULT_REPS,
     measure_interpret: MeasureInterpret = False,
-    timeout_s: Timeout = 600.0,
+    timeout_s: Timeout = PROFILE_TIMEOUT_S,
 ) -> ProfileReport:
     """Time the kernel against the reference (interleaved, with a noise floor), trace it, estimate it.
 
@@ -196,15 +223,15 @@ async def evaluate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    compile_target: CompileTarget = "tpu-v6e",
-    validate_target: RunTarget = "cpu",
-    profile_target: RunTarget = "tpu-v6e",
-    size: Size = "small",
-    seeds: Seeds = 3,
-    seed_offset: SeedOffset = None,
+    compile_target: CompileTarget = DEFAULT_TARGET,
+    validate_target: RunTarget = DEFAULT_TARGET,
+    profile_target: RunTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
+    seeds: Seeds = DEFAULT_SEEDS,
+    seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
-    reps: Reps = 30,
-    timeout_s: Timeout = 300.0,
+    reps: Reps = DEFAULT_REPS,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> EvaluationReport:
     """Compile, then validate, then profile one kernel, stopping at the first negative verdict."""
     st = state_of(ctx)
@@ -220,7 +247,13 @@ async def evaluate_kernel(
     compiled = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.compile(
-            str(kernel), ref, ctgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            ctgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
         prefix="compile: ",
         progress=prog,
@@ -292,8 +325,8 @@ async def estimate_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: CompileTarget = "tpu-v6e",
-    size: Size = "small",
+    target: CompileTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = 120.0,
 ) -> EstimateReport:
     """Static TPU performance estimate of a Pallas kernel (compile-only, no chip): time, bound, VMEM fit.
@@ -306,7 +339,13 @@ async def estimate_kernel(
     result = await run_blocking(
         ctx,
         lambda progress, cancel: st.evaluator.estimate(
-            str(kernel), ref, tgt, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            str(kernel),
+            ref,
+            tgt,
+            **size_kwargs(size),
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
         ),
     )
     return finish(result, "estimate_kernel")
@@ -318,7 +357,7 @@ async def analyze_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = "tpu-v5e",
-    size: Size = "small",
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = 180.0,
 ) -> AnalysisReport:
     """What the TPU compiler made of a kernel (compile-only, from libtpu's LLO dump).
@@ -336,7 +375,7 @@ async def analyze_kernel(
             str(kernel),
             ref,
             tgt,
-            size,
+            **size_kwargs(size),
             evaluator=st.evaluator,
             timeout_s=timeout_s,
             on_progress=progress,
@@ -358,8 +397,8 @@ async def autotune_kernel(
         ),
     ],
     reference: Reference,
-    target: CompileTarget = "tpu-v6e",
-    size: Size = "small",
+    target: CompileTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
     max_configs: Annotated[
         int, Field(ge=1, le=64, description="configs compiled + validated after pruning")
     ] = 4,
@@ -386,7 +425,7 @@ async def autotune_kernel(
             space,
             ref,
             tgt,
-            size,
+            **size_kwargs(size),
             max_configs=max_configs,
             objective=objective,
             workdir=workdir,

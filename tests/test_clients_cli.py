@@ -14,19 +14,21 @@ from maxkernel.clients import cli
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["auto"], "exactly one of --task ID or --reference FILE"),
-        (["auto", "--task", "12p", "--reference", "x.py"], "exactly one of"),
+        (["auto"], "give the reference: --reference ID|PATH"),
+        (["auto", "--task", "12p", "--reference", "x.py"], "the reference is given twice"),
         (["auto", "--reference", "/nonexistent/ref.py"], "reference file not found"),
-        (["auto", "--task", "12p_RMSNorm", "--target", "tpu-v9"], "unknown --target 'tpu-v9'"),
+        (["auto", "--task", "99p_Nope"], "unknown JaxBench task '99p_Nope'"),
+        (["auto", "--reference", "12p_RMSNorm", "--target", "tpu-v9"], "unknown target 'tpu-v9'"),
         (["auto", "--task", "12p_RMSNorm", "--iterations", "0"], "--iterations should be at least 1"),
         (["auto", "--resume", "/nonexistent/run"], "not a run directory to resume"),
         (["auto", "--task", "12p_RMSNorm", "--model", "nonsense", "--quiet"], "unknown model 'nonsense'"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(argv, message, capsys, tmp_path):
-    assert cli.main([*argv, "--out", str(tmp_path)]) == 2
+    assert cli.main([*argv, "--out", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.startswith("maxkernel-orchestrate: ") and "\n" not in err
+    assert not list(tmp_path.iterdir())  # nothing created on disk
 
 
 @pytest.mark.slow

@@ -109,6 +109,15 @@ async def test_http_requires_the_bearer_token(http_server):
         r = await http.post(http_server, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         assert r.status_code == 401
         assert "Bearer" in r.headers["www-authenticate"]
+        # a static token is not OAuth: no metadata advertised, none served (#13 item 7)
+        assert "resource_metadata" not in r.headers["www-authenticate"]
+        base = http_server.removesuffix("/mcp")
+        for meta in (
+            "oauth-protected-resource/mcp",
+            "oauth-protected-resource",
+            "oauth-authorization-server",
+        ):
+            assert (await http.get(f"{base}/.well-known/{meta}")).status_code == 404, meta
         r = await http.post(
             http_server,
             json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},

@@ -40,7 +40,7 @@ class ConfigResult(BaseModel):
 
     config: dict[str, Any]
     status: Status
-    pruned_reason: str | None = Field(default=None, description="render|illegal|trace|layout|vmem")
+    pruned_reason: str | None = Field(default=None, description="render|illegal|trace|layout|vmem|duplicate")
     estimate_us: float | None = Field(default=None, description="static estimate (an estimate, not a timing)")
     estimate_bound: str | None = None
     vmem_bytes_needed: int | None = None
@@ -397,6 +397,7 @@ def autotune(
     supported = supported_buffer_counts(evaluator, sorted(counts)) if "Buffered" in template_source else {}
 
     to_estimate: list[ConfigResult] = []
+    rendered: dict[str, int] = {}  # source -> first config index: an identical kernel is evaluated once
     for i, r in enumerate(results):
         try:
             source = render(template_source, r.config)
@@ -410,6 +411,12 @@ def autotune(
         except (KeyError, ValueError) as e:
             r.status, r.pruned_reason, r.failure = "pruned", "render", f"template placeholder missing: {e}"
             continue
+        if source in rendered:
+            j = rendered[source]
+            r.status, r.pruned_reason = "pruned", "duplicate"
+            r.failure = f"renders the same kernel as config {j} {results[j].config}: evaluated once"
+            continue
+        rendered[source] = i
         problems = list(check(r.config)) if check is not None else []
         if problems:
             r.status, r.pruned_reason, r.failure = "pruned", "illegal", "; ".join(problems)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from maxkernel.tpu_tools import cli_args
 from maxkernel.tpu_tools.errors import UsageError
-from maxkernel.tpu_tools.targets import TARGET_NAMES, UnknownTargetError, parse_target
 
 
 def _print_json(model: BaseModel | list) -> None:
@@ -26,24 +26,16 @@ def _print_json(model: BaseModel | list) -> None:
 
 def _check_inputs(args) -> None:
     """Catch the caller's mistakes before any child starts (cheap, no jax import)."""
+    if hasattr(args, "reference_task"):
+        cli_args.take_reference(args)
     if hasattr(args, "kernel") and not Path(args.kernel).is_file():
         raise UsageError(f"kernel file not found: {args.kernel}")
     if hasattr(args, "target"):
-        try:
-            parse_target(args.target)
-        except UnknownTargetError as e:
-            raise UsageError(str(e)) from None
+        cli_args.check_target(args.target)
+    if hasattr(args, "reference_task") and not args.reference:
+        raise UsageError("give the reference: --reference ID|PATH (a JaxBench task id or a reference file)")
     if getattr(args, "reference", None):
-        if not Path(args.reference).exists():
-            from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
-
-            try:
-                resolve_id(args.reference)
-            except UnknownTaskError as e:
-                hint = "reference file not found" if any(c in args.reference for c in "/\\.") else str(e)
-                raise UsageError(
-                    f"{hint}: {args.reference}" if hint.startswith("reference") else hint
-                ) from None
+        cli_args.check_reference(args.reference)
 
 
 def _verdict_exit(report) -> int:
@@ -57,7 +49,9 @@ def cmd_compile(args) -> int:
     from maxkernel.tpu_tools.evaluate import Evaluator
     from maxkernel.tpu_tools.render import render_compile
 
-    report = Evaluator(timeout_s=args.timeout).compile(args.kernel, args.reference, args.target, args.size)
+    report = Evaluator(timeout_s=args.timeout).compile(
+        args.kernel, args.reference, args.target, **cli_args.size_kwargs(args.size)
+    )
     _print_json(report) if args.json else render_compile(report)
     return _verdict_exit(report)
 
@@ -100,22 +94,19 @@ def cmd_tasks(args) -> int:
 
 
 def _add_eval_args(
-    p: argparse.ArgumentParser, default_target: str, default_size: str | None = "small"
+    p: argparse.ArgumentParser,
+    default_target: str = cli_args.DEFAULT_TARGET,
+    default_size: str | None = cli_args.DEFAULT_SIZE,
+    *,
+    timeout_s: float = cli_args.DEFAULT_TIMEOUT_S,
 ) -> None:
+    """The flags every kernel-evaluating subcommand shares (compile, validate, profile, ...)."""
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
-    p.add_argument(
-        "--reference", "-r", required=True, help="JaxBench task id (e.g. 8p_GEMM) or reference file/dir"
-    )
-    p.add_argument("--target", "-t", default=default_target, help=f"one of {', '.join(TARGET_NAMES)}")
-    p.add_argument(
-        "--size",
-        default=default_size,
-        help=f"reference size (default: {default_size})"
-        if default_size
-        else "reference size (default: 'small' if the reference has it, else its only size)",
-    )
-    p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit per child process, seconds")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    cli_args.add_reference(p)
+    cli_args.add_target(p, default_target)
+    cli_args.add_size(p, default_size)
+    cli_args.add_timeout(p, timeout_s)
+    cli_args.add_json(p)
     p.add_argument(
         "--require-sandbox",
         action="store_true",
@@ -124,36 +115,30 @@ def _add_eval_args(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="maxkernel", description=__doc__.splitlines()[0])
+    parser = cli_args.parser("maxkernel", __doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("compile", help="trace, lower and compile a kernel for a target")
-    _add_eval_args(p, "tpu-v6e", None)
+    p = cli_args.subparser(sub, "compile", help="trace, lower and compile a kernel for a target")
+    _add_eval_args(p)
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("validate", help="check a kernel against the reference on several seeds")
-    _add_eval_args(p, "cpu", None)
-    p.add_argument("--seeds", type=int, default=3, help="input sets, at least 1 (default: 3)")
-    p.add_argument(
-        "--seed-offset",
-        type=int,
-        default=None,
-        help="first seed (default: drawn at random; the verdict records it, pass it back to reproduce)",
-    )
-    p.add_argument("--atol", type=float)
-    p.add_argument("--rtol", type=float)
+    p = cli_args.subparser(sub, "validate", help="check a kernel against the reference on several seeds")
+    _add_eval_args(p)
+    cli_args.add_seeds(p)
+    p.add_argument("--atol", type=float, help="absolute tolerance (default: the reference's)")
+    p.add_argument("--rtol", type=float, help="relative tolerance (default: the reference's)")
     p.add_argument("--allow-plain-jax", action="store_true", help="accept candidates without a pallas_call")
     p.add_argument(
         "--allow-weak-check", action="store_true", help="accept when a trivial output would also pass"
     )
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("chips", help="TPU chip specs")
-    p.add_argument("--json", action="store_true")
+    p = cli_args.subparser(sub, "chips", help="TPU chip specs")
+    cli_args.add_json(p, "the chips")
     p.set_defaults(func=cmd_chips)
 
-    p = sub.add_parser("tasks", help="the 50 JaxBench tasks")
-    p.add_argument("--json", action="store_true")
+    p = cli_args.subparser(sub, "tasks", help="the 50 JaxBench tasks")
+    cli_args.add_json(p, "the tasks")
     p.set_defaults(func=cmd_tasks)
 
     for register in _extensions():
@@ -189,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["MAXKERNEL_REQUIRE_SANDBOX"] = "1"  # read by the worker pool when it starts
     try:
         _check_inputs(args)
-        return args.func(args)
+        with cli_args.quiet_broken_pipe():
+            return args.func(args)
     except (UsageError, SandboxUnavailable) as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2

@@ -13,12 +13,15 @@ import argparse
 def cmd_analyze(args) -> int:
     from maxkernel.tpu_tools.analyze import analyze_kernel
     from maxkernel.tpu_tools.cli import _print_json, _verdict_exit
+    from maxkernel.tpu_tools.cli_args import size_kwargs
     from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.targets import parse_target
 
     if parse_target(args.target).kind != "tpu":
         raise UsageError(f"analyze needs a TPU target (tpu-v5e, tpu-v6e, ...), got {args.target!r}")
-    report = analyze_kernel(args.kernel, args.reference, args.target, args.size, timeout_s=args.timeout)
+    report = analyze_kernel(
+        args.kernel, args.reference, args.target, **size_kwargs(args.size), timeout_s=args.timeout
+    )
     if args.json:
         _print_json(report)
     else:
@@ -28,9 +31,12 @@ def cmd_analyze(args) -> int:
 
 def cmd_estimate(args) -> int:
     from maxkernel.tpu_tools.cli import _print_json, _verdict_exit
+    from maxkernel.tpu_tools.cli_args import size_kwargs
     from maxkernel.tpu_tools.evaluate import Evaluator
 
-    report = Evaluator(timeout_s=args.timeout).estimate(args.kernel, args.reference, args.target, args.size)
+    report = Evaluator(timeout_s=args.timeout).estimate(
+        args.kernel, args.reference, args.target, **size_kwargs(args.size)
+    )
     if args.json:
         _print_json(report)
     else:

@@ -8,12 +8,10 @@ from maxkernel.tpu_tools.errors import UsageError
 
 
 def cmd_bench(args) -> int:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from maxkernel.jaxbench import registry
     from maxkernel.tpu_tools.bench import run_bench
     from maxkernel.tpu_tools.cli import _print_json
-    from maxkernel.tpu_tools.evaluate import Evaluator
+    from maxkernel.tpu_tools.live import LiveLine
 
     if args.all == bool(args.tasks):
         raise UsageError("give either --tasks ID[,ID…] or --all")
@@ -25,36 +23,55 @@ def cmd_bench(args) -> int:
         )
     except registry.UnknownTaskError as e:
         raise UsageError(str(e)) from None
-    if args.size not in ("small", "full"):
+    if args.size not in (None, "small", "full"):
         raise UsageError(f"--size must be small or full, got {args.size!r}")
-    evaluator = Evaluator(timeout_s=args.timeout)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        transient=args.json,
-        disable=args.json,
-    ) as progress:
-        bar = progress.add_task("bench", total=len(ids))
-        seen: set[str] = set()
+    rows = sum(1 + (registry.pallas_reference_path(t) is not None) for t in ids)
+    with LiveLine("bench", total=rows, disable=args.json) as live:
+        now: list[str] = []  # the row in flight: "task variant"
+        best: list[tuple[float, str]] = []
 
         def on_row(task: str, variant: str) -> None:
-            if task not in seen:
-                if seen:
-                    progress.advance(bar)
-                seen.add(task)
-            progress.update(bar, description=f"{task} {variant}")
+            if now:
+                live.update(advance=1)
+            now[:] = [f"{task} {variant}"]
+            live.update(detail=now[0])
+
+        def on_profile(
+            prof,
+        ) -> None:  # best so far: the highest fraction of roofline, comparable across tasks
+            for tp in prof.throughput.per_function.values() if prof.throughput else []:
+                if tp.roofline_fraction and (not best or tp.roofline_fraction > best[0][0]):
+                    best[:] = [(tp.roofline_fraction, now[0] if now else "?")]
+                    live.update(best=f"{best[0][0]:.1%} of roofline, {best[0][1]}")
 
         results = run_bench(
-            ids, target=args.target, size=args.size, out_dir=args.out, evaluator=evaluator, on_row=on_row
+            ids,
+            target=args.target,
+            size=args.size or "small",
+            out_dir=args.run_dir,
+            evaluator=_watching_evaluator(on_profile, timeout_s=args.timeout),
+            on_row=on_row,
         )
-        progress.update(bar, completed=len(ids), description="done")
+        ok = sum(r.status == "ok" for r in results.rows)
+        live.update(done=len(results.rows), detail=f"{ok}/{len(results.rows)} ok")
     if args.json:
         _print_json(results)
     else:
         render_bench(results)
     return 0 if all(r.status == "ok" for r in results.rows) else 1
+
+
+def _watching_evaluator(on_profile, **kwargs):
+    """An Evaluator that shows each profile report to `on_profile` (the live line's "best so far")."""
+    from maxkernel.tpu_tools.evaluate import Evaluator
+
+    class Watching(Evaluator):
+        def profile(self, *args, **kw):
+            report = super().profile(*args, **kw)
+            on_profile(report)
+            return report
+
+    return Watching(**kwargs)
 
 
 def render_bench(results) -> None:
@@ -94,12 +111,19 @@ def render_bench(results) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from maxkernel.tpu_tools import cli_args
+
     p = sub.add_parser("bench", help="run JaxBench tasks: compile, validate the Pallas reference, profile")
     p.add_argument("--tasks", help="comma-separated ids, e.g. 8p_GEMM,12p_RMSNorm")
     p.add_argument("--all", action="store_true", help="all 50 tasks")
-    p.add_argument("--size", default="small")
-    p.add_argument("--target", "-t", default="cpu")
-    p.add_argument("--out", default="jaxbench-results", help="results directory (never inside the package)")
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--size", choices=["small", "full"], default="small", help="JaxBench size")
+    cli_args.add_target(p)
+    cli_args.add_run_dir(
+        p,
+        default="jaxbench-results",
+        help_text="results directory: results.json, results.csv (never inside the package)",
+    )
+    p.add_argument("--out", dest="run_dir", help=argparse.SUPPRESS)  # old spelling of --run-dir
+    cli_args.add_timeout(p, 600.0)
+    cli_args.add_json(p, "the results")
     p.set_defaults(func=cmd_bench)

@@ -9,6 +9,7 @@ from maxkernel.tpu_tools.errors import UsageError
 
 def cmd_profile(args) -> int:
     from maxkernel.tpu_tools.cli import _print_json, _verdict_exit
+    from maxkernel.tpu_tools.cli_args import size_kwargs
     from maxkernel.tpu_tools.evaluate import Evaluator
 
     if args.reps < 1:
@@ -17,7 +18,7 @@ def cmd_profile(args) -> int:
         args.kernel,
         args.reference,
         args.target,
-        args.size,
+        **size_kwargs(args.size),
         trace_dir=args.trace_dir,
         measure_interpret=args.measure_interpret,
         reps=args.reps,
@@ -47,7 +48,7 @@ def cmd_trace(args) -> int:
 def render_profile(r) -> None:
     from rich.table import Table
 
-    from maxkernel.tpu_tools.render import _failure, console
+    from maxkernel.tpu_tools.render import _failure, console, profile_trace_text
 
     head = "[bold green]✓ profiled[/]" if r.ok else "[bold red]✗ not profiled[/]"
     ref = r.reference.name if r.reference else "?"
@@ -109,7 +110,13 @@ def render_profile(r) -> None:
         )
     if r.trace_summary:
         console.print(f"  trace: {r.trace_path}")
-        console.print(r.trace_summary.text, highlight=False, markup=False)
+        console.print(
+            profile_trace_text(
+                r.trace_summary.text, r.trace_summary.ops, candidate_traced=r.candidate_execution == "native"
+            ),
+            highlight=False,
+            markup=False,
+        )
     for w in r.warnings:
         console.print(f"  [yellow]warning[/]: {w}")
     if r.failure:
@@ -118,12 +125,13 @@ def render_profile(r) -> None:
 
 def register(sub) -> None:
     from maxkernel.tpu_tools.cli import _add_eval_args
+    from maxkernel.tpu_tools.cli_args import DEFAULT_REPS, PROFILE_TIMEOUT_S, add_trace_dir
 
     p: argparse.ArgumentParser = sub.add_parser(
         "profile", help="time a kernel against its reference, trace it"
     )
-    _add_eval_args(p, "cpu")
-    p.add_argument("--trace-dir", help="keep the profiler trace under this directory (default: a temp dir)")
+    _add_eval_args(p, timeout_s=PROFILE_TIMEOUT_S)
+    add_trace_dir(p)
     p.add_argument(
         "--measure-interpret",
         action="store_true",
@@ -132,7 +140,7 @@ def register(sub) -> None:
     p.add_argument(
         "--reps",
         type=int,
-        default=30,
+        default=DEFAULT_REPS,
         help="timed calls per program, each on a fresh input set (memory permitting)",
     )
     p.set_defaults(func=cmd_profile)

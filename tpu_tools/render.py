@@ -9,7 +9,17 @@ from rich.text import Text
 from maxkernel.tpu_tools.chips import ChipSpec
 from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
 
-console = Console()
+
+class _Console(Console):
+    """rich exits 1 silently when stdout's reader goes away (`maxkernel chips | head -1`); raise instead, so
+    the CLI says so in one line with exit 2 like every other closed pipe (cli_args.quiet_broken_pipe)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("stdout closed")
+
+
+console = _Console()
 
 
 def _failure(f: Failure) -> None:
@@ -23,11 +33,40 @@ def _dims(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
+def compile_note(note: str) -> str:
+    """A compile report's note without execution claims: compiling runs nothing.
+
+    (The execution plan's description is shared with validate/profile, where it is true; see
+    tpu_tools/compile.py, `report.compiler_note = plan.description`.)"""
+    kept = [part for part in note.split("; ") if not part.strip().startswith("executed in")]
+    return "; ".join(kept) + ("; compile only, nothing executed" if len(kept) < len(note.split("; ")) else "")
+
+
+def profile_trace_text(text: str, ops: list | None, *, candidate_traced: bool) -> str:
+    """A profile's trace summary whose hint is about the candidate only.
+
+    The profile traces the reference next to the candidate (HLO modules jit_reference / jit_candidate),
+    and only the reference when the candidate did not run natively (a Pallas kernel without its chip),
+    so the summary's generic hint can name an op of the reference. The hint line is rebuilt here."""
+    cand = [o for o in ops or [] if "candidate" in getattr(o, "module", "")]
+    if not candidate_traced:
+        hint = "hint: none for the kernel: the trace holds only the reference (the candidate did not run natively)"
+    elif not cand:
+        hint = "hint: none: the candidate's ops are not among the top ops listed (raise --top in `maxkernel trace`)"
+    else:
+        top = max(cand, key=lambda o: o.self_us)
+        total = sum(o.self_us for o in cand) or 1.0
+        hint = (
+            f"hint: in the candidate, {top.name} takes {100 * top.self_us / total:.0f}% of its listed op time"
+        )
+    return "\n".join(hint if line.startswith("hint: ") else line for line in text.splitlines())
+
+
 def render_compile(r: CompileReport) -> None:
     head = "[bold green]✓ compiled[/]" if r.ok else "[bold red]✗ did not compile[/]"
     console.print(f"{head} {r.kernel_path} for [bold]{r.target}[/] (size {r.size}) with {r.compiler}")
     if r.compiler_note:
-        console.print(f"  {r.compiler_note}")
+        console.print(f"  {compile_note(r.compiler_note)}")
     stages = [(n, getattr(r.times, f"{n}_ms")) for n in ("trace", "lower", "compile")]
     if any(ms is not None for _, ms in stages):
         console.print("  " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in stages if ms is not None))
@@ -81,30 +120,26 @@ def render_validation(r: ValidationReport) -> None:
 
 
 def render_chips(chips: list[ChipSpec]) -> None:
-    table = Table(
-        "chip",
-        "device kind",
-        "TCs/chip",
-        "VMEM",
-        "SMEM",
-        "HBM",
-        "HBM GB/s",
-        "bf16 TFLOP/s",
-        "int8 TOP/s",
-        "MXU",
-    )
+    """Every cell whole at 80 columns (the chip name is what a reader copies into --target): units live
+    in the headers; the device kind string is in `--json`."""
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("chip", "TCs", "VMEM\nMiB", "SMEM\nKiB", "HBM\nGB", "HBM\nGB/s", "bf16\nTFLOP/s"):
+        table.add_column(name, no_wrap=True, justify="left" if name == "chip" else "right")
+    table.add_column("int8\nTOP/s", no_wrap=True, justify="right")
+    table.add_column("MXUs", no_wrap=True)
     for c in chips:
         table.add_row(
             c.name,
-            c.device_kind,
             str(c.tensorcores_per_chip),
-            f"{c.vmem_bytes >> 20} MiB",
-            f"{c.smem_bytes >> 10} KiB",
-            f"{c.hbm_bytes / 1e9:.1f} GB",
+            str(c.vmem_bytes >> 20),
+            str(c.smem_bytes >> 10),
+            f"{c.hbm_bytes / 1e9:.1f}",
             f"{c.hbm_gbps:,.0f}",
             f"{c.peak_bf16_tflops:,.1f}",
             f"{c.peak_int8_tops:,.0f}" if c.peak_int8_tops else "-",
-            f"{c.mxu_shape[0]}x{c.mxu_shape[1]} ×{c.num_mxus}",
+            f"{c.num_mxus}×{c.mxu_shape[0]}x{c.mxu_shape[1]}",
         )
     console.print(table)
     console.print(f"[dim]per JAX device; source: {chips[0].source}[/]")

@@ -1,6 +1,6 @@
 """`openai:<model>` for any OpenAI-compatible chat-completions endpoint.
 
-api.openai.com by default; OPENAI_BASE_URL or --base-url points it at vLLM, ollama, llama.cpp,
+api.openai.com by default; OPENAI_BASE_URL points it at vLLM, ollama, llama.cpp,
 OpenRouter, ... Local servers need no real key. Needs the optional extra: pip install "maxkernel[openai]".
 The SDK's own retries are off (max_retries=0); wrap the model in `with_retries` instead.
 """
@@ -98,7 +98,7 @@ class OpenAICompatModel(Model):
             if not api_key:
                 if self.official:
                     raise ModelConfigError(
-                        "no OPENAI_API_KEY set: export it (or set OPENAI_BASE_URL / --base-url to a local "
+                        "no OPENAI_API_KEY set: export it (or set OPENAI_BASE_URL to a local "
                         "server), or use --model offline"
                     )
                 api_key = LOCAL_PLACEHOLDER_KEY

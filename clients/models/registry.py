@@ -2,7 +2,7 @@
 
     offline            the built-in offline model (maxkernel.clients.offline), no key needed
     gemini-<version>   Gemini via google-genai, e.g. gemini-2.5-pro
-    openai:<model>     any OpenAI-compatible endpoint, e.g. openai:gpt-5 or openai:qwen3 with --base-url
+    openai:<model>     any OpenAI-compatible endpoint, e.g. openai:gpt-5, or openai:qwen3 with OPENAI_BASE_URL
 
 Provider modules are imported only when asked for, so a missing optional extra only matters to the
 spec that needs it.

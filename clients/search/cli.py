@@ -8,29 +8,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from maxkernel.tpu_tools import cli_args
+from maxkernel.tpu_tools.errors import UsageError as BaseUsageError
+
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
+OPTIONS_META = "cli_options"  # every option the search started with: --resume restores them
+# what a resumed search may change: where it runs and how much more it may spend (never what it searches)
+RESUME_MAY_CHANGE = (
+    "server",
+    "token",
+    "concurrency",
+    "max_evaluations",
+    "max_usd",
+    "max_minutes",
+    "json",
+    "quiet",
+)
 
 
-class UsageError(ValueError):
+class UsageError(BaseUsageError, ValueError):
     pass
 
 
 def register(sub: Any) -> None:
     s = sub.add_parser("search", help="graph search over candidate kernels (parallel, beam, evolve)")
-    s.add_argument("reference", nargs="?", help="JaxBench task id (8p_GEMM) or reference path")
+    cli_args.add_reference(s, positional_alias=True)
     s.add_argument(
-        "--resume", metavar="RUN_DIR", help="continue a search: finished nodes are kept, none repeated"
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a search with the options it started with: finished nodes are kept, none repeated",
     )
-    s.add_argument("--run-dir", help="where the graph lives (default runs/search-<task>-<time>)")
-    s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam")
+    cli_args.add_run_dir(s, help_text="where the graph lives (default: runs/search-<reference>-<time>)")
+    s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam", help="search shape")
     s.add_argument("--strategy", action="append", default=[], help="catalogue name or free text (repeatable)")
-    s.add_argument("--server", action="append", default=[], help="MCP server URL or 'stdio:CMD' (repeatable)")
-    s.add_argument("--workspace", default="./maxkernel-work", help="workspace of the local stdio server")
+    cli_args.add_server(s)
+    s.add_argument("--workspace", help="workspace of the local stdio server (default: RUN_DIR/workspace)")
     s.add_argument(
         "--objective",
         choices=["server", "estimate"],
@@ -41,35 +59,41 @@ def register(sub: Any) -> None:
         "--proposer",
         choices=["template", "model"],
         default=None,
-        help="template: walk the task's config space; model: ask --model (default: template if known)",
+        help="template: walk the reference's config space; model: ask --model "
+        "(default: template if the reference has a space)",
     )
-    s.add_argument("--model", default="offline", help="model spec for --proposer model (default offline)")
+    s.add_argument("--model", default="offline", help="model spec for --proposer model")
     s.add_argument("--root", help="a kernel file to start from (model proposer)")
-    s.add_argument("--target", default="tpu-v6e")
-    s.add_argument("--size", default="small", choices=["small", "full"])
-    s.add_argument("--concurrency", type=int, default=2)
-    s.add_argument("--max-evaluations", type=int, default=40)
-    s.add_argument("--beam-size", type=int, default=2)
-    s.add_argument("--branches", type=int, default=3)
-    s.add_argument("--depth", type=int, default=6)
-    s.add_argument("--runs", type=int, default=4)
-    s.add_argument("--steps", type=int, default=6)
-    s.add_argument("--islands", type=int, default=2)
-    s.add_argument("--population", type=int, default=6)
-    s.add_argument("--generations", type=int, default=12)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--max-usd", type=float)
-    s.add_argument("--max-minutes", type=float)
+    cli_args.add_target(s)
+    cli_args.add_size(s)
+    s.add_argument("--concurrency", type=int, default=2, help="evaluations in flight")
+    s.add_argument("--max-evaluations", type=int, default=40, help="evaluation budget")
+    s.add_argument("--beam-size", type=int, default=2, help="beam: nodes kept per round")
+    s.add_argument("--branches", type=int, default=3, help="beam: children per kept node")
+    s.add_argument("--depth", type=int, default=6, help="beam: rounds")
+    s.add_argument("--runs", type=int, default=4, help="parallel: independent chains")
+    s.add_argument("--steps", type=int, default=6, help="parallel: steps per chain")
+    s.add_argument("--islands", type=int, default=2, help="evolve: islands")
+    s.add_argument("--population", type=int, default=6, help="evolve: population per island")
+    s.add_argument("--generations", type=int, default=12, help="evolve: generations")
+    s.add_argument("--seed", type=int, default=0, help="proposal randomness (replay-stable)")
+    s.add_argument("--max-usd", type=float, help="stop cleanly after this much model spend")
+    s.add_argument("--max-minutes", type=float, help="stop cleanly after this many minutes")
     s.add_argument(
-        "--cache", help="evaluation cache file, shareable across runs (default runs/eval-cache.sqlite)"
+        "--cache",
+        help="evaluation cache file, shareable across runs (default: eval-cache.sqlite next to the run "
+        "directory, e.g. runs/eval-cache.sqlite)",
     )
-    s.add_argument("--json", action="store_true")
+    cli_args.add_json(s, "the summary")
+    s.add_argument("--quiet", action="store_true", help="no live progress line")
     s.set_defaults(func=search_main)
 
     r = sub.add_parser("report", help="write a self-contained HTML report of a search run")
-    r.add_argument("run_dir")
-    r.add_argument("--out", help="HTML path (default RUN_DIR/report.html)")
-    r.add_argument("--json", action="store_true", help="print the summary as JSON instead")
+    r.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a search run directory")
+    r.add_argument("--run-dir", dest="run_dir_flag", metavar="DIR", help="the same, as a flag")
+    r.add_argument("--html", dest="out", metavar="PATH", help="HTML path (default: RUN_DIR/report.html)")
+    r.add_argument("--out", dest="out", help=argparse.SUPPRESS)  # old spelling of --html
+    cli_args.add_json(r, "the summary (instead of the HTML page)")
     r.set_defaults(func=report_main)
 
 
@@ -77,18 +101,29 @@ def report_main(args: argparse.Namespace) -> int:
     from maxkernel.clients.search.report import summary, write_report
     from maxkernel.clients.search.store import GRAPH_FILE, GraphStore
 
-    if not (Path(args.run_dir) / GRAPH_FILE).is_file():
-        print(
-            f"maxkernel-orchestrate report: no {GRAPH_FILE} in {args.run_dir}: give a search run directory",
-            file=sys.stderr,
-        )
+    run_dir = args.run_dir or args.run_dir_flag
+    prog = "maxkernel-orchestrate report"
+    if not run_dir:
+        print(f"{prog}: give the search run directory: report RUN_DIR", file=sys.stderr)
         return USAGE_EXIT
-    if args.json:
-        store = GraphStore(args.run_dir, requeue=False)
-        print(json.dumps(summary(store), indent=2))
+    if not (Path(run_dir) / GRAPH_FILE).is_file():
+        print(f"{prog}: no {GRAPH_FILE} in {run_dir}: give a search run directory", file=sys.stderr)
+        return USAGE_EXIT
+    store = GraphStore(run_dir, requeue=False)
+    try:
+        if not store.get_meta("task"):
+            print(f"{prog}: {run_dir} holds no search (no task recorded): nothing to report", file=sys.stderr)
+            return USAGE_EXIT
+        with cli_args.quiet_broken_pipe():
+            if args.json:
+                print(json.dumps(summary(store), indent=2))
+            else:
+                print(write_report(run_dir, args.out))
+    except BaseUsageError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return USAGE_EXIT
+    finally:
         store.close()
-        return 0
-    print(write_report(args.run_dir, args.out))
     return 0
 
 
@@ -127,6 +162,7 @@ def reference_hash(reference: str) -> str:
 
 
 def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
+    """The proposer for `reference` (a JaxBench id or a local reference file)."""
     from maxkernel.clients.search.proposer import ModelProposer, TemplateProposer
     from maxkernel.clients.search.templates import space_for
 
@@ -137,13 +173,18 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
             raise UsageError(f"no template space for {reference!r}: use --proposer model")
         return TemplateProposer(space)
     from maxkernel.clients.cli import build_model
-    from maxkernel.jaxbench import registry
+    from maxkernel.clients.models import ModelConfigError
 
-    task_path = registry.task_path(registry.resolve_id(reference))
+    try:
+        model = build_model(args.model)
+    except ModelConfigError as e:
+        raise UsageError(str(e)) from None
+    if args.root and not Path(args.root).is_file():
+        raise UsageError(f"--root kernel file not found: {args.root}")
     root = Path(args.root).read_text(encoding="utf-8") if args.root else None
     return ModelProposer(
-        build_model(args.model),
-        task_spec=task_path.read_text(encoding="utf-8"),
+        model,
+        task_spec=_reference_text(reference),
         chip=args.target,
         ledger=ledger,
         budget=budget,
@@ -151,51 +192,216 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
     )
 
 
+def _reference_text(reference: str) -> str:
+    from maxkernel.jaxbench import registry
+
+    path = Path(reference)
+    if not path.exists():
+        path = registry.task_path(registry.resolve_id(reference))
+    files = sorted(path.glob("*.py")) if path.is_dir() else [path]
+    return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+
+
+def _stage(reference: str, workspace: Path) -> str:
+    """A local reference copied into the stdio server's workspace; the server's path for it."""
+    src = Path(reference).resolve()
+    dest = workspace / "references" / src.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(src, dest, dirs_exist_ok=True)
+    else:
+        shutil.copyfile(src, dest)
+    return f"references/{src.name}"
+
+
+_DEFAULTS: dict[str, Any] = {}
+
+
+def _search_defaults() -> dict[str, Any]:
+    if not _DEFAULTS:
+        from maxkernel.clients.cli import build_parser
+
+        search = build_parser()._subparsers._group_actions[0].choices["search"]  # type: ignore[union-attr]
+        _DEFAULTS.update({a.dest: a.default for a in search._actions if a.dest != "help"})
+    return _DEFAULTS
+
+
+def _resumed_args(args: argparse.Namespace, saved: dict[str, Any]) -> argparse.Namespace:
+    """The options the search started with; what the command line changes must be resumable, or an error."""
+    defaults = _search_defaults()
+    changed = [
+        k
+        for k, v in vars(args).items()
+        if k in defaults
+        and k not in RESUME_MAY_CHANGE
+        and k != "resume"
+        and v != defaults[k]
+        and v != saved.get(k)
+    ]
+    if changed:
+        flags = ", ".join(
+            "--" + k.replace("_", "-") for k in sorted(changed) if not k.startswith("reference")
+        )
+        raise UsageError(
+            f"--resume continues a search with the options it started with: drop {flags or '--reference'}"
+        )
+    merged = dict(saved)
+    for k in RESUME_MAY_CHANGE:
+        if k in vars(args) and getattr(args, k) != defaults.get(k):
+            merged[k] = getattr(args, k)
+    merged.update(resume=args.resume, func=args.func, token=getattr(args, "token", None))
+    return argparse.Namespace(**merged)
+
+
+def _saved_options(args: argparse.Namespace, run_dir: Path, local_reference: str) -> dict[str, Any]:
+    skip = {"func", "command", "token", "resume", "reference_task", "reference_positional"}
+    out = {k: v for k, v in vars(args).items() if k not in skip}
+    out.update(
+        run_dir=str(run_dir),
+        local_reference=local_reference,
+        cache=str(Path(args.cache).absolute())
+        if args.cache
+        else str((run_dir.parent / "eval-cache.sqlite").absolute()),
+        workspace=str(Path(args.workspace).absolute())
+        if args.workspace
+        else str((run_dir / "workspace").absolute()),
+        root=str(Path(args.root).absolute()) if args.root else None,
+    )
+    return out
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for flag in ("concurrency", "max_evaluations", "beam_size", "branches", "depth", "runs", "steps"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag.replace('_', '-')} should be >= 1, got {getattr(args, flag)}")
+    for flag in ("islands", "population", "generations"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} should be >= 1, got {getattr(args, flag)}")
+    for flag in ("max_usd", "max_minutes"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} should be >= 0, got {getattr(args, flag)}")
+
+
 async def run_search(args: argparse.Namespace, servers: list[Any] | None = None) -> dict[str, Any]:
-    """Run (or resume) one search; `servers` overrides --server (tests pass in-process server objects)."""
+    """Run (or resume) one search; `servers` overrides --server (tests pass in-process server objects).
+
+    Every mistake is found before anything is created; a start that fails before the search runs
+    removes what it created (the run directory, a new cache file)."""
     from contextlib import AsyncExitStack
 
     from maxkernel.clients.models import Budget, Ledger
     from maxkernel.clients.search.algorithms import Search, SearchSettings
-    from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask
+    from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask, EvaluatorDown
     from maxkernel.clients.search.remote import MCPEvaluator
     from maxkernel.clients.search.report import summary
-    from maxkernel.clients.search.store import EvalCache, GraphStore
+    from maxkernel.clients.search.store import GRAPH_FILE, EvalCache, GraphStore
 
     if args.resume:
         run_dir = Path(args.resume)
-        store = GraphStore(run_dir)
-        task = EvalTask.model_validate(store.get_meta("task") or {})
-        settings = SearchSettings.model_validate(store.get_meta("settings") or {})
-        if not store.get_meta("task"):
+        if not (run_dir / GRAPH_FILE).is_file():
+            raise UsageError(f"{run_dir} is not a search run directory to resume (no {GRAPH_FILE} in it)")
+        peek = GraphStore(run_dir, requeue=False)
+        saved, task_meta = peek.get_meta(OPTIONS_META), peek.get_meta("task")
+        settings_meta = peek.get_meta("settings")
+        peek.close()
+        if not task_meta:
             raise UsageError(f"{run_dir} holds no search to resume")
-        reference = task.reference
+        if cli_args.take_reference(args):
+            raise UsageError("--resume continues a search as it was started: drop the reference")
+        task = EvalTask.model_validate(task_meta)
+        settings = SearchSettings.model_validate(settings_meta or {})
+        if saved:
+            args = _resumed_args(args, saved)
+        if args.max_evaluations != _search_defaults()["max_evaluations"]:
+            settings = settings.model_copy(update={"max_evaluations": args.max_evaluations})
+        local_reference = (saved or {}).get("local_reference") or task.reference
+        created: Path | None = None
     else:
-        if not args.reference:
-            raise UsageError("give a reference (task id or path), or --resume RUN_DIR")
-        reference = args.reference
-        task = EvalTask(reference=reference, target=args.target, size=args.size, profile_target=args.target)
+        reference = cli_args.take_reference(args)
+        if not reference:
+            raise UsageError("give a reference (--reference ID|PATH), or --resume RUN_DIR")
+        remote = bool(args.server) or servers is not None
+        local_reference = cli_args.check_reference(reference, remote=remote)
+        cli_args.check_target(args.target)
         settings = _settings(args)
-        slug = reference.replace("/", "_")[:40]
-        run_dir = Path(args.run_dir or f"runs/search-{slug}-{time.strftime('%Y%m%d-%H%M%S')}")
-        store = GraphStore(run_dir)
-    ledger, budget = Ledger(), Budget(max_usd=args.max_usd, max_minutes=args.max_minutes)
-    cache = EvalCache(args.cache or (run_dir.parent / "eval-cache.sqlite"))
-    async with AsyncExitStack() as stack:
-        if args.objective == "estimate":
-            from maxkernel.clients.search.objective import EstimateEvaluator
+        slug = Path(reference).stem if cli_args.looks_like_path(reference) else local_reference
+        run_dir = Path(args.run_dir or f"runs/search-{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}")
+        cli_args.check_new_run_dir(run_dir)
+        task = None
+    _check_numbers(args)
+    for spec in args.server:
+        if not spec.startswith(("http://", "https://", "stdio:")):
+            raise UsageError(
+                f"--server {spec!r}: give an http(s)://HOST:PORT/mcp URL or 'stdio:COMMAND ARGS'"
+            )
+    token = cli_args.server_token(args)
+    specs: list[Any] = []
+    if args.objective != "estimate":
+        if servers is not None:
+            specs = [(None, s) for s in servers]
+        elif args.server:
+            from maxkernel.clients.connect import http_servers
 
-            evaluators: list[Any] = [EstimateEvaluator(reference, task.target, task.size)]
-        else:
-            specs = servers if servers is not None else (args.server or [_local_stdio(args)])
-            evaluators = [await stack.enter_async_context(MCPEvaluator(s)) for s in specs]
-        dispatcher = Dispatcher(evaluators, args.concurrency)
-        cached = CachedEvaluator(dispatcher, cache, reference_hash(reference))
-        proposer = make_proposer(args, reference, ledger, budget)
-        search = Search(
-            store, cached, proposer, task, settings, ledger=ledger, budget=budget, dispatcher=dispatcher
-        )
-        result = await search.run()
+            specs = http_servers(args.server, token)  # a refused token: one line, before anything exists
+    ledger, budget = Ledger(), Budget(max_usd=args.max_usd, max_minutes=args.max_minutes)
+    proposer = make_proposer(args, local_reference, ledger, budget)
+    ref_hash = reference_hash(local_reference)
+
+    if not args.resume:
+        created = cli_args.first_missing(run_dir)
+    cache_path = Path(args.cache or (run_dir.parent / "eval-cache.sqlite"))
+    new_cache = cli_args.first_missing(cache_path)
+    store = GraphStore(run_dir)
+    started = False
+    try:
+        workspace = Path(args.workspace) if args.workspace else run_dir / "workspace"
+        if task is None:
+            server_reference = local_reference
+            if Path(local_reference).exists() and not args.server and servers is None:
+                server_reference = _stage(local_reference, workspace)
+            task = EvalTask(
+                reference=server_reference,
+                target=args.target,
+                profile_target=args.target,
+                **cli_args.size_kwargs(args.size),
+            )
+            store.set_meta(OPTIONS_META, _saved_options(args, run_dir, local_reference))
+        cache = EvalCache(cache_path)
+        async with AsyncExitStack() as stack:
+            if args.objective == "estimate":
+                from maxkernel.clients.search.objective import EstimateEvaluator
+
+                evaluators: list[Any] = [EstimateEvaluator(local_reference, task.target, task.size)]
+            else:
+                if not specs:
+                    specs = [(None, _local_stdio(args, workspace))]
+                evaluators = [
+                    await stack.enter_async_context(MCPEvaluator(spec, **({"name": name} if name else {})))
+                    for name, spec in specs
+                ]
+            dispatcher = Dispatcher(evaluators, args.concurrency)
+            cached = CachedEvaluator(dispatcher, cache, ref_hash)
+            live = SearchProgress(
+                cached, settings.max_evaluations, disable=args.json or getattr(args, "quiet", False)
+            )
+            search = Search(
+                store, live, proposer, task, settings, ledger=ledger, budget=budget, dispatcher=dispatcher
+            )
+            started = True
+            with live:
+                result = await search.run()
+    except (BaseUsageError, EvaluatorDown) as e:
+        store.close()
+        if not started:  # nothing was searched: leave nothing behind
+            for path in (created, new_cache):
+                if path is not None and path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+            if new_cache is not None and new_cache == cache_path:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{cache_path}{suffix}").unlink(missing_ok=True)
+        if isinstance(e, EvaluatorDown):
+            raise ServerDown(_connect_message(e)) from None
+        raise
     out = summary(store)
     out["dead_servers"] = dispatcher.dead
     out["requeued_on_start"] = result.requeued_on_start
@@ -204,39 +410,100 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     return out
 
 
-def _local_stdio(args: argparse.Namespace) -> Any:
+class ServerDown(Exception):
+    """No evaluator could be reached at start (exit 1, as `auto` does)."""
+
+
+def _connect_message(e: Exception) -> str:
+    from maxkernel.clients.mcp_client import _root_cause
+
+    msg = str(e)
+    if e.__cause__ is not None and "ExceptionGroup" in msg:
+        msg = msg.split(": ExceptionGroup")[0] + ": " + _root_cause(e.__cause__)
+    return msg
+
+
+class SearchProgress:
+    """The search's evaluator, wrapped to drive one live line: evaluations done/total, best, ETA."""
+
+    def __init__(self, inner: Any, total: int, *, disable: bool = False) -> None:
+        from maxkernel.tpu_tools.live import LiveLine
+
+        self._inner, self._best = inner, None
+        self._line = LiveLine("search", total=total, disable=disable)
+        self._done = self._hits = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __enter__(self) -> SearchProgress:
+        self._line.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._line.stop()
+
+    async def evaluate(self, source: str, task: Any, **kw: Any):
+        verdict, cached = await self._inner.evaluate(source, task, **kw)
+        if cached:
+            self._hits += 1
+        else:
+            self._done += 1
+        if verdict.status == "valid" and verdict.time_us is not None:
+            if self._best is None or verdict.time_us < self._best[0]:
+                self._best = (verdict.time_us, verdict.time_label or "")
+        best = f"{self._best[0]:.4g} us ({self._best[1]})" if self._best else "none yet"
+        self._line.update(done=self._done, best=best, detail=f"{self._hits} cache hits")
+        return verdict, cached
+
+
+def _local_stdio(args: argparse.Namespace, workspace: Path) -> Any:
     from maxkernel.clients.mcp_client import stdio_params
 
-    return stdio_params(args.workspace, max_workers=max(1, args.concurrency))
+    return stdio_params(str(workspace), max_workers=max(1, args.concurrency))
 
 
 def search_main(args: argparse.Namespace) -> int:
     import anyio
 
+    from maxkernel.clients.search.proposer import NoRootKernel
+
+    prog = "maxkernel-orchestrate search"
     try:
         out = anyio.run(run_search, args)
-    except UsageError as e:
-        print(f"maxkernel-orchestrate search: {e}", file=sys.stderr)
+        with cli_args.quiet_broken_pipe():
+            _print_search(out, args.json)
+    except BaseUsageError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
         return USAGE_EXIT
+    except ServerDown as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return NO_KERNEL_EXIT
+    except NoRootKernel as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return NO_KERNEL_EXIT
     except KeyboardInterrupt:
-        print("maxkernel-orchestrate search: interrupted; continue with --resume RUN_DIR", file=sys.stderr)
+        print(f"{prog}: interrupted; continue with --resume RUN_DIR", file=sys.stderr)
         return 130
-    if args.json:
-        print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=2))
-    else:
-        best = out.get("best")
-        print(
-            f"run: {out['run_dir']}  nodes {out['nodes']}  evaluations {out['evaluations']}  "
-            f"cache hits {out['cache_hits']}  stopped: {out['stopped']}"
-        )
-        if best:
-            sp = f"  {best['speedup_vs_root']:.2f}x vs root" if best.get("speedup_vs_root") else ""
-            print(
-                f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
-                f"re-verified: {'yes' if out.get('reverified') else 'no'}"
-            )
-        print(f"report: maxkernel-orchestrate report {out['run_dir']}")
     return 0 if out.get("best") else NO_KERNEL_EXIT
+
+
+def _print_search(out: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({k: v for k, v in out.items() if k != "curve"}, indent=2))
+        return
+    best = out.get("best")
+    print(
+        f"run: {out['run_dir']}  nodes {out['nodes']}  evaluations {out['evaluations']}  "
+        f"cache hits {out['cache_hits']}  stopped: {out['stopped']}"
+    )
+    if best:
+        sp = f"  {best['speedup_vs_root']:.2f}x vs root" if best.get("speedup_vs_root") else ""
+        print(
+            f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
+            f"re-verified: {'yes' if out.get('reverified') else 'no'}"
+        )
+    print(f"report: maxkernel-orchestrate report {out['run_dir']}")
 
 
 def main(argv: list[str] | None = None) -> int:

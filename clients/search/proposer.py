@@ -86,6 +86,10 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> str:
     return ", ".join(f"{k} {a.get(k)}->{b[k]}" for k in b if a.get(k) != b[k]) or "no change"
 
 
+class NoRootKernel(RuntimeError):
+    """The model gave no usable first kernel: the search cannot start (the message says what to do)."""
+
+
 class ModelProposer:
     """The implementer role of a model writes each child; cost comes from the run's ledger."""
 
@@ -113,6 +117,7 @@ class ModelProposer:
         )
         before = self.ledger.total_cost_usd
         reply = await self.model.request([Message.system(role.system_prompt), Message.user(prompt)])
+        self.last_reply = reply.text
         cost = self.ledger.total_cost_usd - before
         try:
             out = parse_output(role, reply.text)
@@ -133,7 +138,12 @@ class ModelProposer:
             "Write a first correct Pallas TPU kernel for this task; simple tiling.", None, None
         )
         if p is None:
-            raise RuntimeError("the model's first kernel could not be parsed; give a root kernel with --root")
+            said = " ".join((getattr(self, "last_reply", "") or "").split())[:200]
+            raise NoRootKernel(
+                "the model's first kernel could not be parsed"
+                + (f" (it said: {said})" if said else "")
+                + "; give a root kernel with --root"
+            )
         return p
 
     async def derive(

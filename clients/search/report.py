@@ -55,8 +55,33 @@ def summary(store: GraphStore) -> dict[str, Any]:
         "root": _brief(root, base),
         "best": _brief(best, base),
         "reverified": rv,
+        "not_valid": [why_not_valid(n) for n in nodes if n.status in ("invalid", "failed")],
         "time_label": best.time_label if best else None,
         "curve": curve,
+    }
+
+
+def why_not_valid(n: Node) -> dict[str, Any]:
+    """An invalid or failed node's reason: the stage it stopped at, the verdict kind, one line."""
+    v = n.verdict
+    stage = v.stopped_at if v else None
+    report = (
+        {"compile": v.compile, "validate": v.validation, "profile": v.profile}.get(stage or "") if v else None
+    )
+    failure = (report or {}).get("failure") or {}
+    kind = failure.get("kind")
+    line = failure.get("summary") or (v.failure if v else None) or "no reason recorded"
+    if kind is None and v is not None and v.failure:
+        head, _, rest = v.failure.partition(": ")
+        kind, line = (head, rest or head) if head and " " not in head else ("evaluation_failed", v.failure)
+    first = (str(line).strip().splitlines() or [""])[0].strip()
+    return {
+        "id": n.id,
+        "status": n.status,
+        "strategy": n.strategy,
+        "stopped_at": stage,
+        "kind": kind or "unknown",
+        "reason": first[:240],
     }
 
 
@@ -97,8 +122,10 @@ def _tree_svg(nodes: list[Node], base: float | None, best_id: str | None) -> str
         if n.time_label == "estimate" and sp:
             label += " est"
         ring = ' stroke="#000" stroke-width="3"' if n.id == best_id else ""
+        why = why_not_valid(n) if n.status in ("invalid", "failed") else None
+        reason = f" {why['kind']}: {why['reason']}" if why else ""
         tip = html.escape(
-            f"{n.id} {n.strategy or 'root'} {n.status} {n.time_us or ''} {json.dumps(n.config)}"
+            f"{n.id} {n.strategy or 'root'} {n.status}{reason} {n.time_us or ''} {json.dumps(n.config)}"
         )
         parts.append(
             f'<g class="node" data-id="{n.id}"><title>{tip}</title><circle cx="{x}" cy="{y}" r="{r:.1f}" '
@@ -160,6 +187,19 @@ def render_html(store: GraphStore) -> str:
             + html.escape(store.source(best_node.source_hash))
             + "</pre>"
         )
+    rows = "".join(
+        f"<tr><td><code>{html.escape(w['id'][:17])}</code></td><td>{html.escape(str(w['strategy'] or 'root'))}</td>"
+        f"<td>{w['status']}</td><td>{html.escape(str(w['stopped_at'] or '-'))}</td>"
+        f"<td><b>{html.escape(w['kind'])}</b></td><td>{html.escape(w['reason'])}</td></tr>"
+        for w in s["not_valid"]
+    )
+    why_table = (
+        '<h2>Why nodes are not valid</h2><table id="not-valid" border="1" cellpadding="4">'
+        "<tr><th>node</th><th>strategy</th><th>status</th><th>stage</th><th>kind</th><th>reason</th></tr>"
+        f"{rows}</table>"
+        if rows
+        else ""
+    )
     legend = " ".join(f'<span style="color:{c}">&#9679; {k}</span>' for k, c in COLORS.items())
     data = html.escape(json.dumps({k: s[k] for k in ("nodes", "evaluations", "cache_hits", "by_status")}))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>maxkernel search report</title>
@@ -173,6 +213,7 @@ ${s["cost_usd"]:.4f} spent; stopped: {html.escape(str(s["stopped"]))}. Times are
 <div id="tree-box">{_tree_svg(nodes, base, best["id"] if best else None)}</div>
 <div class="row"><div><h2>Best so far vs evaluations</h2>{_line_svg(curve, "evaluations", f"best {label} (us)")}</div>
 <div><h2>Cost over time</h2>{_line_svg(cost, "minutes", "USD spent")}</div></div>
+{why_table}
 <h2>Best kernel</h2>{evidence or "<p>no valid kernel</p>"}
 <script>for(const g of document.querySelectorAll('.node'))g.addEventListener('click',()=>{{
 navigator.clipboard&&navigator.clipboard.writeText(g.dataset.id)}});</script>
