@@ -268,6 +268,8 @@ class SuiteRunner:
         from maxkernel.clients.search.cli import make_proposer, reference_hash
         from maxkernel.clients.search.evaluator import CachedEvaluator
         from maxkernel.clients.search.store import EvalCache, GraphStore
+        from maxkernel.clients.search.templates import space_for
+        from maxkernel.clients.tuned import record_best
 
         gs = GraphStore(task_dir)
         cache = EvalCache(self.store.root / "eval-cache.sqlite")
@@ -281,7 +283,9 @@ class SuiteRunner:
             )
             settings = SearchSettings(algorithm=self.s.algorithm, max_evaluations=self.s.task_max_evaluations)
             ledger, budget = Ledger(), self._budget()
-            ns = argparse.Namespace(proposer=None, model=self.s.model, target=self.s.target, root=None)
+            ns = argparse.Namespace(
+                proposer=None, model=self.s.model, target=self.s.target, size=self.s.size, root=None
+            )
             proposer = make_proposer(ns, task, ledger, budget)
             cached = CachedEvaluator(self.dispatcher, cache, reference_hash(task))
             search = Search(
@@ -298,6 +302,17 @@ class SuiteRunner:
             best = result.best
             if best is not None and not result.reverified:
                 best = None
+            if best is not None and best.config and (space := space_for(task)) is not None:
+                record_best(
+                    space,
+                    self.s.target,
+                    task,
+                    self.s.size,
+                    best.config,
+                    best.time_us,
+                    best.time_label,
+                    "suite",
+                )
             return {
                 "source": gs.source(best.source_hash) if best else None,
                 "why": result.stopped if best is None else None,

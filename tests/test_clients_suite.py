@@ -93,6 +93,9 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
     for name in ("score.json", "score.csv", "report.html", "suite.sqlite"):
         assert (suite_dir / name).is_file()
     assert (suite_dir / "tasks" / "8p_GEMM" / "search.sqlite").is_file()
+    from maxkernel.tpu_tools.scoreboard import read_rows  # the parser of `maxkernel bench --json` too
+
+    assert [r.task for r in read_rows((suite_dir / "score.json").read_text())] == ["8p_GEMM", "12p_RMSNorm"]
     db = sqlite3.connect(suite_dir / "suite.sqlite")
     assert [r[0] for r in db.execute("SELECT name FROM _migrations")] == ["m001_initial"]
     assert {r[0] for r in db.execute("SELECT status FROM tasks")} == {"done"}

@@ -181,3 +181,11 @@ def score(rows: list[TaskRow]) -> SuiteScore:
         match_or_beat_expert=sum(1 for s in expert if s >= MATCH_EXPERT_RATIO),
         beat_expert=sum(1 for s in expert if s > 1.0),
     )
+
+
+def read_rows(doc: dict | str) -> list[TaskRow]:
+    """The task rows of a suite's score.json / `--json` or of `maxkernel bench --json` (same shape)."""
+    import json
+
+    data = json.loads(doc) if isinstance(doc, str) else doc
+    return [TaskRow.model_validate(r) for r in data["rows"]]
