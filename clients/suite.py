@@ -64,43 +64,64 @@ class SuiteResult(BaseModel):
 
 
 class SuiteProgress:
-    """The live line: tasks done/total, correct so far, ETA from the mean time of this run's tasks."""
+    """The live line (rich, on stderr): tasks done/total, correct so far, ETA; one printed line per task."""
 
     def __init__(self, total: int, done: int, correct: int, *, enabled: bool = True) -> None:
         self.total, self.done, self.correct = total, done, correct
         self.started, self.done_here = time.monotonic(), 0
-        self.enabled = enabled
-        self._console = None
+        self._progress = None
         if enabled:
             from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
 
-            self._console = Console(stderr=True, highlight=False)
+            self._progress = Progress(
+                TextColumn("suite"),
+                BarColumn(),
+                TextColumn(
+                    "{task.completed}/{task.total} done | correct {task.fields[correct]} | ETA {task.fields[eta]}"
+                ),
+                console=Console(stderr=True, highlight=False),
+                transient=False,
+            )
+            self._bar = self._progress.add_task(
+                "suite", total=total, completed=done, correct=correct, eta="?"
+            )
 
-    def eta_s(self, concurrency: int) -> float | None:
+    def __enter__(self) -> SuiteProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def eta_s(self) -> float | None:
+        """Mean wall time per task finished in this process times the tasks left (tasks overlap)."""
         if not self.done_here:
             return None
-        per_task = (time.monotonic() - self.started) / self.done_here
-        return per_task * (self.total - self.done)
+        return (time.monotonic() - self.started) / self.done_here * (self.total - self.done)
 
-    def line(self, concurrency: int, last: str = "") -> str:
-        eta = self.eta_s(concurrency)
+    def line(self) -> str:
+        eta = self.eta_s()
         eta_text = "?" if eta is None else f"{int(eta // 60)}m{int(eta % 60):02d}s"
-        return f"suite {self.done}/{self.total} done | correct {self.correct} | ETA {eta_text}" + (
-            f" | {last}" if last else ""
-        )
+        return f"{self.done}/{self.total} done | correct {self.correct} | ETA {eta_text}"
 
     def finished(self, row: TaskRow, concurrency: int) -> None:
         self.done += 1
         self.done_here += 1
         self.correct += int(row.correct)
-        if self._console is not None:
-            sp = f" {row.speedup_vs_baseline:.2f}x ({row.tier})" if row.speedup_vs_baseline else ""
-            what = f"{row.task} {'correct' if row.correct else row.status}{sp}"
-            self._console.print(self.line(concurrency, what), markup=False)
+        if self._progress is not None:
+            sp = f" {row.speedup_vs_baseline:.2f}x vs XLA ({row.tier})" if row.speedup_vs_baseline else ""
+            self._progress.console.print(
+                f"{row.task}: {'correct' if row.correct else row.status}{sp}  [{self.line()}]", markup=False
+            )
+            eta = self.line().rsplit("ETA ", 1)[-1]
+            self._progress.update(self._bar, completed=self.done, correct=self.correct, eta=eta)
 
     def note(self, text: str) -> None:
-        if self._console is not None:
-            self._console.print(text, markup=False)
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False)
 
 
 def task_source(task: str) -> str:

@@ -167,6 +167,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
             f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
         )
     async with AsyncExitStack() as stack:
+        stack.enter_context(progress)
         specs = servers if servers is not None else _specs(args, suite_dir, settings.concurrency)
         evaluators = []
         for spec in specs:

@@ -70,21 +70,20 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
     from rich.table import Table
 
     con = Console(stderr=True, highlight=False)
-    t = Table(
-        "task", "status", "correct", "tier", "kernel µs", "baseline µs", "x baseline", "x expert", "note"
-    )
+    t = Table("task", "status", "ok", "tier", "kernel µs", "XLA µs", "x XLA", "x expert", box=None)
     for r in rows:
         t.add_row(
             r.task,
             r.status,
             "yes" if r.correct else "no",
-            r.tier or "-",
+            "est." if r.tier == "estimate" else (r.tier or "-"),
             _fmt(r.kernel_time_us),
             _fmt(r.baseline_time_us),
             _fmt(r.speedup_vs_baseline, ".2f"),
             _fmt(r.speedup_vs_expert, ".2f"),
         )
     con.print(t)
+    con.print("est. = the static estimate for the target chip, not a measurement", markup=False)
     for r in rows:
         if r.note:
             con.print(f"{r.task}: {r.note[:300]}", markup=False)
@@ -93,7 +92,8 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
     if sc.ranked:
         con.print(
             "ranked (MaxKernel): "
-            + ", ".join(f"{x.task} {x.speedup_vs_baseline:.2f}x" for x in sc.ranked[:15])
+            + ", ".join(f"{x.task} {x.speedup_vs_baseline:.2f}x" for x in sc.ranked[:15]),
+            markup=False,
         )
 
 
