@@ -97,7 +97,7 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
         )
 
 
-def _bar_svg(row: TaskRow, width: int = 560) -> str:
+def _bar_svg(row: TaskRow, width: int = 420) -> str:
     """Two bars on a log2 axis from 1/8x to 8x, the 1x line in the middle."""
     lo, hi = -3.0, 3.0
     scale = (width - 20) / (hi - lo)
@@ -143,7 +143,7 @@ def render_html(rows: list[TaskRow], sc: SuiteScore, meta: dict) -> str:
 <style>
 body {{ font-family: sans-serif; margin: 24px; }}
 table {{ border-collapse: collapse; }} td, th {{ border-bottom: 1px solid #ddd; padding: 3px 8px; font-size: 13px; }}
-.est {{ background: #fff3cd; padding: 1px 4px; }} .note {{ color: #666; max-width: 320px; }}
+.est {{ background: #fff3cd; padding: 1px 4px; }} .note {{ color: #666; max-width: 260px; font-size: 11px; }}
 </style></head><body>
 <h1>maxkernel suite: {e(str(meta.get("suite_dir", "")))}</h1>
 <p>Bars: speedup on a log axis (1/8x to 8x), the dashed line is 1x. <span class="est">estimate</span> rows are the

@@ -17,8 +17,9 @@ EXPERT_US = 40.0  # every task's expert reference, estimate tier
 class ScriptedServer:
     """Judges a template kernel by its config (time falls with bigger tiles); counts every call."""
 
-    def __init__(self, name: str = "scripted", delay_s: float = 0.0) -> None:
-        self.name, self.delay_s = name, delay_s
+    def __init__(self, name: str = "scripted", delay_s: float = 0.0, *, overfit: bool = False) -> None:
+        """overfit=True: a kernel that is right on the loop's seeds only (wrong on any fresh offset)."""
+        self.name, self.delay_s, self.overfit = name, delay_s, overfit
         self.calls: list[tuple[str, str]] = []
 
     async def tool_versions(self) -> str:
@@ -45,6 +46,13 @@ class ScriptedServer:
         await asyncio.sleep(self.delay_s)
         target = args.get("profile_target") or args.get("target")
         if tool == "evaluate_kernel":
+            if self.overfit and args.get("seed_offset"):
+                failure = {"kind": "wrong_result", "summary": "seed 70000: 3% of elements off"}
+                return {
+                    "ok": False,
+                    "stopped_at": "validate",
+                    "validation": {"ok": False, "failure": failure},
+                }
             est = {"chip": target, "estimated_time_us": self._time_us(args["kernel_source"])}
             return {
                 "ok": True,

@@ -102,6 +102,17 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
     assert all(r[0] for r in db.execute("SELECT best_kernel_sha256 FROM tasks"))
 
 
+def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
+    from maxkernel.clients.suite_cli import run_suite
+
+    out = asyncio.run(
+        run_suite(suite_args(str(tmp_path / "s"), tasks="8p"), servers=[ScriptedServer(overfit=True)])
+    )
+    (r,) = out["rows"]
+    assert not r["correct"] and r["correct_evidence"] == [] and "seed 70000" in r["note"]
+    assert r["speedup_vs_baseline"] is None and out["score"]["by_tier"] == {}
+
+
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
     from maxkernel.clients.suite_cli import run_suite
 
