@@ -113,6 +113,29 @@ def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
     assert r["speedup_vs_baseline"] is None and out["score"]["by_tier"] == {}
 
 
+def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
+    from maxkernel.clients.cli import build_parser
+    from maxkernel.clients.suite_cli import run_suite
+
+    argv = [
+        "suite",
+        "--quiet",
+        "--run-dir",
+        str(tmp_path / "s"),
+        "--reference",
+        "8p,12p,19k",
+        "--mode",
+        "search",
+    ]
+    argv += ["--task-max-evaluations", "4", "--max-evaluations", "4", "--concurrency", "1"]
+    out = asyncio.run(run_suite(build_parser().parse_args(argv), servers=[ScriptedServer()]))
+    assert "--max-evaluations 4" in out["stopped"]
+    assert [r["status"] for r in out["rows"]] == ["done", "pending", "pending"]
+    assert out["rows"][0]["evaluations"] <= 4  # the per-task budget held too
+    again = asyncio.run(run_suite(suite_args(str(tmp_path / "s"), resume=True), servers=[ScriptedServer()]))
+    assert "--max-evaluations" in again["stopped"]  # the resumed suite keeps its budget
+
+
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
     from maxkernel.clients.suite_cli import run_suite
 
