@@ -180,15 +180,16 @@ class TunedConfigCache:
         path = self.shipped_dir / f"{chip}.json"
         return load_json(path) if path.is_file() else []
 
-    def export_json(self, out_dir: str | Path) -> list[Path]:
-        """One file per chip (`<chip>.json`), entries sorted so a re-export diffs cleanly."""
+    def export_json(self, out_dir: str | Path, note: str = "") -> list[Path]:
+        """One file per chip (`<chip>.json`), entries sorted so a re-export diffs cleanly; `note` says
+        how they were found (each entry names its own tier)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = []
         for chip in sorted({e.key.chip for e in self.entries()}):
             entries = sorted(self.entries(chip), key=lambda e: (e.key.problem, e.key.template_sha256))
             path = out / f"{chip}.json"
-            doc = {"chip": chip, "entries": [e.model_dump(mode="json") for e in entries]}
+            doc = {"chip": chip, "note": note, "entries": [e.model_dump(mode="json") for e in entries]}
             path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
             paths.append(path)
         return paths
