@@ -334,10 +334,12 @@ class SuiteRunner:
                     best.time_label,
                     "suite",
                 )
+            source = gs.source(best.source_hash) if best else None
+            cases = await self._tester_cases(task, task_dir, source, ledger) if source else []
             return {
-                "source": gs.source(best.source_hash) if best else None,
+                "source": source,
                 "why": result.stopped if best is None else None,
-                "cases": [],
+                "cases": cases,
                 "spend_usd": ledger.total_cost_usd,
                 "evaluations": result.evaluations,
                 "summary": {
@@ -350,6 +352,38 @@ class SuiteRunner:
         finally:
             gs.close()
             cache.close()
+
+    async def _tester_cases(self, task: str, task_dir: Path, source: str, ledger: Any) -> list[dict]:
+        """Search mode: the tester role's cases for the winner, asked once (cached in test_cases.json)."""
+        import json
+
+        from maxkernel.clients.auto_roles import _input_case
+        from maxkernel.clients.auto_state import DESIGN_CHIP
+        from maxkernel.subagents import OutputParseError, TestCase, get_role, parse_output, render_test_prompt
+
+        path = task_dir / "test_cases.json"
+        if not path.is_file():
+            role = get_role("tester")
+            chip = self.s.target if self.s.target.startswith("tpu-") else DESIGN_CHIP
+            prompt = render_test_prompt(task_source(task), chip, kernel=source)
+            from maxkernel.clients.models import Message
+
+            raw: list[dict] = []
+            note = ""
+            try:
+                started = time.perf_counter()
+                response = await self.model_factory(self.s.model).request(
+                    [Message.system(role.system_prompt), Message.user(prompt)]
+                )
+                ledger.record(role.name, response, latency_ms=(time.perf_counter() - started) * 1000)
+                raw = [c.model_dump() for c in parse_output(role, response.text).cases]
+            except OutputParseError as e:
+                note = f"tester reply unreadable: {e}"
+            except Exception as e:  # a model that fails costs the extra cases, not the task
+                note = f"tester failed: {type(e).__name__}: {e}"
+            path.write_text(json.dumps({"for": task, "cases": raw, "note": note}, indent=1))
+        raw = json.loads(path.read_text(encoding="utf-8")).get("cases") or []
+        return [_input_case(TestCase.model_validate(c)) for c in raw][: self.s.test_cases]
 
     # ---- scoring
     async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -17,9 +17,13 @@ EXPERT_US = 40.0  # every task's expert reference, estimate tier
 class ScriptedServer:
     """Judges a template kernel by its config (time falls with bigger tiles); counts every call."""
 
-    def __init__(self, name: str = "scripted", delay_s: float = 0.0, *, overfit: bool = False) -> None:
-        """overfit=True: a kernel that is right on the loop's seeds only (wrong on any fresh offset)."""
+    def __init__(
+        self, name: str = "scripted", delay_s: float = 0.0, *, overfit: bool = False, case_verdicts=None
+    ) -> None:
+        """overfit=True: a kernel that is right on the loop's seeds only (wrong on any fresh offset);
+        case_verdicts: {case name: failure kind} for the tester's cases that fail."""
         self.name, self.delay_s, self.overfit = name, delay_s, overfit
+        self.case_verdicts = case_verdicts or {}
         self.calls: list[tuple[str, str]] = []
 
     async def tool_versions(self) -> str:
@@ -61,7 +65,8 @@ class ScriptedServer:
                 "profile": {"static_estimate": est},
             }
         if tool == "validate_kernel":
-            return {"ok": True}
+            kind = self.case_verdicts.get((args.get("case") or {}).get("name"))
+            return {"ok": True} if kind is None else {"ok": False, "failure": {"kind": kind, "summary": kind}}
         if tool == "profile_kernel":
             src = args["kernel_source"]
             us = EXPERT_US if "pallas_call" in src else BASELINE_US

@@ -86,6 +86,7 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
     assert set(rows) == {"8p_GEMM", "12p_RMSNorm"}
     for r in rows.values():
         assert r["correct"] and r["tier"] == "estimate" and r["evaluations"] <= 6
+        assert any(e.startswith("tester case") for e in r["correct_evidence"])
         assert r["baseline_time_us"] == BASELINE_US and r["expert_time_us"] == EXPERT_US
         assert r["speedup_vs_baseline"] == pytest.approx(BASELINE_US / r["kernel_time_us"], rel=1e-3)
     assert out["score"]["by_tier"]["estimate"]["rows"] == 2 and "measured" not in out["score"]["by_tier"]
@@ -134,6 +135,21 @@ def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
     assert out["rows"][0]["evaluations"] <= 4  # the per-task budget held too
     again = asyncio.run(run_suite(suite_args(str(tmp_path / "s"), resume=True), servers=[ScriptedServer()]))
     assert "--max-evaluations" in again["stopped"]  # the resumed suite keeps its budget
+
+
+@pytest.mark.parametrize(
+    "kind, correct", [("wrong_result", False), ("case_unusable", True)], ids=["fails", "unusable"]
+)
+def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_cannot_run_does_not(
+    tmp_path, kind, correct
+):
+    from maxkernel.clients.suite_cli import run_suite
+
+    server = ScriptedServer(case_verdicts={"mixed_sign_large": kind})
+    out = asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p"), servers=[server]))
+    (r,) = out["rows"]
+    assert r["correct"] is correct
+    assert any(tool == "validate_kernel" for tool, _ in server.calls)  # the tester's cases were run
 
 
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
