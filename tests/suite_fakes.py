@@ -24,7 +24,14 @@ class ScriptedServer:
         case_verdicts: {case name: failure kind} for the tester's cases that fail."""
         self.name, self.delay_s, self.overfit = name, delay_s, overfit
         self.case_verdicts = case_verdicts or {}
+        self.die_after: int | None = None  # calls before this server "dies" (EvaluatorDown from then on)
         self.calls: list[tuple[str, str]] = []
+
+    def _maybe_die(self) -> None:
+        from maxkernel.clients.search.evaluator import EvaluatorDown
+
+        if self.die_after is not None and len(self.calls) > self.die_after:
+            raise EvaluatorDown(f"{self.name}: connection refused")
 
     async def tool_versions(self) -> str:
         return "scripted-1"
@@ -40,6 +47,7 @@ class ScriptedServer:
         from maxkernel.clients.search.graph import NodeVerdict
 
         self.calls.append(("evaluate", task.reference))
+        self._maybe_die()
         await asyncio.sleep(self.delay_s)
         return NodeVerdict(
             status="valid", time_us=self._time_us(source), time_label="estimate", server=self.name
@@ -47,6 +55,7 @@ class ScriptedServer:
 
     async def call(self, tool: str, args: dict) -> dict:
         self.calls.append((tool, args["reference"]))
+        self._maybe_die()
         await asyncio.sleep(self.delay_s)
         target = args.get("profile_target") or args.get("target")
         if tool == "evaluate_kernel":

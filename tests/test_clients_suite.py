@@ -103,6 +103,19 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
     assert all(r[0] for r in db.execute("SELECT best_kernel_sha256 FROM tasks"))
 
 
+def test_a_server_that_dies_mid_suite_hands_its_work_to_the_other(tmp_path):
+    from maxkernel.clients.suite_cli import run_suite
+
+    a, b = ScriptedServer("dies", 0.01), ScriptedServer("stays", 0.01)
+    a.die_after = 3
+    out = asyncio.run(
+        run_suite(suite_args(str(tmp_path / "s"), tasks="8p,12p", concurrency=2), servers=[a, b])
+    )
+    assert [d.split(" ")[0] for d in out["dead_servers"]] == ["dies"]
+    assert all(r["status"] == "done" and r["correct"] for r in out["rows"])
+    assert len(b.calls) > len(a.calls)
+
+
 def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
     from maxkernel.clients.suite_cli import run_suite
 
