@@ -23,6 +23,10 @@ class UsageError(ValueError):
     pass
 
 
+class NoServer(RuntimeError):
+    """No server could be reached (exit 1, one line)."""
+
+
 def register(sub: Any) -> None:
     s = sub.add_parser("suite", help="run auto or search over many JaxBench tasks and score them")
     s.add_argument("--reference", default="all", help="'all' or comma-separated task ids (8p,12p_RMSNorm,…)")
@@ -128,10 +132,13 @@ def _specs(args: argparse.Namespace, suite_dir: Path, concurrency: int) -> list[
 
 
 async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) -> dict[str, Any]:
-    """Run (or resume) a suite; `servers` overrides --server (tests pass in-process server objects)."""
+    """Run (or resume) a suite; `servers` overrides --server (tests pass in-process server objects or
+    evaluators). The servers are connected before a new suite directory is created."""
     from contextlib import AsyncExitStack
 
-    from maxkernel.clients.search.evaluator import Dispatcher
+    from maxkernel.clients.cli import build_model
+    from maxkernel.clients.mcp_client import _root_cause
+    from maxkernel.clients.search.evaluator import Dispatcher, EvaluatorDown
     from maxkernel.clients.search.remote import MCPEvaluator
     from maxkernel.clients.suite import SuiteProgress, SuiteResult, SuiteRunner, SuiteSettings, score_rows
     from maxkernel.clients.suite_report import print_table, write_all
@@ -142,40 +149,48 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         suite_dir = Path(args.resume)
         if not SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} is not a suite directory to resume (no suite.sqlite in it)")
-        store = SuiteStore(suite_dir)
-        settings = SuiteSettings.model_validate(store.get_meta("settings"))
+        peek = SuiteStore(suite_dir, requeue=False)
+        settings = SuiteSettings.model_validate(peek.get_meta("settings"))
+        peek.close()
     else:
         settings = _settings(args)
         suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
-        store = SuiteStore(suite_dir)
-        store.set_meta("settings", settings.model_dump(mode="json"))
-        store.add_tasks(settings.tasks)
-    from maxkernel.clients.cli import build_model
-
-    statuses = store.statuses()
-    done_rows = [r for r in store.rows() if r.status in ("done", "failed")]
-    progress = SuiteProgress(
-        len(statuses),
-        len(done_rows),
-        sum(r.correct for r in done_rows),
-        enabled=not (args.quiet or args.json),
-    )
-    if store.requeued:
-        progress.note(
-            f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
-        )
     async with AsyncExitStack() as stack:
-        stack.enter_context(progress)
         specs = servers if servers is not None else _specs(args, suite_dir, settings.concurrency)
-        evaluators = []
+        evaluators: list[Any] = []
+        unreachable: list[str] = []
         for spec in specs:
             if hasattr(spec, "evaluate") and hasattr(spec, "call"):  # already an evaluator (tests' fakes)
                 evaluators.append(spec)
                 continue
             target, name = spec if isinstance(spec, tuple) else (spec, None)
-            evaluators.append(await stack.enter_async_context(MCPEvaluator(target, name=name)))
+            try:
+                evaluators.append(await stack.enter_async_context(MCPEvaluator(target, name=name)))
+            except EvaluatorDown as e:
+                where = name or (spec if isinstance(spec, str) else "in-process server")
+                unreachable.append(f"{where}: {_root_cause(e.__cause__ or e)}")
+        if not evaluators:  # before a new suite directory exists: nothing is left on disk
+            raise NoServer(f"no server reachable: {'; '.join(unreachable)}")
+        store = SuiteStore(suite_dir)
+        if not args.resume:
+            store.set_meta("settings", settings.model_dump(mode="json"))
+            store.add_tasks(settings.tasks)
+        done_rows = [r for r in store.rows() if r.status in ("done", "failed")]
+        progress = SuiteProgress(
+            len(store.statuses()),
+            len(done_rows),
+            sum(r.correct for r in done_rows),
+            enabled=not (args.quiet or args.json),
+        )
+        stack.enter_context(progress)
+        for line in unreachable:
+            progress.note(f"server skipped: {line}")
+        if store.requeued:
+            progress.note(
+                f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
+            )
         dispatcher = Dispatcher(evaluators, settings.concurrency)
         runner = SuiteRunner(store, settings, dispatcher, model_factory=build_model, progress=progress)
         progress.note(f"suite directory: {suite_dir}  ({len(store.pending())} task(s) to run)")
@@ -188,7 +203,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         score=sc,
         stopped=stopped,
         requeued_on_start=store.requeued,
-        dead_servers=dispatcher.dead,
+        dead_servers=dispatcher.dead + [f"{u} (at start)" for u in unreachable],
         wall_time_s=round(time.monotonic() - started, 2),
     )
     meta = {"suite_dir": str(suite_dir), "settings": settings.model_dump(mode="json"), "stopped": stopped}
@@ -208,6 +223,9 @@ def suite_main(args: argparse.Namespace) -> int:
     except UsageError as e:
         print(f"maxkernel-orchestrate suite: {e}", file=sys.stderr)
         return USAGE_EXIT
+    except NoServer as e:
+        print(f"maxkernel-orchestrate suite: {str(e)[:1000]}", file=sys.stderr)
+        return NOT_ALL_CORRECT_EXIT
     except KeyboardInterrupt:
         print("maxkernel-orchestrate suite: interrupted; continue with --resume SUITE_DIR", file=sys.stderr)
         return 130

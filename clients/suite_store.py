@@ -48,11 +48,12 @@ _MIGRATIONS: list[tuple[str, str]] = [
 
 
 class SuiteStore:
-    def __init__(self, suite_dir: str | Path) -> None:
+    def __init__(self, suite_dir: str | Path, *, requeue: bool = True) -> None:
+        """requeue=False for readers that must not touch a suite another process may be running."""
         self.root = Path(suite_dir)
         self.path = self.root / SUITE_FILE
         self.db = connect(self.path, _MIGRATIONS)
-        self.requeued = self._requeue_running()
+        self.requeued = self._requeue_running() if requeue else 0
 
     @classmethod
     def exists(cls, suite_dir: str | Path) -> bool:

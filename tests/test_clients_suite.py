@@ -311,3 +311,14 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
         assert r["tier"] == "estimate" and r["speedup_vs_expert"] == pytest.approx(1.0, rel=0.02)
         assert r["speedup_vs_baseline"] and r["baseline_time_us"]
     assert asked.count("implementer") == 2 and asked.count("tester") == 2
+
+
+def test_no_reachable_server_is_one_line_exit_1_and_nothing_on_disk(tmp_path, capsys):
+    from maxkernel.clients import cli
+
+    run_dir = tmp_path / "s"
+    argv = ["suite", "--reference", "12p", "--server", "http://127.0.0.1:9/mcp", "--run-dir", str(run_dir)]
+    assert cli.main([*argv, "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("maxkernel-orchestrate suite: no server reachable: http://127.0.0.1:9/mcp")
+    assert "\n" not in err and not run_dir.exists()
