@@ -98,3 +98,35 @@ def test_search_and_suite_start_from_the_cached_best_and_say_so(tmp_path, capsys
     store = GraphStore(tmp_path / "s" / "tasks" / "8p_GEMM")
     assert store.get(store.get_meta("root")).config == other
     assert out["rows"][0]["correct"]
+
+
+@pytest.mark.slow
+def test_autotune_compiles_the_cached_best_first_and_says_so(tmp_path, monkeypatch):
+    from test_tpu_tools_autotune import SOURCE
+
+    from maxkernel.tpu_tools.autotune import autotune
+    from maxkernel.tpu_tools.evaluate import Evaluator
+    from maxkernel.tpu_tools.pool import WorkerPool
+
+    monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    cached = {"bm": 128, "bn": 128, "bk": 256}  # valid, but not the estimate's first choice (256x896)
+    assert tc.record(
+        "tpu-v6e", "8p_GEMM", "small", SOURCE, cached, time_us=1.0, tier="measured", found_by="x"
+    )
+    space = {"bm": [128, 256], "bn": [128, 896], "bk": [256]}
+    with WorkerPool(max_workers=1) as pool:
+        report = autotune(
+            Evaluator(pool, timeout_s=240),
+            SOURCE,
+            space,
+            "8p_GEMM",
+            "tpu-v6e",
+            "small",
+            max_configs=1,
+            workdir=tmp_path,
+        )
+    compiled = [r.config for r in report.configs if r.compile_ok is not None]
+    assert compiled == [cached]
+    assert any("started from the cached best" in n and "measured" in n for n in report.notes)
+    # its own winner (ranked by the estimate) does not displace the measured entry
+    assert tc.lookup("tpu-v6e", "8p_GEMM", "small", SOURCE).config == cached
