@@ -159,13 +159,18 @@ class SuiteRunner:
             return f"suite budget: ${st.spend_usd():.4f} >= --max-usd {s.max_usd}"
         if s.max_evaluations is not None and st.evaluations() >= s.max_evaluations:
             return f"suite budget: {st.evaluations()} evaluations >= --max-evaluations {s.max_evaluations}"
-        active_s = (st.get_meta("active_s") or 0.0) + time.monotonic() - self._started
+        active_s = self._active_s()
         if s.max_minutes is not None and active_s / 60.0 >= s.max_minutes:
             return f"suite budget: {active_s / 60.0:.1f} min >= --max-minutes {s.max_minutes}"
         return None
 
+    def _active_s(self) -> float:
+        """Seconds this suite has run, over every process that ran it (kept in meta after each task)."""
+        return self._base_active_s + time.monotonic() - self._started
+
     async def run(self) -> str:
         self._started = time.monotonic()
+        self._base_active_s = float(self.store.get_meta("active_s") or 0.0)
         queue = asyncio.Queue()
         for t in self.store.pending():
             queue.put_nowait(t)
@@ -188,14 +193,14 @@ class SuiteRunner:
                     row = TaskRow(task=task, status="failed", note=f"{type(e).__name__}: {e}"[:2000])
                     verdicts = {}
                 self.store.finish(row, verdicts)
+                self.store.set_meta("active_s", self._active_s())  # a kill -9 keeps the minutes spent
                 if self.progress is not None:
                     self.progress.finished(row, self.s.concurrency)
 
         try:
             await asyncio.gather(*(worker() for _ in range(self.s.concurrency)))
         finally:
-            active = (self.store.get_meta("active_s") or 0.0) + time.monotonic() - self._started
-            self.store.set_meta("active_s", active)
+            self.store.set_meta("active_s", self._active_s())
         return self.stop_reason or "finished"
 
     # ---- one task
