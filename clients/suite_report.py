@@ -113,7 +113,11 @@ def _bar_svg(row: TaskRow, width: int = 420) -> str:
         xv = 10 + (min(max(math.log2(val), lo), hi) - lo) * scale
         left, w = min(x1, xv), abs(xv - x1)
         parts.append(f'<rect x="{left:.1f}" y="{y}" width="{max(w, 1.5):.1f}" height="12" fill="{color}"/>')
-        parts.append(f'<text x="{max(xv, x1) + 4:.0f}" y="{y + 10}" font-size="10">{name} {val:.2f}x</text>')
+        tx = max(xv, x1) + 4
+        anchor = ""
+        if tx > width - 90:  # no room right of a long bar: label it on the other side of the 1x line
+            tx, anchor = x1 - 4, ' text-anchor="end"'
+        parts.append(f'<text x="{tx:.0f}" y="{y + 10}" font-size="10"{anchor}>{name} {val:.2f}x</text>')
     parts.append(f'<line x1="{x1:.1f}" y1="0" x2="{x1:.1f}" y2="34" stroke="#333" stroke-dasharray="2,2"/>')
     parts.append("</svg>")
     return "".join(parts)
