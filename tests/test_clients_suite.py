@@ -70,6 +70,14 @@ def test_speedups_only_within_one_tier_and_cpu_time_is_not_a_tpu_measurement():
         "static_estimate": {"chip": "tpu-v6e", "estimated_time_us": 12.0},
     }
     assert tier_time(cpu_run, "tpu-v6e") == (12.0, "estimate")
+    llo = cpu_run | {"static_estimate": {"chip": "tpu-v6e", "estimated_time_us": 9.0, "tier": "llo"}}
+    assert tier_time(llo, "tpu-v6e") == (9.0, "estimate/llo")
+    r = timed_row(TaskRow(task="x", status="done"), (9.0, "estimate/llo"), (30.0, "estimate/model"))
+    assert (
+        r.speedup_vs_baseline is None and r.tier == "estimate" and r.estimate_tier == "llo"
+    )  # two estimators
+    r = timed_row(TaskRow(task="x", status="done"), (10.0, "estimate/model"), (30.0, "estimate/model"))
+    assert r.speedup_vs_baseline == 3.0 and r.estimate_tier == "model"
     on_chip = cpu_run | {"measured_on": "TPU v6 lite"}
     assert tier_time(on_chip, "tpu-v6e") == (300.0, "measured")
     assert tier_time(on_chip | {"static_estimate": None}, "tpu-v5e") == (None, None)  # another chip

@@ -39,6 +39,7 @@ class BenchRow(BaseModel):
     roofline_fraction: float | None = None
     estimate_us: float | None = Field(default=None, description="static TPU estimate (labeled estimate)")
     estimate_bound: str | None = None
+    estimate_tier: str | None = Field(default=None, description="the estimator's tier: model or llo")
     estimate_fraction_of_roofline: float | None = None
     wall_time_s: float = 0.0
 
@@ -73,7 +74,9 @@ def _tier_time(row: BenchRow | None, target_chip: str | None) -> tuple[float | N
     chip = chip_for_device_kind(row.measured_on or "")
     if row.median_ms is not None and chip is not None and chip.name == target_chip:
         return row.median_ms * 1000.0, "measured"
-    return (row.estimate_us, "estimate") if row.estimate_us is not None else (None, None)
+    if row.estimate_us is None:
+        return None, None
+    return row.estimate_us, f"estimate/{row.estimate_tier}" if row.estimate_tier else "estimate"
 
 
 def _full_id(task: str) -> str:
@@ -130,6 +133,7 @@ def _apply_profile(row: BenchRow, prof: ProfileReport, program: str) -> None:
     if prof.static_estimate is not None:
         row.estimate_us = round(prof.static_estimate.estimated_time_us, 3)
         row.estimate_bound = prof.static_estimate.bound
+        row.estimate_tier = getattr(prof.static_estimate, "tier", None)
         row.estimate_fraction_of_roofline = round(prof.static_estimate.fraction_of_roofline, 4)
 
 

@@ -32,6 +32,9 @@ class TaskRow(BaseModel):
     target: str = ""
     size: str = ""
     tier: Tier | None = Field(default=None, description="where kernel_time_us and baseline_time_us came from")
+    estimate_tier: str | None = Field(
+        default=None, description="the estimator's tier (model, llo) if estimate"
+    )
     kernel_time_us: float | None = None
     baseline_time_us: float | None = Field(default=None, description="XLA baseline (the task's workload)")
     expert_time_us: float | None = Field(default=None, description="the expert Pallas reference, if any")
@@ -45,12 +48,13 @@ class TaskRow(BaseModel):
     note: str = ""
 
 
-def tier_time(profile: dict | None, target: str) -> tuple[float | None, Tier | None]:
+def tier_time(profile: dict | None, target: str) -> tuple[float | None, str | None]:
     """(time_us, tier) of a profile report's candidate, for `target`.
 
     `measured` only when the candidate ran natively on the target chip itself (a CPU run of the XLA
     baseline is native too, but it says nothing about a TPU); otherwise the static estimate for the
-    target; else nothing.
+    target, as `estimate/<its tier>` (`estimate/model`, `estimate/llo`) so two estimates compare only
+    within one estimator tier; else nothing.
     """
     from maxkernel.tpu_tools.chips import chip_for_device_kind
 
@@ -63,7 +67,8 @@ def tier_time(profile: dict | None, target: str) -> tuple[float | None, Tier | N
         return float(cand["median_ms"]) * 1000.0, "measured"
     est = profile.get("static_estimate")
     if est and est.get("estimated_time_us") is not None and est.get("chip") in (target, None):
-        return float(est["estimated_time_us"]), "estimate"
+        sub = est.get("tier")
+        return float(est["estimated_time_us"]), f"estimate/{sub}" if sub else "estimate"
     return None, None
 
 
@@ -73,11 +78,16 @@ def timed_row(
     baseline: tuple[float | None, str | None],
     expert: tuple[float | None, str | None] | None = None,
 ) -> TaskRow:
-    """Fill the times and speedups from (time_us, tier) pairs; a mixed-tier pair gives no speedup."""
+    """Fill the times and speedups from (time_us, tier) pairs; a mixed-tier pair gives no speedup.
+
+    A tier is `measured`, `estimate` or `estimate/<estimator tier>`; pairs must match exactly.
+    """
     k_us, k_tier = kernel
     b_us, b_tier = baseline
     row.kernel_time_us, row.baseline_time_us = k_us, b_us
-    row.tier = k_tier if k_tier in ("measured", "estimate") else None  # type: ignore[assignment]
+    top, _, sub = (k_tier or "").partition("/")
+    row.tier = top if top in ("measured", "estimate") else None  # type: ignore[assignment]
+    row.estimate_tier = sub or None
     notes = [row.note] if row.note else []
     if k_us and b_us and k_tier == b_tier and row.tier is not None:
         row.speedup_vs_baseline = round(b_us / k_us, 4)
