@@ -130,3 +130,20 @@ def test_autotune_compiles_the_cached_best_first_and_says_so(tmp_path, monkeypat
     assert any("started from the cached best" in n and "measured" in n for n in report.notes)
     # its own winner (ranked by the estimate) does not displace the measured entry
     assert tc.lookup("tpu-v6e", "8p_GEMM", "small", SOURCE).config == cached
+
+
+def test_the_shipped_files_are_exported_from_a_search_suites_own_records(tmp_path):
+    from suite_fakes import ScriptedServer, suite_args
+
+    from maxkernel.clients.search.store import GraphStore
+    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.tuned import export_suite_configs
+
+    asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p,12p"), servers=[ScriptedServer()]))
+    (path,) = export_suite_configs([str(tmp_path / "s")], str(tmp_path / "out"), note="test")
+    entries = {e.task: e for e in tc.load_json(tmp_path / "out" / "tpu-v6e.json")}
+    assert path.endswith("tpu-v6e.json") and set(entries) == {"8p_GEMM", "12p_RMSNorm"}
+    graph = GraphStore(tmp_path / "s" / "tasks" / "8p_GEMM", requeue=False)
+    winner = graph.get(graph.get_meta("reverified")["node_id"])
+    assert entries["8p_GEMM"].config == winner.config and entries["8p_GEMM"].tier == "estimate"
+    assert "suite --mode search" in entries["8p_GEMM"].found_by
