@@ -262,6 +262,9 @@ class KernelServerClient:
     async def get_task(self, task: str) -> dict:
         return await self.call("get_task", {"task": task})
 
+    async def describe_reference(self, reference: str, size: str | None = None) -> dict:
+        return await self.call("describe_reference", {"reference": reference, "size": size})
+
     async def list_chips(self) -> list[dict]:
         return await self.call("list_chips", {})
 

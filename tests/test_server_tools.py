@@ -31,6 +31,7 @@ SERVER_TOOLS = {
 } | {
     "list_tasks",
     "get_task",
+    "describe_reference",
     "list_chips",
     "find_examples",
 }
