@@ -23,7 +23,6 @@ from typing import Any, Literal
 from maxkernel.clients.auto_roles import RoleSteps
 from maxkernel.clients.auto_state import (
     DESIGN_CHIP,
-    FRESH_SEED_BASE,
     Attempt,
     AutoConfig,
     Best,
@@ -350,8 +349,7 @@ class AutoLoop(RoleSteps):
                 self.config.target,
                 self.config.size,
                 seeds=self.config.seeds,
-                # fresh inputs for every validation: seeds never reused across iterations or attempts
-                seed_offset=FRESH_SEED_BASE + 1000 * cur.index + 16 * n,
+                # no seed_offset: the server draws fresh seeds for every validation (a kernel cannot predict them)
             )
         except ServerToolError as e:
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from maxkernel.server.models import (
     CompileTarget,
+    DefaultSize,
     EvaluationReport,
     KernelPath,
     KernelSource,
@@ -32,6 +33,7 @@ from maxkernel.server.models import (
     Reps,
     RunTarget,
     SavedTraceSummary,
+    SeedOffset,
     Seeds,
     Size,
     TaskDetail,
@@ -77,7 +79,7 @@ async def compile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = "tpu-v6e",
-    size: Size = "small",
+    size: DefaultSize = None,
     timeout_s: Timeout = 300.0,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
@@ -101,11 +103,9 @@ async def validate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = "cpu",
-    size: Size = "small",
+    size: DefaultSize = None,
     seeds: Seeds = 3,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first seed; give a new offset to validate on inputs never seen before")
-    ] = 0,
+    seed_offset: SeedOffset = None,
     atol: Tol = None,
     rtol: Tol = None,
     allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
@@ -134,7 +134,8 @@ async def validate_kernel(
             ref,
             tgt,
             size,
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            seeds=seeds,
+            seed_offset=seed_offset,
             atol=atol,
             rtol=rtol,
             allow_plain_jax=allow_plain_jax,
@@ -200,9 +201,7 @@ async def evaluate_kernel(
     profile_target: RunTarget = "tpu-v6e",
     size: Size = "small",
     seeds: Seeds = 3,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
-    ] = 0,
+    seed_offset: SeedOffset = None,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
     reps: Reps = 30,
     timeout_s: Timeout = 300.0,
@@ -239,7 +238,8 @@ async def evaluate_kernel(
             ref,
             vtgt,
             size,
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            seeds=seeds,
+            seed_offset=seed_offset,
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,
