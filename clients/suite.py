@@ -401,7 +401,13 @@ class SuiteRunner:
             "profile_kernel",
             {"kernel_source": source, "reference": task, "target": self.s.target, "size": self.s.size},
         )
-        return tier_time(report, self.s.target) if report.get("ok") else (None, None)
+        if not report.get("ok"):  # say why in the row: a missing baseline must not look like a slow one
+            f = report.get("failure") or {}
+            self._last_profile_failure = (
+                f"{f.get('kind', '')}: {f.get('summary', report.get('tool_error', ''))}"[:300]
+            )
+            return None, None
+        return tier_time(report, self.s.target)
 
     async def _score(
         self, task: str, source: str, cases: list[dict], row: TaskRow, verdicts: dict[str, Any]
@@ -461,6 +467,8 @@ class SuiteRunner:
         expert_src = expert_source(task)
         expert = await self._profile_time(expert_src, task) if expert_src else None
         kernel = tier_time(report.get("profile"), self.s.target)
+        if baseline[0] is None:
+            row.note = f"no XLA baseline time: {getattr(self, '_last_profile_failure', 'no estimate')}"
         timed_row(row, kernel, baseline, expert)
         verdicts["times"] = {
             "kernel": [v.time_us, v.time_label],
