@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     from maxkernel.clients.search.cli import register as register_search
 
     register_search(sub)  # `search` and `report` verbs
+    from maxkernel.clients.suite_cli import register as register_suite
+
+    register_suite(sub)  # `suite`
     return p
 
 

@@ -112,6 +112,13 @@ class KernelServerClient:
     def in_memory(cls, server: Any, **kwargs: Any) -> KernelServerClient:
         return cls(server, label="in-memory", **kwargs)
 
+    @classmethod
+    def sharing(cls, client: Client, label: str, **kwargs: Any) -> KernelServerClient:
+        """A typed view of a connection another owner opened and will close (the suite's server pool)."""
+        view = cls(None, label=label, **kwargs)
+        view._client = client
+        return view
+
     async def __aenter__(self) -> KernelServerClient:
         self._client = Client(self._target, read_timeout_seconds=self.read_timeout_s)
         try:

@@ -14,6 +14,8 @@ import tempfile
 
 import pytest
 
+# The tuned-config cache (autotune and search write their winners): never the user's own during tests.
+os.environ["MAXKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="maxkernel-test-cache-")
 if "MAXKERNEL_TRACE_DIR" not in os.environ:  # set before any worker pool forks its server
     _traces = tempfile.mkdtemp(prefix="maxkernel-test-traces-")
     os.environ["MAXKERNEL_TRACE_DIR"] = _traces

@@ -1,4 +1,4 @@
-"""The expert Pallas references beside 1p, 8p, 12p and 19k: right answers, real TPU compiles.
+"""The expert Pallas references (1p, 2p, 8p, 9p, 12p, 13p, 14p, 19k, 41k, 50k): right answers, real TPU compiles.
 
 Validation runs each kernel in TPU interpret mode on CPU at size="small" against the task's own
 ``workload``, with the task's tolerances (the harness's ``np.allclose(ref, cand)``), once with the
@@ -23,7 +23,7 @@ from maxkernel.tpu_tools import hostenv
 # compile-only TPU compiles can run beside other processes that load libtpu.
 hostenv.configure()
 
-TASKS = ["1p", "8p", "12p", "19k"]
+TASKS = ["1p", "2p", "8p", "9p", "12p", "13p", "14p", "19k", "41k", "50k"]
 
 # Small multi-block configs (few grid steps: each costs ~4 ms in TPU interpret mode).
 MULTI_BLOCK = {
@@ -31,6 +31,15 @@ MULTI_BLOCK = {
     "8p": lambda ref: ref.MatmulConfig(block_m=128, block_k=128, block_n=128),  # grid (2, 7, 2)
     "12p": lambda ref: ref.RMSNormConfig(block_rows=64),  # 4 row blocks
     "19k": lambda ref: ref.MatmulConfig(block_m=128, block_k=2048, block_n=128),  # grid (1, 2, 4)
+    # S=256: 3 causal pairs per head, 32 query heads reading 2 kv heads
+    "2p": lambda ref: ref.GQAConfig(block_q=128, block_kv=128),
+    # gate/up grid (2, 7, 2), down grid (2, 2, 7): both accumulations and the epilogue per tile
+    "9p": lambda ref: ref.SwiGLUConfig(block_t=64, block_f=128, block_e=128, block_n=128),
+    # grid (2, 4): labels land in every vocab tile, losses summed over both token tiles
+    "13p": lambda ref: ref.CrossEntropyConfig(block_t=128, block_v=1024),
+    "14p": lambda ref: ref.GroupedMatmulConfig(block_m=64, block_k=128, block_n=448),  # grid (8, 2, 2, 2)
+    "41k": lambda ref: ref.MatmulConfig(block_m=64, block_k=2048, block_n=128),  # grid (2, 2, 4)
+    "50k": lambda ref: ref.RowSoftmaxMatmulConfig(block_m=64, block_k=2048),  # grid (2, 4), full rows
 }
 
 
@@ -56,6 +65,25 @@ def test_reference_matches_task_in_tpu_interpret_mode(task_id, multi_block, monk
     finally:
         pltpu.reset_tpu_interpret_mode_state()
     _check_close(task, inputs, out)
+
+
+def test_cross_entropy_kernel_tracks_the_loss_not_a_constant():
+    """13p returns one scalar, which a constant near log(V) could imitate at the task's inputs; the
+    kernel must follow the loss when the logits' scale (and so the loss) moves far from that."""
+    task, ref = load_task("13p"), load_pallas_reference("13p")
+    hidden, weight, labels = task.create_inputs(size="small", key=7)
+    losses = []
+    for scale in (0.0, 10.0):
+        inputs = (hidden, (weight.astype(np.float32) * scale).astype(weight.dtype), labels)
+        try:
+            with pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()):
+                out = jax.block_until_ready(jax.jit(ref.workload)(*inputs))
+        finally:
+            pltpu.reset_tpu_interpret_mode_state()
+        _check_close(task, inputs, out)
+        losses.append(float(out))
+    assert abs(losses[0] - np.log(task.SIZES["small"]["vocab_size"])) < 1e-3  # zero logits: log V
+    assert losses[1] > losses[0] + 3.0  # large logits: the label is rarely the arg-max (13.1 vs 8.3)
 
 
 def test_configs_reject_bad_blocks_with_one_precise_error():
@@ -102,6 +130,6 @@ def test_reference_compiles_for_v6e_at_full_size(task_id, v6e_device_sharding):
     compile_time_ms = (time.perf_counter() - start) * 1e3
     cost = compiled.cost_analysis()
     print(f"{task_id}: compile_time_ms={compile_time_ms:.0f} flops={cost.get('flops'):.3e}")
-    # The CostEstimate reaches XLA, and the FLOPs are at least the task's count (causal halves 1p).
+    # The CostEstimate reaches XLA, and the FLOPs are at least the task's count (causal halves 1p, 2p).
     flops = task.get_flops("full")
-    assert cost["flops"] >= (flops / 2 if task_id == "1p" else flops)
+    assert cost["flops"] >= (flops / 2 if task_id in ("1p", "2p") else flops)

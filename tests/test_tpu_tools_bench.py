@@ -33,6 +33,18 @@ def test_bench_rmsnorm_baseline_and_pallas_reference(tmp_path, evaluator):
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert len(saved["rows"]) == 2
     assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 3
+    # the suite's row shape: one row per task, kernel = the Pallas reference, both times from one tier
+    from maxkernel.tpu_tools.scoreboard import read_rows
+
+    (task_row,) = read_rows((tmp_path / "out" / "score.json").read_text())
+    assert task_row.task == "12p_RMSNorm" and task_row.correct and task_row.kernel_label == "pallas_reference"
+    assert task_row.tier == "estimate"  # the baseline's CPU median is no TPU measurement
+    assert task_row.kernel_time_us == rows["pallas_reference"].estimate_us
+    assert task_row.baseline_time_us == rows["baseline"].estimate_us
+    assert task_row.speedup_vs_baseline == pytest.approx(
+        task_row.baseline_time_us / task_row.kernel_time_us, 1e-3
+    )
+    assert results.score.by_tier["estimate"].rows == 1 and "measured" not in results.score.by_tier
 
 
 def test_a_broken_variant_is_one_failed_row(evaluator):

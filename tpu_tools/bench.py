@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.evaluate import Evaluator
 from maxkernel.tpu_tools.profile import ProfileReport
+from maxkernel.tpu_tools.scoreboard import SuiteScore, TaskRow, score, timed_row
 
 
 class BenchRow(BaseModel):
@@ -38,6 +39,7 @@ class BenchRow(BaseModel):
     roofline_fraction: float | None = None
     estimate_us: float | None = Field(default=None, description="static TPU estimate (labeled estimate)")
     estimate_bound: str | None = None
+    estimate_tier: str | None = Field(default=None, description="the estimator's tier: model or llo")
     estimate_fraction_of_roofline: float | None = None
     wall_time_s: float = 0.0
 
@@ -46,8 +48,73 @@ class BenchResults(BaseModel):
     target: str
     size: str
     started_at: str
-    rows: list[BenchRow]
+    rows: list[BenchRow] = Field(description="one per (task, variant)")
     out_dir: str
+    task_rows: list[TaskRow] = Field(default_factory=list, description="one per task, the suite's row shape")
+    score: SuiteScore | None = None
+
+    def as_suite_json(self) -> dict:
+        """`--json`: the suite's shape (`rows` of TaskRow and `score`), the variant rows beside them."""
+        return {
+            "target": self.target,
+            "size": self.size,
+            "rows": [r.model_dump(mode="json") for r in self.task_rows],
+            "score": self.score.model_dump(mode="json") if self.score else None,
+            "variants": [r.model_dump(mode="json") for r in self.rows],
+            "out_dir": self.out_dir,
+        }
+
+
+def _tier_time(row: BenchRow | None, target_chip: str | None) -> tuple[float | None, str | None]:
+    """Measured only when it ran natively on the target chip itself; else the labeled static estimate."""
+    from maxkernel.tpu_tools.chips import chip_for_device_kind
+
+    if row is None:
+        return None, None
+    chip = chip_for_device_kind(row.measured_on or "")
+    if row.median_ms is not None and chip is not None and chip.name == target_chip:
+        return row.median_ms * 1000.0, "measured"
+    if row.estimate_us is None:
+        return None, None
+    return row.estimate_us, f"estimate/{row.estimate_tier}" if row.estimate_tier else "estimate"
+
+
+def _full_id(task: str) -> str:
+    from maxkernel.jaxbench import registry
+
+    try:
+        return registry.resolve_id(task)
+    except registry.UnknownTaskError:
+        return task
+
+
+def task_rows(results: BenchResults) -> list[TaskRow]:
+    """Per task: the Pallas reference as the kernel against the XLA baseline, from one tier."""
+    from maxkernel.tpu_tools.targets import parse_target
+
+    try:
+        chip = parse_target(results.target).chip
+    except Exception:
+        chip = None
+    chip_name = chip.name if chip is not None else None
+    out: list[TaskRow] = []
+    for task in dict.fromkeys(r.task for r in results.rows):
+        variants = {r.variant: r for r in results.rows if r.task == task}
+        base, ref = variants.get("baseline"), variants.get("pallas_reference")
+        row = TaskRow(task=_full_id(task), status="done", target=results.target, size=results.size)
+        row.wall_time_s = round(sum(r.wall_time_s for r in variants.values()), 3)
+        if ref is None:
+            row.status, row.note = "skipped", "no Pallas reference: baseline only"
+            row.baseline_time_us = _tier_time(base, chip_name)[0]
+        else:
+            row.kernel_label = "pallas_reference"
+            row.correct = ref.status == "ok" and ref.validated is True
+            row.correct_evidence = ["pallas reference validated against the baseline"] if row.correct else []
+            if ref.status != "ok":
+                row.status, row.note = "failed", f"{ref.stage_failed}: {ref.status}: {ref.message}"[:500]
+            timed_row(row, _tier_time(ref, chip_name), _tier_time(base, chip_name))
+        out.append(row)
+    return out
 
 
 def _apply_profile(row: BenchRow, prof: ProfileReport, program: str) -> None:
@@ -66,6 +133,7 @@ def _apply_profile(row: BenchRow, prof: ProfileReport, program: str) -> None:
     if prof.static_estimate is not None:
         row.estimate_us = round(prof.static_estimate.estimated_time_us, 3)
         row.estimate_bound = prof.static_estimate.bound
+        row.estimate_tier = getattr(prof.static_estimate, "tier", None)
         row.estimate_fraction_of_roofline = round(prof.static_estimate.fraction_of_roofline, 4)
 
 
@@ -124,6 +192,8 @@ def run_bench(
             if on_row:
                 on_row(task, variant)
             results.rows.append(bench_variant(evaluator, task, variant, path, target, size, seeds))
+    results.task_rows = task_rows(results)
+    results.score = score(results.task_rows)
     results.out_dir = str(write_results(results, Path(out_dir)))
     return results
 
@@ -131,6 +201,7 @@ def run_bench(
 def write_results(results: BenchResults, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "results.json").write_text(results.model_dump_json(indent=2))
+    (out_dir / "score.json").write_text(json.dumps(results.as_suite_json(), indent=2))
     with open(out_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(BenchRow.model_fields))
         writer.writeheader()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from maxkernel.tpu_tools.errors import UsageError
 
@@ -10,7 +11,6 @@ from maxkernel.tpu_tools.errors import UsageError
 def cmd_bench(args) -> int:
     from maxkernel.jaxbench import registry
     from maxkernel.tpu_tools.bench import run_bench
-    from maxkernel.tpu_tools.cli import _print_json
     from maxkernel.tpu_tools.live import LiveLine
 
     if args.all == bool(args.tasks):
@@ -54,8 +54,8 @@ def cmd_bench(args) -> int:
         )
         ok = sum(r.status == "ok" for r in results.rows)
         live.update(done=len(results.rows), detail=f"{ok}/{len(results.rows)} ok")
-    if args.json:
-        _print_json(results)
+    if args.json:  # the suite's row shape (maxkernel.tpu_tools.scoreboard.read_rows parses both)
+        print(json.dumps(results.as_suite_json(), indent=2))
     else:
         render_bench(results)
     return 0 if all(r.status == "ok" for r in results.rows) else 1

@@ -171,7 +171,11 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
     if kind == "template":
         if space is None:
             raise UsageError(f"no template space for {reference!r}: use --proposer model")
-        return TemplateProposer(space)
+        from maxkernel.clients.tuned import cached_initial
+
+        initial, line = cached_initial(space, args.target, reference, getattr(args, "size", "small"))
+        print(f"search: {line}", file=sys.stderr)
+        return TemplateProposer(space, initial)
     from maxkernel.clients.cli import build_model
     from maxkernel.clients.models import ModelConfigError
 
@@ -403,6 +407,13 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             raise ServerDown(_connect_message(e)) from None
         raise
     out = summary(store)
+    if result.best is not None and result.reverified and result.best.config:  # the tuned-config cache
+        from maxkernel.clients.search.templates import space_for
+        from maxkernel.clients.tuned import record_best
+
+        if (space := space_for(reference)) is not None:
+            b = result.best
+            record_best(space, task.target, reference, task.size, b.config, b.time_us, b.time_label, "search")
     out["dead_servers"] = dispatcher.dead
     out["requeued_on_start"] = result.requeued_on_start
     store.close()

@@ -9,13 +9,15 @@ work of one that dies; `CachedEvaluator` makes sure the same kernel is never eva
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from maxkernel.clients.search.graph import NodeVerdict, source_hash
 from maxkernel.clients.search.store import EvalCache, cache_key
+
+T = TypeVar("T")
 
 
 class EvalTask(BaseModel):
@@ -70,6 +72,10 @@ class Dispatcher:
         return ";".join(versions)
 
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
+        return await self.run(lambda ev: ev.evaluate(source, task, seeds=seeds))
+
+    async def run(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """`work(evaluator)` on the least-busy live evaluator; re-run on another if that one dies."""
         async with self.slots:
             while True:
                 if not self.alive:
@@ -77,7 +83,7 @@ class Dispatcher:
                 ev = min(self.alive, key=lambda e: self.in_flight[e.name])
                 self.in_flight[ev.name] += 1
                 try:
-                    return await ev.evaluate(source, task, seeds=seeds)
+                    return await work(ev)
                 except EvaluatorDown as e:
                     if ev in self.alive:
                         self.alive.remove(ev)

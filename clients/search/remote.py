@@ -104,6 +104,33 @@ class MCPEvaluator:
     async def tool_versions(self) -> str:
         return self._versions
 
+    @property
+    def connection(self) -> Any:
+        """The open `mcp.Client` (the suite's Auto loops call tools over the same connection)."""
+        if self._client is None:
+            raise EvaluatorDown(f"{self.name} is not connected")
+        return self._client
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Any other tool (the suite's baseline profiles, the tester's cases): the report dict, or
+        `{"ok": False, "tool_error": text}` for is_error; EvaluatorDown when the server is gone."""
+        if self._client is None:
+            raise EvaluatorDown(f"{self.name} is not connected")
+        try:
+            result = await self._client.call_tool(tool, arguments)
+        except Exception as e:  # transport or protocol failure: the server, not the kernel
+            raise EvaluatorDown(f"{type(e).__name__}: {e}") from e
+        text = " ".join(getattr(c, "text", "") for c in result.content).strip()
+        if result.is_error:
+            return {"ok": False, "tool_error": text[:4000] or f"{tool} failed"}
+        report = result.structured_content
+        if report is None:
+            try:
+                report = json.loads(text)
+            except ValueError:
+                report = {}
+        return report.get("result", report) if set(report) == {"result"} else report
+
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
         if self._client is None:
             raise EvaluatorDown(f"{self.name} is not connected")

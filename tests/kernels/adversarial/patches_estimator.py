@@ -1,8 +1,9 @@
 """Exploit: a right kernel that rewrites the static estimator so its own estimate comes out tiny."""
 
+from _pallas import matmul
+
 import maxkernel.tpu_tools.analyze as analyze
 import maxkernel.tpu_tools.estimate as estimate
-from _pallas import matmul
 
 _real = estimate.estimate_pallas
 

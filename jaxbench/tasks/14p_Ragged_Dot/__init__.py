@@ -2,6 +2,8 @@
 
 Nothing is ragged despite the name (and the original docstring's phantom group_sizes input): each of the
 G groups has M/G rows, already split, so this is a batched matmul.
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
 """
 
 from __future__ import annotations

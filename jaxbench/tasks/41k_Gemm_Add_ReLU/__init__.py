@@ -1,4 +1,7 @@
-"""41k Gemm_Add_ReLU (KernelBench L2 #76): relu(bf(x @ W) + b), bf16."""
+"""41k Gemm_Add_ReLU (KernelBench L2 #76): relu(bf(x @ W) + b), bf16.
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""50k Matmul_GELU_Softmax (KernelBench L2 #99): softmax_j(gelu_tanh(bf(x @ W) + b)), bf16 (R5)."""
+"""50k Matmul_GELU_Softmax (KernelBench L2 #99): softmax_j(gelu_tanh(bf(x @ W) + b)), bf16 (R5).
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
+"""
 
 from __future__ import annotations
 

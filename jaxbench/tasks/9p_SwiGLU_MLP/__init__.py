@@ -1,4 +1,7 @@
-"""9p SwiGLU_MLP: the Llama-3.1-70B feed-forward block, silu(x Wg) ⊙ (x Wu) Wd (sheet §5, 9p)."""
+"""9p SwiGLU_MLP: the Llama-3.1-70B feed-forward block, silu(x Wg) ⊙ (x Wu) Wd (sheet §5, 9p).
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 "Fused" only names the optimisation target: the reference materialises the [B, V] logits. The log-softmax
 is in the dtype; the per-token loss and the mean are float32.
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
 """
 
 from __future__ import annotations

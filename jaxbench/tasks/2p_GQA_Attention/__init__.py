@@ -2,6 +2,8 @@
 
 Pure attention over given Q/K/V (no projections). Query head h reads KV head h // G, G = Hq / Hkv;
 the math per (batch, head) is 1p's: bf16 scores, bf16-rounded scale, -1e9 fill, bf16 softmax.
+
+A package because a Pallas reference kernel lives beside it (``pallas_reference.py``).
 """
 
 from __future__ import annotations

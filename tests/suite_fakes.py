@@ -1,0 +1,109 @@
+"""Working stand-ins for the suite's tests: a scripted evaluator that answers the tools the suite
+calls (evaluate_kernel, validate_kernel, profile_kernel) by formula, and the child process of the
+kill -9 test. Run as a script: `python suite_fakes.py SUITE_DIR [--resume]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+BASELINE_US = 100.0  # every task's XLA baseline, estimate tier
+EXPERT_US = 40.0  # every task's expert reference, estimate tier
+
+
+class ScriptedServer:
+    """Judges a template kernel by its config (time falls with bigger tiles); counts every call."""
+
+    def __init__(
+        self, name: str = "scripted", delay_s: float = 0.0, *, overfit: bool = False, case_verdicts=None
+    ) -> None:
+        """overfit=True: a kernel that is right on the loop's seeds only (wrong on any fresh offset);
+        case_verdicts: {case name: failure kind} for the tester's cases that fail."""
+        self.name, self.delay_s, self.overfit = name, delay_s, overfit
+        self.case_verdicts = case_verdicts or {}
+        self.die_after: int | None = None  # calls before this server "dies" (EvaluatorDown from then on)
+        self.calls: list[tuple[str, str]] = []
+
+    def _maybe_die(self) -> None:
+        from maxkernel.clients.search.evaluator import EvaluatorDown
+
+        if self.die_after is not None and len(self.calls) > self.die_after:
+            raise EvaluatorDown(f"{self.name}: connection refused")
+
+    async def tool_versions(self) -> str:
+        return "scripted-1"
+
+    def _time_us(self, source: str) -> float:
+        from maxkernel.clients.search.templates import read_config
+
+        config = read_config(source) or {}
+        blocks = [v for k, v in config.items() if k.startswith("block") and isinstance(v, int)]
+        return 4000.0 / max(1, sum(blocks))
+
+    async def evaluate(self, source, task, *, seeds=None):
+        from maxkernel.clients.search.graph import NodeVerdict
+
+        self.calls.append(("evaluate", task.reference))
+        self._maybe_die()
+        await asyncio.sleep(self.delay_s)
+        return NodeVerdict(
+            status="valid", time_us=self._time_us(source), time_label="estimate", server=self.name
+        )
+
+    async def call(self, tool: str, args: dict) -> dict:
+        self.calls.append((tool, args["reference"]))
+        self._maybe_die()
+        await asyncio.sleep(self.delay_s)
+        target = args.get("profile_target") or args.get("target")
+        if tool == "evaluate_kernel":
+            if self.overfit and args.get("seed_offset"):
+                failure = {"kind": "wrong_result", "summary": "seed 70000: 3% of elements off"}
+                return {
+                    "ok": False,
+                    "stopped_at": "validate",
+                    "validation": {"ok": False, "failure": failure},
+                }
+            est = {"chip": target, "estimated_time_us": self._time_us(args["kernel_source"])}
+            return {
+                "ok": True,
+                "kernel_sha256": "f" * 64,
+                "stopped_at": None,
+                "profile": {"static_estimate": est},
+            }
+        if tool == "validate_kernel":
+            kind = self.case_verdicts.get((args.get("case") or {}).get("name"))
+            return {"ok": True} if kind is None else {"ok": False, "failure": {"kind": kind, "summary": kind}}
+        if tool == "profile_kernel":
+            src = args["kernel_source"]
+            us = EXPERT_US if "pallas_call" in src else BASELINE_US
+            return {"ok": True, "static_estimate": {"chip": target, "estimated_time_us": us}}
+        raise AssertionError(f"unexpected tool {tool}")
+
+
+def suite_args(suite_dir: str, *, resume: bool = False, tasks: str = "8p,12p,19k", concurrency: int = 1):
+    from maxkernel.clients.cli import build_parser
+
+    argv = ["suite", "--quiet"]
+    argv += ["--resume", suite_dir] if resume else ["--run-dir", suite_dir, "--reference", tasks]
+    argv += ["--mode", "search", "--concurrency", str(concurrency), "--task-max-evaluations", "6"]
+    return build_parser().parse_args(argv)
+
+
+def main() -> None:
+    from maxkernel.clients.suite_cli import run_suite
+
+    p = argparse.ArgumentParser()
+    p.add_argument("suite_dir")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--delay", type=float, default=0.3)
+    a = p.parse_args()
+    args = suite_args(a.suite_dir, resume=a.resume)
+    out = asyncio.run(run_suite(args, servers=[ScriptedServer(delay_s=a.delay)]))
+    print(Path(out["suite_dir"]).name, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
