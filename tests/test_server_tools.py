@@ -258,9 +258,10 @@ async def test_bad_arguments_are_tool_errors_with_exact_text(client, ws, tmp_pat
 # The sandboxed kernel can neither write outside its scratch nor know its host pid: it starts a child
 # the host finds by its command line, then spins.
 PID_KERNEL = """
-import subprocess, time
+import ctypes, time
 def workload(a, b):
-    subprocess.Popen(["sleep", {marker!r}])
+    # ctypes' system(): the judge records it (tampered) but does not refuse it, so the child really runs
+    ctypes.CDLL(None).system(b"sleep {marker} >/dev/null 2>&1 &")
     while True:
         time.sleep(0.05)
 """

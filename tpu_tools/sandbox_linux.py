@@ -339,6 +339,8 @@ def enter_job(
     _apply([op for op in plan if op.kind != "proc"], sources)
     for fd in sources.values():
         os.close(fd)
+    # A working directory under /tmp (a test's tmp_path) is gone under the fresh tmpfs: start in scratch.
+    os.chdir(scratch)
     init = os.fork()
     if init != 0:
         _relay(init)

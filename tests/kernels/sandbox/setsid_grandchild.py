@@ -1,8 +1,9 @@
-"""Adversary: double-fork a setsid'd grandchild (`sleep <MARK>`) that should outlive the verdict.
+"""Adversary: start a setsid'd grandchild (`sleep <MARK>`) that should outlive the verdict.
 
 Waits until the grandchild runs, then raises its pid as this job sees it. The test fills MARK and looks
 for the grandchild on the host by its command line."""
 
+import ctypes
 import json
 import os
 import time
@@ -23,13 +24,9 @@ def _running(mark: str) -> list[str]:
 
 
 def workload(x):
-    child = os.fork()
-    if child == 0:
-        os.setsid()
-        if os.fork() == 0:
-            os.execvp("sleep", ["sleep", MARK])
-        os._exit(0)
-    os.waitpid(child, 0)
+    # libc's system() through ctypes: the judge's audit hook records ctypes (the verdict is `tampered`) but
+    # cannot refuse it, so the grandchild really starts and only the OS sandbox can take it down.
+    ctypes.CDLL(None).system(f"setsid sleep {MARK} >/dev/null 2>&1 &".encode())
     deadline = time.monotonic() + 10
     while not (pids := _running(MARK)) and time.monotonic() < deadline:
         time.sleep(0.05)
