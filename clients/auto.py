@@ -49,6 +49,8 @@ from maxkernel.clients.models import (
 from maxkernel.clients.progress import NullReporter, Reporter
 from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import (
+    MAX_EXAMPLES,
+    MIN_SCORE_RATIO,
     Diagnosis,
     OutputParseError,
     Role,
@@ -58,6 +60,7 @@ from maxkernel.subagents import (
     render_debug_prompt,
     render_implement_prompt,
     render_plan_prompt,
+    retrieval_budget,
 )
 
 
@@ -240,6 +243,26 @@ class AutoLoop(RoleSteps):
     def _dir(self) -> str:
         return self.store.iteration_dir(self.state.current.index)
 
+    async def _examples(self, role: str, error: str | None = None) -> list[dict]:
+        """The best working examples for this task (by its reference) or this error, via find_examples.
+
+        The task's own Pallas reference is left out by the server; a server without the tool gives none.
+        """
+        args: dict[str, Any] = {
+            "k": MAX_EXAMPLES,
+            "budget_tokens": retrieval_budget(role),
+            "min_score_ratio": MIN_SCORE_RATIO,
+        }
+        if error:
+            args["error"] = error
+        else:
+            args |= {"reference": self.config.reference, "kinds": ["kernel"]}
+        try:
+            return (await self.servers[0].find_examples(**args)).get("hits", [])
+        except ServerToolError as e:
+            self.reporter.note(f"no examples for the {role}: {str(e)[:200]}")
+            return []
+
     async def _step_plan(self) -> Step:
         best = self.state.best
         prompt = render_plan_prompt(
@@ -247,6 +270,7 @@ class AutoLoop(RoleSteps):
             self.state.chip,
             kernel=best.source if best else None,
             feedback=self.state.feedback,
+            examples=await self._examples("planner"),
         )
         try:
             plan = await self._ask("planner", prompt, "plan")
@@ -264,6 +288,7 @@ class AutoLoop(RoleSteps):
             self.state.chip,
             previous_source=best.source if best else None,
             feedback=self.state.feedback,
+            examples=await self._examples("implementer"),
         )
         try:
             proposal = await self._ask("implementer", prompt, "implement")
@@ -358,6 +383,8 @@ class AutoLoop(RoleSteps):
             ],
             chip=self.state.chip,
             task_spec=self.config.task_spec,
+            examples=await self._examples("debugger", error=cur.last_error or ""),
+            analysis=await self._compiler_analysis(cur.source or ""),
         )
         try:
             diagnosis: Diagnosis = await self._ask("debugger", prompt, "debug")
@@ -431,7 +458,11 @@ class AutoLoop(RoleSteps):
     async def _step_analyze(self) -> Step:
         cur = self.state.current
         prompt = render_analyze_profile_prompt(
-            cur.profile or {}, cur.trace_summary, self.state.chip, kernel=cur.source
+            cur.profile or {},
+            cur.trace_summary,
+            self.state.chip,
+            kernel=cur.source,
+            analysis=await self._compiler_analysis(cur.source or ""),
         )
         try:
             analysis = await self._ask("profile_analyst", prompt, "analyze")
@@ -442,6 +473,27 @@ class AutoLoop(RoleSteps):
         if self.config.autotune and not cur.autotune_done:
             return "autotune"
         return self._end_iteration("verified (autotuned)" if self._autotuned() else "verified")
+
+    async def _compiler_analysis(self, source: str) -> dict | None:
+        """`analyze_kernel` for TPU targets (the compiler's schedule: units, spills, VMEM); None otherwise.
+
+        A server without the tool, or a kernel the analysis cannot compile, leaves the prompt without it.
+        """
+        if not source or not self.config.target.startswith("tpu"):
+            return None
+        try:
+            report = await self.servers[0].call(
+                "analyze_kernel",
+                {
+                    "kernel_source": source,
+                    "reference": self.config.reference,
+                    "target": self.config.target,
+                    "size": self.config.size,
+                },
+            )
+        except Exception:  # noqa: BLE001 - best effort: the prompt stands without the analysis
+            return None
+        return report if isinstance(report, dict) and report.get("summary") else None
 
     def _autotuned(self) -> bool:
         cur = self.state.current

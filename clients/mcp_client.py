@@ -258,6 +258,10 @@ class KernelServerClient:
     async def list_chips(self) -> list[dict]:
         return await self.call("list_chips", {})
 
+    async def find_examples(self, **arguments: Any) -> dict:
+        """query / operator / primitives / error / reference, k, budget_tokens, kinds (see the tool)."""
+        return await self.call("find_examples", arguments)
+
 
 def _root_cause(error: BaseException) -> str:
     """The innermost message of a (possibly nested) exception group."""

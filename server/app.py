@@ -13,7 +13,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 
-from maxkernel.server import prompts, resources, tools
+from maxkernel.server import examples, prompts, resources, tools
 from maxkernel.server.requests import AppState
 from maxkernel.server.workspace import Workspace
 from maxkernel.tpu_tools.evaluate import DEFAULT_TIMEOUT_S, Evaluator
@@ -25,7 +25,9 @@ Send a kernel as `kernel_source` (module text; saved under kernels/<sha256>.py) 
 file in the workspace). `reference` is a JaxBench task id (see list_tasks) or a workspace path.
 A negative verdict is a result with ok=false and a classified `failure`, not an error. Evaluations
 take seconds to minutes and report progress; they queue on a bounded pool of worker processes.
-Interpret-mode timings on CPU are not TPU speedups."""
+Interpret-mode timings on CPU are not TPU speedups. Before writing or fixing a kernel, find_examples
+returns working Pallas TPU kernels (jax's own ops, JaxBench references, your --examples folders) for a
+task, an operator or an error message."""
 
 
 def build_server(
@@ -34,9 +36,12 @@ def build_server(
     *,
     max_workers: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    example_dirs: tuple[str, ...] | list[str] = (),
     **server_kwargs: Any,
 ) -> MCPServer:
     """A server over `workspace`; `pool` is borrowed (not closed) if given, else created per lifespan.
+
+    `example_dirs`: the user's kernel folders, indexed beside jax's ops for find_examples.
 
     `server_kwargs` go to MCPServer (e.g. `token_verifier=` and `auth=` for HTTP).
     """
@@ -47,7 +52,12 @@ def build_server(
         own = pool is None
         p = pool or WorkerPool(max_workers=max_workers)
         try:
-            yield AppState(workspace=ws, pool=p, evaluator=Evaluator(p, timeout_s=timeout_s))
+            yield AppState(
+                workspace=ws,
+                pool=p,
+                evaluator=Evaluator(p, timeout_s=timeout_s),
+                example_dirs=tuple(str(d) for d in example_dirs),
+            )
         finally:
             if own:
                 p.close()
@@ -62,4 +72,5 @@ def build_server(
     tools.register(server)
     prompts.register(server)
     resources.register(server)
+    examples.register(server)
     return server

@@ -109,6 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-workers", type=int, default=2, help="evaluations run at once (default 2)")
     p.add_argument("--timeout", type=float, default=300.0, help="default per-evaluation limit, seconds")
+    p.add_argument(
+        "--examples",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of your Pallas kernels to index for find_examples (repeatable; also "
+        "MAXKERNEL_EXAMPLES, os.pathsep-separated)",
+    )
     return p
 
 
@@ -138,8 +146,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from maxkernel.server.app import build_server
 
+    example_dirs = [*filter(None, os.environ.get("MAXKERNEL_EXAMPLES", "").split(os.pathsep)), *args.examples]
+    missing = [d for d in example_dirs if not Path(d).expanduser().is_dir()]
+    if missing:
+        print(f"maxkernel-server: --examples folder not found: {missing[0]}", file=sys.stderr)
+        return 2
     server = build_server(
-        args.workspace, max_workers=args.max_workers, timeout_s=args.timeout, **security["server"]
+        args.workspace,
+        max_workers=args.max_workers,
+        timeout_s=args.timeout,
+        example_dirs=example_dirs,
+        **security["server"],
     )
     if args.transport == "stdio":
         try:

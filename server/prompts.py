@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.prompts.base import Message, UserMessage
 
+from maxkernel.server.examples import prompt_examples
+from maxkernel.server.requests import AppState
 from maxkernel.server.tools import task_detail
 from maxkernel.subagents import (
     get_role,
@@ -47,23 +50,40 @@ def _messages(role: str, text: str) -> list[Message]:
 
 
 def plan_kernel(
-    task: str, kernel: str = "", feedback: str = "", target: str = DEFAULT_TARGET
+    task: str,
+    kernel: str = "",
+    feedback: str = "",
+    target: str = DEFAULT_TARGET,
+    ctx: Context[AppState] | None = None,
 ) -> list[Message]:
     """Plan a Pallas kernel for a JaxBench task on a TPU: tiling, grid, VMEM budget, accumulator."""
+    spec, examples = task_spec(task), prompt_examples(ctx, "planner", task=task)
     return _messages(
-        "planner", render_plan_prompt(task_spec(task), _chip(target), kernel or None, feedback or None)
+        "planner", render_plan_prompt(spec, _chip(target), kernel or None, feedback or None, examples)
     )
 
 
-def implement_kernel(plan: str, task: str, target: str = DEFAULT_TARGET) -> list[Message]:
+def implement_kernel(
+    plan: str, task: str, target: str = DEFAULT_TARGET, ctx: Context[AppState] | None = None
+) -> list[Message]:
     """Write the Pallas module that carries out a plan."""
-    return _messages("implementer", render_implement_prompt(plan, task_spec(task), _chip(target)))
+    spec, examples = task_spec(task), prompt_examples(ctx, "implementer", task=task)
+    return _messages("implementer", render_implement_prompt(plan, spec, _chip(target), examples=examples))
 
 
-def debug_kernel(kernel: str, error: str, target: str = DEFAULT_TARGET, task: str = "") -> list[Message]:
+def debug_kernel(
+    kernel: str,
+    error: str,
+    target: str = DEFAULT_TARGET,
+    task: str = "",
+    ctx: Context[AppState] | None = None,
+) -> list[Message]:
     """Explain why a kernel fails (compiler error or verdict JSON) and return the fixed module."""
     spec = task_spec(task) if task else None
-    return _messages("debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec))
+    examples = prompt_examples(ctx, "debugger", error=error)
+    return _messages(
+        "debugger", render_debug_prompt(kernel, error, chip=_chip(target), task_spec=spec, examples=examples)
+    )
 
 
 def analyze_profile(

@@ -39,6 +39,7 @@ class AppState:
     workspace: Workspace
     pool: WorkerPool
     evaluator: Evaluator
+    example_dirs: tuple[str, ...] = ()  # the user's kernel folders for find_examples (--examples DIR)
 
 
 def resolve_kernel(ws: Workspace, kernel_source: str | None, kernel_path: str | None) -> Path:

@@ -53,6 +53,7 @@ from maxkernel.server.requests import (
     state_of,
 )
 from maxkernel.server.workspace import WorkspaceError, sha256_text
+from maxkernel.tpu_tools.analyze import AnalysisReport
 from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.input_cases import InputCase
@@ -294,9 +295,11 @@ async def estimate_kernel(
     size: Size = "small",
     timeout_s: Timeout = 120.0,
 ) -> EstimateReport:
-    """Static TPU performance estimate of a Pallas kernel (trace only, no compile): time, bound, VMEM fit.
+    """Static TPU performance estimate of a Pallas kernel (compile-only, no chip): time, bound, VMEM fit.
 
-    Always an estimate from a pipeline model of the kernel's grid and BlockSpecs, never a measurement.
+    Always an estimate, never a measurement, labeled with its tier: `llo` (compute from the TPU
+    compiler's own schedule) or `model` (pipeline model of the grid and BlockSpecs). Work outside
+    the pallas_calls is costed too; an under-declared pl.CostEstimate is ignored and named.
     """
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     result = await run_blocking(
@@ -306,6 +309,40 @@ async def estimate_kernel(
         ),
     )
     return finish(result, "estimate_kernel")
+
+
+async def analyze_kernel(
+    ctx: Context[AppState],
+    reference: Reference,
+    kernel_source: KernelSource = None,
+    kernel_path: KernelPath = None,
+    target: CompileTarget = "tpu-v5e",
+    size: Size = "small",
+    timeout_s: Timeout = 180.0,
+) -> AnalysisReport:
+    """What the TPU compiler made of a kernel (compile-only, from libtpu's LLO dump).
+
+    Per pallas_call and per XLA program: bundles per grid step, unit utilization of the loop (MXU,
+    VALU, XLU, EUP, vector loads/stores), spills, VMEM allocated vs scoped limit and physical, DMAs
+    per step; `summary` is a short text to act on; `estimate` is the labeled static estimate.
+    """
+    from maxkernel.tpu_tools.analyze import analyze_kernel as run_analysis
+
+    st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
+    result = await run_blocking(
+        ctx,
+        lambda progress, cancel: run_analysis(
+            str(kernel),
+            ref,
+            tgt,
+            size,
+            evaluator=st.evaluator,
+            timeout_s=timeout_s,
+            on_progress=progress,
+            cancel=cancel,
+        ),
+    )
+    return finish(result, "analyze_kernel")
 
 
 async def autotune_kernel(
@@ -411,6 +448,7 @@ def register(server: MCPServer) -> None:
         (evaluate_kernel, "Compile, validate and profile a kernel"),
         (summarize_trace, "Summarize a profiler trace"),
         (estimate_kernel, "Estimate a kernel's TPU time (static model)"),
+        (analyze_kernel, "Analyze a kernel with the TPU compiler's schedule"),
         (autotune_kernel, "Autotune a kernel template"),
     ]:
         server.tool(title=title, annotations=EVALUATES)(fn)

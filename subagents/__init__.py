@@ -5,6 +5,13 @@ the orchestrator's loops. A leaf room: no I/O beyond reading its own packaged te
 imports of other maxkernel rooms (chip facts come in as data).
 """
 
+from maxkernel.subagents.examples import (
+    EXAMPLES_BUDGET_TOKENS,
+    MAX_EXAMPLES,
+    MIN_SCORE_RATIO,
+    render_examples_section,
+    retrieval_budget,
+)
 from maxkernel.subagents.guide import guide_sections, load_guide, relevant_guide
 from maxkernel.subagents.outputs import (
     Diagnosis,
@@ -46,7 +53,12 @@ __all__ = [
     "extract_json",
     "extract_python",
     "get_role",
+    "EXAMPLES_BUDGET_TOKENS",
+    "MAX_EXAMPLES",
+    "MIN_SCORE_RATIO",
     "guide_sections",
+    "render_examples_section",
+    "retrieval_budget",
     "load_guide",
     "output_contract",
     "parse_output",

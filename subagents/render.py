@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from maxkernel.subagents.examples import EXAMPLES_BUDGET_TOKENS, render_examples_section
 from maxkernel.subagents.guide import load_guide, relevant_guide
 from maxkernel.subagents.outputs import Diagnosis, Plan, source_fields
 from maxkernel.subagents.roles import Role, get_role
@@ -188,9 +189,16 @@ def _render(role_name: str, **values: str) -> str:
 
 
 def render_plan_prompt(
-    task_spec: str, chip: ChipLike, kernel: str | None = None, feedback: str | None = None
+    task_spec: str,
+    chip: ChipLike,
+    kernel: str | None = None,
+    feedback: str | None = None,
+    examples: Sequence[Any] | None = None,
 ) -> str:
-    """Planner: choose tiling, grid and VMEM budget for `task_spec` on `chip`."""
+    """Planner: choose tiling, grid and VMEM budget for `task_spec` on `chip`.
+
+    `examples`: retrieved example hits (find_examples), shown within EXAMPLES_BUDGET_TOKENS["planner"].
+    """
     return _render(
         "planner",
         task_spec=task_spec.strip(),
@@ -198,6 +206,7 @@ def render_plan_prompt(
         kernel_section=_section("Current kernel (improve on it)", kernel, "python"),
         feedback_section=_section("Feedback on earlier attempts", feedback),
         guide=_demote_headings(load_guide()),
+        examples_section=render_examples_section(examples, EXAMPLES_BUDGET_TOKENS["planner"]),
     )
 
 
@@ -207,8 +216,9 @@ def render_implement_prompt(
     chip: ChipLike,
     previous_source: str | None = None,
     feedback: str | None = None,
+    examples: Sequence[Any] | None = None,
 ) -> str:
-    """Implementer: write the module that carries out `plan`."""
+    """Implementer: write the module that carries out `plan` (`examples` as for the planner)."""
     return _render(
         "implementer",
         task_spec=task_spec.strip(),
@@ -217,6 +227,7 @@ def render_implement_prompt(
         kernel_section=_section("Previous version (start from it)", previous_source, "python"),
         feedback_section=_section("Feedback", feedback),
         guide=_demote_headings(load_guide()),
+        examples_section=render_examples_section(examples, EXAMPLES_BUDGET_TOKENS["implementer"]),
     )
 
 
@@ -228,27 +239,52 @@ def _failed_fix_line(i: int, fix: Diagnosis | Mapping | str) -> str:
     return f"{i}. {str(fix).strip()}"
 
 
+def _analysis_text(analysis: BaseModel | Mapping | str | None) -> str | None:
+    """The compiler analysis (`maxkernel analyze`) as the short text a model acts on."""
+    if analysis is None:
+        return None
+    if isinstance(analysis, BaseModel):
+        analysis = analysis.model_dump(mode="json")
+    if isinstance(analysis, Mapping):
+        text = str(analysis.get("summary") or "").strip()
+        return f"Tier {analysis.get('tier', '?')} ({analysis.get('target', '?')}):\n{text}" if text else None
+    return str(analysis).strip() or None
+
+
 def render_debug_prompt(
     kernel: str,
     error: str,
     failed_fixes: Sequence[Diagnosis | Mapping | str] = (),
     chip: ChipLike | None = None,
     task_spec: str | None = None,
+    examples: Sequence[Any] | None = None,
+    analysis: BaseModel | Mapping | str | None = None,
 ) -> str:
-    """Debugger: explain the failure of `kernel` and return a fixed module, not repeating failed fixes."""
+    """Debugger: explain the failure of `kernel` and return a fixed module, not repeating failed fixes.
+
+    `examples`: hits retrieved by the error text; guide sections already shown are not repeated.
+    """
     if chip is None:
         raise ValueError("render_debug_prompt needs the target chip's facts (chip=...)")
     history = "\n".join(_failed_fix_line(i, f) for i, f in enumerate(failed_fixes, 1))
     if history:
         history = "These fixes were already tried and failed. Do not repeat them:\n\n" + history
+    guide = relevant_guide(error)
+    shown = [line[3:].strip() for line in guide.splitlines() if line.startswith("## ")]
     return _render(
         "debugger",
         task_spec=_section("Task", task_spec),
         chip_facts=chip_facts(chip),
         kernel=kernel.rstrip(),
         error=_clip(error.strip()),
+        analysis_section=_section(
+            "Compiler analysis (libtpu's final schedule)", _analysis_text(analysis), "text"
+        ),
         history_section=_section("Previously failed fixes", history),
-        guide=_demote_headings(relevant_guide(error)),
+        guide=_demote_headings(guide),
+        examples_section=render_examples_section(
+            examples, EXAMPLES_BUDGET_TOKENS["debugger"], skip_guide_titles=shown
+        ),
     )
 
 
@@ -267,13 +303,17 @@ def render_analyze_profile_prompt(
     trace_summary: BaseModel | Mapping | str | None,
     chip: ChipLike,
     kernel: str | None = None,
+    analysis: BaseModel | Mapping | str | None = None,
 ) -> str:
-    """Profile analyst: name the bottleneck from a profile report and a trace summary."""
+    """Profile analyst: name the bottleneck from a profile report, a trace summary and the compiler's analysis."""
     return _render(
         "profile_analyst",
         chip_facts=chip_facts(chip),
         report=_as_text(report_json),
         trace_section=_section("Trace summary", _as_text(trace_summary) or None, "json"),
+        analysis_section=_section(
+            "Compiler analysis (libtpu's final schedule)", _analysis_text(analysis), "text"
+        ),
         kernel_section=_section("Kernel", kernel, "python"),
     )
 

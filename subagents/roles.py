@@ -30,8 +30,10 @@ TOOL_NAMES: tuple[str, ...] = (
     "profile_kernel",
     "evaluate_kernel",
     "estimate_kernel",
+    "analyze_kernel",
     "summarize_trace",
     "autotune_kernel",
+    "find_examples",
 )
 
 
@@ -91,21 +93,21 @@ ROLES: dict[str, Role] = {
             "planner",
             "Chooses the tiling, grid, VMEM budget and accumulator for a kernel on a chip.",
             Plan,
-            ("get_task", "list_chips", "estimate_kernel"),
+            ("get_task", "list_chips", "estimate_kernel", "find_examples"),
             guide=True,
         ),
         _role(
             "implementer",
             "Writes the Pallas module that carries out a plan.",
             KernelProposal,
-            ("get_task", "compile_kernel"),
+            ("get_task", "compile_kernel", "find_examples"),
             guide=True,
         ),
         _role(
             "debugger",
             "Reads a failing kernel and its verdict, names the cause, returns the fixed module.",
             Diagnosis,
-            ("compile_kernel", "validate_kernel"),
+            ("compile_kernel", "validate_kernel", "find_examples", "analyze_kernel"),
             guide=True,
         ),
         _role(
@@ -118,7 +120,7 @@ ROLES: dict[str, Role] = {
             "profile_analyst",
             "Reads a profile and an estimate, names the bottleneck and the next move.",
             ProfileAnalysis,
-            ("profile_kernel", "estimate_kernel", "summarize_trace"),
+            ("profile_kernel", "estimate_kernel", "analyze_kernel", "summarize_trace"),
         ),
         _role(
             "autotuner",

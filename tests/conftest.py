@@ -1,5 +1,6 @@
 """Shared test switches. Network: tests may talk to 127.0.0.1 only, so no real model call can happen.
-Traces: profiles without a trace dir write under a per-session temporary dir, removed at the end.
+Traces: profiles without a trace dir write under a per-session temporary dir, removed at the end; so
+does the example index's cache.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ if "MAXKERNEL_TRACE_DIR" not in os.environ:  # set before any worker pool forks 
     _traces = tempfile.mkdtemp(prefix="maxkernel-test-traces-")
     os.environ["MAXKERNEL_TRACE_DIR"] = _traces
     atexit.register(shutil.rmtree, _traces, ignore_errors=True)
+if "MAXKERNEL_CACHE_DIR" not in os.environ:  # the example index is cached per session, not in ~/.cache
+    _cache = tempfile.mkdtemp(prefix="maxkernel-test-cache-")
+    os.environ["MAXKERNEL_CACHE_DIR"] = _cache
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 
 class NetworkRefused(RuntimeError):

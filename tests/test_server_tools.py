@@ -26,11 +26,13 @@ SERVER_TOOLS = {
     "evaluate_kernel",
     "summarize_trace",
     "estimate_kernel",
+    "analyze_kernel",
     "autotune_kernel",
 } | {
     "list_tasks",
     "get_task",
     "list_chips",
+    "find_examples",
 }
 
 
@@ -92,6 +94,7 @@ async def test_lists_tools_prompts_and_resources(client):
         "maxkernel://tasks/{task_id}",
         "maxkernel://chips/{name}",
         "maxkernel://artifacts/{sha}",
+        "maxkernel://examples/{example_id}",
     }
 
 
@@ -346,3 +349,19 @@ async def test_summarize_trace_saves_an_artifact(client, ws):
     assert saved["ops"][0]["name"] == "dot.1"
     bad = await client.call_tool("summarize_trace", {"trace_path": "ref.py"})
     assert bad.is_error
+
+
+@pytest.mark.anyio
+async def test_analyze_kernel_reports_the_compilers_schedule(client):
+    r = await client.call_tool(
+        "analyze_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py", "target": "tpu-v5e"}
+    )
+    assert not r.is_error, text(r)
+    rep = r.structured_content
+    assert rep["ok"] and rep["kind"] == "analysis" and rep["tier"] == "llo"
+    assert rep["kernels"][0]["loop_bundles"] > 0 and "bundles per grid step" in rep["summary"]
+    assert rep["estimate"]["tier"] == "llo" and rep["kernel_sha256"]
+    bad = await client.call_tool(
+        "analyze_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py", "target": "cpu"}
+    )
+    assert bad.is_error and "TPU target" in text(bad)

@@ -11,6 +11,8 @@ the objective is `measured`). Failures are kept as data on each config, never ra
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -127,26 +129,57 @@ def layout_problems(calls: Sequence[Any]) -> list[str]:
     return out
 
 
-def _estimate_one(kernel_path: str, ref: Any, shapes: tuple, chip: str, size: str) -> dict:
+def _estimate_one(
+    kernel_path: str, ref: Any, shapes: tuple, chip: str, size: str, dump_root=None, allow_plain: bool = False
+) -> dict:
+    """Trace, then compile with the LLO dump where libtpu is here (tier llo + the compiler's VMEM verdict)."""
     import jax
 
-    from maxkernel.tpu_tools.estimate import estimate_pallas
+    from maxkernel.tpu_tools.analyze import estimate_one
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
     from maxkernel.tpu_tools.problem import load_candidate
 
     try:
         cand = load_candidate(kernel_path)
-        traced = jax.jit(cand.workload).trace(*shapes)
-        calls = find_pallas_calls(traced.jaxpr)
+        calls = find_pallas_calls(jax.jit(cand.workload).trace(*shapes).jaxpr)
     except Exception as e:  # the candidate's own failure: data for the sweep
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
-    if not calls:
+    if not calls and not allow_plain:
         return {"ok": False, "error": "no pallas_call in the rendered kernel"}
     try:
-        est = estimate_pallas(calls, chip, total_flops=ref.get_flops(size))
+        est, _, facts = estimate_one(cand.workload, list(shapes), calls, chip, dump_root, ref.get_flops(size))
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
-    return {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
+    assert est is not None
+    out = {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
+    if "vmem_needed" in facts:
+        out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
+    elif "error" in facts:
+        out["compile_error"] = facts["error"]
+    return out
+
+
+def _aot_shapes(target: str, shapes: tuple) -> tuple[tuple, Any, Any]:
+    """(shapes on a compile-only device of the target, trace scope, dump root) or the plain shapes."""
+    import contextlib
+
+    from maxkernel.tpu_tools.llo_dump import enable_dump
+
+    dump_root = enable_dump()  # before anything touches the TPU backend
+    try:
+        import jax
+
+        from maxkernel.tpu_tools import execution
+        from maxkernel.tpu_tools.targets import parse_target
+
+        tgt = parse_target(target)
+        if tgt.kind != "tpu":
+            return shapes, contextlib.nullcontext(), None
+        sharding = execution.aot_sharding(tgt)
+        aot = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in shapes)
+        return aot, execution.abstract_tpu_mesh(tgt), dump_root
+    except Exception:  # no libtpu here: trace-only estimates (tier model)
+        return shapes, contextlib.nullcontext(), None
 
 
 def _chip_for(target: str) -> str:
@@ -157,24 +190,32 @@ def _chip_for(target: str) -> str:
 
 
 def estimate_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size: str = "small") -> dict:
-    """Pool job: the StaticEstimate dict of one candidate (trace only), or {'ok': False, 'error': ...}."""
-    return estimate_batch_job([kernel_path], reference, target, size)["results"][0]
+    """Pool job: the StaticEstimate dict of one candidate, or {'ok': False, 'error': ...}.
+
+    Plain JAX (no pallas_call) is estimated too, from XLA's cost analysis on the TPU target.
+    """
+    return estimate_batch_job([kernel_path], reference, target, size, allow_plain=True)["results"][0]
 
 
 def estimate_batch_job(
-    kernel_paths: list[str], reference: str, target: str = "tpu-v6e", size: str = "small"
+    kernel_paths: list[str],
+    reference: str,
+    target: str = "tpu-v6e",
+    size: str = "small",
+    allow_plain: bool = False,
 ) -> dict:
     """Pool job: estimate several candidates in one child (one jax start-up for the whole sweep)."""
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.problem import load_reference
 
     ref = load_reference(reference)
-    shapes = ref.input_shapes(size)
+    shapes, scope, dump_root = _aot_shapes(target, tuple(ref.input_shapes(size)))
     chip = _chip_for(target)
     results = []
-    for i, path in enumerate(kernel_paths):
-        report_progress(f"estimate {i + 1}/{len(kernel_paths)}")
-        results.append(_estimate_one(path, ref, shapes, chip, size))
+    with scope:
+        for i, path in enumerate(kernel_paths):
+            report_progress(f"estimate {i + 1}/{len(kernel_paths)}")
+            results.append(_estimate_one(path, ref, shapes, chip, size, dump_root, allow_plain))
     return {"chip": chip, "results": results}
 
 
@@ -182,25 +223,125 @@ def estimate_batch_job(
 # The sweep
 
 
-def _prune_by_estimate(r: ConfigResult, res: dict) -> None:
+VMEM_PLACEHOLDER = "${vmem_limit_bytes}"
+_BUFFERED = re.compile(r"Buffered\(\s*(?:buffer_count\s*=\s*)?(\d+)")
+
+
+def _raised_limit(need: int, capacity: int) -> int | None:
+    """A vmem_limit_bytes with 10% headroom over `need` (whole MiB), or None if physical VMEM is short."""
+    mib = 1 << 20
+    return min(-(-int(need * 1.1) // mib) * mib, capacity) if need <= capacity else None
+
+
+def _prune_by_estimate(r: ConfigResult, res: dict, can_raise: bool) -> int | None:
+    """Apply the estimate's verdict; returns a vmem_limit_bytes to retry the config with, if it needs one.
+
+    VMEM is judged by the compiler when it ran (tier llo: its 'exceeded scoped vmem limit' error or a
+    clean compile), by the model only when it did not.
+    """
     if not res.get("ok"):
         r.status, r.pruned_reason, r.failure = "pruned", "trace", res.get("error")
-        return
+        return None
     est = res["estimate"]
     r.estimate_us = float(est["estimated_time_us"])
     r.estimate_bound = est["bound"]
-    r.vmem_bytes_needed = int(est["vmem_bytes_needed"])
+    r.vmem_bytes_needed = int(res.get("compiler_vmem_bytes") or est["vmem_bytes_needed"])
+    compiled = est.get("tier") == "llo" or "compiler_vmem_bytes" in res or "compile_error" in res
+    capacity = int(est["vmem_capacity_bytes"])
     if res["layout_problems"]:
         r.status, r.pruned_reason, r.failure = "pruned", "layout", "; ".join(res["layout_problems"][:3])
-    elif not est["fits_vmem"]:
-        r.status, r.pruned_reason = "pruned", "vmem"
-        r.failure = f"needs {est['vmem_bytes_needed']} B of VMEM, the chip has {est['vmem_capacity_bytes']} B"
-    elif est["above_scoped_vmem_limit"]:
-        r.status, r.pruned_reason = "pruned", "vmem"
+        return None
+    if "compile_error" in res:
+        r.status, r.pruned_reason = "pruned", "compile"
+        r.failure = str(res["compile_error"]).splitlines()[0][:500]
+        return None
+    over_scoped = "compiler_vmem_bytes" in res or (not compiled and est["above_scoped_vmem_limit"])
+    if not over_scoped and (compiled or est["fits_vmem"]):
+        return None
+    need = r.vmem_bytes_needed
+    limit = _raised_limit(need, capacity)
+    already = isinstance(r.config.get("vmem_limit_bytes"), int)
+    if limit is not None and can_raise and not already:
+        return limit
+    r.status, r.pruned_reason = "pruned", "vmem"
+    if limit is None:
+        r.failure = f"needs {need} B of VMEM, the chip has {capacity} B"
+    elif not can_raise:
         r.failure = (
-            f"needs {est['vmem_bytes_needed']} B of VMEM, above the kernel's scoped limit "
-            f"{est['vmem_scoped_limit_bytes']} B (raise vmem_limit_bytes)"
+            f"needs {need} B of VMEM, above the scoped limit; it fits physical VMEM with vmem_limit_bytes="
+            f"{limit}: put {VMEM_PLACEHOLDER} in the template's CompilerParams to sweep it raised"
         )
+    else:
+        r.failure = f"needs {need} B of VMEM even with vmem_limit_bytes={r.config.get('vmem_limit_bytes')}"
+    return None
+
+
+def probe_buffer_counts_job(counts: list[int]) -> dict:
+    """Pool job: which pl.Buffered(buffer_count=n) the installed JAX lowers for TPU (no chip needed)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+
+    def copy(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    ok = {}
+    for n in counts:
+
+        def f(x, n=n):
+            spec = pl.BlockSpec((8, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(buffer_count=n))
+            return pl.pallas_call(
+                copy,
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                grid=(4,),
+                in_specs=[spec],
+                out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            )(x)
+
+        try:
+            jax.jit(f).trace(jax.ShapeDtypeStruct((32, 128), jnp.float32)).lower(lowering_platforms=("tpu",))
+            ok[str(n)] = True
+        except Exception:
+            ok[str(n)] = False
+    return {"jax": jax.__version__, "supported": ok}
+
+
+def _cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("MAXKERNEL_CACHE_DIR") or Path.home() / ".cache" / "maxkernel")
+
+
+def supported_buffer_counts(evaluator: Evaluator, counts: Sequence[int]) -> dict[int, bool]:
+    """pl.Buffered counts the installed JAX accepts: probed once per jax version, cached on disk."""
+    from importlib.metadata import version
+
+    from maxkernel.tpu_tools.pool import JobSpec
+
+    path = _cache_dir() / f"buffered-jax-{version('jax')}.json"
+    cached: dict[str, bool] = {}
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    missing = sorted({int(n) for n in counts if str(n) not in cached})
+    if missing:
+        out = evaluator.pool.run(
+            JobSpec(
+                fn="maxkernel.tpu_tools.autotune:probe_buffer_counts_job",
+                kwargs={"counts": missing},
+                timeout_s=120,
+            )
+        )
+        if out.status != "ok" or not out.result:
+            return {}  # unknown: prune nothing
+        cached.update(out.result["supported"])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cached))
+        except OSError:
+            pass
+    return {int(k): bool(v) for k, v in cached.items()}
 
 
 def autotune(
@@ -226,10 +367,26 @@ def autotune(
     results = [ConfigResult(config=c, status="not_run") for c in configs]
     notes: list[str] = []
 
+    can_raise = VMEM_PLACEHOLDER in template_source
+    if can_raise and "vmem_limit_bytes" not in space:
+        for r in results:
+            r.config["vmem_limit_bytes"] = None  # the chip's default scoped limit until a config needs more
+    # pl.Buffered counts: probe the usual ones (plus any the template or space names) once per jax version
+    counts = {1, 2, 3, 4} | {int(n) for n in _BUFFERED.findall(template_source)}
+    counts |= {int(v) for vals in space.values() for v in vals if isinstance(v, int) and 0 < v <= 8}
+    supported = supported_buffer_counts(evaluator, sorted(counts)) if "Buffered" in template_source else {}
+
     to_estimate: list[ConfigResult] = []
     for i, r in enumerate(results):
         try:
             source = render(template_source, r.config)
+            bad = sorted({int(n) for n in _BUFFERED.findall(source) if supported.get(int(n)) is False})
+            if bad:
+                r.status, r.pruned_reason = "pruned", "unsupported"
+                r.failure = (
+                    f"pl.Buffered(buffer_count={bad[0]}) is rejected by the installed JAX (probed once)"
+                )
+                continue
         except (KeyError, ValueError) as e:
             r.status, r.pruned_reason, r.failure = "pruned", "render", f"template placeholder missing: {e}"
             continue
@@ -246,24 +403,45 @@ def autotune(
         from maxkernel.tpu_tools.evaluate import outcome_failure
         from maxkernel.tpu_tools.pool import JobSpec
 
-        outcome = evaluator.pool.run(
-            JobSpec(
-                fn="maxkernel.tpu_tools.autotune:estimate_batch_job",
-                kwargs={
-                    "kernel_paths": [r.kernel_path for r in to_estimate],
-                    "reference": _abs(reference),
-                    "target": target,
-                    "size": size,
-                },
-                timeout_s=evaluator.timeout_s,
+        def run_batch(batch: list[ConfigResult]):
+            return evaluator.pool.run(
+                JobSpec(
+                    fn="maxkernel.tpu_tools.autotune:estimate_batch_job",
+                    kwargs={
+                        "kernel_paths": [r.kernel_path for r in batch],
+                        "reference": _abs(reference),
+                        "target": target,
+                        "size": size,
+                    },
+                    timeout_s=evaluator.timeout_s,
+                )
             )
-        )
-        if outcome.status == "ok" and outcome.result is not None:
-            for r, res in zip(to_estimate, outcome.result["results"], strict=True):
-                _prune_by_estimate(r, res)
-            notes.append(f"estimates are static estimates for {outcome.result['chip']}, not timings")
-        else:
-            notes.append(f"no static estimates ({outcome_failure(outcome, 'estimate').summary}): unranked")
+
+        batch = to_estimate
+        for _round in range(2):  # the second round re-estimates configs kept with a raised VMEM limit
+            outcome = run_batch(batch)
+            if outcome.status != "ok" or outcome.result is None:
+                notes.append(
+                    f"no static estimates ({outcome_failure(outcome, 'estimate').summary}): unranked"
+                )
+                break
+            retry = []
+            for r, res in zip(batch, outcome.result["results"], strict=True):
+                limit = _prune_by_estimate(r, res, can_raise)
+                if limit is not None:
+                    r.config["vmem_limit_bytes"] = limit
+                    assert r.kernel_path is not None
+                    Path(r.kernel_path).write_text(render(template_source, r.config))
+                    retry.append(r)
+            if _round == 0:
+                notes.append(f"estimates are static estimates for {outcome.result['chip']}, not timings")
+            if retry and _round == 0:
+                notes.append(
+                    f"{len(retry)} configs over the default scoped VMEM kept with a raised vmem_limit_bytes"
+                )
+            batch = retry
+            if not batch:
+                break
 
     ranked = sorted(
         (r for r in results if r.status == "not_run"),

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# f32 operands on the MXU: measured f32/bf16 time of the same 512x1024x1024-block Pallas matmul on v5e,
+# 2.40x at n=4096 (2.08 vs 0.868 ms) and 2.54x at n=8192 (15.36 vs 6.04 ms), in
+# github.com/sqtian/PALLAS_TPU_KERNEL_MATMUL plots/benchmark_results_20250430_161{545,137}.json
+# (benchmarks/data/v5e_matmul_published.csv). We use 2.5 for every chip (an assumption beyond v5e).
+F32_MXU_SLOWDOWN = 2.5
+
 PLTPU_SOURCE = "jax.experimental.pallas.tpu.get_tpu_info_for_chip (jax 0.10.2)"
 DOCS_SOURCE = "cloud.google.com/tpu/docs/system-architecture-tpu-vm"
 
@@ -35,10 +41,26 @@ class ChipSpec(BaseModel):
     lanes: int = 128
     sublanes: int = 8
     source: str = PLTPU_SOURCE + "; cores: " + DOCS_SOURCE
+    clock_ghz: float | None = Field(
+        default=None, description="TensorCore clock; None where no figure we trust exists (see CLOCKS)"
+    )
+    clock_source: str | None = None
+    f32_mxu_slowdown: float = Field(
+        default=F32_MXU_SLOWDOWN, description="f32 matmul time / bf16 matmul time on the MXU (calibrated)"
+    )
 
     @property
     def peak_bf16_flops_per_s(self) -> float:
         return self.peak_bf16_tflops * 1e12
+
+    def mxu_flops_per_s(self, dtype: str) -> float:
+        """Peak MXU rate for matmul operands of `dtype` (f32 calibrated, int8 from the table)."""
+        d = str(dtype)
+        if d in ("int8", "uint8") and self.peak_int8_tops:
+            return self.peak_int8_tops * 1e12
+        if d in ("float32", "f32"):
+            return self.peak_bf16_flops_per_s / self.f32_mxu_slowdown
+        return self.peak_bf16_flops_per_s
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -150,6 +172,22 @@ CHIPS: dict[str, ChipSpec] = {
         ),
     ]
 }
+# Clock = peak bf16 / (2 x MXU rows x columns x MXUs), from the table above. Only v5e is checked: a
+# 512x1024x1024 bf16 block's loop is 8759 bundles (our libtpu compile), and 1024 steps x 8759 / 1.50 GHz
+# = 5.98 ms against the 6.04 ms published in docs.jax.dev/en/latest/pallas/tpu/matmul.html. v4/v5p use
+# the same derivation unchecked; v6e/7x give 3.5 GHz that way, which no public figure supports, so they
+# have none and their estimates stay on the model tier.
+_DERIVED = "derived: peak bf16 / (2 x MXU rows x cols x MXUs) of " + PLTPU_SOURCE
+CLOCKS = {
+    "tpu-v5e": (1.503, _DERIVED + "; checked against docs.jax.dev Pallas TPU matmul (6.04 ms at n=8192)"),
+    "tpu-v4": (1.049, _DERIVED + "; not checked against a measurement"),
+    "tpu-v5p": (1.751, _DERIVED + "; not checked against a measurement"),
+}
+CHIPS = {
+    k: c.model_copy(update={"clock_ghz": CLOCKS[k][0], "clock_source": CLOCKS[k][1]}) if k in CLOCKS else c
+    for k, c in CHIPS.items()
+}
+
 ALIASES = {
     "v4": "tpu-v4",
     "v5e": "tpu-v5e",

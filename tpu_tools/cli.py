@@ -144,7 +144,12 @@ def _extensions():
     """Subcommands that live in their own modules (profile, trace, bench)."""
     import importlib
 
-    for name in ("maxkernel.tpu_tools.cli_profile", "maxkernel.tpu_tools.cli_bench"):
+    for name in (
+        "maxkernel.tpu_tools.cli_profile",
+        "maxkernel.tpu_tools.cli_bench",
+        "maxkernel.tpu_tools.cli_examples",
+        "maxkernel.tpu_tools.cli_analyze",
+    ):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:

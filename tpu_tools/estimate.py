@@ -6,6 +6,12 @@ Interpret-mode timings on CPU say nothing about TPU speed, and XLA's cost analys
 re-fetched or written back at each step, and time each step as max(compute, DMA) + a fixed overhead,
 plus a non-overlapped prologue (first fetch) and epilogue (last writeback). Chips come from `chips.py`.
 
+Two tiers, always named in the result: `llo` takes each step's compute from the compiler's own final
+schedule (bundles in the grid loop / the chip's clock, from a libtpu LLO dump, see `llo_dump.py`);
+`model` infers it from the blocks and the MXU/VPU rates. Both add the work outside the kernels
+(`jaxpr_cost.py`: a kernel that moves its matmul into `jnp` pays for it), and both ignore a declared
+`pl.CostEstimate` that is far below what the kernel body computes.
+
 This is a model, not a measurement: it ranks block choices and explains them; a profile is the truth.
 Every constant below says where it comes from.
 """
@@ -28,6 +34,8 @@ from maxkernel.tpu_tools.block_schedule import (
     round_up,
 )
 from maxkernel.tpu_tools.chips import ChipSpec, get_chip
+from maxkernel.tpu_tools.jaxpr_cost import ProgramCost
+from maxkernel.tpu_tools.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.pallas_info import PallasCallInfo
 
 __all__ = [
@@ -41,9 +49,14 @@ __all__ = [
 
 MiB = 1 << 20
 
-# Fixed cost of one Pallas grid step on TPU (loop bookkeeping, DMA issue/wait, semaphores). The JAX
-# Pallas TPU guides (pipelining / matmul) quote roughly 0.35 us per grid step; we use it for every chip.
+# Shortest time one Pallas grid step takes on TPU (loop bookkeeping, DMA issue/wait, semaphores): a step
+# costs max(this, compute, DMA). The JAX Pallas TPU guides quote ~0.35 us per grid step, and the
+# published v5e bf16 128^3-block matmul at n=8192 is 91.8 ms / 64^3 steps = 0.350 us per step while
+# its DMA (64 KiB) and bundles (185 / 1.5 GHz) take less (benchmarks/data/v5e_matmul_published.csv).
+# Calibrated on v5e; used for every chip.
 STEP_OVERHEAD_US = 0.35
+# A declared pl.CostEstimate below this fraction of the flops the kernel body counts is ignored.
+UNDER_DECLARED_FRACTION = 0.5
 
 # Default scoped-VMEM limit Mosaic compiles a kernel against when `vmem_limit_bytes` is not given.
 # Inferred from public "Scoped allocation with size ... and limit 16.00M / 32.00M exceeded scoped vmem
@@ -85,7 +98,11 @@ class CallEstimate(BaseModel):
     prologue_us: float
     epilogue_us: float
     flops: float
-    flops_source: str = Field(description="cost_estimate | matmul blocks | total_flops | elementwise")
+    flops_source: str = Field(
+        description="cost_estimate | kernel body | matmul blocks | total_flops | elementwise"
+    )
+    tier: Literal["llo", "model"] = "model"
+    bundles_per_step: int | None = Field(default=None, description="compiler's grid-loop bundles (llo tier)")
     mxu_efficiency: float = Field(description="fraction of MXU rows/columns the blocks fill")
     hbm_bytes_moved: int
     min_hbm_bytes: int = Field(description="each operand read or written exactly once")
@@ -96,8 +113,22 @@ class CallEstimate(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class OutsideKernelCost(BaseModel):
+    """The XLA ops around the pallas_calls, costed by their roofline on the chip."""
+
+    time_us: float
+    flops: float
+    bytes: float
+    ops: list[str] = Field(default_factory=list, description="'primitive: flops' of the biggest ops")
+    flops_share: float = Field(description="outside matmul/conv flops / all matmul/conv flops")
+
+
 class StaticEstimate(BaseModel):
     kind: Literal["estimate"] = "estimate"
+    tier: Literal["llo", "model"] = Field(
+        default="model", description="llo: compute from the compiler's schedule; model: from the blocks"
+    )
+    tier_note: str = ""
     chip: str
     estimated_time_us: float
     bound: Literal["compute", "memory", "overhead"]
@@ -113,6 +144,10 @@ class StaticEstimate(BaseModel):
     above_scoped_vmem_limit: bool
     padding_waste_fraction: float
     per_call: list[CallEstimate]
+    outside_kernel: OutsideKernelCost | None = None
+    ignored_cost_estimates: list[str] = Field(
+        default_factory=list, description="pl.CostEstimates ignored as far below the counted flops"
+    )
     reason: str
     assumptions: list[str]
 
@@ -166,14 +201,21 @@ def _vpu_ops_per_s(c: ChipSpec) -> float:
     return clock_hz * VPU_ELEMENT_OPS_PER_CYCLE
 
 
-def _vmem_needed(call: PallasCallInfo) -> tuple[int, int, int]:
-    """(VMEM bytes with double buffering + scratch, padded bytes of blocks, real bytes of blocks)."""
+def _vmem_needed(call: PallasCallInfo, moved: Sequence[int] | None = None) -> tuple[int, int, int]:
+    """(VMEM bytes with double buffering + scratch, padded bytes of blocks, real bytes of blocks).
+
+    As Mosaic allocates (read from our v5e LLO dumps): one buffer per block when the kernel has a single
+    step or the block's index never changes (moved once), two otherwise. Mosaic's internal scratch is
+    left out: a v6e kernel allocating 32 MiB of blocks + 72 KiB of it compiles under the 32 MiB limit.
+    """
     need, padded, real = 0, 0, 0
-    for b in call.blocks:
+    single_step = (call.num_steps or 1) <= 1
+    for i, b in enumerate(call.blocks):
         if not b.pipelined or b.memory_space != "vmem":
             continue
         pb = block_padded_bytes(b)
-        need += (b.buffer_count or 2) * pb
+        once = single_step or (moved is not None and moved[i] <= pb)
+        need += (b.buffer_count or (1 if once else 2)) * pb
         padded += pb
         real += b.block_bytes
     for s in call.scratch:
@@ -183,7 +225,12 @@ def _vmem_needed(call: PallasCallInfo) -> tuple[int, int, int]:
 
 
 def _estimate_call(
-    call: PallasCallInfo, c: ChipSpec, total_flops: float | None, scalar_prefetch: Sequence[Any] | None
+    call: PallasCallInfo,
+    c: ChipSpec,
+    total_flops: float | None,
+    scalar_prefetch: Sequence[Any] | None,
+    body_flops_per_step: float | None = None,
+    llo: ProgramLLO | None = None,
 ) -> CallEstimate:
     grid = tuple(int(g) if g is not None else 1 for g in call.grid)
     steps = max(1, math.prod(grid))
@@ -204,8 +251,17 @@ def _estimate_call(
         rows, cols = c.mxu_shape
         # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
         mxu_eff = (bk / round_up(bk, rows)) * (bn / round_up(bn, cols))
+    counted = body_flops_per_step * steps if body_flops_per_step else 0.0
+    if ce is not None and ce.flops > 0 and counted and ce.flops < UNDER_DECLARED_FRACTION * counted:
+        notes.append(
+            f"ignored pl.CostEstimate of {call.kernel_name}: it declares {ce.flops:.3g} flops, the kernel "
+            f"body computes {counted:.3g}"
+        )
+        ce = None
     if ce is not None and ce.flops > 0:
         flops, src = float(ce.flops), "cost_estimate"
+    elif counted:
+        flops, src = counted, "kernel body"
     elif mm is not None:
         flops, src = 2.0 * mm[0] * mm[1] * mm[2] * steps, "matmul blocks"
     elif total_flops is not None:
@@ -215,13 +271,32 @@ def _estimate_call(
     elements = sum(math.prod(kernel_block_shape(b)) for b in call.blocks if b.pipelined)
     vpu_rate = _vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
-    if mm is not None:
-        mxu_s = flops / steps / (c.peak_bf16_flops_per_s * mxu_eff)
+    mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
+    if mm is not None or src == "kernel body":
+        mxu_s = flops / steps / (c.mxu_flops_per_s(mm_dtype) * mxu_eff)
     else:
         mxu_s = 0.0
         vpu_ops += flops / steps  # non-matmul flops run on the VPU
     vpu_s = vpu_ops / vpu_rate
     compute_s = max(mxu_s, vpu_s)  # assumption: MXU and VPU work overlap within a step
+    tier: Literal["llo", "model"] = "model"
+    bundles = None
+    straight_s = 0.0
+    if llo is not None and c.clock_ghz:
+        # The compiler's schedule: one grid step runs the loop body; the rest runs once. The MXU's
+        # f32 passes take longer than the schedule shows (same bundles, ~2.5x time), so the dtype's
+        # MXU time is a floor under the bundle time.
+        bundles = llo.loop_bundles if llo.loop_bundles else llo.straight_line_bundles
+        hz = c.clock_ghz * 1e9
+        compute_s = max(bundles / hz, mxu_s if str(mm_dtype) in ("float32", "f32") else 0.0)
+        straight_s = (llo.straight_line_bundles / hz) if llo.loop_bundles else 0.0
+        tier = "llo"
+        if llo.inner_loop_bundles:
+            notes.append(f"{call.kernel_name}: {llo.inner_loop_bundles} bundles in inner loops counted once")
+        if llo.predicated_bundles:
+            notes.append(
+                f"{call.kernel_name}: {llo.predicated_bundles} bundles under pl.when-sized branches charged every step"
+            )
 
     # Non-pipelined HBM operands (pl.ANY / HBM): the kernel DMAs them itself; charge them once.
     manual = [b for b in call.blocks if not b.pipelined and b.memory_space in ("any", "hbm")]
@@ -229,20 +304,26 @@ def _estimate_call(
     if manual:
         notes.append("operands in pl.ANY/HBM are manual DMAs: charged once each, spread over the steps")
 
-    # Pipeline: step t computes while the DMAs of transition t -> t+1 run.
-    overhead_s = steps * STEP_OVERHEAD_US * 1e-6
+    # Pipeline: step t computes while the DMAs of transition t -> t+1 run; no step is shorter than
+    # the fixed per-step cost (what it adds on top of compute and DMA is the overhead).
+    floor_s = STEP_OVERHEAD_US * 1e-6
     manual_per_step = manual_bytes / steps
     steady = 0.0
     dma_s = 0.0
+    overhead_s = 0.0
     for count, overlapped, exposed in sched.classes:
         t_dma = (overlapped + manual_per_step) / bw
         t_exposed = exposed / bw  # single-buffered blocks: their fetch waits for the step to finish
-        steady += count * (max(compute_s, t_dma) + t_exposed)
+        busy = max(compute_s, t_dma)
+        steady += count * (max(floor_s, busy) + t_exposed)
+        overhead_s += count * max(0.0, floor_s - busy)
         dma_s += count * (t_dma + t_exposed)
-    last_step = max(compute_s, manual_per_step / bw)
+    last_busy = max(compute_s, manual_per_step / bw)
+    last_step = max(floor_s, last_busy)
+    overhead_s += max(0.0, floor_s - last_busy)
     prologue_s = sched.first_fetch_bytes / bw
     epilogue_s = sched.last_writeback_bytes / bw
-    total_s = prologue_s + steady + last_step + overhead_s + epilogue_s
+    total_s = prologue_s + steady + last_step + epilogue_s + straight_s
 
     moved = sum(sched.moved_per_block) + manual_bytes
     min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
@@ -250,7 +331,7 @@ def _estimate_call(
     for b, m in zip(call.blocks, sched.moved_per_block, strict=True):
         if b.pipelined and array_bytes(b):
             refetch[f"{'in' if b.role == 'input' else 'out'}{b.position}"] = m / array_bytes(b)
-    vmem, padded, real = _vmem_needed(call)
+    vmem, padded, real = _vmem_needed(call, sched.moved_per_block)
     return CallEstimate(
         kernel_name=call.kernel_name,
         grid=grid,
@@ -263,6 +344,8 @@ def _estimate_call(
         epilogue_us=epilogue_s * 1e6,
         flops=flops,
         flops_source=src,
+        tier=tier,
+        bundles_per_step=bundles,
         mxu_efficiency=mxu_eff,
         hbm_bytes_moved=int(moved),
         min_hbm_bytes=int(min_bytes),
@@ -278,19 +361,25 @@ def _estimate_call(
 # The public estimate
 
 ASSUMPTIONS = [
-    f"per-grid-step overhead {STEP_OVERHEAD_US} us (JAX Pallas TPU guides)",
+    f"a grid step takes max({STEP_OVERHEAD_US} us, compute, DMA) (JAX Pallas TPU guides; v5e 128^3 matmul)",
     "grid runs sequentially in row-major order on one TensorCore (megacore split of parallel dims not modeled)",
     "an input block is fetched only when its block index changes between consecutive steps; an output "
     "block is written back when its index changes and at the end",
     "DMA of step t+1 inputs / step t-1 outputs overlaps step t compute; first fetch and last writeback do not",
     "DMAs move whole (sublane,128) tiles: (8,128) 32-bit, (16,128) 16-bit, (32,128) 8-bit",
-    "MXU at peak bf16 rate scaled by how fully blocks fill the MXU; f32 matmul passes not modeled",
+    "MXU at the operand dtype's peak (f32 = bf16 / chips.F32_MXU_SLOWDOWN, calibrated on v5e) scaled by how "
+    "fully blocks fill the MXU",
+    "tier llo: a step's compute = the compiler's grid-loop bundles / clock (f32 matmuls: at least the f32 "
+    "MXU time); the bundles outside the loop run once",
     f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
     f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
-    "VMEM need = buffer_count (default 2) x each pipelined VMEM block + VMEM scratch, tile-padded",
+    "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
+    "each pipelined VMEM block + VMEM scratch, tile-padded (the compiler's verdict, tier llo, is the truth)",
     "a single-buffered block (pl.Buffered(1)) cannot be prefetched: its transfers add to the step time",
     "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
-    "XLA ops around the pallas_calls are not counted",
+    "XLA ops around the pallas_calls: roofline of their matmul/conv flops, element-ops and the bytes of "
+    "every value they touch (jaxpr_cost.py), added to the kernels' time",
+    f"a declared pl.CostEstimate under {UNDER_DECLARED_FRACTION:.0%} of the kernel body's counted flops is ignored",
 ]
 
 
@@ -310,6 +399,7 @@ def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
     )
     scoped = default_scoped_vmem_bytes(c)
     return StaticEstimate(
+        tier_note="model: no pallas_call, the roofline of the program's flops and bytes",
         chip=c.name,
         estimated_time_us=rl.time_us,
         bound=rl.bound,
@@ -330,6 +420,39 @@ def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
     )
 
 
+def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
+    """Roofline time of the XLA ops around the kernels (None when there are none that cost anything)."""
+    if not (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
+        return None
+    mxu_s = program.outside_flops / c.mxu_flops_per_s(program.outside_matmul_dtype or "bfloat16")
+    vpu_s = (
+        program.outside_vpu_ops + program.outside_transcendentals * TRANSCENDENTAL_VPU_OPS
+    ) / _vpu_ops_per_s(c)
+    mem_s = program.outside_bytes / c.hbm_bytes_per_s
+    inside = sum(f for f in program.kernel_flops_per_step)  # per step: only used for the share's sign
+    total = program.outside_flops + inside
+    return OutsideKernelCost(
+        time_us=max(mxu_s, vpu_s, mem_s) * 1e6,
+        flops=program.outside_flops,
+        bytes=program.outside_bytes,
+        ops=[f"{o.primitive}: {o.flops:.3g} flops x{o.count}" for o in program.outside_ops[:5]],
+        flops_share=program.outside_flops / total if total else 0.0,
+    )
+
+
+def match_kernels(calls: Sequence[PallasCallInfo], programs: Sequence[ProgramLLO]) -> list[ProgramLLO | None]:
+    """Pair each pallas_call with its compiled kernel program (in order; grids must agree)."""
+    kernels = [p for p in programs if p.is_kernel]
+    if len(kernels) != len(calls):
+        return [None] * len(calls)
+    out: list[ProgramLLO | None] = []
+    for call, prog in zip(calls, kernels, strict=True):
+        grid = [int(g) if g is not None else 1 for g in call.grid]
+        ok = not prog.iteration_bounds or [g for g in prog.iteration_bounds] == grid or not grid
+        out.append(prog if ok else None)
+    return out
+
+
 def estimate_pallas(
     calls: Sequence[PallasCallInfo],
     chip: str | ChipSpec,
@@ -337,12 +460,17 @@ def estimate_pallas(
     total_flops: float | None = None,
     total_bytes: float | None = None,
     scalar_prefetch: Sequence[Sequence[Any] | None] | None = None,
+    program: ProgramCost | None = None,
+    llo: Sequence[ProgramLLO] | None = None,
+    llo_note: str | None = None,
 ) -> StaticEstimate:
-    """Static estimate of the candidate's pallas_calls on `chip` (never faster than the roofline).
+    """Static estimate of the candidate's whole program on `chip` (never faster than the roofline).
 
     total_flops: the candidate's flops (e.g. the task's get_flops) when a kernel gives no CostEstimate
     and is not a recognizable matmul; with no calls, total_flops/total_bytes (XLA cost analysis) give
     the roofline estimate. scalar_prefetch: per call, the prefetch operand values, if known.
+    program: the jaxpr's counted work (kernel bodies + ops outside them); llo: the compiled programs
+    from an LLO dump (tier `llo` for each call matched to its kernel), llo_note: why there is none.
     """
     c = _chip(chip)
     if not calls:
@@ -351,8 +479,21 @@ def estimate_pallas(
         return _plain_estimate(c, total_flops, total_bytes)
 
     share = total_flops / len(calls) if total_flops is not None else None
+    body = (
+        program.kernel_flops_per_step
+        if program and len(program.kernel_flops_per_step) == len(calls)
+        else None
+    )
+    matched = match_kernels(calls, llo) if llo else [None] * len(calls)
     per = [
-        _estimate_call(call, c, share, scalar_prefetch[i] if scalar_prefetch else None)
+        _estimate_call(
+            call,
+            c,
+            share,
+            scalar_prefetch[i] if scalar_prefetch else None,
+            body[i] if body else None,
+            matched[i],
+        )
         for i, call in enumerate(calls)
     ]
     flops = sum(p.flops for p in per)
@@ -364,6 +505,23 @@ def estimate_pallas(
     if clamped:
         notes.append("model came in under the roofline: clamped to it")
         est = rl.time_us
+    outside = outside_cost(program, c) if program is not None else None
+    if outside is not None:
+        est += outside.time_us
+        notes += program.notes if program else []
+    tiers = {p.tier for p in per}
+    tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} else "model"
+    if tier == "llo":
+        tier_note = f"compute from the compiler's LLO schedule at {c.clock_ghz} GHz"
+    elif "llo" in tiers:
+        tier_note = "mixed: some kernels matched no compiled program, so the whole estimate is labeled model"
+    elif llo and not c.clock_ghz:
+        tier_note = (
+            f"model: LLO dump read, but {c.name} has no clock figure we trust to turn bundles into time"
+        )
+    else:
+        tier_note = "model: " + (llo_note or "no LLO dump (trace-only estimate)")
+    ignored = [n for n in notes if n.startswith("ignored pl.CostEstimate")]
     moved = sum(p.hbm_bytes_moved for p in per)
     vmem = max(p.vmem_bytes_needed for p in per)
     limits = [x.vmem_limit_bytes for x in calls if x.vmem_limit_bytes]
@@ -377,7 +535,13 @@ def estimate_pallas(
     steps = sum(p.steps for p in per)
     pad_total = sum(p.padding_waste_fraction * p.hbm_bytes_moved for p in per)
     reason = _reason(bound, per, c, moved, flops, steps, ovh)
+    if outside is not None and outside.time_us > 0.1 * est:
+        reason += f"; {outside.time_us:.3g} us of XLA ops outside the kernels ({outside.flops_share:.0%} of the matmul flops)"
+    if ignored:
+        reason += "; " + ignored[0]
     return StaticEstimate(
+        tier=tier,
+        tier_note=tier_note,
         chip=c.name,
         estimated_time_us=est,
         bound=bound,
@@ -393,6 +557,8 @@ def estimate_pallas(
         above_scoped_vmem_limit=vmem > scoped,
         padding_waste_fraction=pad_total / moved if moved else 0.0,
         per_call=per,
+        outside_kernel=outside,
+        ignored_cost_estimates=ignored,
         reason=reason,
         assumptions=ASSUMPTIONS + notes,
     )
@@ -408,5 +574,10 @@ def _reason(
         return f"memory-bound: {_fmt_bytes(moved)} moved at {c.hbm_gbps:.0f} GB/s{extra}"
     if bound == "compute":
         eff = f" at {worst.mxu_efficiency:.0%} MXU fill" if worst.mxu_efficiency < 0.999 else ""
+        if worst.bundles_per_step:
+            return f"compute-bound: {worst.bundles_per_step} bundles per grid step x {worst.steps} steps{eff}"
         return f"compute-bound: {flops / 1e9:.3g} GFLOP at {c.peak_bf16_tflops:.0f} TFLOP/s peak bf16{eff}"
-    return f"overhead-bound: {steps} grid steps x {STEP_OVERHEAD_US} us = {ovh:.3g} us; use bigger blocks"
+    return (
+        f"overhead-bound: {steps} grid steps at the {STEP_OVERHEAD_US} us step minimum ({ovh:.3g} us of it "
+        "idle); use bigger blocks"
+    )

@@ -338,7 +338,11 @@ def run_profile(
     if est_chip is not None:
         try:
             if calls:
-                report.static_estimate = estimate_pallas(calls, est_chip, total_flops=flops)
+                from maxkernel.tpu_tools.jaxpr_cost import program_cost  # after timing: the whole program
+
+                report.static_estimate = estimate_pallas(
+                    calls, est_chip, total_flops=flops, program=program_cost(jaxpr)
+                )
             else:
                 report.static_estimate = estimate_pallas(
                     [],

@@ -29,6 +29,7 @@ from maxkernel.clients.offline.templates import (
     parse_config_text,
     template_for,
 )
+from maxkernel.clients.offline.utilization_moves import Utilization, advice, move_rank, parse_utilization
 
 ROLE_RE = re.compile(r"You are the (planner|implementer|debugger|tester|profile analyst|autotuner)\b", re.I)
 _ROLE_BY_HEADING = {
@@ -93,6 +94,7 @@ class Walk:
     last: Config | None = None
     failed_fixes: set[str] = field(default_factory=set)
     space: dict[str, list[Any]] = field(default_factory=dict)
+    utilization: Utilization | None = None  # the compiler's latest view (utilization_moves.py)
 
     def legal(self, cfg: Config) -> bool:
         return self.template.legal(cfg, list(self.dims.values()))
@@ -167,11 +169,14 @@ class Walk:
         # Blocks are clamped to the dims, so two configs can be the same kernel at this size: try new ones first.
         seen = {self.fingerprint(r.config, size) for r in self.records.values()}
 
-        def rank(c: Config) -> tuple[bool, float]:
-            return self.fingerprint(c, size) in seen, self.cost(c, size)
+        def rank(c: Config) -> tuple[bool, int, float]:
+            return self.fingerprint(c, size) in seen, move_rank(base, c, self.utilization), self.cost(c, size)
 
         if near:
-            return min(near, key=rank), "greedy step: the cheapest untried neighbour"
+            hint = advice(self.utilization) if self.utilization else None
+            return min(near, key=rank), "greedy step: the cheapest untried neighbour" + (
+                f" ({hint})" if hint else ""
+            )
         rest = self.untried(self.template.configs())
         if rest:
             return min(rest, key=rank), "neighbourhood exhausted: best untried config"
@@ -238,6 +243,11 @@ class OfflineModel(Model):
             return "The offline model needs a user message naming a JaxBench task.", "unsupported"
         role = _role_of(messages)
         prompt = Prompt(role=role or "", text=users[-1], conversation="\n\n".join(users))
+        if (util := parse_utilization(prompt.text)) is not None:
+            try:
+                self._walk(prompt).utilization = util
+            except UnknownTemplateError:
+                pass
         if role == "tester":
             return self._tester(), "stop"
         if role == "profile_analyst":
@@ -526,6 +536,8 @@ class OfflineModel(Model):
         evidence = [f"estimated_time_us = {v}" for v in ESTIMATE_RE.findall(text)[-1:]]
         evidence += [f"bound = {bound}"] if bounds else []
         evidence += [f"median_ms = {v}" for v in re.findall(r'"median_ms"\s*:\s*([0-9.eE+-]+)', text)[-1:]]
+        util = parse_utilization(text)
+        evidence += util.evidence() if util else []
         moves = {
             "overhead": "grow the blocks: fewer grid steps amortise the ~0.35 us per-step cost",
             "memory": "grow the tiles that are re-fetched (fewer passes over HBM) or fuse neighbouring ops",
@@ -535,6 +547,6 @@ class OfflineModel(Model):
         out = {
             "bottleneck": bound,
             "evidence": evidence or ["no estimate or profile numbers in the prompt"],
-            "next_move": moves[bound],
+            "next_move": (advice(util) if util else None) or moves[bound],
         }
         return f"```json\n{json.dumps(out, indent=2)}\n```\n"

@@ -69,7 +69,13 @@ class EstimateEvaluator:
                 "invalid", stopped_at="compile", failure=f"output {out} differs from reference {want}"
             )
         try:
-            est = estimate_pallas(find_pallas_calls(jaxpr), self.target, total_flops=self.flops)
+            from maxkernel.tpu_tools.jaxpr_cost import (
+                program_cost,
+            )  # the whole program: work moved to jnp pays
+
+            est = estimate_pallas(
+                find_pallas_calls(jaxpr), self.target, total_flops=self.flops, program=program_cost(jaxpr)
+            )
         except Exception as e:
             return verdict(
                 "invalid", stopped_at="profile", failure=f"estimate: {type(e).__name__}: {e}"[:2000]

@@ -1,0 +1,185 @@
+"""Count the work of a traced program: inside each pallas_call's body, and outside every kernel.
+
+The estimate must cost the whole program (a kernel that moves its matmul into `jnp` pays for it),
+and a declared `pl.CostEstimate` is checked against what the kernel body really does. This is a
+static count over the jaxpr: matmul/conv flops, transcendentals, and the bytes of every value the
+XLA ops outside the kernels read or write (each value once: an upper bound on what XLA's fusions
+move, a lower bound never).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+__all__ = ["OutsideOp", "ProgramCost", "program_cost"]
+
+TRANSCENDENTAL = {"exp", "exp2", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan", "rsqrt", "sqrt",
+                  "erf", "erf_inv", "pow", "atan2", "cbrt", "expm1", "erfc", "lgamma", "digamma"}  # fmt: skip
+# Primitives that move no data (or only metadata) when XLA runs them.
+FREE = {"reshape", "squeeze", "expand_dims", "broadcast_in_dim", "convert_element_type", "bitcast_convert_type",
+        "iota", "copy_p", "pjit", "closed_call", "custom_jvp_call", "custom_vjp_call", "stop_gradient"}  # fmt: skip
+
+
+class OutsideOp(BaseModel):
+    primitive: str
+    flops: float
+    count: int
+
+
+class ProgramCost(BaseModel):
+    """Work found in a jaxpr, split into pallas_call bodies and the XLA ops around them."""
+
+    kernel_flops_per_step: list[float] = Field(
+        description="matmul/conv flops of each pallas_call body, one step"
+    )
+    kernel_transcendentals_per_step: list[float]
+    outside_flops: float = Field(description="matmul/conv flops outside every pallas_call")
+    outside_vpu_ops: float = Field(description="elementwise/reduction element-ops outside the kernels")
+    outside_transcendentals: float
+    outside_bytes: float = Field(description="bytes of the values the outside ops read or write, each once")
+    outside_matmul_dtype: str | None = None
+    outside_ops: list[OutsideOp] = Field(
+        default_factory=list, description="primitive -> flops, biggest first"
+    )
+    notes: list[str] = Field(default_factory=list)
+
+
+def _size(aval: Any) -> int:
+    shape = getattr(aval, "shape", ())
+    return int(math.prod(shape)) if shape is not None else 1
+
+
+def _nbytes(aval: Any) -> int:
+    dt = getattr(aval, "dtype", None)
+    try:
+        return _size(aval) * int(dt.itemsize)
+    except Exception:
+        return 0
+
+
+def _dot_flops(eqn) -> float:
+    (lc, rc), (lb, _rb) = eqn.params["dimension_numbers"]
+    lhs, rhs = (v.aval for v in eqn.invars[:2])
+    contract = math.prod(lhs.shape[d] for d in lc)
+    batch = math.prod(lhs.shape[d] for d in lb)
+    lfree = math.prod(s for i, s in enumerate(lhs.shape) if i not in lc and i not in lb)
+    rfree = _size(rhs) // max(1, contract * batch)
+    return 2.0 * batch * lfree * rfree * contract
+
+
+def _conv_flops(eqn) -> float:
+    out = eqn.outvars[0].aval
+    rhs = eqn.invars[1].aval
+    groups = eqn.params.get("feature_group_count", 1) or 1
+    dn = eqn.params.get("dimension_numbers")
+    out_ch_dim = getattr(dn, "rhs_spec", (0,))[0] if dn is not None else 0
+    per_out = _size(rhs) // max(1, rhs.shape[out_ch_dim])
+    return 2.0 * _size(out) * per_out / max(1, groups) * groups
+
+
+def _subjaxprs(eqn):
+    from jax._src import core as jcore
+
+    return list(jcore.jaxprs_in_params(eqn.params))
+
+
+def _body_work(jaxpr) -> tuple[float, float]:
+    """(matmul flops, transcendentals) of a kernel body; cond branches count their costliest branch."""
+    flops = trans = 0.0
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "dot_general":
+            flops += _dot_flops(eqn)
+        elif name == "conv_general_dilated":
+            flops += _conv_flops(eqn)
+        elif name in TRANSCENDENTAL:
+            trans += _size(eqn.outvars[0].aval)
+        subs = _subjaxprs(eqn)
+        if name == "cond" and subs:
+            best = max((_body_work(s) for s in subs), key=lambda w: w[0] + w[1])
+            flops, trans = flops + best[0], trans + best[1]
+        else:
+            mult = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
+            if name == "while":  # fori_loop with static bounds keeps them in the body; unknown here
+                mult = 1.0
+            for s in subs:
+                f, t = _body_work(s)
+                flops, trans = flops + mult * f, trans + mult * t
+    return flops, trans
+
+
+class _Outside:
+    def __init__(self) -> None:
+        self.flops = self.vpu = self.trans = 0.0
+        self.seen: dict[int, int] = {}
+        self.ops: dict[str, list[float]] = {}
+        self.kernel_flops: list[float] = []
+        self.kernel_trans: list[float] = []
+        self.mm_dtype: str | None = None
+        self.notes: list[str] = []
+
+    def touch(self, v: Any) -> None:
+        if hasattr(v, "aval") and not hasattr(v, "val"):  # a Var, not a Literal
+            self.seen.setdefault(id(v), _nbytes(v.aval))
+
+    def walk(self, jaxpr, mult: float = 1.0) -> None:
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call":
+                f, t = _body_work(eqn.params["jaxpr"])
+                self.kernel_flops.append(f)
+                self.kernel_trans.append(t)
+                continue
+            subs = _subjaxprs(eqn)
+            if subs:
+                m = mult * (float(eqn.params.get("length", 1)) if name == "scan" else 1.0)
+                if name == "while":
+                    self.notes.append("a while loop outside the kernels is counted once (trip count unknown)")
+                for s in subs:
+                    self.walk(s, m)
+                continue
+            flops = 0.0
+            if name == "dot_general":
+                flops = _dot_flops(eqn)
+                self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
+            elif name == "conv_general_dilated":
+                flops = _conv_flops(eqn)
+                self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
+            elif name in TRANSCENDENTAL:
+                self.trans += mult * _size(eqn.outvars[0].aval)
+            if name in FREE:
+                continue
+            if not flops:
+                self.vpu += mult * max((_size(v.aval) for v in eqn.invars if hasattr(v, "aval")), default=0)
+            self.flops += mult * flops
+            rec = self.ops.setdefault(name, [0.0, 0])
+            rec[0] += mult * flops
+            rec[1] += 1
+            for v in (*eqn.invars, *eqn.outvars):
+                self.touch(v)
+
+
+def program_cost(closed_jaxpr: Any) -> ProgramCost:
+    """Count the work of `jax.jit(f).trace(...).jaxpr` (or a ClosedJaxpr / Jaxpr)."""
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    w = _Outside()
+    w.walk(jaxpr)
+    ops = sorted(
+        (OutsideOp(primitive=k, flops=v[0], count=int(v[1])) for k, v in w.ops.items()),
+        key=lambda o: -o.flops,
+    )
+    return ProgramCost(
+        kernel_flops_per_step=w.kernel_flops,
+        kernel_transcendentals_per_step=w.kernel_trans,
+        outside_flops=w.flops,
+        outside_vpu_ops=w.vpu,
+        outside_transcendentals=w.trans,
+        outside_bytes=float(sum(w.seen.values())),
+        outside_matmul_dtype=w.mm_dtype,
+        outside_ops=ops,
+        notes=sorted(set(w.notes)),
+    )

@@ -1,0 +1,261 @@
+"""Read libtpu's LLO text dumps (the compiler's final VLIW schedule) into numbers we can act on.
+
+The dump flags are internal to libtpu (see `llo_dump.py`), so every reader here is defensive: a file
+that is missing or does not look like what libtpu 0.0.42 writes yields `None`/empty figures plus a
+note, never an exception. Files per program, named `<id>-<program>-<NN>-<kind>.txt`:
+
+- `final_bundles`: one line per bundle (`0x10 LB: > { op ;; op } /* comments */`), `>` marks per
+  loop-nesting level, `sbr.rel (...) target = $regionN` branches over predicated regions, DMAs carry
+  `size_in_granules`, and the grid's `iteration_bounds: (a, b, c)`;
+- `schedule-analysis_final_bundles`: total and empty bundle counts;
+- `final_hlo-static-per-bundle-utilization`: unit capacities, then one row of unit use per bundle;
+- `pre-finalize-registers-and-allocations`: `#allocationN [... space=vmem, size = 0x..., scoped ...]`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+__all__ = ["ProgramLLO", "UnitUse", "parse_dump_dir", "parse_program"]
+
+# One DMA granule is 32 bytes: a bf16[256,256] window (131072 B) moves as size_in_granules=4096 and an
+# f32[256,256] window (262144 B) as 8192, in our own v5e/v6e compiles (tests/data/llo).
+GRANULE_BYTES = 32
+
+MAX_PLAUSIBLE_BYTES = 1 << 40
+_BUNDLE = re.compile(r"^\s*(0x[0-9a-fA-F]+|\d+)\s+([A-Z]{2})?\s*:\s*(>*)\s*\{")
+_FILE = re.compile(r"^(\d+)-(.+)-(\d\d)-(.+?)\.(txt|html)$")
+_BRANCH = re.compile(r"sbr\.rel\s*\(([^)]*)\)\s*target\s*=\s*\$region(\d+)")
+_REGION_START = re.compile(r"Start(?:/End empty)? region (\d+)\b")
+_DMA = re.compile(r"\bdma\.([a-z_]+)\b[^;]*?size_in_granules=\*/\s*(\d+)")
+_ITER = re.compile(r"iteration_bounds:\s*\(([\d,\s]+)\)")
+_ALLOC = re.compile(r"#allocation\d+(?=\s*\[)")
+_SIZE = re.compile(r"size\s*=\s*(0x[0-9a-fA-F]+|\d+)")
+
+UNITS = ("MXU", "XLU", "VALU", "VPOP", "EUP", "VLOAD", "VLOAD:FILL", "VSTORE", "VSTORE:SPILL", "SALU")
+
+
+class UnitUse(BaseModel):
+    """How one functional unit is used over a set of bundles."""
+
+    busy_fraction: float = Field(description="fraction of the bundles that issue on this unit")
+    slot_fraction: float = Field(description="issued slots / (capacity x bundles)")
+    capacity: int
+
+
+class DmaInfo(BaseModel):
+    kind: str = Field(description="hbm_to_vmem, vmem_to_hbm, ...")
+    bytes: int
+
+
+class ProgramLLO(BaseModel):
+    """One compiled program (a pallas_call kernel, or an XLA program) as the compiler scheduled it."""
+
+    program: str
+    is_kernel: bool = Field(description="a Mosaic (pallas_call) kernel, else an XLA program")
+    total_bundles: int | None = None
+    empty_bundles: int | None = None
+    straight_line_bundles: int = Field(0, description="bundles outside the grid loop (prologue/epilogue)")
+    loop_bundles: int = Field(0, description="bundles in the grid loop body: one grid step")
+    predicated_bundles: int = Field(
+        0, description="loop bundles in pl.when-sized predicated regions (under half the loop each)"
+    )
+    predicated_regions: list[int] = Field(
+        default_factory=list, description="bundles a taken forward branch skips, per branch in the loop"
+    )
+    inner_loop_bundles: int = Field(0, description="loop bundles nested deeper (their trip count is unknown)")
+    iteration_bounds: list[int] = Field(default_factory=list, description="the grid, as the compiler saw it")
+    loop_units: dict[str, UnitUse] = Field(default_factory=dict, description="unit use over the loop body")
+    all_units: dict[str, UnitUse] = Field(default_factory=dict, description="unit use over every bundle")
+    spill_stores: int = 0
+    spill_fills: int = 0
+    dmas_per_step: list[DmaInfo] = Field(default_factory=list, description="DMAs issued in the loop body")
+    dmas_outside_loop: list[DmaInfo] = Field(default_factory=list)
+    vmem_allocated_bytes: int | None = Field(None, description="sum of the program's VMEM allocations")
+    files: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def _read(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _parse_schedule(text: str | None, out: ProgramLLO) -> None:
+    if not text:
+        return
+    m = re.search(r"total scheduled bundles:\s*(\d+)", text)
+    e = re.search(r"empty scheduled bundles:\s*(\d+)", text)
+    if m:
+        out.total_bundles = int(m.group(1))
+    if e:
+        out.empty_bundles = int(e.group(1))
+
+
+def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
+    """Fill loop/straight-line/predicated counts and DMAs; return each bundle's loop depth, in order."""
+    if not text:
+        out.notes.append("no final_bundles file")
+        return []
+    rows: list[tuple[int, int, str, str]] = []  # (address, depth, body, comment)
+    for line in text.splitlines():
+        m = _BUNDLE.match(line)
+        if not m:
+            continue
+        rest = line[m.end() :].rstrip()
+        cut = rest.rfind("} /*") if rest.endswith("*/") else -1
+        body, comment = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else (rest.removesuffix("}"), "")
+        rows.append((int(m.group(1), 0), len(m.group(3)), body.strip(), comment))
+    if not rows:
+        out.notes.append("final_bundles has no bundle lines in the expected format")
+        return []
+    it = _ITER.search(text)
+    if it:
+        out.iteration_bounds = [int(x) for x in it.group(1).replace(" ", "").split(",") if x]
+    depths = [d for _, d, _, _ in rows]
+    in_loop = [i for i, d in enumerate(depths) if d >= 1]
+    if in_loop:
+        first, last = in_loop[0], in_loop[-1]
+        loop = range(first, last + 1)  # empty delay-slot bundles inside the loop carry no '>'
+    else:
+        first, last, loop = len(rows), -1, range(0)
+    out.loop_bundles = len(loop)
+    out.straight_line_bundles = len(rows) - len(loop)
+    out.inner_loop_bundles = sum(1 for i in loop if depths[i] >= 2)
+    if out.total_bundles is None:
+        out.total_bundles = len(rows)
+        out.empty_bundles = sum(1 for _, _, b, _ in rows if not b)
+
+    # Predicated regions: a forward branch inside the loop to a region that starts later in the loop.
+    region_at: dict[int, int] = {}
+    for i, (_, _, _, comment) in enumerate(rows):
+        for r in _REGION_START.findall(comment):
+            region_at.setdefault(int(r), i)
+    # A branch over most of the loop is the pipeline's own stage guard, not a pl.when of the kernel.
+    skippable: set[int] = set()
+    for i in loop:
+        for _, region in _BRANCH.findall(rows[i][2]):
+            j = region_at.get(int(region))
+            if j is not None and i < j <= last:
+                span = [k for k in range(i + 1, j) if rows[k][2]]  # delay slots are empty
+                out.predicated_regions.append(len(span))
+                if len(span) < len(loop) / 2:
+                    skippable.update(span)
+    out.predicated_bundles = len(skippable)
+
+    for i, (_, _, body, _) in enumerate(rows):
+        for kind, granules in _DMA.findall(body):
+            d = DmaInfo(kind=kind, bytes=int(granules) * GRANULE_BYTES)
+            (out.dmas_per_step if first <= i <= last else out.dmas_outside_loop).append(d)
+    return depths
+
+
+def _units(rows: list[list[int]], caps: list[int]) -> dict[str, UnitUse]:
+    if not rows:
+        return {}
+    n = len(rows)
+    use = {}
+    for j, name in enumerate(UNITS[: len(caps)]):
+        col = [r[j] for r in rows if len(r) > j]
+        use[name] = UnitUse(
+            busy_fraction=sum(1 for v in col if v > 0) / n,
+            slot_fraction=sum(col) / (max(caps[j], 1) * n),
+            capacity=caps[j],
+        )
+    return use
+
+
+def _parse_utilization(text: str | None, depths: list[int], out: ProgramLLO) -> None:
+    if not text:
+        out.notes.append("no per-bundle utilization file")
+        return
+    lines = [ln.strip() for ln in text.splitlines()]
+    try:
+        head = next(i for i, ln in enumerate(lines) if ln.startswith("MXU"))
+        names = [x.strip() for x in lines[head].split(",")]
+        caps = [int(x) for x in lines[head + 1].split()]
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("== UTILIZATION")) + 1
+    except (StopIteration, ValueError, IndexError):
+        out.notes.append("utilization file not in the expected format")
+        return
+    if tuple(names[: len(UNITS)]) != UNITS[: len(names)]:
+        out.notes.append(f"utilization columns changed: {names}")
+        return
+    rows = []
+    for ln in lines[start:]:
+        parts = ln.split()
+        if parts and all(p.isdigit() for p in parts):
+            rows.append([int(p) for p in parts])
+    out.all_units = _units(rows, caps)
+    spill_col, fill_col = UNITS.index("VSTORE:SPILL"), UNITS.index("VLOAD:FILL")
+    out.spill_stores = sum(r[spill_col] for r in rows if len(r) > spill_col)
+    out.spill_fills = sum(r[fill_col] for r in rows if len(r) > fill_col)
+    if depths and len(depths) == len(rows):
+        in_loop = [i for i, d in enumerate(depths) if d >= 1]
+        if in_loop:
+            out.loop_units = _units(rows[in_loop[0] : in_loop[-1] + 1], caps)
+    elif depths:
+        out.notes.append(
+            f"utilization rows ({len(rows)}) do not match bundles ({len(depths)}): loop units unknown"
+        )
+
+
+def _parse_allocations(text: str | None, out: ProgramLLO) -> None:
+    if not text:
+        return
+    total, seen = 0, set()
+    for line in text.splitlines():
+        m = _ALLOC.search(line)
+        if not m or m.group(0) in seen or "space=vmem" not in line.replace(" ", ""):
+            continue
+        seen.add(m.group(0))
+        size = _SIZE.search(line)
+        if size and int(size.group(1), 0) < MAX_PLAUSIBLE_BYTES:  # sentinels like 0xffff... are not sizes
+            total += int(size.group(1), 0)
+    out.vmem_allocated_bytes = total
+
+
+def parse_program(files: dict[str, Path], program: str) -> ProgramLLO:
+    """Parse one program's dump files (kind -> path)."""
+    bundles = _read(files.get("final_bundles"))
+    is_kernel = bool(bundles and "tpu_custom_call" in bundles) or bool(
+        bundles and re.search(r"entry bundle: %\S+ = custom-call", bundles)
+    )
+    out = ProgramLLO(program=program, is_kernel=is_kernel, files=sorted(p.name for p in files.values()))
+    _parse_schedule(_read(files.get("schedule-analysis_final_bundles")), out)
+    depths = _parse_bundles(bundles, out)
+    _parse_utilization(_read(files.get("final_hlo-static-per-bundle-utilization")), depths, out)
+    _parse_allocations(_read(files.get("pre-finalize-registers-and-allocations")), out)
+    return out
+
+
+def group_files(paths: list[Path]) -> dict[tuple[str, str], dict[str, Path]]:
+    """(dump id, program name) -> {kind: path} for files named like libtpu's LLO dumps."""
+    groups: dict[tuple[str, str], dict[str, Path]] = defaultdict(dict)
+    for p in paths:
+        m = _FILE.match(p.name)
+        if m:
+            groups[(m.group(1), m.group(2))][m.group(4)] = p
+    return dict(groups)
+
+
+def parse_dump_dir(path: str | Path, only: set[str] | None = None) -> list[ProgramLLO]:
+    """Every program in a dump folder (optionally only these file names), skipping libtpu's own stubs."""
+    root = Path(path)
+    if not root.is_dir():
+        return []
+    files = [p for p in root.iterdir() if p.is_file() and (only is None or p.name in only)]
+    programs = []
+    for (_, name), kinds in sorted(group_files(files).items()):
+        if name.startswith("<") or "final_bundles" not in kinds:
+            continue  # <late-initialization> etc.: the runtime's own programs
+        programs.append(parse_program(kinds, name))
+    return programs
