@@ -50,7 +50,37 @@ def check(task_id: str, kernel: str, compile_target: str | None) -> dict:
     return row
 
 
+def estimate_row(task_id: str, target: str) -> dict:
+    """The static estimate of the task's Pallas reference at full size, per device of the mesh."""
+    from maxkernel.tpu_tools.estimate import estimate_pallas
+    from maxkernel.tpu_tools.jaxpr_cost import program_cost
+    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+
+    task, ref = load_task(task_id), load_pallas_reference(task_id)
+    spec = mesh.mesh_of(task)
+    m = mesh.cpu_mesh(spec)
+    full = jax.eval_shape(lambda: task.create_inputs(size="full"))
+    with jax.set_mesh(m):
+        jaxpr = jax.make_jaxpr(ref.workload)(*mesh.sharded_shapes(full, spec, m))
+    est = estimate_pallas(find_pallas_calls(jaxpr), target, program=program_cost(jaxpr))
+    calls = find_pallas_calls(jaxpr)
+    call = est.per_call[0]
+    return {
+        "task": task_id,
+        "target": target,
+        "remote_dmas": calls[0].remote_dmas,
+        "remote_dma_bytes": calls[0].remote_dma_bytes,
+        "ici_time_us": call.ici_time_us,
+        "estimated_time_us": est.estimated_time_us,
+        "notes": call.notes,
+    }
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "estimate":
+        for item in sys.argv[3:]:
+            print(json.dumps(estimate_row(item, sys.argv[2])), flush=True)
+        sys.exit(0)
     target = sys.argv[1] if sys.argv[1] != "-" else None
     for item in sys.argv[2:]:
         task_id, kernel = item.split("=", 1)

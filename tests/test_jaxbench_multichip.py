@@ -57,3 +57,27 @@ def test_ring_adversaries_fail_and_their_honest_twin_passes(kernel):
     assert not bad["correct"] and bad["races"], bad
     (good,) = _probe("-", f"52m={HERE / 'kernels' / 'mesh' / 'rs_honest.py'}")
     assert good["correct"] and not good["races"], good
+
+
+def test_estimate_adds_ici_time_from_the_chip_table():
+    from maxkernel.tpu_tools.chips import get_chip
+
+    v5e, v4 = (_probe_estimate(t, "52m") for t in ("tpu-v5e", "tpu-v4"))
+    # 3 ring steps, each a [c, N] f32 running sum: 3 x 512 x 1024 x 4 bytes, over one 50 GB/s v5e link.
+    assert v5e["remote_dmas"] == 3 and v5e["remote_dma_bytes"] == 3 * 512 * 1024 * 4
+    link = get_chip("tpu-v5e").ici_link_gbps
+    assert v5e["ici_time_us"] == pytest.approx(v5e["remote_dma_bytes"] / (link * 1e9) * 1e6)
+    assert v5e["estimated_time_us"] > v5e["ici_time_us"]
+    assert v4["ici_time_us"] == 0 and any("no ICI bandwidth known" in n for n in v4["notes"])
+
+
+def _probe_estimate(target: str, task_id: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "mesh_probe.py"), "estimate", target, task_id],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert rows, proc.stderr[-3000:]
+    return rows[0]

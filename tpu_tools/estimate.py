@@ -111,6 +111,9 @@ class CallEstimate(BaseModel):
     vmem_bytes_needed: int
     padding_waste_fraction: float
     index_maps: str = Field(description="affine (closed form) | enumerated | sampled | unknown prefetch")
+    ici_time_us: float = Field(
+        default=0.0, description="remote-DMA bytes over one ICI link (multi-chip kernels)"
+    )
     cores: int = Field(default=1, description="TensorCores the grid is split across (megacore: 2)")
     steps_per_core: int = Field(
         default=0, description="the busiest core's grid steps (= steps without a split)"
@@ -277,7 +280,7 @@ def _estimate_call(
     vpu_rate = _vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
     mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
-    if mm is not None or src == "kernel body":
+    if mm is not None or counted:  # the body has matmul/conv flops: they run on the MXU
         mxu_s = flops / steps / (c.mxu_flops_per_s(mm_dtype) * mxu_eff)
     else:
         mxu_s = 0.0
@@ -337,7 +340,18 @@ def _estimate_call(
         notes.append(f"{call.kernel_name}: megacore split, {split.note}")
     elif split.note:
         notes.append(f"{call.kernel_name}: {split.note}")
-    total_s = prologue_s + steady + last_step + epilogue_s + straight_s
+    # ICI: bytes this device sends to others (remote DMAs), over one link; no overlap with compute assumed.
+    ici_s = 0.0
+    if call.remote_dma_bytes:
+        if c.ici_link_gbps:
+            ici_s = call.remote_dma_bytes / (c.ici_link_gbps * 1e9)
+            notes.append(
+                f"{call.kernel_name}: {call.remote_dmas} remote DMA(s), {_fmt_bytes(call.remote_dma_bytes)} over ICI "
+                f"at {c.ici_link_gbps:g} GB/s per link ({c.ici_source}); not overlapped with compute"
+            )
+        else:
+            notes.append(f"{call.kernel_name}: remote DMAs not costed: no ICI bandwidth known for {c.name}")
+    total_s = prologue_s + steady + last_step + epilogue_s + straight_s + ici_s
 
     moved = sum(sched.moved_per_block) + manual_bytes
     min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
@@ -367,6 +381,7 @@ def _estimate_call(
         vmem_bytes_needed=vmem,
         padding_waste_fraction=(padded - real) / padded if padded else 0.0,
         index_maps=sched.mode,
+        ici_time_us=ici_s * 1e6,
         cores=split.cores if split.split_axes else 1,
         steps_per_core=split.steps_per_core,
         notes=notes,
