@@ -1,11 +1,13 @@
-"""Evaluations per minute through the warm worker pool vs a fresh `python -c` per evaluation.
+"""Evaluations per minute through the warm worker pool vs a fresh `python -c` per evaluation, for each
+OS sandbox tier this host runs (none, namespaces, bwrap; see tpu_tools/sandbox.py).
 
-Not a test: prints figures. The evaluation is selectable (`--job module:function`, JSON `--kwargs`) so it
+Not a test: prints figures. Each tier runs in its own process (the forkserver, and so its sandbox, is
+one per process): `--tier T` measures one, without it every available tier is measured in turn. The evaluation is selectable (`--job module:function`, JSON `--kwargs`) so it
 can point at the real validate job; the default builds small inputs, runs a tiny Pallas matmul in TPU
 interpret mode and compares it to jnp. Also prints the median libtpu compile time (compile-only v6e
 devices) of a small Pallas matmul, measured inside a pool child.
 
-    .venv/bin/python benchmarks/eval_overhead.py [--job eval_overhead:tiny_pallas_eval] [-n 8]
+    .venv/bin/python benchmarks/eval_overhead.py [--job eval_overhead:tiny_pallas_eval] [-n 8] [--tier bwrap]
 """
 
 from __future__ import annotations
@@ -163,8 +165,24 @@ def _print(fn: str, kwargs: dict, m: dict) -> None:
     )
 
 
+def _available_tiers() -> list[str]:
+    from maxkernel.tpu_tools import sandbox
+
+    tiers = ["none"]
+    for tier in ("namespaces", "bwrap"):
+        try:
+            sandbox._detect(tier)
+            tiers.append(tier)
+        except sandbox.SandboxUnavailable as e:
+            print(f"tier {tier}: unavailable here ({e})")
+    return tiers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--tier", choices=["none", "namespaces", "bwrap"], help="measure this sandbox tier only"
+    )
     parser.add_argument("--job", default="eval_overhead:tiny_pallas_eval", help="module:function to evaluate")
     parser.add_argument("--kwargs", default="{}", help="JSON kwargs for the job")
     parser.add_argument(
@@ -176,9 +194,27 @@ def main() -> None:
     parser.add_argument("--compiles", type=int, default=5)
     args = parser.parse_args()
     kwargs = json.loads(args.kwargs)
+    if args.tier is None:
+        for tier in _available_tiers():
+            print(f"==== sandbox tier: {tier}", flush=True)
+            subprocess.run([sys.executable, __file__, *sys.argv[1:], "--tier", tier], check=False)
+        return
+    os.environ["MAXKERNEL_SANDBOX"] = args.tier
 
     from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
 
+    with WorkerPool(max_workers=1) as pool:
+        pool.warm_up()
+        empty = JobSpec(fn="maxkernel.tpu_tools.pool_child:noop_job")
+        times = []
+        for _ in range(max(args.n, 10) * 2):
+            t = time.perf_counter()
+            assert pool.run(empty).status == "ok"
+            times.append(time.perf_counter() - t)
+        print(
+            f"empty job through the pool ({pool.sandbox.tier}: fork + sandbox set-up + teardown): median "
+            f"{statistics.median(times) * 1000:.1f} ms, min {min(times) * 1000:.1f} ms over {len(times)}"
+        )
     for fn, kw in ((args.job, kwargs), ("eval_overhead:small_jit", {})):
         _print(fn, kw, _measure(fn, kw, args.n))
     with WorkerPool(max_workers=1) as pool:

@@ -23,7 +23,6 @@ from typing import Any, Literal
 from maxkernel.clients.auto_roles import RoleSteps
 from maxkernel.clients.auto_state import (
     DESIGN_CHIP,
-    FRESH_SEED_BASE,
     Attempt,
     AutoConfig,
     Best,
@@ -46,6 +45,7 @@ from maxkernel.clients.models import (
     ModelError,
     TransientModelError,
 )
+from maxkernel.clients.offline.program_text import HEADING, program_section
 from maxkernel.clients.progress import NullReporter, Reporter
 from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import (
@@ -148,6 +148,12 @@ class AutoLoop(RoleSteps):
             detail = await server.get_task(self.config.reference)
             summary = json.dumps(detail.get("summary", {}), indent=2)
             self.config.task_spec = f"{summary}\n\nReference (the kernel must match it):\n```python\n{detail.get('reference_source', '')}\n```"
+        if HEADING not in self.config.task_spec:  # what the reference is: its traced program
+            try:
+                program = await server.describe_reference(self.config.reference, self.config.size)
+                self.config.task_spec += "\n\n" + program_section(program)
+            except ServerToolError as e:
+                self.reporter.note(f"describe_reference failed, models see the source only: {str(e)[:300]}")
         if not st.chip:
             chips = await server.list_chips()
             name = self.config.target if self.config.target.startswith("tpu") else DESIGN_CHIP
@@ -343,8 +349,7 @@ class AutoLoop(RoleSteps):
                 self.config.target,
                 self.config.size,
                 seeds=self.config.seeds,
-                # fresh inputs for every validation: seeds never reused across iterations or attempts
-                seed_offset=FRESH_SEED_BASE + 1000 * cur.index + 16 * n,
+                # no seed_offset: the server draws fresh seeds for every validation (a kernel cannot predict them)
             )
         except ServerToolError as e:
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")

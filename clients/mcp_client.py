@@ -181,25 +181,27 @@ class KernelServerClient:
         size: str = "small",
         seeds: int = 3,
         timeout_s: float | None = None,
-        seed_offset: int = 0,
+        seed_offset: int | None = None,
         case: dict | None = None,
         allow_weak_check: bool | None = None,
     ) -> dict:
-        """`case`: an extra input case ({name, sizes, distribution, scale}); None for the task's own inputs."""
-        return await self.call(
-            "validate_kernel",
-            {
-                "kernel_source": source,
-                "reference": reference,
-                "target": target,
-                "size": size,
-                "seeds": seeds,
-                "seed_offset": seed_offset,
-                "case": case,
-                "allow_weak_check": allow_weak_check,
-                "timeout_s": timeout_s,
-            },
-        )
+        """`case`: an extra input case ({name, sizes, distribution, scale}); None for the task's own inputs.
+
+        `seed_offset` None: the server draws the seeds at random (recorded in the verdict).
+        """
+        args = {
+            "kernel_source": source,
+            "reference": reference,
+            "target": target,
+            "size": size,
+            "seeds": seeds,
+            "case": case,
+            "allow_weak_check": allow_weak_check,
+            "timeout_s": timeout_s,
+        }
+        if seed_offset is not None:
+            args["seed_offset"] = seed_offset
+        return await self.call("validate_kernel", args)
 
     async def profile_kernel(
         self,
@@ -254,6 +256,9 @@ class KernelServerClient:
 
     async def get_task(self, task: str) -> dict:
         return await self.call("get_task", {"task": task})
+
+    async def describe_reference(self, reference: str, size: str | None = None) -> dict:
+        return await self.call("describe_reference", {"reference": reference, "size": size})
 
     async def list_chips(self) -> list[dict]:
         return await self.call("list_chips", {})

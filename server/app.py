@@ -36,11 +36,13 @@ def build_server(
     *,
     max_workers: int = 2,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    hide_paths: tuple[str, ...] = (),
     example_dirs: tuple[str, ...] | list[str] = (),
     **server_kwargs: Any,
 ) -> MCPServer:
     """A server over `workspace`; `pool` is borrowed (not closed) if given, else created per lifespan.
 
+    `hide_paths` are masked in every evaluation's sandbox (the server's --token-file).
     `example_dirs`: the user's kernel folders, indexed beside jax's ops for find_examples.
 
     `server_kwargs` go to MCPServer (e.g. `token_verifier=` and `auth=` for HTTP).
@@ -50,7 +52,7 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[AppState]:
         own = pool is None
-        p = pool or WorkerPool(max_workers=max_workers)
+        p = pool or WorkerPool(max_workers=max_workers, hide_paths=hide_paths)
         try:
             yield AppState(
                 workspace=ws,

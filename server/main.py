@@ -117,7 +117,59 @@ def build_parser() -> argparse.ArgumentParser:
         help="a folder of your Pallas kernels to index for find_examples (repeatable; also "
         "MAXKERNEL_EXAMPLES, os.pathsep-separated)",
     )
+    p.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="refuse to start where no OS sandbox (bwrap or namespaces) can isolate evaluations",
+    )
     return p
+
+
+def sandbox_check(require: bool) -> str:
+    """The start-up line naming the sandbox tier; StartupError if one is required and none works."""
+    from maxkernel.tpu_tools import sandbox
+
+    try:
+        decision = sandbox.detect()
+    except sandbox.SandboxUnavailable as e:
+        raise StartupError(str(e)) from None
+    if require or sandbox.require_sandbox_requested():
+        if decision.tier == "none":
+            raise StartupError(f"--require-sandbox: no OS sandbox here: {decision.note}")
+        os.environ["MAXKERNEL_REQUIRE_SANDBOX"] = "1"  # the pool refuses too, should the tier change
+    return sandbox.startup_line(decision)
+
+
+async def serve_stdio(server) -> None:
+    """Serve stdio until the client goes; when its stdin closes or the parent process dies, cancel every
+    request it started (their evaluations are killed) instead of letting them run to their timeouts."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    low = server._lowlevel_server
+    async with stdio_server() as (read_stream, write_stream):
+        send, recv = anyio.create_memory_object_stream(0)
+        async with anyio.create_task_group() as tg:
+
+            async def pump() -> None:
+                async with send:
+                    async for message in read_stream:
+                        await send.send(message)
+                log.info("stdio client disconnected; cancelling its requests")
+                tg.cancel_scope.cancel()
+
+            async def orphaned() -> None:
+                # A killed parent (orchestrator, IDE) whose pipe is still held open elsewhere: stop too.
+                parent = os.getppid()
+                while os.getppid() == parent:
+                    await anyio.sleep(0.5)
+                log.info("parent process %d is gone; cancelling its requests", parent)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(pump)
+            tg.start_soon(orphaned)
+            await low.run(recv, write_stream, low.create_initialization_options())
+            tg.cancel_scope.cancel()
 
 
 def _is_closed_pipe(e: BaseException) -> bool:
@@ -140,12 +192,15 @@ def main(argv: list[str] | None = None) -> int:
             if args.transport == "http"
             else {"server": {}, "run": {}}
         )
+        line = sandbox_check(args.require_sandbox)
     except StartupError as e:
         print(f"maxkernel-server: {e}", file=sys.stderr)
         return 2
+    log.info(line)
 
     from maxkernel.server.app import build_server
 
+    hidden = (str(Path(args.token_file).expanduser().resolve()),) if args.token_file else ()
     example_dirs = [*filter(None, os.environ.get("MAXKERNEL_EXAMPLES", "").split(os.pathsep)), *args.examples]
     missing = [d for d in example_dirs if not Path(d).expanduser().is_dir()]
     if missing:
@@ -155,12 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         args.workspace,
         max_workers=args.max_workers,
         timeout_s=args.timeout,
+        hide_paths=hidden,  # no evaluation may read the token, wherever the file lives
         example_dirs=example_dirs,
         **security["server"],
     )
     if args.transport == "stdio":
         try:
-            server.run()
+            import anyio
+
+            anyio.run(serve_stdio, server)
         except BaseException as e:  # the client went away (closed pipe): exit quietly, not with a traceback
             if not _is_closed_pipe(e):
                 raise

@@ -69,6 +69,19 @@ Reference = Annotated[
     ),
 ]
 Size = Annotated[Literal["small", "full"], Field(description="input sizes from the reference's SIZES")]
+DefaultSize = Annotated[
+    Literal["small", "full"] | None,
+    Field(
+        description="input sizes from the reference's SIZES; omit for 'small' if it has one, else its only size"
+    ),
+]
+SeedOffset = Annotated[
+    int | None,
+    Field(
+        ge=0,
+        description="first seed; omit to draw one at random (the verdict records it: pass it back to reproduce)",
+    ),
+]
 Timeout = Annotated[float, Field(gt=0, le=3600, description="wall-clock limit per child process, seconds")]
 CompileTarget = Annotated[
     str,

@@ -2,7 +2,8 @@
 
 Each long tool resolves its arguments on the event loop (cheap: file checks, task ids), then runs the
 blocking `Evaluator` call in a worker thread while the loop forwards its stages as progress. If the
-request is cancelled the Evaluator's cancel event is set, which kills the child process.
+request is cancelled, or its HTTP client disconnects (a 2025-era session outlives its connections, so
+nothing else would notice), the Evaluator's cancel event is set, which kills the child process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
 T = TypeVar("T")
 ProgressFn = Callable[[str], None]
 HEARTBEAT_S = 15.0
+DISCONNECT_POLL_S = 0.5
 # Endings where the kernel took its child process down: not a verdict a model can read field by field.
 _FATAL_KINDS = {"crash", "oom", "exited", "internal_error"}
 
@@ -142,10 +144,26 @@ async def run_blocking(
             sent = True
             await prog.send(f"{prefix}{stage}")
 
+    http_request = _http_request(ctx)
+    last_poll = time.monotonic()
+
+    async def client_gone() -> bool:
+        nonlocal last_poll
+        if http_request is None or time.monotonic() - last_poll < DISCONNECT_POLL_S:
+            return False
+        last_poll = time.monotonic()
+        try:
+            return bool(await http_request.is_disconnected())
+        except Exception:  # noqa: BLE001 - a transport that cannot tell: keep running
+            return False
+
     async def forward() -> None:
         last_sent = time.monotonic()
         while True:
             await anyio.sleep(0.1)
+            if await client_gone():
+                cancel.set()  # the Evaluator kills the job; nobody is left to read its verdict
+                return
             if await drain():
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent > HEARTBEAT_S:  # keeps HTTP read timeouts from firing
@@ -163,6 +181,15 @@ async def run_blocking(
         cancel.set()  # cancelled (or done): the Evaluator kills the child within ~0.1 s
 
 
+def _http_request(ctx: Context):
+    """The starlette Request of an HTTP tool call (None over stdio / in memory)."""
+    try:
+        request = ctx.request_context.request
+    except (AttributeError, ValueError):
+        return None
+    return request if hasattr(request, "is_disconnected") else None
+
+
 def state_of(ctx: Context) -> AppState:
     return ctx.request_context.lifespan_context
 
@@ -174,7 +201,7 @@ class CancellableEvaluator(Evaluator):
         super().__init__(base.pool, timeout_s=base.timeout_s)
         self._cancel, self._progress = cancel, on_progress
 
-    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False):
+    def _run(self, fn, kwargs, *, timeout_s, on_progress, cancel, needs_device=False, **job):
         return super()._run(
             fn,
             kwargs,
@@ -182,6 +209,7 @@ class CancellableEvaluator(Evaluator):
             on_progress=on_progress or self._progress,
             cancel=self._cancel,
             needs_device=needs_device,
+            **job,  # scratch_dir, hide_paths: the sandbox contract travels with the job
         )
 
 

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from maxkernel.server.models import (
     CompileTarget,
+    DefaultSize,
     EvaluationReport,
     KernelPath,
     KernelSource,
@@ -32,6 +33,7 @@ from maxkernel.server.models import (
     Reps,
     RunTarget,
     SavedTraceSummary,
+    SeedOffset,
     Seeds,
     Size,
     TaskDetail,
@@ -58,6 +60,7 @@ from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
 from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
+from maxkernel.tpu_tools.program import ProgramDescription
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
 from maxkernel.tpu_tools.tasks import TaskSummary
 from maxkernel.tpu_tools.trace_summary import TraceFormatError
@@ -76,7 +79,7 @@ async def compile_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: CompileTarget = "tpu-v6e",
-    size: Size = "small",
+    size: DefaultSize = None,
     timeout_s: Timeout = 300.0,
 ) -> CompileReport:
     """Compile a Pallas kernel for a TPU generation with the real Mosaic compiler (no TPU needed).
@@ -100,11 +103,9 @@ async def validate_kernel(
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
     target: RunTarget = "cpu",
-    size: Size = "small",
+    size: DefaultSize = None,
     seeds: Seeds = 3,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first seed; give a new offset to validate on inputs never seen before")
-    ] = 0,
+    seed_offset: SeedOffset = None,
     atol: Tol = None,
     rtol: Tol = None,
     allow_plain_jax: Annotated[bool, Field(description="accept a candidate with no pallas_call")] = False,
@@ -133,7 +134,8 @@ async def validate_kernel(
             ref,
             tgt,
             size,
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            seeds=seeds,
+            seed_offset=seed_offset,
             atol=atol,
             rtol=rtol,
             allow_plain_jax=allow_plain_jax,
@@ -199,9 +201,7 @@ async def evaluate_kernel(
     profile_target: RunTarget = "tpu-v6e",
     size: Size = "small",
     seeds: Seeds = 3,
-    seed_offset: Annotated[
-        int, Field(ge=0, description="first validation seed; a new offset validates on never-seen inputs")
-    ] = 0,
+    seed_offset: SeedOffset = None,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
     reps: Reps = 30,
     timeout_s: Timeout = 300.0,
@@ -238,7 +238,8 @@ async def evaluate_kernel(
             ref,
             vtgt,
             size,
-            seeds=list(range(seed_offset, seed_offset + seeds)),
+            seeds=seeds,
+            seed_offset=seed_offset,
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,
@@ -435,6 +436,36 @@ async def get_task(
     return await anyio.to_thread.run_sync(lambda: task_detail(task))
 
 
+async def describe_reference(
+    ctx: Context[AppState],
+    reference: Reference,
+    size: Annotated[
+        Size | None, Field(description="default: small if the reference has it, else its only size")
+    ] = None,
+    timeout_s: Timeout = 120.0,
+) -> ProgramDescription:
+    """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every
+    equation (primitive, operands, output shapes, parameters as source) and a primitive census."""
+    from maxkernel.tpu_tools.errors import UsageError
+    from maxkernel.tpu_tools.program import describe_in_child
+
+    st = state_of(ctx)
+    ref = resolve_reference(st.workspace, reference)
+
+    def run(progress: ProgressFn, cancel: threading.Event) -> ProgramDescription | str:
+        try:
+            return describe_in_child(
+                st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            )
+        except UsageError as e:  # returned, not raised: the task group would wrap it
+            return str(e)
+
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -455,6 +486,7 @@ def register(server: MCPServer) -> None:
     for fn, title in [
         (list_tasks, "List the JaxBench tasks"),
         (get_task, "Get a JaxBench task"),
+        (describe_reference, "Describe a reference's traced program"),
         (list_chips, "List TPU chips"),
     ]:
         server.tool(title=title, annotations=READS)(fn)

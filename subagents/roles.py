@@ -23,6 +23,7 @@ from maxkernel.subagents.outputs import (
 # The MCP tool names roles may be granted. The server test keeps this list equal to its tools.
 TOOL_NAMES: tuple[str, ...] = (
     "get_task",
+    "describe_reference",
     "list_tasks",
     "list_chips",
     "compile_kernel",

@@ -11,10 +11,16 @@ import time
 from maxkernel.tpu_tools.pool import report_progress
 
 
+def _start_ticks() -> int:
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time since boot
+
+
 def ok(x: int = 1) -> dict:
     report_progress("started")
     report_progress("computed")
-    return {"y": x * 2, "pid": os.getpid(), "pgid": os.getpgid(0)}
+    # pid alone does not name a process across PID namespaces (a sandboxed job is PID 2 of its own)
+    return {"y": x * 2, "pid": os.getpid(), "pgid": os.getpgid(0), "proc": [os.getpid(), _start_ticks()]}
 
 
 def sleep(seconds: float = 1.0) -> dict:
@@ -57,8 +63,9 @@ def not_a_dict() -> list:
     return [1, 2]
 
 
-def spawn_grandchild() -> dict:
-    child = subprocess.Popen(["sleep", "300"])
+def spawn_grandchild(marker: str = "300.0") -> dict:
+    """A grandchild the host can find by its command line (`sleep <marker>`): pids differ in a sandbox."""
+    child = subprocess.Popen(["sleep", marker])
     report_progress(f"grandchild {child.pid}")
     time.sleep(300)
     return {}
@@ -119,3 +126,39 @@ def allocate_and_hold(gigabytes: float = 1.0, hold_s: float = 10.0) -> dict:
     report_progress("allocated")
     time.sleep(hold_s)
     return {"n": int(a.size)}
+
+
+def device_probe(device: str) -> dict:
+    """What the device-owning worker's sandbox shows it: the device node, network, root, lock, secrets."""
+    import socket
+
+    out: dict = {}
+    with open(device) as f:
+        out["device"] = f.read()
+    try:
+        socket.create_connection(("127.0.0.1", 22), timeout=2).close()
+        out["connect"] = "connected"
+    except OSError as e:
+        out["connect"] = f"OSError: {e}"
+    try:
+        with open("/maxkernel-device-probe", "w") as f:
+            f.write("x")
+        out["write_root"] = "wrote"
+    except OSError as e:
+        out["write_root"] = f"OSError: {e}"
+    out["lockfile"] = os.path.exists("/tmp/libtpu_lockfile")
+    out["secrets"] = [k for k in os.environ if "TOKEN" in k or "KEY" in k]
+    return out
+
+
+def write_host_settings() -> dict:
+    """A root job without capabilities still passes uid checks: try the host's sysctls and sysrq."""
+    out = {}
+    for path, value in (("/proc/sys/vm/overcommit_ratio", "50"), ("/proc/sysrq-trigger", "h")):
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+            out[path] = "wrote"
+        except OSError as e:
+            out[path] = f"OSError: {e.strerror}"
+    return out

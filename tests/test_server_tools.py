@@ -31,6 +31,7 @@ SERVER_TOOLS = {
 } | {
     "list_tasks",
     "get_task",
+    "describe_reference",
     "list_chips",
     "find_examples",
 }
@@ -151,6 +152,20 @@ async def test_validate_on_fresh_seeds(client):
 
 
 @pytest.mark.anyio
+async def test_validate_seeds_are_random_by_default_and_zero_seeds_is_an_error(client):
+    r = await client.call_tool(
+        "validate_kernel", {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 1}
+    )
+    assert not r.is_error, text(r)
+    rep = r.structured_content
+    assert rep["ok"] and rep["seeds"] == [rep["seed_offset"]] and rep["run_order"] == rep["seeds"] * 2
+    bad = await client.call_tool(
+        "validate_kernel", {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 0}
+    )
+    assert bad.is_error
+
+
+@pytest.mark.anyio
 async def test_estimate_kernel_is_labeled_and_compile_free(client):
     r = await client.call_tool("estimate_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py"})
     assert not r.is_error, text(r)
@@ -240,11 +255,12 @@ async def test_bad_arguments_are_tool_errors_with_exact_text(client, ws, tmp_pat
     assert not (ws / "kernels" / f"{sha256_text('x')}.py").exists()
 
 
+# The sandboxed kernel can neither write outside its scratch nor know its host pid: it starts a child
+# the host finds by its command line, then spins.
 PID_KERNEL = """
-import os, time
+import subprocess, time
 def workload(a, b):
-    with open({pidfile!r}, "w") as f:
-        f.write(str(os.getpid()))
+    subprocess.Popen(["sleep", {marker!r}])
     while True:
         time.sleep(0.05)
 """
@@ -260,8 +276,10 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.anyio
 async def test_cancel_mid_evaluation_kills_the_child(client, tmp_path):
-    pidfile = tmp_path / "child.pid"
-    source = PID_KERNEL.format(pidfile=str(pidfile))
+    from test_tpu_tools_pool import host_pids_running
+
+    marker = f"3600.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    source = PID_KERNEL.format(marker=marker)
     with anyio.move_on_after(60) as scope:
         async with anyio.create_task_group() as tg:
 
@@ -271,9 +289,9 @@ async def test_cancel_mid_evaluation_kills_the_child(client, tmp_path):
                 )
 
             tg.start_soon(call)
-            while not pidfile.exists() or not pidfile.read_text():
+            while not (found := host_pids_running(["sleep", marker])):
                 await anyio.sleep(0.1)
-            pid = int(pidfile.read_text())
+            pid = found[0]
             assert _alive(pid)
             tg.cancel_scope.cancel()  # the client sends notifications/cancelled
     assert not scope.cancelled_caught, "the kernel never started"

@@ -47,7 +47,10 @@ def test_ok_job_returns_result_and_progress(pool):
     out = pool.run(spec("ok", kwargs={"x": 21}), on_progress=seen.append)
     assert out.status == "ok", out
     assert out.result["y"] == 42
-    assert out.result["pgid"] == out.result["pid"]  # its own process group
+    if out.sandbox.tier == "none":
+        assert out.result["pgid"] == out.result["pid"]  # its own process group
+    else:  # PID 2 of its own namespace, under init; its group's leader (the relay) lives outside it
+        assert (out.result["pid"], out.result["pgid"]) == (2, 0)
     assert out.progress == ["started", "computed"] == seen
     assert out.result["pid"] != os.getpid()
 
@@ -95,18 +98,45 @@ def test_exception_is_error_with_type_and_traceback(pool):
     assert pool.run(JobSpec(fn="no_such_module_xyz:f")).message.startswith("ModuleNotFoundError")
 
 
+def host_pids_running(argv: list[str]) -> list[int]:
+    """Live host pids whose command line is exactly `argv` (pids inside a sandbox are its own)."""
+    want = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read() == want and not _gone(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_host_pids(argv: list[str], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while not (found := host_pids_running(argv)) and time.monotonic() < deadline:
+        time.sleep(0.05)  # Popen returns before the child's exec
+    return found
+
+
 def test_cancel_kills_grandchild_too(pool):
     started = threading.Event()
-    handle = pool.submit(spec("spawn_grandchild", timeout_s=60), on_progress=lambda s: started.set())
+    marker = f"300.{os.getpid()}{time.monotonic_ns() % 10**6}"
+    handle = pool.submit(
+        spec("spawn_grandchild", kwargs={"marker": marker}, timeout_s=60), on_progress=lambda s: started.set()
+    )
     assert started.wait(30)
-    grandchild = int(handle.progress[0].split()[1])
+    grandchild = wait_for_host_pids(["sleep", marker])
+    assert len(grandchild) == 1  # the host sees it while the job runs
     handle.cancel()
     out = handle.wait(10)
     assert out is not None and out.status == "cancelled"
     deadline = time.monotonic() + 5
-    while not _gone(grandchild) and time.monotonic() < deadline:
+    while not _gone(grandchild[0]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _gone(grandchild)
+    assert _gone(grandchild[0])
 
 
 def test_concurrency_is_bounded_and_thread_safe(pool):
@@ -171,14 +201,14 @@ def test_device_worker_is_reused_and_restarted_after_hang_or_memory_cap():
         first = p.run(spec("ok", needs_device=True))
         second = p.run(spec("ok", needs_device=True))
         assert first.status == second.status == "ok"
-        assert first.result["pid"] == second.result["pid"]  # one long-lived worker
+        assert first.result["proc"] == second.result["proc"]  # one long-lived worker
         hung = p.run(spec("spin", needs_device=True, timeout_s=1.5))
         assert hung.status == "timeout"
         after = p.run(spec("ok", needs_device=True))
         assert after.status == "ok", after
-        assert after.result["pid"] != first.result["pid"]  # restarted
+        assert after.result["proc"] != first.result["proc"]  # restarted
         assert p.run(spec("fail", needs_device=True)).status == "error"
-        assert p.run(spec("ok", needs_device=True)).result["pid"] == after.result["pid"]  # errors keep it
+        assert p.run(spec("ok", needs_device=True)).result["proc"] == after.result["proc"]  # errors keep it
         # No RLIMIT_AS in the device worker (libtpu maps device memory there): the RSS watchdog caps it.
         big = spec("allocate_and_hold", kwargs={"gigabytes": 1.2}, needs_device=True, memory_limit_bytes=GIB)
         out = p.run(big)

@@ -12,13 +12,19 @@ from maxkernel.tpu_tools.profile import INTERPRET_LABEL, ProfileReport, run_prof
 PALLAS_MATMUL = str(ROOT / "examples" / "matmul_kernel.py")
 SAME_AS_REFERENCE = kernel("plain_jax")  # returns the reference's own jnp computation
 
+# Four times the reference's dot, on row-rolled copies of `a` (so XLA cannot merge them), rolled back and
+# combined exactly: profile checks every timed output, so the slow kernel must also be right.
 SLOW_4X = textwrap.dedent(
     """
     import jax.numpy as jnp
 
-    def workload(a, b):  # the reference's dot, done four times over
-        acc = sum(jnp.dot(a * (i + 1), b, preferred_element_type=jnp.float32) for i in range(4))
-        return (acc / 10).astype(a.dtype)
+    def workload(a, b):
+        parts = [
+            jnp.roll(jnp.dot(jnp.roll(a, i, axis=0), b, preferred_element_type=jnp.float32), -i, axis=0)
+            for i in range(4)
+        ]
+        acc = jnp.maximum(jnp.maximum(parts[0], parts[1]), jnp.maximum(parts[2], parts[3]))
+        return acc.astype(a.dtype)
     """
 )
 
@@ -31,7 +37,7 @@ def pallas_profile():
 @pytest.fixture(scope="module")
 def pallas_interpret_profile():
     return run_profile(
-        PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "small", measure_interpret=True, reps=5, min_time_s=0.0
+        PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "small", measure_interpret=True, reps=5, warmup_min_time_s=0.0
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def cmd_validate(args) -> int:
         args.target,
         args.size,
         seeds=args.seeds,
+        seed_offset=args.seed_offset,
         atol=args.atol,
         rtol=args.rtol,
         allow_plain_jax=args.allow_plain_jax,
@@ -97,15 +99,28 @@ def cmd_tasks(args) -> int:
     return 0
 
 
-def _add_eval_args(p: argparse.ArgumentParser, default_target: str) -> None:
+def _add_eval_args(
+    p: argparse.ArgumentParser, default_target: str, default_size: str | None = "small"
+) -> None:
     p.add_argument("kernel", help="candidate kernel file exposing workload(*inputs)")
     p.add_argument(
         "--reference", "-r", required=True, help="JaxBench task id (e.g. 8p_GEMM) or reference file/dir"
     )
     p.add_argument("--target", "-t", default=default_target, help=f"one of {', '.join(TARGET_NAMES)}")
-    p.add_argument("--size", default="small", help="reference size: small (default) or full")
+    p.add_argument(
+        "--size",
+        default=default_size,
+        help=f"reference size (default: {default_size})"
+        if default_size
+        else "reference size (default: 'small' if the reference has it, else its only size)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="wall-clock limit per child process, seconds")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="refuse to evaluate where no OS sandbox isolates the job",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,12 +128,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("compile", help="trace, lower and compile a kernel for a target")
-    _add_eval_args(p, "tpu-v6e")
+    _add_eval_args(p, "tpu-v6e", None)
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("validate", help="check a kernel against the reference on several seeds")
-    _add_eval_args(p, "cpu")
-    p.add_argument("--seeds", type=int, default=3)
+    _add_eval_args(p, "cpu", None)
+    p.add_argument("--seeds", type=int, default=3, help="input sets, at least 1 (default: 3)")
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=None,
+        help="first seed (default: drawn at random; the verdict records it, pass it back to reproduce)",
+    )
     p.add_argument("--atol", type=float)
     p.add_argument("--rtol", type=float)
     p.add_argument("--allow-plain-jax", action="store_true", help="accept candidates without a pallas_call")
@@ -162,10 +183,14 @@ def _extensions():
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from maxkernel.tpu_tools.sandbox import SandboxUnavailable
+
+    if getattr(args, "require_sandbox", False):
+        os.environ["MAXKERNEL_REQUIRE_SANDBOX"] = "1"  # read by the worker pool when it starts
     try:
         _check_inputs(args)
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, SandboxUnavailable) as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -53,7 +53,21 @@ def render_profile(r) -> None:
     ref = r.reference.name if r.reference else "?"
     console.print(f"{head} {r.kernel_path} vs {ref} for [bold]{r.target}[/] (size {r.size})")
     if r.execution:
-        console.print(f"  {r.execution}; timings on {r.measured_on}, {r.input_sets} rotated input sets")
+        fresh = "fresh" if r.fresh_inputs else "identical (reference not seedable)"
+        console.print(
+            f"  {r.execution}; timings on {r.measured_on}, one of {r.input_sets} {fresh} input sets per timed call"
+        )
+    if r.timed_outputs_checked:
+        console.print(f"  every timed output checked against the reference's ({r.timed_outputs_checked})")
+    if r.clock_check:
+        c = r.clock_check
+        state = "agrees" if c.agrees else "[red]disagrees[/]"
+        console.print(
+            f"  candidate clock {state} with the judge's: {c.unexplained_ms:.3g} ms unexplained per call "
+            f"(tolerance {c.tolerance_ms:.3g} ms)"
+        )
+    if r.plausibility and r.plausibility.roofline_ms is not None:
+        console.print(f"  roofline check: {r.plausibility.note}")
     if r.measured:
         table = Table("program", "median ms", "95% CI ms", "IQR ms", "n", "source")
         for name, s in r.measured.items():
@@ -115,7 +129,12 @@ def register(sub) -> None:
         action="store_true",
         help="also time a Pallas kernel in TPU interpret mode when its chip is absent (labeled, no speedup)",
     )
-    p.add_argument("--reps", type=int, default=30, help="timed reps per program (more if under 0.1 s)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=30,
+        help="timed calls per program, each on a fresh input set (memory permitting)",
+    )
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("trace", help="summarize a profiler trace (logdir, .trace.json.gz, .xplane.pb)")

@@ -11,7 +11,7 @@ from maxkernel.tpu_tools import execution
 from maxkernel.tpu_tools.classify import classify_exception, load_failure
 from maxkernel.tpu_tools.env_info import seal
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
-from maxkernel.tpu_tools.problem import load_candidate, load_reference
+from maxkernel.tpu_tools.problem import load_candidate
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 from maxkernel.tpu_tools.targets import parse_target
 
@@ -58,26 +58,45 @@ def cost_analysis_of(compiled) -> dict[str, float]:
     return {k: float(cost[k]) for k in keys if cost and k in cost and float(cost[k]) >= 0}
 
 
-def compile_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size: str = "small") -> dict:
-    """Pool job: returns a CompileReport as a JSON-able dict."""
-    return run_compile(kernel_path, reference, target, size).model_dump(mode="json")
+def compile_job(kernel_path: str, target: str, size: str, reference_side: dict) -> dict:
+    """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference."""
+    from maxkernel.tpu_tools import job_env
+    from maxkernel.tpu_tools.validate import ReferenceSide
+
+    job_env.scrub()
+    side = ReferenceSide.model_validate(reference_side)
+    return compile_with_specs(kernel_path, target, size, side).model_dump(mode="json")
 
 
-def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -> CompileReport:
+def run_compile(kernel_path: str, reference: str, target_name: str, size: str | None = None) -> CompileReport:
+    """Both sides in this process (tests, scripts): the reference's shapes, then the candidate's compile."""
+    from maxkernel.tpu_tools.validate import reference_side
+
+    _, side = reference_side(reference, size)
+    if not side.ok:
+        report = CompileReport(ok=False, target=target_name, size=size or "default", kernel_path=kernel_path)
+        report.reference = side.reference
+        return seal(report, time.perf_counter(), side.failure)
+    report = compile_with_specs(kernel_path, target_name, side.size, side)
+    report.size_note = side.size_note
+    return report
+
+
+def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> CompileReport:
     import jax
 
     started = time.perf_counter()
     report = CompileReport(ok=False, target=target_name, size=size, kernel_path=kernel_path)
+    report.reference = side.reference
+    report.size_note = side.size_note
+    report.expected_output = list(side.output_specs)
 
     def finish(failure: Failure | None = None) -> CompileReport:
         return seal(report, started, failure)
 
+    in_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in side.input_specs]
     try:
         target = parse_target(target_name)
-        ref = load_reference(reference)
-        report.reference = ref.info
-        in_shapes = ref.input_shapes(size)
-        report.expected_output = _specs(jax.eval_shape(ref.workload, *in_shapes))
     except UsageError as e:
         return finish(load_failure(e))
     try:
@@ -124,6 +143,7 @@ def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -
             traced = jax.jit(cand.workload).trace(*args)
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
+            report.warnings.extend(_work_warnings(traced.jaxpr, side))
             report.num_pallas_calls = len(report.pallas_calls)
             report.output = _specs(traced.out_info)
             if report.output != report.expected_output:
@@ -155,6 +175,22 @@ def run_compile(kernel_path: str, reference: str, target_name: str, size: str) -
     if not aot and not plan.native and report.num_pallas_calls:
         report.warnings.extend(_tpu_lowering_check(cand.workload, in_shapes, path))
     return finish()
+
+
+def _work_warnings(jaxpr, side) -> list[str]:
+    """What validate will refuse, said at compile time already (host callbacks, work outside the kernels)."""
+    from maxkernel.tpu_tools.work_check import callback_verdict, census_of, work_verdict
+
+    try:
+        census = census_of(jaxpr)
+    except Exception:  # noqa: BLE001 - an unusual jaxpr must not fail a compile
+        return []
+    out = []
+    if (why := callback_verdict(census)) is not None:
+        out.append(f"validate will refuse it (host_callback): {why}")
+    if (why := work_verdict(census, side.census)) is not None:
+        out.append(f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: {why}")
+    return out
 
 
 def _tpu_lowering_check(fn, in_shapes, path: Path) -> list[str]:

@@ -32,6 +32,17 @@ def environment() -> Environment:
     )
 
 
+def host_environment() -> Environment:
+    """The versions installed here, for a verdict whose child never reported its own (it crashed)."""
+    return Environment(
+        jax=_version("jax") or "?",
+        jaxlib=_version("jaxlib") or "?",
+        libtpu=_version("libtpu") or _version("libtpu-nightly"),
+        platform="unknown (the child did not report)",
+        device_kind="unknown",
+    )
+
+
 def seal(report: R, started: float, failure: Failure | None = None) -> R:
     """Close a verdict: its failure (if any), ok, wall time and the environment that produced it."""
     report.failure = failure  # type: ignore[attr-defined]

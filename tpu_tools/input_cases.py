@@ -44,9 +44,18 @@ class InputCase(BaseModel):
     base: str = Field(default="small", description="the SIZES entry the overrides are merged over")
     distribution: Distribution = Field(default="normal", description="how float input values are drawn")
     scale: float | None = Field(default=None, description="magnitude for the distribution, if it takes one")
+    grow: int | None = Field(
+        default=None,
+        ge=2,
+        le=8,
+        description="multiply every dimension that scales between the reference's sizes by this factor "
+        "(capped at its largest size): a size larger than `base`, e.g. to catch kernels right only when small",
+    )
 
     def describe(self) -> str:
         parts = [self.distribution + (f" (scale {self.scale:g})" if self.scale is not None else "")]
+        if self.grow:
+            parts.append(f"{self.base} dims that scale x{self.grow}")
         if self.sizes:
             parts.append("sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()))
         return f"case {self.name!r}: " + "; ".join(parts)
@@ -59,6 +68,8 @@ def merged_size(sizes_table: dict[str, dict], case: InputCase) -> dict[str, Any]
             f"{case.describe()} names base size {case.base!r}; the reference has {list(sizes_table)}"
         )
     base = dict(sizes_table[case.base])
+    if case.grow:
+        base = grown(sizes_table, case)
     unknown = sorted(k for k in case.sizes if k not in base and k != "dtype")
     if unknown:
         raise UnusableCaseError(
@@ -70,6 +81,24 @@ def merged_size(sizes_table: dict[str, dict], case: InputCase) -> dict[str, Any]
                 f"{case.describe()}: dimension {k!r} must be a positive integer, got {v!r}"
             )
     return base | dict(case.sizes)
+
+
+def grown(sizes_table: dict[str, dict], case: InputCase) -> dict[str, Any]:
+    """SIZES[base] with every dimension that differs between the sizes multiplied (capped at the largest)."""
+    base = dict(sizes_table[case.base])
+    out, changed = dict(base), []
+    for k, v in base.items():
+        if not isinstance(v, int) or isinstance(v, bool):
+            continue
+        biggest = max((d.get(k, v) for d in sizes_table.values() if isinstance(d.get(k, v), int)), default=v)
+        if biggest > v:
+            out[k] = min(v * int(case.grow or 1), biggest)
+            changed.append(k)
+    if not changed:
+        raise UnusableCaseError(
+            f"{case.describe()}: no dimension of {case.base!r} scales between the reference's sizes {list(sizes_table)}"
+        )
+    return out
 
 
 def _transform(x, key, case: InputCase):

@@ -13,6 +13,10 @@ allocation fails cleanly with MemoryError -> "oom". The device-owning worker get
 a real TPU host libtpu maps device memory into the address space (inferred; no TPU here to measure), so
 an address-space cap could break it.
 
+Every job runs in the OS sandbox this host allows (`sandbox.py`: bwrap, namespaces, or none, labeled on
+every outcome): the forkserver itself is started sandboxed, and each forked job builds its own
+namespaces at fork time (`sandbox_linux.py`): two more forks per job, not a fresh interpreter.
+
 On a TPU host (`/dev/accel*` or `/dev/vfio/*`), jobs with `needs_device=True` go to one long-lived,
 spawned worker that alone initialises the device backend, one job at a time; a hung job gets it killed
 and restarted. Also here: `pool_types.py` (JobSpec, JobOutcome, JobHandle), `pool_watch.py` (one
@@ -28,6 +32,8 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -35,7 +41,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from maxkernel.tpu_tools import pool_child
+from maxkernel.tpu_tools import pool_child, sandbox
 from maxkernel.tpu_tools.pool_child import report_progress
 from maxkernel.tpu_tools.pool_types import (
     GIB,
@@ -67,6 +73,7 @@ DEVICE_WORKER_START_TIMEOUT_S = 300.0
 # The evaluation jobs and the Pallas interpret/lowering machinery they use: importing them (no backend
 # touched) once in the forkserver saves each evaluation ~0.1-0.2 s of imports and lazy set-up.
 _CHILD_MODULES = (
+    "maxkernel.tpu_tools.sandbox_linux",
     "maxkernel.tpu_tools.pool_child",
     "maxkernel.tpu_tools.pool",
     "jax._src.pallas.mosaic.interpret.interpret_pallas_call",
@@ -96,9 +103,24 @@ class WorkerPool:
         preload=DEFAULT_PRELOAD,
         device_owner: bool | None = None,
         env: dict | None = None,
+        require_sandbox: bool | None = None,
+        hide_paths: tuple[str, ...] | list[str] = (),
     ) -> None:
+        """`require_sandbox` (default: MAXKERNEL_REQUIRE_SANDBOX=1) refuses a host without an OS sandbox.
+        `hide_paths` are masked in every job (the server's token file), besides the home directory's
+        credential stores (`sandbox.credential_paths()`) and each job's own."""
         if max_workers < 1:
             raise ValueError(f"max_workers should be >= 1, got {max_workers}")
+        self.sandbox_decision = _process_decision()
+        if require_sandbox is None:
+            require_sandbox = sandbox.require_sandbox_requested()
+        if require_sandbox and self.sandbox_decision.tier == "none":
+            raise sandbox.SandboxUnavailable(
+                f"refusing to run unsandboxed (--require-sandbox): {self.sandbox_decision.note}"
+            )
+        self.sandbox = sandbox.info_for(self.sandbox_decision, "forked")
+        self.hide_paths = (*sandbox.credential_paths(), *(str(p) for p in hide_paths))
+        self.device_sandbox = sandbox.info_for(self.sandbox_decision, "device")
         self.max_workers = max_workers
         self.preload = tuple(preload)
         self.device_owner = detect_device_owner() if device_owner is None else device_owner
@@ -111,9 +133,13 @@ class WorkerPool:
             self._child_env = {**self._base_env, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
         self._child_env.update({str(k): str(v) for k, v in (env or {}).items()})
         self._device_env = {**self._base_env, **{str(k): str(v) for k, v in (env or {}).items()}}
+        # A profile job without --trace-dir writes where this process looks (its HOME is its scratch).
+        for child_env in (self._child_env, self._device_env):
+            child_env.setdefault("MAXKERNEL_TRACE_DIR", _trace_root())
         # The forkserver is one per process: the first pool's preload wins (multiprocessing's rule).
         self._ctx = multiprocessing.get_context("forkserver")
-        self._ctx.set_forkserver_preload([*self.preload, *_CHILD_MODULES])
+        # sandbox_boot first: in the namespaces tier it unshares a user namespace, which needs one thread.
+        self._ctx.set_forkserver_preload(["maxkernel.tpu_tools.sandbox_boot", *self.preload, *_CHILD_MODULES])
         self._cond = threading.Condition()
         self._queue: collections.deque[JobHandle] = collections.deque()
         self._running = 0
@@ -153,11 +179,27 @@ class WorkerPool:
         return outcome
 
     def warm_up(self) -> None:
-        """Start the forkserver now (it imports the preload list, ~1 s) instead of on the first job."""
+        """Start the forkserver now and wait until it serves (it imports the preload list, ~1-3 s), by
+        running one empty job through the sandbox; raises if even that fails."""
+        self._ensure_forkserver()
+        outcome = self.run(
+            JobSpec(fn="maxkernel.tpu_tools.pool_child:noop_job", timeout_s=DEVICE_WORKER_START_TIMEOUT_S)
+        )
+        if outcome.status != "ok":
+            raise RuntimeError(f"worker pool failed to start a job: {outcome.message}\n{outcome.detail}")
+
+    def _ensure_forkserver(self) -> None:
+        """Start (or find) the forkserver from the pool's one long-lived starter thread: the sandbox ties
+        the forkserver's life to the thread that started it (PR_SET_PDEATHSIG), not to the process."""
         from multiprocessing import forkserver
 
-        with starting_without_main():
-            forkserver.ensure_running()
+        exe = _forkserver_executable(self.sandbox_decision.tier, self._child_env)
+
+        def start() -> None:
+            with starting_without_main(exe):
+                forkserver.ensure_running()
+
+        _starter.call(start)
 
     def close(self) -> None:
         """Kill every running job, cancel the queued ones, stop the device worker."""
@@ -221,7 +263,17 @@ class WorkerPool:
                 return
             handle._started_at = time.monotonic()
         fd, stderr_path = tempfile.mkstemp(prefix=f"maxkernel-job-{os.getpid()}-", suffix=".log")
-        os.close(fd)
+        own_scratch = spec.scratch_dir is None
+        scratch = sandbox.make_scratch_dir() if own_scratch else str(spec.scratch_dir)
+        plan = None
+        if self.sandbox_decision.tier != "none":
+            cap = spec.memory_limit_bytes or default_memory_limit_bytes()
+            plan = {
+                "scratch": scratch,
+                "hide": [*self.hide_paths, *spec.hide_paths],
+                "tmp_size": min(cap, 4 * GIB),
+                "inputs": _named_paths(spec.kwargs),
+            }
         recv_conn, send_conn = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=pool_child.forked_main,
@@ -229,26 +281,39 @@ class WorkerPool:
                 spec.fn,
                 json.dumps(spec.kwargs),
                 spec.memory_limit_bytes,
-                self._child_env,
+                {**self._child_env, "HOME": scratch} if plan is None else self._child_env,
                 list(sys.path),
-                stderr_path,
+                pool_child.InheritedFd(fd),
                 send_conn,
+                plan,
             ),
             name="maxkernel-job",
         )
         outcome = None
+        exe = _forkserver_executable(self.sandbox_decision.tier, self._child_env)
         try:
             try:
-                with starting_without_main():
+                self._ensure_forkserver()
+                with starting_without_main(exe):
                     proc.start()
             finally:
                 send_conn.close()
+                os.close(fd)
             with handle._lock:
                 handle._pgid = proc.pid
+                handle._sandboxed = plan is not None
                 cancelled = handle._cancelled
             if cancelled:
-                kill_job(proc)
-            outcome = watch(Job(handle, proc, recv_conn, stderr_path), time.monotonic() + spec.timeout_s)
+                kill_job(proc, plan is not None)
+            job = Job(handle, proc, recv_conn, stderr_path)
+            job.sandboxed = plan is not None
+            outcome = watch(job, time.monotonic() + spec.timeout_s)
+            # Sandboxed, the relay ends only after everything in the job's PID namespace is gone: wait
+            # for that (a job that reported and lingers gets killed), so the verdict comes after it.
+            proc.join(2)
+            if proc.exitcode is None:
+                kill_job(proc, job.sandboxed)
+                proc.join(5)
             kill_group(proc.pid)  # whatever the job left behind in its group
             proc.join(5)
         finally:
@@ -258,6 +323,9 @@ class WorkerPool:
                 os.unlink(stderr_path)
             except OSError:
                 pass
+            if own_scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+        outcome.sandbox = self.sandbox
         handle._finish(outcome)
 
     # ---- device lane ------------------------------------------------------------------------------
@@ -288,16 +356,26 @@ class WorkerPool:
             return None
         self._stop_device_worker()
         fd, self._device_stderr = tempfile.mkstemp(prefix=f"maxkernel-device-{os.getpid()}-", suffix=".log")
-        os.close(fd)
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: the only one to touch the device
         parent_conn, child_conn = ctx.Pipe(duplex=True)
+        home = sandbox.make_scratch_dir("device-home-")
         proc = ctx.Process(
             target=pool_child.device_worker_main,
-            args=(child_conn, self._device_env, list(sys.path), self._device_stderr, self.preload),
+            args=(
+                child_conn,
+                self._device_env,
+                list(sys.path),
+                pool_child.InheritedFd(fd),
+                self.preload,
+                home,
+            ),
             name="maxkernel-device-worker",
         )
-        with starting_without_main():
-            proc.start()
+        try:
+            with starting_without_main(self._device_executable()):
+                proc.start()
+        finally:
+            os.close(fd)
         child_conn.close()
         self._device_proc, self._device_conn = proc, parent_conn
         ready = multiprocessing.connection.wait(
@@ -317,7 +395,7 @@ class WorkerPool:
         proc, conn, path = self._device_proc, self._device_conn, self._device_stderr
         self._device_proc = self._device_conn = self._device_stderr = None
         if proc is not None:
-            kill_group(proc.pid)
+            kill_job(proc)  # bwrap tier: proc is bwrap itself; its sandbox dies with it
             proc.join(5)
         if conn is not None:
             conn.close()
@@ -327,8 +405,50 @@ class WorkerPool:
             except OSError:
                 pass
 
+    def _device_executable(self) -> str | None:
+        """The device worker's launcher: bwrap with the device nodes and libtpu's lock/logs bound in."""
+        tier = self.sandbox_decision.tier
+        env = {**sandbox.job_environment(os.environ), **self._device_env}
+        if tier == "none":
+            return None
+        directory = _launcher_dir()
+        if tier == "namespaces":
+            return sandbox.write_launcher(sandbox.env_launcher_argv(env), directory)
+        lock, logs = "/tmp/libtpu_lockfile", "/tmp/tpu_logs"
+        if not os.path.exists(lock):
+            open(lock, "a").close()
+        os.makedirs(logs, exist_ok=True)
+        argv = sandbox.device_bwrap_argv(
+            sandbox.bwrap_path() or "bwrap",
+            {**env, sandbox.ROLE_ENV: "device:bwrap"},
+            os.getcwd(),
+            uid=os.getuid(),
+            writable=self._device_writable(),
+            devices=sandbox.device_paths(),
+            libtpu_lock=lock,
+            libtpu_logs=logs,
+        )
+        return sandbox.write_launcher(argv, directory)
+
+    def _device_writable(self) -> list[str]:
+        trace_root = self._device_env["MAXKERNEL_TRACE_DIR"]
+        os.makedirs(trace_root, exist_ok=True)
+        return [sandbox.scratch_root(), os.path.realpath(trace_root)]
+
     def _run_on_device_worker(self, handle: JobHandle) -> None:
         spec = handle.spec
+        if spec.scratch_dir and self.sandbox_decision.tier == "bwrap":
+            real = os.path.realpath(spec.scratch_dir)
+            if not any(real == w or real.startswith(w + os.sep) for w in self._device_writable()):
+                handle._finish(
+                    JobOutcome(
+                        status="error",
+                        message=f"scratch_dir {spec.scratch_dir} is outside the device sandbox's writable "
+                        f"roots ({', '.join(self._device_writable())}): make it with sandbox.make_scratch_dir()",
+                        sandbox=self.device_sandbox,
+                    )
+                )
+                return
         error = self._ensure_device_worker()
         if error is not None:
             handle._finish(JobOutcome(status="crashed", message=error.splitlines()[0], detail=error))
@@ -344,7 +464,101 @@ class WorkerPool:
         outcome = watch(job, time.monotonic() + spec.timeout_s)
         if not job.clean_end:
             self._stop_device_worker()  # hung, killed or crashed: the next device job starts a fresh one
+        outcome.sandbox = self.device_sandbox
         handle._finish(outcome)
+
+
+_decision: list[sandbox.Decision] = []
+_decision_lock = threading.Lock()
+
+
+def _process_decision() -> sandbox.Decision:
+    """The tier of this process's one forkserver: chosen by the first pool, kept by every later one
+    (a pool must never label, or plan for, a sandbox its forkserver was not started in)."""
+    with _decision_lock:
+        if not _decision:
+            _decision.append(sandbox.detect())
+        return _decision[0]
+
+
+def _named_paths(value) -> list[str]:
+    """Absolute paths of existing files the job's arguments name (a kernel under /tmp must stay visible
+    to the job, read-only, when its /tmp is replaced)."""
+    if isinstance(value, dict):
+        return [p for v in value.values() for p in _named_paths(v)]
+    if isinstance(value, list | tuple):
+        return [p for v in value for p in _named_paths(v)]
+    if isinstance(value, str) and value.startswith("/") and len(value) < 4096 and os.path.exists(value):
+        return [value]
+    return []
+
+
+def _trace_root() -> str:
+    """profile.default_trace_root(), without importing profile (jax) into the parent."""
+    return os.environ.get("MAXKERNEL_TRACE_DIR") or os.path.expanduser("~/.cache/maxkernel/traces")
+
+
+class _Starter:
+    """One long-lived thread that starts the sandboxed forkserver (its parent-death signal follows the
+    thread that started it, and the pool's runner threads end after each job)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="maxkernel-sandbox-starter", daemon=True
+                )
+                self._thread.start()
+        done, box = threading.Event(), {}
+        self._queue.put((fn, done, box))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+
+    def _loop(self) -> None:
+        while True:
+            fn, done, box = self._queue.get()
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                box["error"] = e
+            done.set()
+
+
+_starter = _Starter()
+_launchers: dict[str, str | None] = {}
+_launcher_root: list[str] = []
+
+
+def _launcher_dir() -> str:
+    if not _launcher_root:
+        path = tempfile.mkdtemp(prefix="maxkernel-sandbox-")
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        _launcher_root.append(path)
+    return _launcher_root[0]
+
+
+def _forkserver_executable(tier: str, child_env: dict[str, str]) -> str | None:
+    """The executable multiprocessing starts the forkserver with (None = the plain interpreter).
+
+    One forkserver per process, so the first pool's tier and environment win (as with the preload)."""
+    if tier not in _launchers:
+        env = {**sandbox.job_environment(os.environ), **child_env, sandbox.ROLE_ENV: f"forkserver:{tier}"}
+        if tier == "bwrap":
+            argv = sandbox.forkserver_bwrap_argv(
+                sandbox.bwrap_path() or "bwrap", env, os.getcwd(), uid=os.getuid()
+            )
+            _launchers[tier] = sandbox.write_launcher(argv, _launcher_dir())
+        elif tier == "namespaces":
+            _launchers[tier] = sandbox.write_launcher(sandbox.env_launcher_argv(env), _launcher_dir())
+        else:
+            _launchers[tier] = None
+    return _launchers[tier]
 
 
 _all_pools: weakref.WeakSet[WorkerPool] = weakref.WeakSet()

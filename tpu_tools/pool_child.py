@@ -7,6 +7,11 @@ A child talks to the parent only through one `multiprocessing` connection, with 
     ("ok", result_json)                      the job returned a JSON-able dict
     ("error" | "oom", type, message, tb)     the job raised (MemoryError / host OOM -> "oom")
     ("exited", code_repr, code)              the job called sys.exit(...)
+    ("signal", signum)                       sent by the job's init (sandbox tiers) when the job died
+                                             by a signal, just before init exits
+
+Sandboxed (tiers bwrap / namespaces, see `sandbox.py`), the forked child first becomes its own
+sandbox (`sandbox_linux.enter_job`) and the job runs in a grandchild under a tiny init.
 
 Anything else (a hang, a signal, os._exit) the parent reads from the process itself.
 """
@@ -38,22 +43,49 @@ def report_progress(stage: str) -> None:
             pass
 
 
-def _redirect_stdio(path: str) -> None:
+class InheritedFd:
+    """A descriptor handed to a child with its start request (forkserver: sent with it over the unix
+    socket; spawn: passed at exec). Unpickles as the child's own fd number."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd
+
+        return (_detach, (DupFd(self.fd),))  # called while pickling for a start: no resource sharer
+
+
+def _detach(dup) -> int:
+    return dup.detach()
+
+
+def _redirect_stdio(path: str | None, fd: int | None = None) -> None:
     # stdout too: an MCP stdio server's protocol stream must never see a kernel's prints.
     sys.stdout.flush()
     sys.stderr.flush()
-    try:  # no O_CREAT: if the parent already gave up on us and removed the file, don't leave a new one
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    except OSError:
-        fd = os.open(os.devnull, os.O_WRONLY)
+    if fd is None:
+        try:  # no O_CREAT: if the parent already gave up on us and removed the file, don't leave a new one
+            fd = os.open(path or os.devnull, os.O_WRONLY | os.O_TRUNC)
+        except OSError:
+            fd = os.open(os.devnull, os.O_WRONLY)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
     faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
-def _apply_env(env: dict[str, str], sys_path: list[str]) -> None:
+def _apply_env(env: dict[str, str], sys_path: list[str], home: str | None = None) -> None:
+    """The job's whole environment: the allowed part of what it inherited, the pool's settings, HOME."""
+    from maxkernel.tpu_tools.sandbox_linux import job_environment
+
+    kept = job_environment(os.environ)
+    os.environ.clear()
+    os.environ.update(kept)
     os.environ.update(env)
+    if home:
+        os.environ["HOME"] = home
+    os.environ["TMPDIR"] = "/tmp"
     for entry in reversed(sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -76,6 +108,11 @@ def _apply_env(env: dict[str, str], sys_path: list[str]) -> None:
         else:
             value = raw
         jax.config.update(name, value)
+
+
+def noop_job() -> dict:
+    """The empty job `WorkerPool.warm_up` runs to know the forkserver (and its sandbox) serves."""
+    return {}
 
 
 def _is_host_oom(exc: BaseException) -> bool:
@@ -115,19 +152,38 @@ def forked_main(
     memory_limit_bytes: int | None,
     env: dict[str, str],
     sys_path: list[str],
-    stderr_path: str,
+    stderr: int,
     conn,
+    sandbox_plan: dict | None = None,
 ) -> None:
-    """Entry point of a one-shot child forked from the jax-preloaded forkserver."""
+    """Entry point of a one-shot child forked from the jax-preloaded forkserver.
+
+    `stderr` is a descriptor handed over by the parent (`InheritedFd`): a sandboxed child cannot open
+    the parent's files by name. `sandbox_plan` (None in the none tier) holds the
+    job's scratch dir, hidden paths and tmpfs size.
+    """
     global _conn
     os.setsid()  # our own process group: the parent kills the job and everything it started at once
+    from maxkernel.tpu_tools import sandbox_linux
+
+    sandbox_linux.die_with_parent()  # every tier: a job never outlives its forkserver
+    _redirect_stdio(None, stderr)
+    scratch = (sandbox_plan or {}).get("scratch")
+    if sandbox_plan is not None:
+        try:
+            sandbox_linux.enter_job(
+                scratch, sandbox_plan["hide"], sandbox_plan["tmp_size"], conn, sandbox_plan["inputs"]
+            )
+        except OSError as exc:  # fail closed: never run the job half-sandboxed
+            conn.send(("error", "SandboxSetupError", f"sandbox setup failed: {exc}", traceback.format_exc()))
+            os._exit(0)
+    _close_resource_tracker()
     # The preloaded modules' objects never die here: keep the collector from walking them (and from
     # touching their pages, which fork shares copy-on-write). Measured: a first small jit 0.45 -> 0.3 s.
     gc.freeze()
-    _redirect_stdio(stderr_path)
     if memory_limit_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
-    _apply_env(env, sys_path)
+    _apply_env(env, sys_path, home=scratch)
     _conn = conn
     message = _run_job(fn, kwargs_json)
     with _conn_lock:
@@ -138,12 +194,31 @@ def forked_main(
     os._exit(message[2] if message[0] == "exited" else 0)
 
 
-def device_worker_main(conn, env: dict[str, str], sys_path: list[str], stderr_path: str, preload) -> None:
+def _close_resource_tracker() -> None:
+    """The job must not reach the parent's resource tracker (it unlinks whatever names it is sent)."""
+    try:
+        from multiprocessing import resource_tracker
+
+        tracker = resource_tracker._resource_tracker
+        if tracker._fd is not None:
+            os.close(tracker._fd)
+            tracker._fd = None
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
+def device_worker_main(
+    conn, env: dict[str, str], sys_path: list[str], stderr: int, preload, home: str | None = None
+) -> None:
     """Entry point of the long-lived, spawned device-owning worker: runs jobs one at a time, in order."""
     global _conn
+    os.environ.pop("MAXKERNEL_SANDBOX_ROLE", None)
     os.setsid()
-    _redirect_stdio(stderr_path)
-    _apply_env(env, sys_path)
+    from maxkernel.tpu_tools import sandbox_linux
+
+    sandbox_linux.die_with_parent()
+    _redirect_stdio(None, stderr)
+    _apply_env(env, sys_path, home=home)
     for name in preload:
         try:
             importlib.import_module(name)

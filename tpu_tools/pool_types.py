@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from maxkernel.tpu_tools.sandbox import SandboxInfo
+
 GIB = 1 << 30
 
 
@@ -36,7 +38,10 @@ class JobSpec(BaseModel):
     needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
     # The sandbox contract (the OS sandbox binds these; without one, the judge's own checks guard them).
     scratch_dir: str | None = Field(
-        default=None, description="the one directory the job may write to (inputs in, outputs out)"
+        default=None,
+        description="the one directory the job may write to (inputs in, outputs out); None = a fresh "
+        "private one, removed after the job. On a TPU host's device lane it must lie under "
+        "sandbox.scratch_root() (make it with sandbox.make_scratch_dir())",
     )
     hide_paths: tuple[str, ...] = Field(
         default=(),
@@ -58,6 +63,9 @@ class JobOutcome(BaseModel):
     signal: str | None = None
     duration_s: float = 0.0
     progress: list[str] = Field(default_factory=list)
+    sandbox: SandboxInfo | None = Field(
+        default=None, description="the sandbox the job ran in (set by the pool)"
+    )
 
 
 class JobHandle:
@@ -71,6 +79,7 @@ class JobHandle:
         self._outcome: JobOutcome | None = None
         self._progress: list[str] = []
         self._pgid: int | None = None  # set while a process runs this job
+        self._sandboxed = False  # _pgid is the relay of a sandboxed job: kill its namespace's init
         self._cancelled = False
         self._started_at: float | None = None
 
@@ -95,7 +104,7 @@ class JobHandle:
                 return
             self._cancelled = True
             pgid, started = self._pgid, self._started_at is not None
-        if pgid is not None:
+        if pgid is not None and not (self._sandboxed and kill_children(pgid)):
             kill_group(pgid)
         elif not started:
             self._finish(JobOutcome(status="cancelled", message="cancelled before it started"))
@@ -118,6 +127,26 @@ class JobHandle:
             self._pgid = None
             self._done.set()
         return True
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def kill_children(pid: int) -> bool:
+    """SIGKILL a sandboxed job's init (the relay's child): the kernel then kills its whole PID namespace
+    and the relay ends after it. False if there is no child yet."""
+    kids = children_of(pid)
+    for kid in kids:
+        try:
+            os.kill(kid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return bool(kids)
 
 
 def kill_group(pgid: int) -> None:

@@ -16,14 +16,21 @@ import threading
 import time
 from multiprocessing import spawn
 
-from maxkernel.tpu_tools.pool_types import GIB, JobHandle, JobOutcome
+from maxkernel.tpu_tools.pool_types import GIB, JobHandle, JobOutcome, kill_children
 
 STDERR_TAIL_BYTES = 4096
 WATCHDOG_INTERVAL_S = 0.5
 
 
-def kill_job(proc) -> None:
-    """Kill a running job from its runner thread (the only thread that polls `proc`)."""
+def kill_job(proc, sandboxed: bool = False) -> None:
+    """Kill a running job from its runner thread (the only thread that polls `proc`).
+
+    Sandboxed, `proc` is the relay outside the job's PID namespace: kill the namespace's init (its
+    child) and let the relay end as init ends, which is after the kernel has killed everything in the
+    namespace; so when `proc` is over, so is every process the job started.
+    """
+    if sandboxed and kill_children(proc.pid):
+        return
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -38,10 +45,11 @@ def kill_job(proc) -> None:
         pass
 
 
-def _group_rss_bytes(pgid: int) -> int:
-    """Resident set of every process in the group (the job and anything it started)."""
+def _group_rss_bytes(root: int) -> int:
+    """Resident set of the job's process group plus every descendant of `root` (a setsid'd child, or a
+    whole sandbox whose outermost process is bwrap, leaves the group but not the tree)."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
+    procs: dict[int, tuple[int, int, int]] = {}  # pid -> (ppid, pgrp, rss pages)
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -49,11 +57,21 @@ def _group_rss_bytes(pgid: int) -> int:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 stat = f.read()
             fields = stat[stat.rindex(b")") + 2 :].split()
-            if int(fields[2]) == pgid:  # state, ppid, pgrp, ...
-                total += int(fields[21]) * page  # rss in pages
+            procs[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[21]))  # ppid, pgrp, rss
         except (OSError, ValueError, IndexError):
             continue
-    return total
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    tree: set[int] = set()
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        if pid not in tree:
+            tree.add(pid)
+            stack.extend(children.get(pid, ()))
+    members = tree | {pid for pid, (_, pgrp, _) in procs.items() if pgrp == root}
+    return sum(procs[p][2] for p in members if p in procs) * page
 
 
 def read_tail(path: str) -> str:
@@ -81,8 +99,9 @@ _start_lock = threading.Lock()  # multiprocessing.Process.start is not thread-sa
 
 
 @contextlib.contextmanager
-def starting_without_main():
-    """Start processes without re-running the caller's __main__ in the child.
+def starting_without_main(executable: str | None = None):
+    """Start processes without re-running the caller's __main__ in the child (and, given `executable`,
+    through that launcher instead of the plain interpreter: how the sandbox goes around it).
 
     multiprocessing re-imports the parent's main script in every spawned/forkserver child; for pytest,
     an MCP server or a benchmark script that is slow at best and re-runs the script at worst. Our
@@ -98,10 +117,14 @@ def starting_without_main():
 
     with _start_lock:
         spawn.get_preparation_data = without_main
+        plain = spawn.get_executable()
+        if executable is not None:
+            spawn.set_executable(executable)
         try:
             yield
         finally:
             spawn.get_preparation_data = original
+            spawn.set_executable(plain)
 
 
 class Job:
@@ -110,6 +133,8 @@ class Job:
     def __init__(self, handle: JobHandle, proc, conn, stderr_path: str) -> None:
         self.handle, self.proc, self.conn, self.stderr_path = handle, proc, conn, stderr_path
         self.clean_end = False  # the child reported a result itself (and, for the device worker, lives on)
+        self.signal: int | None = None  # sandbox tiers: the job died by this signal (told by its init)
+        self.sandboxed = False  # proc is the relay of a sandboxed job (see kill_job)
 
 
 def watch(job: Job, deadline: float) -> JobOutcome:
@@ -125,10 +150,10 @@ def watch(job: Job, deadline: float) -> JobOutcome:
     while True:
         now = time.monotonic()
         if handle._cancelled:
-            kill_job(proc)
+            kill_job(proc, job.sandboxed)
             return out(status="cancelled", message="cancelled; process group killed")
         if now >= deadline:
-            kill_job(proc)
+            kill_job(proc, job.sandboxed)
             return out(
                 status="timeout",
                 message=f"timed out after {spec.timeout_s:.1f} s; process group killed",
@@ -140,7 +165,7 @@ def watch(job: Job, deadline: float) -> JobOutcome:
             if cap:
                 rss = _group_rss_bytes(proc.pid)
                 if rss > cap:
-                    kill_job(proc)
+                    kill_job(proc, job.sandboxed)
                     return out(
                         status="oom",
                         message=f"exceeded memory cap of {_gib(cap)} (resident set {_gib(rss)}); "
@@ -158,6 +183,9 @@ def watch(job: Job, deadline: float) -> JobOutcome:
             if message[0] == "progress":
                 handle._add_progress(message[1])
                 continue
+            if message[0] == "signal":
+                job.signal = int(message[1])
+                continue
             return _terminal(message, job, out)
         if proc.sentinel in ready:
             # The process is gone; a terminal message may still sit in the pipe.
@@ -168,6 +196,8 @@ def watch(job: Job, deadline: float) -> JobOutcome:
                     break
                 if message[0] == "progress":
                     handle._add_progress(message[1])
+                elif message[0] == "signal":
+                    job.signal = int(message[1])
                 else:
                     return _terminal(message, job, out)
             if handle._cancelled:
@@ -199,6 +229,8 @@ def _died(job: Job, out) -> JobOutcome:
     """The process ended without a terminal message: a signal or os._exit."""
     job.proc.join(5)
     code = job.proc.exitcode
+    if job.signal is not None:  # the sandbox's init saw the job die by this signal
+        code = -job.signal
     tail = read_tail(job.stderr_path)
     if code is not None and code < 0:
         name = _signal_name(-code)

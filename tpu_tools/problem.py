@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from maxkernel.tpu_tools.errors import CandidateLoadError, ReferenceLoadError, UnusableCaseError, UsageError
+from maxkernel.tpu_tools.errors import (
+    CandidateLoadError,
+    ReferenceFailure,
+    ReferenceLoadError,
+    UnusableCaseError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.input_cases import InputCase
@@ -44,11 +50,17 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _import_file(path: Path, prefix: str) -> ModuleType:
-    digest = hashlib.sha256(str(path.resolve()).encode() + path.read_bytes()).hexdigest()[:12]
+def _import_file(path: Path, prefix: str) -> tuple[ModuleType, str]:
+    """Import a file by executing the bytes read here, once: (module, sha256 of exactly what ran).
+
+    Reading once means a file rewritten on disk after we looked cannot run in place of what we hashed.
+    """
+    source = path.read_bytes()
+    sha = hashlib.sha256(source).hexdigest()
+    digest = hashlib.sha256(str(path.resolve()).encode() + source).hexdigest()[:12]
     name = f"_maxkernel_{prefix}_{digest}"
     if name in sys.modules:
-        return sys.modules[name]
+        return sys.modules[name], sha
     if path.name == "__init__.py":
         spec = importlib.util.spec_from_file_location(
             name, path, submodule_search_locations=[str(path.parent)]
@@ -61,13 +73,13 @@ def _import_file(path: Path, prefix: str) -> ModuleType:
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))  # sibling imports (helpers beside the file) work as users expect
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the hashed bytes, nothing else
     except BaseException:
         sys.modules.pop(name, None)
         raise
     finally:
         sys.path.remove(str(path.parent))
-    return module
+    return module, sha
 
 
 def _user_frame_line(tb, path: Path) -> int | None:
@@ -106,7 +118,7 @@ class Reference:
             return self._create(size, seed)
         from maxkernel.tpu_tools.input_cases import merged_size, transform_inputs
 
-        if case.sizes:
+        if case.sizes or case.grow:
             if self._create_sized is None:
                 raise UnusableCaseError(
                     f"{case.describe()}: this reference has fixed inputs; size overrides need a "
@@ -118,11 +130,20 @@ class Reference:
             inputs = self._create(size, seed)
         return transform_inputs(inputs, case, seed)
 
+    def default_size(self) -> tuple[str, str]:
+        """(size, why): `small` when the reference has it, else its only (or first) size."""
+        sizes = self.info.sizes
+        if "small" in sizes:
+            return "small", "the reference's 'small' size (the default)"
+        if len(sizes) == 1:
+            return sizes[0], f"the reference's only size {sizes[0]!r} (it has no 'small')"
+        return sizes[0], f"the reference's first size {sizes[0]!r} (it has no 'small')"
+
     def input_shapes(self, size: str = "small", case: InputCase | None = None) -> tuple:
         """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
         import jax
 
-        return jax.eval_shape(lambda: self.create_inputs(size, None, case))
+        return jax.eval_shape(lambda: self.create_inputs(size, 0, case))
 
     def get_flops(self, size: str) -> int | None:
         return self._flops(size)
@@ -155,17 +176,70 @@ def load_reference(spec: str) -> Reference:
         else:
             raise ReferenceLoadError(f"{path} is a directory without kernel_task.yaml or __init__.py")
     try:
-        module = _import_file(path, "reference")
+        module, sha = _import_file(path, "reference")
     except Exception as e:
         line = _user_frame_line(e.__traceback__, path)
         where = f" (line {line})" if line else ""
-        raise ReferenceLoadError(
-            f"reference {path} failed to import{where}: {type(e).__name__}: {e}"
+        raise ReferenceFailure(
+            f"reference {path} failed to import{where}: {type(e).__name__}: {e}",
+            line=line,
+            detail=reference_traceback(e, path),
         ) from None
-    return _from_module(module, path, task_id)
+    return _from_module(module, path, task_id, sha)
 
 
-def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Reference:
+def reference_traceback(exc: BaseException, path: Path, limit: int = 4000) -> str:
+    """The reference's own frames and the error line (capped): evidence without jax's internals."""
+    frames = [
+        f"  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).resolve().parent == path.resolve().parent
+    ]
+    text = "\n".join([*frames[-8:], f"{type(exc).__name__}: {exc}"])
+    return text[:limit]
+
+
+def reference_failure(exc: BaseException, path: Path, what: str) -> ReferenceFailure:
+    """A reference that breaks on its own: `reference_error` naming the reference's line."""
+    line = _user_frame_line(exc.__traceback__, path)
+    where = f" at line {line}" if line else ""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return ReferenceFailure(
+        f"the reference fails on its own in {what}{where}: {type(exc).__name__}: {first}",
+        line=line,
+        detail=reference_traceback(exc, path),
+    )
+
+
+def _typed_or_int_key(create_inputs: Callable[..., Any]) -> Callable[[int | None], Any]:
+    """The key a reference's create_inputs takes: a typed `jax.random.key(seed)`, or an int for old files.
+
+    A file written for int seeds (`jax.random.key(key)` inside) fails on a typed key; the first call tells.
+    """
+    style: dict[str, str] = {}
+
+    def call(seed: int | None, **kwargs) -> Any:
+        import jax
+
+        if seed is None:
+            return create_inputs(key=None, **kwargs)
+        if style.get("key") == "int":
+            return create_inputs(key=seed, **kwargs)
+        try:
+            out = create_inputs(key=jax.random.key(seed), **kwargs)
+            style["key"] = "typed"
+            return out
+        except Exception:
+            if style.get("key") == "typed":
+                raise
+            out = create_inputs(key=seed, **kwargs)  # the typed key's error is chained, for evidence
+            style["key"] = "int"
+            return out
+
+    return call
+
+
+def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) -> Reference:
     missing = [n for n in ("create_inputs",) if not hasattr(module, n)]
     workload = getattr(module, "workload", None) or getattr(module, "computation", None)
     if workload is None:
@@ -180,9 +254,11 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
     notes: list[str] = []
     if seedable:
         sizes = list(sizes_table)
+        keyed = _typed_or_int_key(module.create_inputs)
 
         def create(size: str, seed: int | None) -> tuple:
-            return tuple(module.create_inputs(None, key=seed, size=size))
+            out = keyed(seed, dtype=None, size=size)
+            return tuple(out) if isinstance(out, list | tuple) else (out,)
 
         def create_sized(dims: dict, seed: int | None) -> tuple:
             # create_inputs reads SIZES[size]: lend it the case's dict under a private name, then take it back
@@ -191,7 +267,8 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
             dtype = dims.get("dtype")  # a dtype override reaches modules that read the argument, not the dict
             sizes_table[name] = dims
             try:
-                return tuple(module.create_inputs(dtype, key=seed, size=name))
+                out = keyed(seed, dtype=dtype, size=name)
+                return tuple(out) if isinstance(out, list | tuple) else (out,)
             finally:
                 sizes_table.pop(name, None)
 
@@ -221,7 +298,7 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None) -> Referen
         name=str(name),
         path=str(path),
         kind=kind,
-        sha256=sha256_file(path),
+        sha256=sha,
         sizes=sizes,
         seedable=seedable,
         atol=config.get("atol"),
@@ -249,14 +326,18 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
     """MaxKernel task dir: kernel_task.yaml (input_gen_code, atol, rtol) + reference.py (computation)."""
     import yaml
 
+    yaml_bytes = (path / "kernel_task.yaml").read_bytes()  # read once: hashed and parsed from these bytes
     try:
-        task = yaml.safe_load((path / "kernel_task.yaml").read_text()) or {}
+        task = yaml.safe_load(yaml_bytes.decode()) or {}
     except yaml.YAMLError as e:
         raise ReferenceLoadError(f"{path}/kernel_task.yaml is not valid YAML: {e}") from None
     ref_file = path / "reference.py"
     if not ref_file.exists():
         raise ReferenceLoadError(f"{path} has kernel_task.yaml but no reference.py")
-    module = _import_file(ref_file, "reference")
+    try:
+        module, ref_sha = _import_file(ref_file, "reference")
+    except Exception as e:
+        raise reference_failure(e, ref_file, "import") from None
     computation = getattr(module, "computation", None) or getattr(module, "workload", None)
     if computation is None:
         raise ReferenceLoadError(f"{ref_file} lacks computation")
@@ -290,7 +371,7 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
         name=str(task.get("task_id") or path.name),
         path=str(path),
         kind="maxkernel-task-dir",
-        sha256=hashlib.sha256((path / "kernel_task.yaml").read_bytes() + ref_file.read_bytes()).hexdigest(),
+        sha256=hashlib.sha256(yaml_bytes + bytes.fromhex(ref_sha)).hexdigest(),
         sizes=["full"],
         seedable=False,
         atol=task.get("atol"),
@@ -316,7 +397,7 @@ def load_candidate(path_str: str) -> Candidate:
     if not path.is_file():
         raise UsageError(f"kernel file not found: {path_str}")
     try:
-        module = _import_file(path, "candidate")
+        module, sha = _import_file(path, "candidate")
     except SyntaxError as e:
         raise CandidateLoadError(
             f"SyntaxError in candidate at line {e.lineno}: {e.msg}",
@@ -334,4 +415,4 @@ def load_candidate(path_str: str) -> Candidate:
     fn = getattr(module, "workload", None) or getattr(module, "computation", None)
     if fn is None or not callable(fn):
         raise CandidateLoadError("candidate defines no callable `workload(*inputs)` (or `computation`)")
-    return Candidate(path=path.resolve(), sha256=sha256_file(path), workload=fn, module=module)
+    return Candidate(path=path.resolve(), sha256=sha, workload=fn, module=module)

@@ -1,20 +1,33 @@
-"""Profile a candidate against its reference (runs in a pool child): honest timings, a trace, an estimate.
+"""Profile a candidate against its reference: timings a candidate cannot touch, a trace, an estimate.
 
-A number only goes in the report when it means what it says. The reference is timed twice, interleaved
-with the candidate on rotating inputs, so `noise_floor` shows how far two identical programs differ
-here. A `speedup` appears only when reference and candidate both ran natively on the same device; a
-Pallas kernel whose chip is absent runs in TPU interpret mode, which is not measured unless asked
-(`measure_interpret`) and then carries a label and no speedup. For TPU targets a `static_estimate`
-(the pipeline model of estimate.py, or the roofline of XLA's cost analysis for plain JAX) says what
-the chip should do. Natively run programs are traced; the trace is kept and summarized.
+This module is the judge (it runs in the caller's process: CLI, server, benchmark) and never imports
+candidate or reference code. It runs three pool jobs in turn:
+
+1. the reference's process (profile_reference.build_and_time_job) builds two warm-up sets and up to
+   `reps` timed sets from seeds drawn here, and times the reference on them;
+2. the candidate's process (profile_candidate.candidate_job) gets the warm-up sets as arrays in its
+   scratch folder and the reference's output shapes as data; after it reports warm-up done, this
+   process hands it one fresh timed set at a time (timed_loop.py), timestamping each hand-over and each
+   `done`;
+3. a second reference process times the reference again on the same sets: reference vs itself across
+   processes is the noise floor, and it widens the speedup's CI.
+
+Then, here: every timed output of the candidate is compared with the reference's (a kernel wrong while
+timed gets no time); the candidate's clock is checked against this process's timestamps and its
+fingerprints of the clock and `jax.block_until_ready` (`tampered`); a time below the chip's roofline
+of the reference's work is `implausible`. A `speedup` appears only when both ran natively on one
+device, never from TPU interpret mode (timed only on request, labeled). For TPU targets a
+`static_estimate` (estimate.py) says what the chip should do; flops come from the reference, never
+from a candidate's own `pl.CostEstimate`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
+import secrets
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,23 +35,26 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools import execution
+from maxkernel.tpu_tools import handover, timed_loop
 from maxkernel.tpu_tools.chips import ChipSpec, chip_for_device_kind
-from maxkernel.tpu_tools.classify import classify_exception, load_failure
-from maxkernel.tpu_tools.compile import cost_analysis_of
-from maxkernel.tpu_tools.env_info import seal
-from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
-from maxkernel.tpu_tools.estimate import StaticEstimate, estimate_pallas
-from maxkernel.tpu_tools.problem import ReferenceInfo, load_candidate, load_reference
+from maxkernel.tpu_tools.compare import compare_outputs
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.estimate import StaticEstimate
+from maxkernel.tpu_tools.pool_types import JobOutcome, JobSpec
+from maxkernel.tpu_tools.problem import ReferenceInfo, sha256_file
 from maxkernel.tpu_tools.reports import Environment, Failure
+from maxkernel.tpu_tools.sandbox import make_scratch_dir
 from maxkernel.tpu_tools.targets import parse_target
 from maxkernel.tpu_tools.timing import NoiseFloor, SpeedupEstimate, Throughput, TimingStats
+from maxkernel.tpu_tools.timing_checks import ClockCheck, DeviceCheck, Plausibility
+from maxkernel.tpu_tools.tolerances import choose_tolerance
 from maxkernel.tpu_tools.trace_summary import TraceSummary
 
 INTERPRET_LABEL = "interpret mode — not representative"
 DEFAULT_REPS = 30
-DEFAULT_SEEDS = (0, 1)
-TRACE_CALLS = 2  # calls per program inside the profiler trace (the trace is evidence, not the timing)
+WARMUP_SETS = 2
+KEEP_DEFAULT_TRACES = 20
+ProgressFn = Callable[[str], None]
 
 
 class ThroughputReport(BaseModel):
@@ -67,7 +83,16 @@ class ProfileReport(BaseModel):
     execution: str = Field(default="", description="how the target is served here")
     measured_on: str | None = Field(default=None, description="device kind the native timings ran on")
     has_pallas_call: bool | None = None
-    input_sets: int = Field(default=0, description="distinct input sets rotated between reps")
+    input_sets: int = Field(default=0, description="fresh timed input sets: each timed call sees a new one")
+    warmup_sets: int = Field(
+        default=0, description="input sets the candidate saw while warming up (never timed)"
+    )
+    fresh_inputs: bool = Field(
+        default=False, description="timed sets differ from each other and from warm-up"
+    )
+    seeds_warmup: list[int] = []
+    seeds_timed: list[int] = []
+    processes: list[str] = Field(default_factory=list, description="which process did what (separation)")
     measured: dict[str, TimingStats] = Field(
         default_factory=dict, description="'reference', 'reference_repeat' and, when measured, 'candidate'"
     )
@@ -75,8 +100,14 @@ class ProfileReport(BaseModel):
     candidate_execution: Literal["native", "interpret"] | None = None
     candidate_not_measured_reason: str | None = None
     interpret_timing_label: str | None = None
+    timed_outputs_checked: int = Field(
+        default=0, description="timed candidate outputs compared with the reference's"
+    )
+    clock_check: ClockCheck | None = None
+    device_check: DeviceCheck | None = None
+    plausibility: Plausibility | None = None
     speedup: SpeedupEstimate | None = Field(
-        default=None, description="only when both ran natively on one device"
+        default=None, description="only when both ran natively on one device and every check passed"
     )
     speedup_note: str = ""
     noise_floor: NoiseFloor | None = None
@@ -85,67 +116,11 @@ class ProfileReport(BaseModel):
     trace_dir: str | None = None
     trace_path: str | None = None
     trace_summary: TraceSummary | None = None
+    reference_trace_path: str | None = None
     failure: Failure | None = None
     warnings: list[str] = []
     environment: Environment | None = None
     wall_time_s: float | None = None
-
-
-def profile_job(
-    kernel_path: str,
-    reference: str,
-    target: str = "cpu",
-    size: str = "small",
-    trace_dir: str | None = None,
-    measure_interpret: bool = False,
-    reps: int = DEFAULT_REPS,
-    warmups: int = 3,
-    min_time_s: float = 0.1,
-    seeds: list[int] | None = None,
-    top: int = 15,
-) -> dict:
-    """Pool job: returns a ProfileReport as a JSON-able dict."""
-    return run_profile(
-        kernel_path,
-        reference,
-        target,
-        size,
-        trace_dir=trace_dir,
-        measure_interpret=measure_interpret,
-        reps=reps,
-        warmups=warmups,
-        min_time_s=min_time_s,
-        seeds=list(seeds or DEFAULT_SEEDS),
-        top=top,
-    ).model_dump(mode="json")
-
-
-def _named(fn: Callable, name: str) -> Callable:
-    """A wrapper with a chosen __name__, so the HLO module (and trace rows) read jit_<name>."""
-
-    def call(*args):
-        return fn(*args)
-
-    call.__name__ = call.__qualname__ = name
-    return call
-
-
-def _nbytes(tree) -> int:
-    import jax
-    import numpy as np
-
-    return int(
-        sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree))
-    )
-
-
-def _specs(tree) -> list[tuple[tuple[int, ...], str]]:
-    import jax
-
-    return [(tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(tree)]
-
-
-KEEP_DEFAULT_TRACES = 20
 
 
 def default_trace_root() -> Path:
@@ -160,248 +135,659 @@ def _prune(root: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+class _Feeder:
+    """Hands a timed child one fresh set at a time, on its own clock; records every protocol breach."""
+
+    def __init__(
+        self,
+        source: Callable[[int, Path], None],
+        scratch: Path,
+        private: Path,
+        n: int | None,
+        forward: ProgressFn | None,
+    ):
+        self.source, self.scratch, self.private = source, scratch, private  # source(i, folder) writes set i
+        self.n = n  # None: take the count from the child's ready message (the trusted reference only)
+        self.forward = forward
+        self.deliver: dict[int, float] = {}
+        self.done: dict[int, float] = {}
+        self.breaches: list[str] = []
+        self.ready = False
+        self._lock = threading.Lock()
+
+    def _hand(self, i: int) -> None:
+        tmp = self.private / f"feed-{self.scratch.name}-{i}"
+        tmp.mkdir()
+        self.source(i, tmp)
+        self.deliver[i] = (
+            time.perf_counter()
+        )  # after writing, before the rename: the child cannot start earlier
+        os.rename(tmp, timed_loop.set_dir(self.scratch, i))
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        with self._lock:
+            try:
+                if stage.startswith(timed_loop.READY):
+                    if self.ready:
+                        self.breaches.append("announced ready twice")
+                        return
+                    self.ready = True
+                    if self.n is None:
+                        self.n = int(stage.split()[-1])
+                    if self.forward:
+                        self.forward("measure")
+                    if self.n:
+                        self._hand(0)
+                elif stage.startswith(timed_loop.DONE):
+                    i = int(stage.split()[-1])
+                    expected = len(self.done)
+                    if (
+                        not self.ready
+                        or i != expected
+                        or i not in self.deliver
+                        or self.n is None
+                        or i >= self.n
+                    ):
+                        self.breaches.append(f"announced call {i} done out of turn (expected {expected})")
+                        return
+                    self.done[i] = now
+                    folder = timed_loop.set_dir(self.scratch, i)
+                    if not (folder / f"{timed_loop.OUTPUTS}.json").is_file():
+                        self.breaches.append(f"announced call {i} done before its outputs existed")
+                    for f in folder.glob(f"{timed_loop.INPUTS}*"):  # at most one set on disk at a time
+                        f.unlink()
+                    if i + 1 < self.n:
+                        self._hand(i + 1)
+                elif self.forward:
+                    self.forward(stage)
+            except (OSError, ValueError) as e:
+                self.breaches.append(f"protocol error at {stage!r}: {e}")
+
+
+class _Runner:
+    """Runs the jobs of one profile through the pool under one deadline and one cancel event."""
+
+    def __init__(self, pool, deadline: float, cancel: threading.Event | None, needs_device: bool):
+        self.pool, self.deadline, self.cancel, self.needs_device = pool, deadline, cancel, needs_device
+        self.last: JobOutcome | None = None
+
+    def run(self, fn: str, kwargs: dict, on_progress, scratch: Path, hide: list[str]) -> JobOutcome:
+        left = max(self.deadline - time.monotonic(), 0.5)
+        spec = JobSpec(
+            fn=fn,
+            kwargs=kwargs,
+            timeout_s=left,
+            needs_device=self.needs_device,
+            scratch_dir=str(scratch),
+            hide_paths=tuple(hide),
+        )
+        handle = self.pool.submit(spec, on_progress=on_progress)
+        while True:
+            outcome = handle.wait(0.05)
+            if outcome is not None:
+                self.last = outcome  # its sandbox is the one the verdict names (the candidate's, once it ran)
+                return outcome
+            if self.cancel is not None and self.cancel.is_set():
+                handle.cancel()
+
+
+def _job_failure(outcome: JobOutcome, what: str) -> Failure:
+    from maxkernel.tpu_tools.evaluate import outcome_failure
+
+    return outcome_failure(outcome, what)
+
+
 def run_profile(
     kernel_path: str,
     reference: str,
-    target_name: str,
-    size: str,
+    target_name: str = "cpu",
+    size: str = "small",
     *,
+    pool=None,
     trace_dir: str | None = None,
     measure_interpret: bool = False,
     reps: int = DEFAULT_REPS,
     warmups: int = 3,
-    min_time_s: float = 0.1,
-    seeds: list[int] | None = None,
+    warmup_min_time_s: float = 0.25,
     top: int = 15,
+    timeout_s: float = 300.0,
+    on_progress: ProgressFn | None = None,
+    cancel: threading.Event | None = None,
+    needs_device: bool = False,
 ) -> ProfileReport:
-    import jax
-
-    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
-    from maxkernel.tpu_tools.pool import report_progress
-    from maxkernel.tpu_tools.timing import measure_interleaved, noise_floor, speedup, throughput
+    """Profile in three isolated processes (see the module docstring); always returns a report."""
+    from maxkernel.tpu_tools.pool import get_default_pool
 
     started = time.perf_counter()
     report = ProfileReport(ok=False, target=target_name, size=size, kernel_path=kernel_path)
 
     def finish(failure: Failure | None = None) -> ProfileReport:
-        return seal(report, started, failure)
+        report.failure, report.ok = failure, failure is None
+        report.wall_time_s = round(time.perf_counter() - started, 4)
+        return report
 
+    if reps < 1:
+        return finish(Failure(kind="usage_error", summary=f"reps must be >= 1, got {reps}", stage="load"))
     try:
         tgt = parse_target(target_name)
-        ref = load_reference(reference)
-        report.reference = ref.info
-        cand = load_candidate(kernel_path)
-    except (UsageError, CandidateLoadError) as e:
-        return finish(load_failure(e))
-    report.kernel_sha256 = cand.sha256
-    path = Path(cand.path)
-    plan = execution.plan_for(tgt)
-    report.execution = plan.description
-    device = jax.devices()[0]
-    report.measured_on = f"{device.platform} ({device.device_kind})"
-
-    # Inputs: >= 2 seeds so nothing can cache a result across reps.
-    seeds = list(seeds or DEFAULT_SEEDS)
-    try:
-        input_sets = [ref.create_inputs(size, s) for s in seeds]
-        shapes = ref.input_shapes(size)
-        expected = jax.eval_shape(ref.workload, *shapes)
     except UsageError as e:
-        return finish(load_failure(e))
-    report.input_sets = len(input_sets)
-    if not ref.info.seedable:
-        report.warnings.append("the reference is not seedable: the rotated input sets are identical")
-
-    # Trace the candidate (as if on the target chip when it is absent, so the estimate sees its shapes).
-    report_progress("trace")
-    aot_tpu = tgt.kind == "tpu" and not plan.native
+        return finish(Failure(kind="usage_error", summary=str(e), stage="load"))
+    kpath = Path(kernel_path).expanduser()
+    if not kpath.is_file():
+        return finish(
+            Failure(kind="usage_error", summary=f"kernel file not found: {kernel_path}", stage="load")
+        )
+    report.kernel_sha256 = sha256_file(kpath)
+    pool = pool or get_default_pool()
+    runner = _Runner(pool, time.monotonic() + timeout_s, cancel, needs_device)
+    work = Path(make_scratch_dir("profile-"))  # under the sandbox scratch root: every lane binds it
     try:
-        with execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext():
-            jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
-    except Exception as e:
-        return finish(classify_exception(e, "trace", path))
-    calls = find_pallas_calls(jaxpr)
-    report.has_pallas_call = bool(calls)
-    got = _specs(jaxpr.out_avals)
-    if got != _specs(expected):
-        fmt = lambda specs: ", ".join(f"{d}{list(s)}" for s, d in specs)  # noqa: E731
+        result = _profile(
+            report,
+            finish,
+            runner,
+            work,
+            str(kpath.resolve()),
+            reference,
+            tgt,
+            size,
+            trace_dir,
+            measure_interpret,
+            reps,
+            warmups,
+            warmup_min_time_s,
+            top,
+            on_progress,
+        )
+        from maxkernel.tpu_tools.evaluate import stamp_sandbox
+
+        return stamp_sandbox(result, runner.last) if runner.last is not None else result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _trace_logdirs(trace_dir: str | None) -> tuple[str | None, str | None]:
+    """One capture folder per process (reference, candidate) under the trace root; the candidate's is newer."""
+    try:
+        root = Path(trace_dir) if trace_dir else default_trace_root()
+        root.mkdir(parents=True, exist_ok=True)
+        if not trace_dir:
+            _prune(root, keep=KEEP_DEFAULT_TRACES - 2)
+        return tempfile.mkdtemp(prefix="profile-ref-", dir=root), tempfile.mkdtemp(
+            prefix="profile-cand-", dir=root
+        )
+    except OSError:
+        return None, None
+
+
+def _profile(
+    report,
+    finish,
+    runner,
+    work,
+    kernel_path,
+    reference,
+    tgt,
+    size,
+    trace_dir,
+    measure_interpret,
+    reps,
+    warmups,
+    warmup_min_time_s,
+    top,
+    on_progress,
+) -> ProfileReport:
+    # `work` holds the children's scratch folders; `private` (elsewhere, a random name) what only we read.
+    private = Path(make_scratch_dir("judge-"))
+    try:
+        return _run_jobs(
+            report,
+            finish,
+            runner,
+            work,
+            private,
+            kernel_path,
+            reference,
+            tgt,
+            size,
+            trace_dir,
+            measure_interpret,
+            reps,
+            warmups,
+            warmup_min_time_s,
+            top,
+            on_progress,
+        )
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _copy_from(staging: Path) -> Callable[[int, Path], None]:
+    def write(i: int, folder: Path) -> None:
+        for f in (staging / f"set_{i}").iterdir():
+            shutil.copy(f, folder / f.name)
+
+    return write
+
+
+def _write_from(sets: list) -> Callable[[int, Path], None]:
+    def write(i: int, folder: Path) -> None:
+        handover.save_arrays(folder, timed_loop.INPUTS, sets[i])
+
+    return write
+
+
+def _run_jobs(
+    report,
+    finish,
+    runner,
+    work,
+    private,
+    kernel_path,
+    reference,
+    tgt,
+    size,
+    trace_dir,
+    measure_interpret,
+    reps,
+    warmups,
+    warmup_min_time_s,
+    top,
+    on_progress,
+) -> ProfileReport:
+    from maxkernel.tpu_tools.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.profile_reference import SPECS_FILE, ReferenceSide, TimedSide
+
+    staging, r1, r2 = private / "staging", private / "reference", private / "reference_repeat"
+    cand_dir = work / "candidate"  # the only folder under `work`: nothing of the judge's beside it
+    for d in (staging, r1, cand_dir, r2):
+        d.mkdir()
+    report.seeds_warmup = [secrets.randbelow(2**31) for _ in range(WARMUP_SETS)]
+    report.seeds_timed = [secrets.randbelow(2**31) for _ in range(reps)]
+    ref_log, cand_log = _trace_logdirs(trace_dir)
+    say = on_progress or (lambda s: None)
+
+    # 1. The reference's process: builds every set, times the reference; its outputs are the truth.
+    say("reference: build inputs, time")
+    feed_r1 = _Feeder(_copy_from(staging), r1, private, None, say)
+    outcome = runner.run(
+        "maxkernel.tpu_tools.profile_reference:build_and_time_job",
+        {
+            "reference": reference,
+            "size": size,
+            "warmup_seeds": report.seeds_warmup,
+            "timed_seeds": report.seeds_timed,
+            "staging_dir": str(staging),
+            "scratch_dir": str(r1),
+            "warmups": warmups,
+            "warmup_min_time_s": warmup_min_time_s,
+            "trace_dir": str(private / "trace") if ref_log else None,
+            "top": top,
+        },
+        feed_r1,
+        private,  # the reference's one writable folder: staging, its timed sets, its trace
+        [],
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        return finish(_job_failure(outcome, "reference run"))
+    ref = ReferenceSide.model_validate(outcome.result)
+    _move_trace(ref, private / "trace", ref_log)
+    report.reference = ref.info
+    report.warnings += ref.warnings
+    report.measured_on = ref.measured_on
+    report.environment = ref.environment
+    if ref.error:
+        kind = "usage_error" if ref.error_is_usage else "internal_error"
+        summary = ref.error if ref.error_is_usage else f"not the candidate's fault: {ref.error}"
+        return finish(
+            Failure(kind=kind, summary=summary[:1000], stage="load" if ref.error_is_usage else "run")
+        )
+    n = ref.timed_sets
+    report.input_sets, report.warmup_sets = n, WARMUP_SETS
+    report.fresh_inputs = bool(ref.info and ref.info.seedable)
+    report.reference_trace_path = ref.trace_path
+    report.processes.append(f"reference (job 1): built {WARMUP_SETS}+{n} input sets, timed the reference")
+    # Inputs and expected outputs move into this process's memory: nothing the candidate could read ahead
+    # of time (or copy an answer from) stays on disk while it runs.
+    try:
+        warm = [
+            handover.load_arrays(staging, f"warmup_{i}", expect=ref.input_specs) for i in range(WARMUP_SETS)
+        ]
+        sets = [
+            handover.load_arrays(staging / f"set_{i}", timed_loop.INPUTS, expect=ref.input_specs)
+            for i in range(n)
+        ]
+        expected = [
+            handover.load_arrays(timed_loop.set_dir(r1, i), timed_loop.OUTPUTS, expect=ref.output_specs)
+            for i in range(n)
+        ]
+    except handover.HandoverError as e:
+        return finish(
+            Failure(kind="internal_error", summary=f"the reference's hand-over is broken: {e}", stage="run")
+        )
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.rmtree(r1, ignore_errors=True)
+
+    def give_warmup(folder: Path) -> None:
+        for i, arrays in enumerate(warm):
+            handover.save_arrays(folder, f"warmup_{i}", arrays)
+        handover.save_specs(folder / SPECS_FILE, ref.input_specs)
+
+    # 2. The candidate's process: never given the reference, only arrays and shapes.
+    give_warmup(cand_dir)
+    say("candidate: trace, compile, time")
+    feed_c = _Feeder(_write_from(sets), cand_dir, private, n, say)
+    from maxkernel.tpu_tools.evaluate import hide_paths_for
+
+    hide = [*hide_paths_for(reference, kernel_path), str(private)]
+    outcome = runner.run(
+        "maxkernel.tpu_tools.profile_candidate:candidate_job",
+        {
+            "kernel_path": kernel_path,
+            "target": tgt.name,
+            "size": size,
+            "scratch_dir": str(cand_dir),
+            "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
+            "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
+            "timed_sets": n,
+            "reference_flops": ref.flops,
+            "io_bytes": _io_bytes(ref),
+            "measure_interpret": measure_interpret,
+            "warmups": warmups,
+            "warmup_min_time_s": warmup_min_time_s,
+            "trace_dir": str(cand_dir / "trace") if cand_log else None,
+            "top": top,
+            "hide_paths": hide,
+        },
+        feed_c,
+        cand_dir,
+        hide,
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        return finish(_job_failure(outcome, "candidate run"))
+    cand = CandidateSide.model_validate(outcome.result)
+    _move_trace(cand, cand_dir / "trace", cand_log)
+    for log in (ref_log, cand_log):  # a capture folder nobody wrote into is not evidence: drop it
+        if log and not any(Path(log).iterdir()):
+            Path(log).rmdir()
+    report.processes.append("candidate (job 2): saw only arrays in its scratch folder and the output shapes")
+    report.kernel_sha256 = cand.kernel_sha256 or report.kernel_sha256
+    report.execution = cand.execution
+    report.has_pallas_call = cand.has_pallas_call
+    report.static_estimate = cand.static_estimate
+    report.candidate_not_measured_reason = cand.not_measured_reason
+    report.warnings += cand.warnings
+    # Integrity: the events the child streamed as they happened (a later lie cannot hide them), then its report.
+    from maxkernel.tpu_tools.evaluate import integrity_evidence
+
+    breach = integrity_evidence(outcome.progress)
+    if breach is None and cand.reached:
+        breach = Failure(kind="reached_reference", summary=cand.reached[:1000], stage="run")
+    if breach is None and cand.tampered:
+        what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
+        breach = Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run")
+    if breach is not None:
+        if cand.samples_ms:  # evidence: what the parent's clock says about the candidate's own
+            from maxkernel.tpu_tools.timing_checks import clock_check, overheads
+
+            ref_over = overheads(ref.samples_ms, feed_r1.deliver, feed_r1.done)
+            report.clock_check = clock_check(cand.samples_ms, feed_c.deliver, feed_c.done, ref_over)
+        return finish(breach)
+    if cand.failure is not None:
+        return finish(cand.failure)
+
+    # 3. The reference again, in a fresh process: the noise floor spans processes, as the speedup does.
+    say("reference again: noise floor")
+    give_warmup(r2)
+    feed_r2 = _Feeder(_write_from(sets), r2, private, n, None)
+    outcome = runner.run(
+        "maxkernel.tpu_tools.profile_reference:time_job",
+        {
+            "reference": reference,
+            "size": size,
+            "scratch_dir": str(r2),
+            "timed_sets": n,
+            "warmups": warmups,
+            "warmup_min_time_s": warmup_min_time_s,
+        },
+        feed_r2,
+        r2,
+        [],
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        return finish(_job_failure(outcome, "reference repeat run"))
+    ref2 = TimedSide.model_validate(outcome.result)
+    report.processes.append("reference again (job 3): timed the reference on the same sets")
+    report.processes.append(
+        "this process (never ran candidate or reference code): compared, checked, decided"
+    )
+
+    say("compare timed outputs")
+    return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, expected, cand_dir, tgt)
+
+
+def _io_bytes(ref) -> int:
+    def nbytes(specs) -> int:
+        import numpy as np
+
+        return int(sum(int(np.prod(s.shape)) * handover._np_dtype(s.dtype).itemsize for s in specs))
+
+    return nbytes(ref.input_specs) + nbytes(ref.output_specs)
+
+
+def _samples(side) -> list[float]:
+    return side.device_samples_ms if side.device_samples_ms is not None else side.samples_ms
+
+
+def _stats(side, key_note: str = ""):
+    from maxkernel.tpu_tools.timing import timing_stats
+
+    if side.device_samples_ms is not None:
+        return timing_stats(side.device_samples_ms, "device_trace", key_note)
+    return timing_stats(side.samples_ms, "wall_clock", side.device_note or key_note)
+
+
+def _check_outputs(report, ref, expected: list, cand_dir: Path) -> Failure | None:
+    """Every timed output of the candidate against the reference's output on the same set."""
+    n = len(expected)
+    dtype = ref.output_specs[0].dtype if ref.output_specs else "float32"
+    info = ref.info
+    tol = choose_tolerance(dtype, ref_atol=info.atol if info else None, ref_rtol=info.rtol if info else None)
+    for i in range(n):
+        try:
+            actual = handover.load_arrays(
+                timed_loop.set_dir(cand_dir, i), timed_loop.OUTPUTS, expect=ref.output_specs
+            )
+        except handover.HandoverError as e:
+            return Failure(
+                kind="tampered",
+                summary=f"timed call {i}: its outputs are missing or malformed: {e}",
+                stage="compare",
+            )
+        result = compare_outputs(i, expected[i], actual, tol)
+        report.timed_outputs_checked += 1
+        if not result.ok:
+            return Failure(
+                kind="output_mismatch",
+                summary=(
+                    f"wrong while timed, so no time is reported: timed set {i + 1} of {n} has "
+                    f"{result.mismatch_fraction:.2%} of elements outside atol={tol.atol:g} rtol={tol.rtol:g} "
+                    f"(max abs err {result.max_abs_err:.3g}{f', {result.nan_count} NaN' if result.nan_count else ''})"
+                ),
+                stage="timed run",
+            )
+    return None
+
+
+def _judge(
+    report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, expected, cand_dir, tgt
+) -> ProfileReport:
+    from maxkernel.tpu_tools.timing import noise_floor, speedup, timing_stats
+    from maxkernel.tpu_tools.timing_checks import clock_check, device_check, overheads, plausibility
+
+    n = ref.timed_sets
+    report.measured = {"reference": _stats(ref), "reference_repeat": _stats(ref2)}
+    report.noise_floor = noise_floor(report.measured["reference"], report.measured["reference_repeat"])
+    _attach_trace(report, cand, ref)
+    for feed, who in ((feed_r1, "reference"), (feed_r2, "reference repeat")):
+        if feed.breaches:
+            report.warnings.append(f"{who} timing protocol: {'; '.join(feed.breaches)}")
+    if cand.candidate_execution is None:
+        report.speedup_note = "no speedup: the candidate was not measured"
+        _throughput(report, ref, tgt, [])
+        return finish()
+    report.candidate_execution = cand.candidate_execution
+    if feed_c.breaches:
         return finish(
             Failure(
-                kind="shape_mismatch",
-                summary=f"output {fmt(got)} differs from the reference's {fmt(_specs(expected))}",
-                stage="trace",
+                kind="tampered",
+                summary=f"timing protocol broken: {'; '.join(feed_c.breaches)}"[:1000],
+                stage="run",
             )
         )
-
-    # The reference always runs natively. A failing reference is not the candidate's fault: say so.
-    report_progress("compile reference")
-    try:
-        ref_compiled = jax.jit(_named(ref.workload, "reference")).lower(*input_sets[0]).compile()
-    except Exception as e:
-        f = classify_exception(e, "compile")
-        f.kind, f.summary = "internal_error", f"the reference failed to compile: {f.summary}"
-        return finish(f)
-    ref_fn = _named(ref_compiled, "reference")
-
-    # The candidate: natively when it is plain JAX or its chip is here; else interpret mode, on request.
-    native = plan.native or not calls
-    with contextlib.ExitStack() as interp:  # the interpreter's state lives inside this scope
-        if not native and measure_interpret:
-            interp.enter_context(execution.tpu_interpret_mode())
-        cand_fn, cand_cost, failure = _compile_candidate(
-            cand.workload, input_sets[0], path, native, measure_interpret
+    if len(cand.samples_ms) != n:
+        return finish(
+            Failure(
+                kind="tampered",
+                summary=f"reported {len(cand.samples_ms)} timed calls, {n} were run",
+                stage="run",
+            )
         )
-        if failure is not None:
-            return finish(failure)
-        if cand_fn is not None:
-            report.candidate_execution = "native" if native else "interpret"
-        else:
-            report.candidate_not_measured_reason = (
-                f"not measured: target chip absent (Pallas kernel runs in interpret mode on {device.platform.upper()}); "
-                "pass measure_interpret to time it anyway (not representative)"
+    bad = _check_outputs(report, ref, expected, cand_dir)
+    if bad is not None:
+        return finish(bad)
+    ref_over = [
+        o
+        for side, feed in ((ref, feed_r1), (ref2, feed_r2))
+        for o in overheads(side.samples_ms, feed.deliver, feed.done) or []
+    ]
+    report.clock_check = clock_check(cand.samples_ms, feed_c.deliver, feed_c.done, ref_over)
+    if not report.clock_check.agrees:
+        return finish(
+            Failure(
+                kind="tampered",
+                summary=f"clock disagrees with the judge's: {report.clock_check.note}",
+                stage="run",
             )
-        if not calls and not plan.native:
-            report.execution = (
-                f"plain JAX (no pallas_call): runs natively on {device.platform}; {plan.description}"
+        )
+    if cand.device_samples_ms is not None:
+        report.device_check = device_check(
+            cand.device_samples_ms, cand.samples_ms, report.clock_check.parent_window_ms
+        )
+        if not report.device_check.agrees:
+            return finish(
+                Failure(
+                    kind="tampered",
+                    summary=f"device time disagrees with wall time: {report.device_check.note}",
+                    stage="run",
+                )
             )
-        report_progress("measure")
-        fns = {"reference": ref_fn, "reference_repeat": ref_fn}
-        if cand_fn is not None:
-            fns["candidate"] = cand_fn
-        try:
-            report.measured = measure_interleaved(
-                fns, input_sets, warmups=warmups, reps=reps, min_time_s=min_time_s
-            )
-        except Exception as e:
-            return finish(classify_exception(e, "run", path))
-    report.candidate_measured = cand_fn is not None
-    report.noise_floor = noise_floor(report.measured["reference"], report.measured["reference_repeat"])
-    if report.candidate_execution == "interpret":
+    stats = _stats(cand)
+    report.candidate_measured = True
+    if cand.candidate_execution == "interpret":
+        stats.note = INTERPRET_LABEL
+        report.measured["candidate"] = stats
         report.interpret_timing_label = INTERPRET_LABEL
-        report.measured["candidate"].note = INTERPRET_LABEL
         report.speedup_note = (
             "no speedup: the candidate ran in TPU interpret mode, which does not predict TPU time"
         )
-    elif report.candidate_execution == "native":
-        report.speedup = speedup(report.measured["reference"], report.measured["candidate"])
-        report.speedup_note = f"both ran natively on {report.measured_on}"
-        if tgt.kind == "tpu" and not plan.native:
-            report.speedup_note += f", not on {tgt.name}: it says nothing about the TPU"
-    else:
-        report.speedup_note = "no speedup: the candidate was not measured"
+        _throughput(report, ref, tgt, [])
+        return finish()
+    report.measured["candidate"] = stats
+    chip = _local_chip(ref)
+    report.plausibility = plausibility(
+        stats.median_ms,
+        ref.flops,
+        float(_io_bytes(ref)),
+        _peak_flops(chip),
+        chip.hbm_bytes_per_s if chip else None,
+        chip.name if chip else None,
+    )
+    _throughput(report, ref, tgt, ["candidate"])
+    if not report.plausibility.plausible:
+        report.candidate_measured = False
+        return finish(Failure(kind="implausible", summary=report.plausibility.note, stage="run"))
+    # The reference's samples are both of its processes' (before and after the candidate), pooled.
+    both = timing_stats(_samples(ref) + _samples(ref2), stats.timing_source)
+    report.speedup = speedup(both, stats, report.noise_floor)
+    report.speedup_note = f"both ran natively on {report.measured_on}, in separate processes (reference = both of its runs pooled); CI widened by the noise floor"
+    if tgt.kind == "tpu" and chip is None:
+        report.speedup_note += f", not on {tgt.name}: it says nothing about the TPU"
+    if not report.fresh_inputs:
+        report.speedup.significant = False
+        report.speedup_note += "; not significant by rule: identical input sets cannot exclude memoization"
+    return finish()
 
-    # Throughput of the native programs.
-    ref_cost = cost_analysis_of(ref_compiled)
-    flops_source = "get_flops"
-    try:
-        flops: float | None = ref.get_flops(size)
-    except Exception:
-        flops = None
-    if flops is None:
-        flops, flops_source = ref_cost.get("flops"), "XLA cost analysis of the reference"
-        if flops is None:
-            flops_source = "unknown"
-    io_bytes = _nbytes(input_sets[0]) + _nbytes(expected)
-    local_chip = chip_for_device_kind(device.device_kind) if device.platform == "tpu" else None
-    peak_chip: ChipSpec | None = local_chip or tgt.chip
+
+def _peak_flops(chip: ChipSpec | None) -> float | None:
+    if chip is None:
+        return None
+    return max(chip.peak_bf16_flops_per_s, chip.peak_int8_tops * 1e12)  # the most generous physical limit
+
+
+def _local_chip(ref) -> ChipSpec | None:
+    env = ref.environment
+    if env is None or env.platform != "tpu":
+        return None
+    return chip_for_device_kind(env.device_kind)
+
+
+def _throughput(report: ProfileReport, ref, tgt, extra: list[str]) -> None:
+    from maxkernel.tpu_tools.timing import throughput
+
+    io_bytes = _io_bytes(ref)
+    local_chip = _local_chip(ref)
+    peak_chip = local_chip or tgt.chip
+    platform = ref.environment.platform if ref.environment else "?"
     if local_chip is not None:
-        peak_label = f"measured on {local_chip.name}: fraction of its roofline"
+        label = f"measured on {local_chip.name}: fraction of its roofline"
     elif peak_chip is not None:
-        peak_label = (
-            f"estimate: {device.platform} time relative to {peak_chip.name}'s peak (the chip is absent), "
+        label = (
+            f"estimate: {platform} time relative to {peak_chip.name}'s peak (the chip is absent), "
             "not a measured TPU fraction"
         )
     else:
-        peak_label = f"no roofline: {device.platform} is not a known TPU chip"
-    native_keys = ["reference"] + (["candidate"] if report.candidate_execution == "native" else [])
-
+        label = f"no roofline: {platform} is not a known TPU chip"
     report.throughput = ThroughputReport(
-        flops=flops,
-        flops_source=flops_source,
+        flops=ref.flops,
+        flops_source=ref.flops_source,
         bytes_accessed=io_bytes,
         peak_chip=peak_chip.name if peak_chip else None,
-        peak_label=peak_label,
+        peak_label=label,
         per_function={
             k: throughput(
-                flops,
+                ref.flops,
                 io_bytes,
                 report.measured[k].median_ms,
                 peak_chip.peak_bf16_flops_per_s if peak_chip else None,
                 peak_chip.hbm_bytes_per_s if peak_chip else None,
             )
-            for k in native_keys
+            for k in ["reference", *extra]
         },
     )
 
-    # Static estimate for the target chip (or the local TPU when the target is cpu/local).
-    est_chip = tgt.chip or local_chip
-    if est_chip is not None:
-        try:
-            if calls:
-                from maxkernel.tpu_tools.jaxpr_cost import program_cost  # after timing: the whole program
 
-                report.static_estimate = estimate_pallas(
-                    calls, est_chip, total_flops=flops, program=program_cost(jaxpr)
-                )
-            else:
-                report.static_estimate = estimate_pallas(
-                    [],
-                    est_chip,
-                    total_flops=cand_cost.get("flops", flops or 0.0),
-                    total_bytes=cand_cost.get("bytes accessed", float(io_bytes)),
-                )
-        except Exception as e:
-            report.warnings.append(f"no static estimate: {type(e).__name__}: {e}")
-
-    # A short trace of the natively run programs, in its own logdir.
-    report_progress("trace capture")
-    traced = {k: f for k, f in fns.items() if k != "reference_repeat" and (k != "candidate" or native)}
-    _capture_trace(report, traced, input_sets, trace_dir, top)
-    return finish()
+def _move_trace(side, written: Path, logdir: str | None) -> None:
+    """A child writes its capture inside its own scratch folder (all a sandbox lets it write); keep it in `logdir`."""
+    if logdir is None or not written.is_dir():
+        return
+    for entry in written.iterdir():
+        shutil.move(str(entry), logdir)
+    old, new = str(written), logdir
+    if side.trace_path and side.trace_path.startswith(old):
+        side.trace_path = new + side.trace_path[len(old) :]
+    if side.trace_summary is not None and side.trace_summary.source_file.startswith(old):
+        side.trace_summary.source_file = new + side.trace_summary.source_file[len(old) :]
+    if side.trace_summary is not None:
+        side.trace_summary.text = side.trace_summary.text.replace(old, new)
 
 
-def _compile_candidate(
-    workload: Callable, args: tuple, path: Path, native: bool, measure_interpret: bool
-) -> tuple[Callable | None, dict[str, float], Failure | None]:
-    """(callable, XLA cost analysis, failure): compiled and run once, so its errors are classified here."""
-    import jax
-
-    from maxkernel.tpu_tools.pool import report_progress
-
-    if not (native or measure_interpret):
-        return None, {}, None
-    report_progress("compile candidate")
-    stage = "lower"
-    try:
-        lowered = jax.jit(_named(workload, "candidate")).lower(*args)
-        stage = "compile"
-        compiled = lowered.compile()
-        stage = "run"
-        jax.block_until_ready(compiled(*args))
-    except Exception as e:
-        return None, {}, classify_exception(e, stage, path)
-    return _named(compiled, "candidate"), (cost_analysis_of(compiled) if native else {}), None
-
-
-def _capture_trace(
-    report: ProfileReport, fns: dict[str, Callable], input_sets: list, trace_dir: str | None, top: int
-):
-    import jax
-
-    from maxkernel.tpu_tools.trace_summary import TraceFormatError, resolve_trace_file, summarize_trace
-
-    try:
-        root = Path(trace_dir) if trace_dir else default_trace_root()
-        root.mkdir(parents=True, exist_ok=True)
-        if not trace_dir:
-            _prune(root, keep=KEEP_DEFAULT_TRACES - 1)
-        logdir = tempfile.mkdtemp(prefix="profile-", dir=root)
-        with jax.profiler.trace(logdir):
-            for i in range(TRACE_CALLS):
-                for fn in fns.values():
-                    jax.block_until_ready(fn(*input_sets[i % len(input_sets)]))
-        report.trace_dir = logdir
-        report.trace_path = str(resolve_trace_file(logdir))
-        report.trace_summary = summarize_trace(logdir, top=top)
-    except (TraceFormatError, OSError, RuntimeError) as e:
-        report.warnings.append(f"no trace summary: {type(e).__name__}: {e}")
+def _attach_trace(report: ProfileReport, cand, ref) -> None:
+    """The candidate's capture when it ran natively (else the reference's), as evidence beside the timings."""
+    side = cand if cand.trace_summary is not None else ref
+    if side.trace_summary is not None and side.trace_path:
+        report.trace_path = side.trace_path
+        report.trace_summary = side.trace_summary
+        path = Path(side.trace_path)
+        report.trace_dir = str(next((p for p in path.parents if p.name.startswith("profile-")), path.parent))

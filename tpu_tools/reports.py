@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.input_cases import InputCase
 from maxkernel.tpu_tools.problem import ReferenceInfo
+from maxkernel.tpu_tools.sandbox import SandboxInfo
+from maxkernel.tpu_tools.work_check import WorkCensus
 
 FailureKind = Literal[
     "usage_error",  # the caller's mistake (missing file, unknown task) - not a verdict on the kernel
@@ -25,12 +27,18 @@ FailureKind = Literal[
     "weak_check",  # a trivial output would pass too: the check cannot tell
     "case_unusable",  # the extra input case cannot be built or run by the reference itself - not the kernel
     "no_kernel",  # no pallas_call in the candidate (plain-JAX rewrites need allow_plain_jax)
+    "work_outside_kernel",  # the pallas_calls do not carry the work: plain JAX computes the answer
+    "host_callback",  # io_callback / pure_callback in the candidate: state carried between calls
+    "reached_reference",  # the candidate opened, listed or imported the hidden reference / task sources
+    "reference_error",  # the reference fails on its own (import, create_inputs, jit, run) - not the kernel
     "timeout",
     "crash",  # segfault or other fatal signal
     "oom",  # host memory cap exceeded
     "exited",  # candidate called sys.exit / os._exit
     "cancelled",
     "internal_error",  # a bug in maxkernel itself
+    "tampered",  # the candidate changed the judge's code or clock, or its reported timings disagree with the parent's
+    "implausible",  # a measured time beats the physical limit (roofline) of the device: never a win
 ]
 
 
@@ -52,6 +60,9 @@ class Environment(BaseModel):
     libtpu: str | None
     platform: str = Field(description="backend the child process ran on, e.g. cpu or tpu")
     device_kind: str
+    sandbox: SandboxInfo | None = Field(
+        default=None, description="the OS sandbox the evaluation ran in (stamped by the parent, not the job)"
+    )
 
 
 class StageTimes(BaseModel):
@@ -77,6 +88,9 @@ class CompileReport(BaseModel):
     ok: bool
     target: str
     size: str
+    size_note: str = Field(
+        default="", description="where the size came from (asked, or the reference's default)"
+    )
     kernel_path: str
     kernel_sha256: str | None = None
     reference: ReferenceInfo | None = None
@@ -134,10 +148,21 @@ class ValidationReport(BaseModel):
     kernel_sha256: str | None = None
     reference: ReferenceInfo | None = None
     seeds: list[int] = []
+    seed_offset: int | None = Field(
+        default=None, description="first seed (drawn at random unless given): pass it back to reproduce"
+    )
+    size_note: str = Field(
+        default="", description="where the size came from (asked, or the reference's default)"
+    )
+    run_order: list[int] = Field(
+        default_factory=list,
+        description="the seeds in the order the candidate ran them (each more than once)",
+    )
     case: InputCase | None = Field(default=None, description="the extra input case validated, if any")
     tolerance: Tolerance | None = None
     per_seed: list[SeedResult] = []
     has_pallas_call: bool | None = None
+    work: WorkCensus | None = Field(default=None, description="flops inside/outside the pallas_calls (jaxpr)")
     races_found: bool = False
     weak_check: bool = False
     failure: Failure | None = None

@@ -10,6 +10,7 @@ of the best config so far and never proposes a config twice. Kernels carry an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -17,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from maxkernel.clients.models.base import Message, Model, ModelResponse, ModelSettings, Usage
+from maxkernel.clients.models.base import Message, Model, ModelError, ModelResponse, ModelSettings, Usage
+from maxkernel.clients.offline.program_text import find_program
 from maxkernel.clients.offline.templates import (
     DEFAULT_VMEM_LIMIT_BYTES,
     Config,
@@ -52,6 +54,10 @@ FEEDBACK_HEADINGS = (
 GUIDE_HEADING = "## Reference: Pallas on TPU"
 PY_BLOCK_RE = re.compile(r"```python\n.*?\n```", re.S)
 TASK_SHORT_RE = re.compile(r"\b(\d{1,2}[pk])(?:_\w+)?\b")
+
+
+class NoTemplateFits(ModelError):
+    """The traced reference uses ops no offline template can re-emit; the run should stop, not retry."""
 
 
 def _words(text: str) -> int:
@@ -275,6 +281,9 @@ class OfflineModel(Model):
         )
 
     def _walk(self, prompt: Prompt) -> Walk:
+        program = find_program(prompt.text) or find_program(prompt.conversation)
+        if program is not None:
+            return self._program_walk(program)
         tid, operator = _task_of(prompt.text.split("## Chip", 1)[0])
         if tid is None and operator is None:
             tid, operator = _task_of(prompt.conversation)
@@ -296,6 +305,30 @@ class OfflineModel(Model):
             sizes = load_task(tid).SIZES
             dims = {s: template.dims_of(d) for s, d in sizes.items()}
             self.walks[key] = Walk(template=template, operator=operator, dims=dims)
+        return self.walks[key]
+
+    def _program_walk(self, program: dict[str, Any]) -> Walk:
+        """The walk of a traced program: its class picks the template, its shapes size it."""
+        from maxkernel.clients.offline.classify import classify
+        from maxkernel.clients.offline.rows import analyse
+        from maxkernel.clients.offline.templates.fused import build
+
+        key = "program:" + hashlib.sha256(json.dumps(program, sort_keys=True).encode()).hexdigest()[:16]
+        if key in self.walks:
+            return self.walks[key]
+        found = classify(program)
+        if found.kind == "none":
+            raise NoTemplateFits(
+                f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
+                "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
+            )
+        plan = analyse(program)
+        try:
+            template = build(program, plan, found.kind)
+        except ValueError as e:
+            raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
+        size = str(program.get("size") or "small")
+        self.walks[key] = Walk(template=template, operator="program", dims={size: {"R": plan.rows}})
         return self.walks[key]
 
     @staticmethod

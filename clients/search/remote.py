@@ -68,9 +68,6 @@ def client_target(spec: Any) -> Any:
     raise ValueError(f"--server {spec!r}: give an http(s)://host:port/mcp URL or 'stdio:COMMAND ARGS'")
 
 
-REVERIFY_SEED_OFFSET = 50_000
-
-
 class MCPEvaluator:
     """Evaluates kernels on one MCP server. Use inside `async with` (the connection lives that long)."""
 
@@ -120,8 +117,7 @@ class MCPEvaluator:
             "seeds": seeds or task.seeds,
             "timeout_s": task.timeout_s,
         }
-        if seeds is not None:  # a re-verification: validate on seeds no search evaluation ever used
-            args["seed_offset"] = REVERIFY_SEED_OFFSET
+        # no seed_offset: the server draws fresh seeds for every evaluation, re-verifications included
         started = time.perf_counter()
         try:
             result = await self._client.call_tool("evaluate_kernel", args)

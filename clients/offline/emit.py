@@ -1,0 +1,240 @@
+"""Re-emit a traced reference program (tpu_tools/program.py's description) as Python source.
+
+Each equation becomes one `jax.lax` call with the reference's own parameters, so a kernel body built
+from it computes what the reference computes, rounding step by rounding step. Shapes along the tiled
+row axis are written as `BLOCK_ROWS`, so one body serves every block size. Primitives without a public
+`lax` form here are reported, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Program = Mapping[str, Any]  # ProgramDescription.model_dump(): inputs, equations, outputs, census, ...
+
+UNARY = {
+    "exp": "exp", "exp2": "exp2", "log": "log", "log1p": "log1p", "expm1": "expm1", "tanh": "tanh",
+    "logistic": "logistic", "sin": "sin", "cos": "cos", "tan": "tan", "sqrt": "sqrt", "rsqrt": "rsqrt",
+    "cbrt": "cbrt", "abs": "abs", "neg": "neg", "sign": "sign", "floor": "floor", "ceil": "ceil",
+    "is_finite": "is_finite", "square": "square", "erf": "erf", "erfc": "erfc", "erf_inv": "erf_inv",
+    "not": "bitwise_not", "atan": "atan", "asin": "asin", "acos": "acos", "sinh": "sinh", "cosh": "cosh",
+    "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "imag": "imag", "real": "real",
+}  # fmt: skip
+BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "max": "max", "min": "min", "pow": "pow",
+    "atan2": "atan2", "rem": "rem", "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor",
+    "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "nextafter": "nextafter",
+    "shift_left": "shift_left", "shift_right_logical": "shift_right_logical",
+    "shift_right_arithmetic": "shift_right_arithmetic",
+}  # fmt: skip
+REDUCE = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or"}
+CUMULATIVE = {"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}
+ELEMENTWISE = set(UNARY) | set(BINARY) | {
+    "integer_pow", "convert_element_type", "select_n", "clamp", "stop_gradient", "copy", "copy_p",
+    "reduce_precision",
+}  # fmt: skip
+SHAPE_PARAMS = {"broadcast_in_dim": "shape", "reshape": "new_sizes", "iota": "shape"}
+
+
+class Unsupported(ValueError):
+    """The program uses a primitive this emitter has no source form for."""
+
+
+def _tuple(text: str) -> tuple:
+    value = ast.literal_eval(text)
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _kw(params: Mapping[str, str], *names: str) -> str:
+    """`, name=value` for the params that are set (not None)."""
+    return "".join(f", {n}={params[n]}" for n in names if n in params and params[n] != "None")
+
+
+def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
+    """The source expression of one equation (its operands already spelled as source)."""
+    a = args
+    if prim == "is_finite":  # exact in f32, and Mosaic's is_finite takes f32 only
+        return f"lax.is_finite(lax.convert_element_type({a[0]}, jnp.float32))"
+    if prim in UNARY:
+        return f"lax.{UNARY[prim]}({a[0]}{_kw(p, 'accuracy')})"
+    if prim == "reduce_window":
+        return (
+            f"lax.reduce_window({a[0]}, {a[1]}, {p['jaxpr']}, {p['window_dimensions']}, {p['window_strides']}, "
+            f"{p['padding']}, {p['base_dilation']}, {p['window_dilation']})"
+        )
+    if prim in ("scatter", "scatter-add", "scatter_add"):
+        fn = "scatter" if prim == "scatter" else "scatter_add"
+        return (
+            f"lax.{fn}({a[0]}, {a[1]}, {a[2]}, {p['dimension_numbers']}"
+            f"{_kw(p, 'indices_are_sorted', 'unique_indices', 'mode')})"
+        )
+    if prim == "ragged_dot_general":
+        return (
+            f"lax.ragged_dot_general({a[0]}, {a[1]}, {a[2]}, {p['ragged_dot_dimension_numbers']}"
+            f"{_kw(p, 'precision', 'preferred_element_type', 'group_offset')})"
+        )
+    if prim == "gather":
+        return (
+            f"lax.gather({a[0]}, {a[1]}, {p['dimension_numbers']}, {p['slice_sizes']}"
+            f"{_kw(p, 'indices_are_sorted', 'unique_indices', 'mode', 'fill_value')})"
+        )
+    if prim in BINARY:
+        return f"lax.{BINARY[prim]}({a[0]}, {a[1]})"
+    if prim in ("stop_gradient", "copy", "copy_p", "optimization_barrier"):
+        return a[0]
+    if prim == "integer_pow":
+        return f"lax.integer_pow({a[0]}, {p['y']})"
+    if prim == "convert_element_type":
+        return f"lax.convert_element_type({a[0]}, {p['new_dtype']})"
+    if prim == "reduce_precision":
+        return f"lax.reduce_precision({a[0]}, {p['exponent_bits']}, {p['mantissa_bits']})"
+    if prim == "select_n":
+        return f"lax.select_n({', '.join(a)})"
+    if prim == "clamp":
+        return f"lax.clamp({a[0]}, {a[1]}, {a[2]})"
+    if prim == "broadcast_in_dim":
+        return f"lax.broadcast_in_dim({a[0]}, {p['shape']}, {p['broadcast_dimensions']})"
+    if prim == "reshape":
+        return f"lax.reshape({a[0]}, {p['new_sizes']}{_kw(p, 'dimensions')})"
+    if prim == "transpose":
+        return f"lax.transpose({a[0]}, {p['permutation']})"
+    if prim == "squeeze":
+        return f"lax.squeeze({a[0]}, {p['dimensions']})"
+    if prim == "expand_dims":
+        return f"lax.expand_dims({a[0]}, {p['dimensions']})"
+    if prim in REDUCE:
+        return f"lax.{prim}({a[0]}, {p['axes']})"
+    if prim in ("argmax", "argmin"):
+        return f"lax.{prim}({a[0]}, {_tuple(p['axes'])[0]}, {p['index_dtype']})"
+    if prim in CUMULATIVE:
+        return f"lax.{prim}({a[0]}, {p['axis']}, {p['reverse']})"
+    if prim == "iota":
+        if "float" in p["dtype"]:  # Mosaic's iota is integer-only; small counts are exact in floats
+            return f"lax.convert_element_type(lax.broadcasted_iota(jnp.int32, {p['shape']}, {p['dimension']}), {p['dtype']})"
+        return f"lax.broadcasted_iota({p['dtype']}, {p['shape']}, {p['dimension']})"
+    if prim == "dot_general":
+        return f"lax.dot_general({a[0]}, {a[1]}, {p['dimension_numbers']}{_kw(p, 'precision', 'preferred_element_type')})"
+    if prim == "slice":
+        return f"lax.slice({a[0]}, {p['start_indices']}, {p['limit_indices']}{_kw(p, 'strides')})"
+    if prim == "concatenate":
+        return f"lax.concatenate([{', '.join(a)}], {p['dimension']})"
+    if prim == "pad":
+        return f"lax.pad({a[0]}, {a[1]}, {p['padding_config']})"
+    if prim == "rev":
+        return f"lax.rev({a[0]}, {p['dimensions']})"
+    if prim == "top_k":
+        return f"lax.top_k({a[0]}, {p['k']})"
+    if prim == "conv_general_dilated":
+        return (
+            f"lax.conv_general_dilated({a[0]}, {a[1]}, {p['window_strides']}, {p['padding']}, "
+            f"{p['lhs_dilation']}, {p['rhs_dilation']}, {p['dimension_numbers']}, "
+            f"{p['feature_group_count']}, {p['batch_group_count']}{_kw(p, 'precision', 'preferred_element_type')})"
+        )
+    raise Unsupported(prim)
+
+
+EMITTABLE = (
+    ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
+    | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
+       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
+       "reduce_window", "scatter", "scatter-add", "ragged_dot_general"}
+)  # fmt: skip
+
+
+def unsupported_ops(program: Program) -> list[str]:
+    """Primitives of `program` this emitter cannot write (sorted, unique), its unrenderable params included."""
+    bad = {p for p in program.get("census", {}) if p not in EMITTABLE}
+    bad |= set(program.get("unrenderable", []))
+    if program.get("error"):
+        bad.add("untraceable")
+    return sorted(bad)
+
+
+def operand(name: str) -> str:
+    return name[4:] if name.startswith("lit:") else name
+
+
+def body_lines(
+    program: Program,
+    shape_of: Callable[[dict, str], str] | None = None,
+    extra: Callable[[dict, str], str] | None = None,
+) -> list[str]:
+    """One `outs = lax.<prim>(...)` line per equation.
+
+    `shape_of(eqn, param)` may rewrite a shape parameter (tiling); `extra(eqn, expr)` may rewrite a
+    whole expression (an iota offset by the block's first row).
+    """
+    lines = []
+    for e in program["equations"]:
+        params = dict(e["params"])
+        if shape_of is not None and e["primitive"] in SHAPE_PARAMS:
+            key = SHAPE_PARAMS[e["primitive"]]
+            params[key] = shape_of(e, key)
+        if shape_of is not None and e["primitive"] == "slice":
+            params["limit_indices"] = shape_of(e, "limit_indices")
+        out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
+        merged = _merged_batch(e, params)
+        if merged is not None:
+            lines.extend(merged[0])
+            e = {**e, "inputs": merged[1]}
+        if e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
+            # exact in f32, and spares Mosaic a 32-bit mask relayout to 16-bit tiles
+            cases = [f"lax.convert_element_type({operand(a)}, jnp.float32)" for a in e["inputs"][1:]]
+            inner = _call("select_n", [operand(e["inputs"][0]), *cases], params)
+            expr = f"lax.convert_element_type({inner}, jnp.{out_dtype})"
+        elif e["primitive"] in ("select_n", "broadcast_in_dim") and out_dtype == "bool":
+            # masks as int32 (exact): Mosaic cannot relayout every i1 vector it would need
+            n = 1 if e["primitive"] == "select_n" else 0
+            ins = [operand(a) for a in e["inputs"]]
+            ins[n:] = [f"lax.convert_element_type({a}, jnp.int32)" for a in ins[n:]]
+            expr = f"lax.ne({_call(e['primitive'], ins, params)}, jnp.int32(0))"
+        elif e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
+            # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
+            params["preferred_element_type"] = "jnp.float32"
+            args = [operand(a) for a in e["inputs"]]
+            if e["primitive"] == "dot_general" and ast.literal_eval(params["dimension_numbers"])[1][0]:
+                # batched: XLA:CPU has no bf16 x bf16 -> f32 batched dot; f32 operands hold bf16 exactly
+                args = [f"lax.convert_element_type({a}, jnp.float32)" for a in args]
+            expr = f"lax.convert_element_type({_call(e['primitive'], args, params)}, jnp.{out_dtype})"
+        else:
+            expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
+        if extra is not None:
+            expr = extra(e, expr)
+        outs = e["outputs"]
+        target = outs[0] if len(outs) == 1 else ", ".join(outs)
+        if merged is not None:
+            lines.append(f"{target}_d = {expr}")
+            expr = f"{target}_d.reshape({operand(e['inputs'][0])}.shape[:{merged[2]}] + {target}_d.shape[1:])"
+            expr = expr.replace(f"{target}_l.shape", f"{merged[3]}.shape")
+        lines.append(f"{target} = {expr}")
+    return lines
+
+
+def _merged_batch(e: dict, params: dict) -> tuple[list[str], list[str], int, str] | None:
+    """A dot_general with n >= 2 leading batch axes as one with a single merged batch axis (Mosaic's
+    matmul takes at most one): (lines reshaping the operands, their new names, n, the lhs name).
+    Rewrites `params` in place; the result is reshaped back by the caller."""
+    if e["primitive"] != "dot_general":
+        return None
+    (lc, rc), (lb, rb) = ast.literal_eval(params["dimension_numbers"])
+    nb = len(lb)
+    if nb < 2 or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
+        return None
+    a, b = (operand(x) for x in e["inputs"])
+    out = e["outputs"][0]
+    lines = [
+        f"{out}_l = {a}.reshape((-1,) + {a}.shape[{nb}:])  # {nb} batch axes merged into one",
+        f"{out}_r = {b}.reshape((-1,) + {b}.shape[{nb}:])",
+    ]
+    shift = nb - 1
+    lc2, rc2 = tuple(c - shift for c in lc), tuple(c - shift for c in rc)
+    params["dimension_numbers"] = repr(((lc2, rc2), ((0,), (0,))))
+    return lines, [f"{out}_l", f"{out}_r"], nb, a
+
+
+def census_text(program: Program, names: Sequence[str] | None = None) -> str:
+    census = program.get("census", {})
+    keys = names if names is not None else sorted(census, key=lambda k: -census[k])
+    return ", ".join(k for k in keys)
