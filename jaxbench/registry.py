@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 TASKS_DIR = Path(__file__).parent / "tasks"
-_ID_RE = re.compile(r"^(\d+)([pk])_\w+$")
+_ID_RE = re.compile(r"^(\d+)([pkm])_\w+$")  # p: production, k: KernelBench-style, m: multi-chip
 
 
 class UnknownTaskError(KeyError):
@@ -23,8 +23,7 @@ def _sort_key(task_id: str) -> tuple[int, str]:
     return (int(m.group(1)), task_id) if m else (10_000, task_id)
 
 
-def list_task_ids() -> list[str]:
-    """All task ids, in sheet order (1p … 17p, 18k … 50k)."""
+def _all_ids() -> list[str]:
     ids = []
     for p in TASKS_DIR.iterdir():
         name = p.stem if p.suffix == ".py" else p.name
@@ -33,9 +32,20 @@ def list_task_ids() -> list[str]:
     return sorted(ids, key=_sort_key)
 
 
+def is_multichip(task_id: str) -> bool:
+    """Multi-chip tasks (``51m`` …) declare a MESH and run over several devices."""
+    m = _ID_RE.match(task_id)
+    return bool(m and m.group(2) == "m")
+
+
+def list_task_ids(*, multichip: bool = False) -> list[str]:
+    """The 50 single-chip task ids in sheet order (1p … 17p, 18k … 50k); with ``multichip``, also 51m …"""
+    return [t for t in _all_ids() if multichip or not is_multichip(t)]
+
+
 def resolve_id(name: str) -> str:
     """Accept a full id (``8p_GEMM``), a short one (``8p``) or the name part (``GEMM``)."""
-    ids = list_task_ids()
+    ids = _all_ids()
     if name in ids:
         return name
     low = name.lower()

@@ -45,6 +45,11 @@ class ChipSpec(BaseModel):
         default=None, description="TensorCore clock; None where no figure we trust exists (see CLOCKS)"
     )
     clock_source: str | None = None
+    ici_link_gbps: float | None = Field(
+        default=None,
+        description="one ICI link, one direction, GB/s; None where no figure was found (see ICI)",
+    )
+    ici_source: str | None = None
     f32_mxu_slowdown: float = Field(
         default=F32_MXU_SLOWDOWN, description="f32 matmul time / bf16 matmul time on the MXU (calibrated)"
     )
@@ -185,6 +190,22 @@ CLOCKS = {
 }
 CHIPS = {
     k: c.model_copy(update={"clock_ghz": CLOCKS[k][0], "clock_source": CLOCKS[k][1]}) if k in CLOCKS else c
+    for k, c in CHIPS.items()
+}
+
+# ICI: the Cloud TPU pages give bidirectional ICI bandwidth per chip and the ports per chip; one link in
+# one direction is that / (2 x ports). A remote DMA to a neighbour uses one link. v4 and 7x: no per-chip
+# figure found, so multi-chip estimates there carry no ICI term (and say so).
+ICI = {
+    "tpu-v5e": (400 / (2 * 4), "cloud.google.com/tpu/docs/v5e: 400 GB/s bidirectional ICI per chip, 4 ports"),
+    "tpu-v5p": (
+        1200 / (2 * 6),
+        "cloud.google.com/tpu/docs/v5p: 1200 GB/s bidirectional ICI per chip, 3D torus (6 ports)",
+    ),
+    "tpu-v6e": (800 / (2 * 4), "cloud.google.com/tpu/docs/v6e: 800 GB/s bidirectional ICI per chip, 4 ports"),
+}
+CHIPS = {
+    k: c.model_copy(update={"ici_link_gbps": ICI[k][0], "ici_source": ICI[k][1]}) if k in ICI else c
     for k, c in CHIPS.items()
 }
 

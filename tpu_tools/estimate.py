@@ -36,6 +36,7 @@ from maxkernel.tpu_tools.block_schedule import (
 from maxkernel.tpu_tools.chips import ChipSpec, get_chip
 from maxkernel.tpu_tools.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.llo_parse import ProgramLLO
+from maxkernel.tpu_tools.megacore import core_split, cores_per_device
 from maxkernel.tpu_tools.pallas_info import PallasCallInfo
 
 __all__ = [
@@ -110,6 +111,13 @@ class CallEstimate(BaseModel):
     vmem_bytes_needed: int
     padding_waste_fraction: float
     index_maps: str = Field(description="affine (closed form) | enumerated | sampled | unknown prefetch")
+    ici_time_us: float = Field(
+        default=0.0, description="remote-DMA bytes over one ICI link (multi-chip kernels)"
+    )
+    cores: int = Field(default=1, description="TensorCores the grid is split across (megacore: 2)")
+    steps_per_core: int = Field(
+        default=0, description="the busiest core's grid steps (= steps without a split)"
+    )
     notes: list[str] = Field(default_factory=list)
 
 
@@ -272,7 +280,7 @@ def _estimate_call(
     vpu_rate = _vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
     mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
-    if mm is not None or src == "kernel body":
+    if mm is not None or counted:  # the body has matmul/conv flops: they run on the MXU
         mxu_s = flops / steps / (c.mxu_flops_per_s(mm_dtype) * mxu_eff)
     else:
         mxu_s = 0.0
@@ -323,7 +331,27 @@ def _estimate_call(
     overhead_s += max(0.0, floor_s - last_busy)
     prologue_s = sched.first_fetch_bytes / bw
     epilogue_s = sched.last_writeback_bytes / bw
-    total_s = prologue_s + steady + last_step + epilogue_s + straight_s
+    # Megacore: the leading parallel axes run on both TensorCores at once; the busiest core's share of
+    # the steps sets the time (each core streams its own blocks at the chip table's per-core rate).
+    split = core_split(grid, call.dimension_semantics, cores_per_device(c.name))
+    if split.split_axes:
+        share = split.steps_per_core / steps
+        steady, last_step, overhead_s = steady * share, last_step * share, overhead_s * share
+        notes.append(f"{call.kernel_name}: megacore split, {split.note}")
+    elif split.note:
+        notes.append(f"{call.kernel_name}: {split.note}")
+    # ICI: bytes this device sends to others (remote DMAs), over one link; no overlap with compute assumed.
+    ici_s = 0.0
+    if call.remote_dma_bytes:
+        if c.ici_link_gbps:
+            ici_s = call.remote_dma_bytes / (c.ici_link_gbps * 1e9)
+            notes.append(
+                f"{call.kernel_name}: {call.remote_dmas} remote DMA(s), {_fmt_bytes(call.remote_dma_bytes)} over ICI "
+                f"at {c.ici_link_gbps:g} GB/s per link ({c.ici_source}); not overlapped with compute"
+            )
+        else:
+            notes.append(f"{call.kernel_name}: remote DMAs not costed: no ICI bandwidth known for {c.name}")
+    total_s = prologue_s + steady + last_step + epilogue_s + straight_s + ici_s
 
     moved = sum(sched.moved_per_block) + manual_bytes
     min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
@@ -353,6 +381,9 @@ def _estimate_call(
         vmem_bytes_needed=vmem,
         padding_waste_fraction=(padded - real) / padded if padded else 0.0,
         index_maps=sched.mode,
+        ici_time_us=ici_s * 1e6,
+        cores=split.cores if split.split_axes else 1,
+        steps_per_core=split.steps_per_core,
         notes=notes,
     )
 
@@ -362,7 +393,8 @@ def _estimate_call(
 
 ASSUMPTIONS = [
     f"a grid step takes max({STEP_OVERHEAD_US} us, compute, DMA) (JAX Pallas TPU guides; v5e 128^3 matmul)",
-    "grid runs sequentially in row-major order on one TensorCore (megacore split of parallel dims not modeled)",
+    "grid runs in row-major order on one TensorCore; on megacore chips (v4, v5p) the leading parallel axes "
+    "are split across both TensorCores and the busiest core's steps set the time (megacore.py)",
     "an input block is fetched only when its block index changes between consecutive steps; an output "
     "block is written back when its index changes and at the end",
     "DMA of step t+1 inputs / step t-1 outputs overlaps step t compute; first fetch and last writeback do not",

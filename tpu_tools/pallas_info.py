@@ -84,6 +84,10 @@ class PallasCallInfo(BaseModel):
     cost_estimate: CostEstimateInfo | None = None
     interpret: bool
     input_output_aliases: list[tuple[int, int]] = Field(default_factory=list)
+    remote_dmas: int = Field(default=0, description="DMAs to another device (device_id set), as traced")
+    remote_dma_bytes: int = Field(
+        default=0, description="bytes those DMAs send, as traced (loops counted once)"
+    )
 
     _index_maps: list[IndexMap] = PrivateAttr(default_factory=list)
 
@@ -382,7 +386,10 @@ def _call_info(eqn, path: str) -> PallasCallInfo:
     ce = p.get("cost_estimate")
     kernel_name, source = _kernel_name_and_source(p)
     interpret = p.get("interpret", False)
+    n_remote, remote_bytes = remote_dma_census(p.get("jaxpr"))
     info = PallasCallInfo(
+        remote_dmas=n_remote,
+        remote_dma_bytes=remote_bytes,
         kernel_name=kernel_name,
         name=p.get("name"),
         source=source,
@@ -430,6 +437,44 @@ def _walk(jaxpr, prefix: str) -> Iterator[tuple[Any, str]]:
             yield from _walk(sub, label)
         # custom_vjp keeps its forward as a ClosedJaxpr under 'call_jaxpr'/'fun_jaxpr' (covered above);
         # its bwd is a Python callable, traced only under differentiation.
+
+
+def remote_dma_census(kernel_jaxpr) -> tuple[int, int]:
+    """(count, bytes) of the kernel's DMAs with a device_id: what it sends over ICI.
+
+    Reads jax's private DMA operand layout; anything unreadable counts as no remote DMA.
+    """
+    try:
+        from jax._src.pallas.mosaic.primitives import _dma_unflatten
+    except ImportError:  # pragma: no cover - a jax without it
+        return 0, 0
+    count = total = 0
+
+    def walk(jaxpr) -> None:
+        nonlocal count, total
+        for eqn in getattr(jaxpr, "eqns", ()):
+            if eqn.primitive.name == "dma_start":
+                try:
+                    src, _dst, _sem, _src_sem, device_id = _dma_unflatten(
+                        eqn.params["tree"], [v.aval for v in eqn.invars]
+                    )
+                except Exception:  # noqa: BLE001 - private layout changed: count nothing
+                    continue
+                if device_id is not None:
+                    count += 1
+                    total += int(math.prod(src.shape)) * np.dtype(src.dtype).itemsize
+            for value in eqn.params.values():
+                inner = getattr(value, "jaxpr", value)
+                if hasattr(inner, "eqns"):
+                    walk(inner)
+                elif isinstance(value, tuple | list):
+                    for v in value:
+                        inner = getattr(v, "jaxpr", v)
+                        if hasattr(inner, "eqns"):
+                            walk(inner)
+
+    walk(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr))
+    return count, total
 
 
 def find_pallas_calls(closed_jaxpr: Any) -> list[PallasCallInfo]:

@@ -146,10 +146,17 @@ def render_chips(chips: list[ChipSpec]) -> None:
 
 
 def render_tasks(tasks) -> None:
-    table = Table("id", "model", "operator", "full", "small", "pallas ref")
+    table = Table("id", "model", "operator", "full", "small", "pallas ref", "chips")
     for t in tasks:
         table.add_row(
-            t.id, t.model, t.operator, _dims(t.full), _dims(t.small), "✓" if t.has_pallas_reference else ""
+            t.id,
+            t.model,
+            t.operator,
+            _dims(t.full),
+            _dims(t.small),
+            "✓" if t.has_pallas_reference else "",
+            f"multi-chip ×{t.mesh_devices}" if t.mesh_devices else "1",
         )
     console.print(table)
-    console.print(f"{len(tasks)} tasks")
+    multi = sum(1 for t in tasks if t.mesh_devices)
+    console.print(f"{len(tasks) - multi} single-chip tasks" + (f", {multi} multi-chip" if multi else ""))

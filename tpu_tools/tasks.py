@@ -14,6 +14,7 @@ class TaskSummary(BaseModel):
     full: dict
     small: dict
     has_pallas_reference: bool
+    mesh_devices: int | None = None  # multi-chip tasks: how many devices their MESH spans
 
 
 def summarize_task(task_id: str) -> TaskSummary:
@@ -31,10 +32,19 @@ def summarize_task(task_id: str) -> TaskSummary:
         full={k: v for k, v in sizes.get("full", {}).items()},
         small={k: v for k, v in sizes.get("small", {}).items()},
         has_pallas_reference=registry.pallas_reference_path(task_id) is not None,
+        mesh_devices=_mesh_devices(module),
     )
 
 
-def list_tasks() -> list[TaskSummary]:
+def _mesh_devices(module) -> int | None:
+    from maxkernel.tpu_tools.mesh import mesh_of
+
+    spec = mesh_of(module)
+    return spec.device_count if spec is not None else None
+
+
+def list_tasks(*, multichip: bool = True) -> list[TaskSummary]:
+    """The 50 single-chip tasks, then (by default) the multi-chip ones, marked by `mesh_devices`."""
     from maxkernel.jaxbench import registry
 
-    return [summarize_task(t) for t in registry.list_task_ids()]
+    return [summarize_task(t) for t in registry.list_task_ids(multichip=multichip)]

@@ -1,0 +1,216 @@
+"""Kernels over a device mesh: the reference's optional `MESH`, and the meshes a job runs it on.
+
+A multi-chip reference declares
+
+    MESH = {"axes": {"x": 4}, "in_specs": [["x", None], [None, "x"]], "out_specs": [None, "x"]}
+
+(axis names and sizes in mesh order; one PartitionSpec per input and one for the single output, each a
+list with an axis name or None per array dimension; tuple outputs are not supported yet). Its `workload` is the global computation; a candidate gets
+the same global arrays, sharded by `in_specs`, and runs under `jax.set_mesh(mesh)`, so it may
+`jax.shard_map` without naming a mesh and use remote DMAs, semaphores and `collective_id` inside.
+
+Off the chip the same kernel is (a) compiled by the real Mosaic compiler for a TPU topology of that
+many chips (`topology_name`), and (b) run in TPU interpret mode on that many CPU devices
+(`host_device_flag` must be in XLA_FLAGS before the CPU backend starts). Remote DMAs are interpreted
+with `dma_execution_mode="eager"` (see `interpret_params`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from maxkernel.tpu_tools.errors import UsageError
+
+SpecEntry = str | None
+Spec = list[SpecEntry] | None
+
+# Topologies of the real compiler for N chips, per generation (libtpu topology names).
+_TOPOLOGIES: dict[str, dict[int, str]] = {
+    "tpu-v4": {1: "v4:1x1x1", 2: "v4:2x1x1", 4: "v4:2x2x1", 8: "v4:2x2x2"},
+    "tpu-v5e": {1: "v5e:1x1", 2: "v5e:2x1", 4: "v5e:2x2", 8: "v5e:2x4"},
+    "tpu-v5p": {1: "v5p:1x1x1", 2: "v5p:2x1x1", 4: "v5p:2x2x1", 8: "v5p:2x2x2"},
+    "tpu-v6e": {1: "v6e:1x1", 2: "v6e:2x1", 4: "v6e:2x2", 8: "v6e:2x4"},
+    "tpu-7x": {1: "tpu7x:1x1x1", 2: "tpu7x:2x1x1", 4: "tpu7x:2x2x1", 8: "tpu7x:2x2x2"},
+}
+
+
+class MeshSpec(BaseModel):
+    """A reference's device mesh: what the verdict says it ran on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    axes: dict[str, int] = Field(description="axis name -> size, in mesh order")
+    in_specs: list[Spec] = Field(description="one PartitionSpec per input (axis name or None per dim)")
+    out_specs: Spec = Field(description="the (single) output's PartitionSpec")
+
+    @field_validator("axes")
+    @classmethod
+    def _positive(cls, axes: dict[str, int]) -> dict[str, int]:
+        if not axes or any(int(v) < 1 for v in axes.values()):
+            raise ValueError(f"MESH axes should be a non-empty name -> size >= 1 mapping, got {axes}")
+        return axes
+
+    @property
+    def device_count(self) -> int:
+        return math.prod(self.axes.values())
+
+    def describe(self) -> str:
+        return " x ".join(f"{k}={v}" for k, v in self.axes.items()) + f" ({self.device_count} devices)"
+
+
+def mesh_of(module: Any) -> MeshSpec | None:
+    """The module's MESH as a MeshSpec (None for single-device references); bad MESH -> UsageError."""
+    raw = getattr(module, "MESH", None)
+    if raw is None:
+        return None
+    try:
+        spec = MeshSpec.model_validate(raw)
+    except Exception as e:  # pydantic's message names the bad field
+        raise UsageError(f"the reference's MESH is malformed: {e}") from None
+    for s in [*spec.in_specs, spec.out_specs]:
+        for entry in s or []:
+            if entry is not None and entry not in spec.axes:
+                raise UsageError(f"the reference's MESH names axis {entry!r}, not one of {list(spec.axes)}")
+    return spec
+
+
+def partition_spec(entries: Spec):
+    from jax.sharding import PartitionSpec
+
+    return PartitionSpec() if entries is None else PartitionSpec(*entries)
+
+
+def host_device_flag(n: int) -> str:
+    return f"--xla_force_host_platform_device_count={int(n)}"
+
+
+def request_host_devices(n: int) -> None:
+    """Ask the (not yet started) CPU backend for n devices; call before any jax backend use."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, host_device_flag(n)])
+
+
+def cpu_mesh(spec: MeshSpec):
+    """A Mesh of `spec`'s shape over CPU devices (the backend must have been started with enough)."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    devices = jax.devices("cpu")
+    if len(devices) < spec.device_count:
+        raise UsageError(
+            f"the mesh needs {spec.device_count} CPU devices but this process has {len(devices)}: "
+            f"start it with XLA_FLAGS={host_device_flag(spec.device_count)}"
+        )
+    grid = np.array(devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
+    return Mesh(grid, tuple(spec.axes))
+
+
+def topology_name(target: str, n_devices: int) -> str:
+    try:
+        return _TOPOLOGIES[target][n_devices]
+    except KeyError:
+        sizes = sorted(_TOPOLOGIES.get(target, {}))
+        raise UsageError(
+            f"no {n_devices}-chip topology known for {target} (known chip counts: {sizes})"
+        ) from None
+
+
+def topology_mesh(spec: MeshSpec, target: str):
+    """A Mesh of `spec`'s shape over a libtpu compile-only topology of the target's generation."""
+    import numpy as np
+    from jax.experimental import topologies
+    from jax.sharding import Mesh
+
+    topo = topologies.get_topology_desc(topology_name(target, spec.device_count), "tpu")
+    grid = np.array(topo.devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
+    return Mesh(grid, tuple(spec.axes))
+
+
+def input_shardings(spec: MeshSpec, mesh) -> list:
+    from jax.sharding import NamedSharding
+
+    return [NamedSharding(mesh, partition_spec(s)) for s in spec.in_specs]
+
+
+def output_sharding(spec: MeshSpec, mesh):
+    from jax.sharding import NamedSharding
+
+    return NamedSharding(mesh, partition_spec(spec.out_specs))
+
+
+def place(inputs, spec: MeshSpec, mesh) -> tuple:
+    """Put global host arrays onto the mesh, sharded by the reference's in_specs."""
+    import jax
+
+    if len(inputs) != len(spec.in_specs):
+        raise UsageError(
+            f"MESH has {len(spec.in_specs)} in_specs but the reference makes {len(inputs)} inputs"
+        )
+    return tuple(jax.device_put(x, s) for x, s in zip(inputs, input_shardings(spec, mesh), strict=True))
+
+
+def sharded_shapes(shapes, spec: MeshSpec, mesh) -> tuple:
+    """ShapeDtypeStructs carrying the mesh shardings (what a topology compile traces with)."""
+    import jax
+
+    return tuple(
+        jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh)
+        for s, sh in zip(shapes, input_shardings(spec, mesh), strict=True)
+    )
+
+
+def interpret_params(detect_races: bool = True, cores_per_device: int = 1):
+    """TPU interpret mode for multi-device kernels.
+
+    Remote DMAs run eagerly: in the default "on_wait" mode, jax 0.10.2's interpreter runs a remote copy
+    only when its *sender* waits, so a receiver that waits on its receive semaphore can read the slot
+    before the data lands -- jax's own `all_gather` then reports races and wrong rows on 4 CPU devices,
+    while it is exact and race-free with eager DMAs. Eager execution plus race detection still catches
+    a kernel that reads a buffer before waiting on its DMA (the read races with the in-flight copy).
+    """
+    from jax.experimental.pallas import tpu as pltpu
+
+    return pltpu.InterpretParams(
+        detect_races=detect_races, dma_execution_mode="eager", num_cores_or_threads=cores_per_device
+    )
+
+
+def run_on_cpu_mesh(fn, inputs, spec: MeshSpec, *, detect_races: bool = True, cores_per_device: int = 1):
+    """Run `fn` on the global `inputs` sharded over a CPU mesh in TPU interpret mode.
+
+    Returns (output as a host numpy array, races_found). The CPU backend must have `spec.device_count`
+    devices (`request_host_devices` before it starts).
+    """
+    import jax
+    import numpy as np
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
+    from jax.experimental.pallas import tpu as pltpu
+
+    mesh = cpu_mesh(spec)
+    try:
+        with jax.set_mesh(mesh):
+            placed = place(inputs, spec, mesh)
+            with pltpu.force_tpu_interpret_mode(interpret_params(detect_races, cores_per_device)):
+                out = jax.jit(fn, out_shardings=output_sharding(spec, mesh))(*placed)
+                out = jax.block_until_ready(out)
+            races = bool(detect_races and ipc.races is not None and ipc.races.races_found)
+        return np.asarray(out), races
+    finally:
+        pltpu.reset_tpu_interpret_mode_state()
+
+
+def compile_for_topology(fn, shapes, spec: MeshSpec, target: str):
+    """The real Mosaic compile of `fn` for a `spec.device_count`-chip topology of `target` (compile-only)."""
+    import jax
+
+    mesh = topology_mesh(spec, target)
+    with jax.set_mesh(mesh):
+        traced = jax.jit(fn, out_shardings=output_sharding(spec, mesh)).trace(
+            *sharded_shapes(shapes, spec, mesh)
+        )
+        return traced.lower().compile()
