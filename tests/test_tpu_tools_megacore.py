@@ -55,3 +55,36 @@ def test_interpret_threads_only_where_the_target_splits():
     assert interpret_cores("tpu-v5p", par) == 2
     assert interpret_cores("tpu-v6e", par) == 1
     assert interpret_cores("tpu-v5p", [{"dimension_semantics": ("arbitrary",)}]) == 1
+
+
+# ---- validation: a reduction axis wrongly marked "parallel" fails on a megacore target ---------------
+@pytest.fixture(scope="module")
+def evaluator():
+    from maxkernel.tpu_tools.evaluate import Evaluator
+    from maxkernel.tpu_tools.pool import WorkerPool
+
+    with WorkerPool(max_workers=1) as pool:
+        yield Evaluator(pool, timeout_s=180)
+
+
+def _validate(evaluator, kernel: str, target: str):
+    from conftest_paths import KERNELS, REFS
+
+    return evaluator.validate(
+        str(KERNELS / "megacore" / f"{kernel}.py"),
+        str(REFS / "column_block_sum_reference.py"),
+        target,
+        seeds=1,
+    )
+
+
+@pytest.mark.slow
+def test_reduction_marked_parallel_fails_on_v5p_and_the_honest_twin_passes(evaluator):
+    bad = _validate(evaluator, "reduction_marked_parallel", "tpu-v5p")
+    assert not bad.ok and bad.failure.kind in ("race", "output_mismatch"), bad.failure
+    assert "one per TensorCore" in bad.execution
+    good = _validate(evaluator, "reduction_arbitrary", "tpu-v5p")
+    assert good.ok, good.failure
+    # On a single-core chip the same "parallel" mark runs sequentially: correct there.
+    single = _validate(evaluator, "reduction_marked_parallel", "tpu-v6e")
+    assert single.ok, single.failure

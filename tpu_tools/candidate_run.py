@@ -19,6 +19,8 @@ from maxkernel.tpu_tools.classify import classify_exception
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
 from maxkernel.tpu_tools.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.megacore import interpret_cores
+from maxkernel.tpu_tools.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
 from maxkernel.tpu_tools.targets import parse_target
 from maxkernel.tpu_tools.work_check import WorkCensus, callback_verdict, census_of, work_verdict
@@ -157,9 +159,10 @@ def candidate_job(
         if patches:  # a hint for the reader; the fingerprints decide
             report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
         shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
-        with scope:
+        with scope, contextlib.ExitStack() as stack:
             try:
-                census = census_of(jax.make_jaxpr(cand.workload)(*shapes))
+                jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
+                census = census_of(jaxpr)
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001 - the candidate's failure, whatever it raised
@@ -180,6 +183,16 @@ def candidate_job(
             if not allow_plain_jax and (why := work_verdict(census, ref_census)) is not None:
                 return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
             race_log = io.StringIO()
+            # Megacore targets (v4, v5p): one interpreter thread per TensorCore wherever a kernel has a
+            # "parallel" axis, so a reduction wrongly marked parallel races or answers wrong.
+            cores = (
+                1
+                if plan.native
+                else interpret_cores(tgt.chip.name if tgt.chip else None, find_pallas_calls(jaxpr))
+            )
+            if cores > 1:
+                report.execution += f"; {cores} interpreter threads, one per TensorCore (megacore split)"
+                stack.enter_context(execution.tpu_interpret_mode(detect_races=detect_races, cores=cores))
             try:
                 compiled = jit(cand.workload).lower(*inputs[order[0]]).compile()
             except SystemExit:

@@ -90,11 +90,14 @@ def abstract_tpu_mesh(target: Target):
 
 
 @contextlib.contextmanager
-def tpu_interpret_mode(detect_races: bool = False):
-    """Run Pallas TPU kernels (written with interpret=False) in TPU interpret mode without editing them."""
+def tpu_interpret_mode(detect_races: bool = False, cores: int = 1):
+    """Run Pallas TPU kernels (written with interpret=False) in TPU interpret mode without editing them.
+
+    `cores` > 1 interprets with one thread per TensorCore (megacore targets), splitting "parallel" axes.
+    """
     from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(detect_races=detect_races)
+    params = pltpu.InterpretParams(detect_races=detect_races, num_cores_or_threads=cores)
     try:
         with pltpu.force_tpu_interpret_mode(params):
             yield

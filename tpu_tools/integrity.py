@@ -228,7 +228,13 @@ class Guard:
         """(tampered summary, reached-reference summary) after the run; None where clean."""
         self._armed = False
         changed = changes(self.before, fingerprint(self.extra_modules))
-        new_threads = [t.name for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
+        # _DummyThread: a foreign (C-started) thread that once called into threading, as the TPU
+        # interpreter's per-core worker threads do when validation splits a grid across cores.
+        new_threads = [
+            t.name
+            for t in threading.enumerate()
+            if t.ident not in self.threads and t.is_alive() and not isinstance(t, threading._DummyThread)
+        ]
         problems = []
         if changed:
             problems.append(
