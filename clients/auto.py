@@ -268,8 +268,8 @@ class AutoLoop(RoleSteps):
             "budget_tokens": retrieval_budget(role),
             "min_score_ratio": MIN_SCORE_RATIO,
         }
-        if error:
-            args["error"] = error
+        if error:  # the debugger's prompt already carries the guide sections for this error: kernels only
+            args |= {"error": error, "kinds": ["kernel"]}
         else:
             args |= {"reference": self.config.reference, "kinds": ["kernel"]}
         try:

@@ -131,7 +131,8 @@ def prompt_examples(ctx: Context[AppState] | None, role: str, *, task: str = "",
     try:
         ix = index_for(ctx)
         if error.strip():
-            return ix.search(error=error, **common).hits
+            # the debugger's prompt already carries the guide sections for this error: kernels only
+            return ix.search(error=error, kinds=("kernel",), **common).hits
         if not task.strip():
             return []
         src, exclude = reference_text(None, task)

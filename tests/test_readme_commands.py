@@ -32,7 +32,7 @@ RUN = {
 RUN |= {("maxkernel", "examples")}
 RUN |= {("maxkernel-orchestrate", "search-estimate")}
 PARSE = {("maxkernel", "bench"), ("maxkernel-server", None)}
-PARSE |= {("maxkernel-orchestrate", v) for v in ("auto", "search", "report")}
+PARSE |= {("maxkernel-orchestrate", v) for v in ("auto", "search", "report", "suite")}
 
 
 def readme_commands() -> list[str]:

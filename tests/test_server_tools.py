@@ -305,7 +305,9 @@ async def test_cancel_mid_evaluation_kills_the_child(client, tmp_path):
 @pytest.mark.anyio
 async def test_tasks_chips_and_prompts_ground_the_model(client):
     tasks = (await client.call_tool("list_tasks", {})).structured_content["result"]
-    assert len(tasks) == 50 and tasks[0]["id"].startswith("1p_")
+    single = [t for t in tasks if not t.get("mesh_devices")]
+    assert len(single) == 50 and tasks[0]["id"].startswith("1p_")
+    assert [t["mesh_devices"] for t in tasks if t.get("mesh_devices")] == [4, 4, 4]  # 51m-53m, marked
     task = (await client.call_tool("get_task", {"task": "8p"})).structured_content
     assert task["summary"]["id"] == "8p_GEMM" and "def workload" in task["reference_source"]
     chips = (await client.call_tool("list_chips", {})).structured_content["result"]
@@ -327,7 +329,7 @@ async def test_tasks_chips_and_prompts_ground_the_model(client):
 @pytest.mark.anyio
 async def test_resources(client):
     index = json.loads((await client.read_resource("maxkernel://tasks")).contents[0].text)
-    assert len(index) == 50
+    assert len([t for t in index if not t.get("mesh_devices")]) == 50 and len(index) == 53
     task = (await client.read_resource("maxkernel://tasks/8p_GEMM")).contents[0].text
     assert "def create_inputs" in task
     chip = json.loads((await client.read_resource("maxkernel://chips/tpu-v6e")).contents[0].text)

@@ -172,9 +172,8 @@ def test_cli_seeds_0_exits_2_with_one_line():
         timeout=120,
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert [x for x in p.stderr.splitlines() if x.startswith("maxkernel:")] == [
-        "maxkernel: --seeds should be at least 1, got 0: a check on no inputs proves nothing"
-    ]
+    lines = [x for x in p.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--seeds" in lines[0] and "got 0" in lines[0], p.stderr
 
 
 # ---- the judge's integrity in the candidate's process -------------------------------------------------

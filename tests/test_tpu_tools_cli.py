@@ -35,7 +35,9 @@ def test_chips_and_tasks_json():
     assert "tpu-v6e" in {c.name for c in chips}
     p = run("tasks", "--json")
     assert p.returncode == 0, p.stderr
-    assert len(json.loads(p.stdout)) == 50
+    tasks = json.loads(p.stdout)
+    assert len([t for t in tasks if not t["mesh_devices"]]) == 50  # the single-chip 50, then 51m-53m marked
+    assert {t["id"][:3] for t in tasks if t["mesh_devices"]} == {"51m", "52m", "53m"}
 
 
 def test_compile_good_kernel_is_0_with_a_compile_report():

@@ -400,7 +400,9 @@ class ExampleIndex:
                 continue
             # an error's fix is shown by kernels having its feature (e.g. vmem_limit_bytes set)
             boost = 1.0 + 0.5 * len(s.features & set(e.features))
-            structured = _structured(s.words, e) + _structured(s.primary, e)  # the main op counts twice
+            # An error's words describe a fix ("double buffered", "smaller blocks"), not a kernel's name.
+            names = s.mode != "error"
+            structured = _structured(s.words, e, names) + _structured(s.primary, e, names)  # main op twice
             out.append((e, (float(score) + structured) * boost))
         out.sort(key=lambda t: -t[1])
         return out
@@ -410,12 +412,12 @@ def _split(text: str) -> set[str]:
     return {w.lower().rstrip("s") for w in re.split(r"[^A-Za-z0-9]+", text) if len(w) > 1}
 
 
-def _structured(words: Sequence[str], e: ExampleEntry) -> float:
+def _structured(words: Sequence[str], e: ExampleEntry, names: bool = True) -> float:
     """What bm25 misses on a small corpus: words every kernel shares ('matmul') have near-zero idf,
     yet a query word in the kernel's own name, or among its few what-tags, says it is that kind of kernel.
     Many tags dilute each tag (sqrt), so a kernel that does everything does not match everything."""
     w = {x.lower().rstrip("s") for x in words}
-    name = len(w & _split(f"{e.id} {e.name} {e.wrapper}"))
+    name = len(w & _split(f"{e.id} {e.name} {e.wrapper}")) if names else 0
     tags = _split(" ".join(e.what))
     what = len(w & tags) / max(1.0, len(tags)) ** 0.5
     if not w:

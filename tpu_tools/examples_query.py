@@ -255,6 +255,8 @@ def build_search(
         s.mode = s.mode if s.mode != "text" else "primitives"
     if query.strip():
         s.words += words_of(query) + family_words(query)
+        if not op_text:  # a person's own words are what they asked for: they count over the family's
+            s.primary += words_of(query)
     seen: set[str] = set()
     s.words = [w for w in s.words if not (w in seen or seen.add(w))]
     return s

@@ -411,9 +411,11 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         from maxkernel.clients.search.templates import space_for
         from maxkernel.clients.tuned import record_best
 
-        if (space := space_for(reference)) is not None:
+        if (space := space_for(local_reference)) is not None:
             b = result.best
-            record_best(space, task.target, reference, task.size, b.config, b.time_us, b.time_label, "search")
+            record_best(
+                space, task.target, local_reference, task.size, b.config, b.time_us, b.time_label, "search"
+            )
     out["dead_servers"] = dispatcher.dead
     out["requeued_on_start"] = result.requeued_on_start
     store.close()
