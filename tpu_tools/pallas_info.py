@@ -444,6 +444,8 @@ def remote_dma_census(kernel_jaxpr) -> tuple[int, int]:
 
     Reads jax's private DMA operand layout; anything unreadable counts as no remote DMA.
     """
+    from jax._src.core import jaxprs_in_params
+
     try:
         from jax._src.pallas.mosaic.primitives import _dma_unflatten
     except ImportError:  # pragma: no cover - a jax without it
@@ -463,15 +465,8 @@ def remote_dma_census(kernel_jaxpr) -> tuple[int, int]:
                 if device_id is not None:
                     count += 1
                     total += int(math.prod(src.shape)) * np.dtype(src.dtype).itemsize
-            for value in eqn.params.values():
-                inner = getattr(value, "jaxpr", value)
-                if hasattr(inner, "eqns"):
-                    walk(inner)
-                elif isinstance(value, tuple | list):
-                    for v in value:
-                        inner = getattr(v, "jaxpr", v)
-                        if hasattr(inner, "eqns"):
-                            walk(inner)
+            for inner in jaxprs_in_params(eqn.params):  # loops, conds, pjit bodies
+                walk(inner)
 
     walk(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr))
     return count, total
