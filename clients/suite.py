@@ -8,8 +8,9 @@ one row in `SUITE_DIR/suite.sqlite`; its run directory is `SUITE_DIR/tasks/<id>/
 
 Scoring (the same for both modes, through the same pool): the loop's best kernel is evaluated again
 on fresh seeds (an offset no loop uses) in a fresh pool process, then validated on each of the
-tester's cases; the XLA baseline (the task's own workload) and the expert Pallas reference are
-profiled on the same server, so kernel, baseline and expert times come from one tier.
+tester's cases. The XLA baseline is the task's own workload as that evaluation's judge ran it (timed
+natively, and estimated for the target by the candidate's estimator); the expert Pallas reference is
+profiled on the same server. Kernel, baseline and expert times thus come from one tier.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from pydantic import BaseModel, Field
 from maxkernel.clients.search.evaluator import Dispatcher, EvalTask, EvaluatorDown, NoEvaluators
 from maxkernel.clients.search.remote import verdict_from_report
 from maxkernel.clients.suite_store import SuiteStore
-from maxkernel.tpu_tools.scoreboard import SuiteScore, TaskRow, score, tier_time, timed_row
+from maxkernel.tpu_tools.scoreboard import (
+    SuiteScore,
+    TaskRow,
+    reference_tier_time,
+    score,
+    tier_time,
+    timed_row,
+)
 
 VERIFY_SEED_OFFSET = 70_000  # apart from validation (0..), Auto's fresh seeds (10_000) and re-verify (50_000)
 
@@ -394,18 +402,19 @@ class SuiteRunner:
     async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return await self.dispatcher.run(lambda ev: ev.call(tool, args))
 
-    async def _profile_time(self, source: str | None, task: str) -> tuple[float | None, str | None]:
+    async def _expert_time(self, task: str, row: TaskRow) -> tuple[float | None, str | None] | None:
+        """The expert Pallas reference profiled as a candidate; why it has no time goes in the row."""
+        source = expert_source(task)
         if source is None:
-            return None, None
+            return None
         report = await self._call(
             "profile_kernel",
             {"kernel_source": source, "reference": task, "target": self.s.target, "size": self.s.size},
         )
-        if not report.get("ok"):  # say why in the row: a missing baseline must not look like a slow one
+        if not report.get("ok"):  # a missing expert time must not look like a slow one
             f = report.get("failure") or {}
-            self._last_profile_failure = (
-                f"{f.get('kind', '')}: {f.get('summary', report.get('tool_error', ''))}"[:300]
-            )
+            why = f"{f.get('kind', '')}: {f.get('summary', report.get('tool_error', ''))}"[:300]
+            row.note = f"{row.note + '; ' if row.note else ''}no expert time: {why}"
             return None, None
         return tier_time(report, self.s.target)
 
@@ -463,12 +472,13 @@ class SuiteRunner:
         if not ok:
             row.note = f"not correct: {v.failure or 'a tester case failed'}"[:1000]
             return
-        baseline = await self._profile_time(task_source(task), task)
-        expert_src = expert_source(task)
-        expert = await self._profile_time(expert_src, task) if expert_src else None
-        kernel = tier_time(report.get("profile"), self.s.target)
+        # The baseline is the task's own workload as the judge ran it in this very report (never handed
+        # to a candidate process, which may not import JaxBench): measured on the chip, else estimated.
+        baseline = reference_tier_time(report.get("profile"), self.s.target)
         if baseline[0] is None:
-            row.note = f"no XLA baseline time: {getattr(self, '_last_profile_failure', 'no estimate')}"
+            row.note = "no XLA baseline time: the report has no reference time or estimate for the target"
+        expert = await self._expert_time(task, row)
+        kernel = tier_time(report.get("profile"), self.s.target)
         timed_row(row, kernel, baseline, expert)
         verdicts["times"] = {
             "kernel": [v.time_us, v.time_label],

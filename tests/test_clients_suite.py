@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from suite_fakes import BASELINE_US, EXPERT_US, ScriptedServer, suite_args
 
-from maxkernel.tpu_tools.scoreboard import TaskRow, score, tier_time, timed_row
+from maxkernel.tpu_tools.scoreboard import TaskRow, reference_tier_time, score, tier_time, timed_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,6 +81,27 @@ def test_speedups_only_within_one_tier_and_cpu_time_is_not_a_tpu_measurement():
     on_chip = cpu_run | {"measured_on": "TPU v6 lite"}
     assert tier_time(on_chip, "tpu-v6e") == (300.0, "measured")
     assert tier_time(on_chip | {"static_estimate": None}, "tpu-v5e") == (None, None)  # another chip
+
+
+def test_the_baseline_is_the_reports_own_reference_in_the_kernels_tier():
+    """The reference is always timed natively: a CPU time is no TPU baseline, its estimate stands in."""
+    cpu_run = {
+        "measured_on": "cpu",
+        "measured": {"reference": {"median_ms": 0.3}, "candidate": {"median_ms": 0.1}},
+        "static_estimate": {"chip": "tpu-v6e", "estimated_time_us": 12.0, "tier": "model"},
+        "reference_estimate": {"chip": "tpu-v6e", "estimated_time_us": 30.0, "tier": "model"},
+    }
+    assert reference_tier_time(cpu_run, "tpu-v6e") == (30.0, "estimate/model")
+    assert reference_tier_time(cpu_run, "tpu-v5e") == (None, None)  # estimated for another chip
+    assert reference_tier_time(cpu_run | {"reference_estimate": None}, "tpu-v6e") == (None, None)
+    on_chip = cpu_run | {"measured_on": "TPU v6 lite"}
+    assert reference_tier_time(on_chip, "tpu-v6e") == (300.0, "measured")
+    r = timed_row(
+        TaskRow(task="x", status="done"),
+        tier_time(cpu_run, "tpu-v6e"),
+        reference_tier_time(cpu_run, "tpu-v6e"),
+    )
+    assert r.speedup_vs_baseline == 2.5 and r.estimate_tier == "model"
 
 
 def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
@@ -270,12 +291,6 @@ def test_score_page_renders_in_headless_chromium(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="since trust's integrity check (merged 10:30) the task's own workload, profiled as a candidate for "
-    "the XLA baseline time, is refused (reached_reference: imports maxkernel.jaxbench); the baseline needs "
-    "its own server path",
-)
 def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkeypatch):
     """Real verdicts: each task's kernel (its expert reference, as the scripted implementer's code) is
     compiled for tpu-v6e, validated in interpret mode, tested on the tester's case, profiled, then

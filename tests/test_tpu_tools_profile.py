@@ -52,7 +52,7 @@ def test_candidate_equal_to_the_reference_is_a_tie():
     assert r.speedup.ci95_low <= 1.0 <= r.speedup.ci95_high, r.speedup
     assert set(r.measured) == {"reference", "reference_repeat", "candidate"}
     assert r.noise_floor is not None and r.input_sets >= 2
-    assert r.static_estimate is None  # cpu target: no chip to estimate for
+    assert r.static_estimate is None and r.reference_estimate is None  # cpu target: no chip to estimate for
     assert r.throughput.flops_source == "get_flops" and r.throughput.flops == 2 * 256 * 512 * 256
     assert set(r.throughput.per_function) == {"reference", "candidate"}
     assert r.throughput.per_function["reference"].roofline_fraction is None  # CPU: no chip peak
@@ -67,6 +67,11 @@ def test_four_times_the_work_is_slower(tmp_path):
     assert r.speedup.significant
     # plain JAX on a TPU target: the estimate is the roofline of XLA's cost analysis, labeled
     assert r.static_estimate.kind == "estimate" and r.static_estimate.per_call == []
+    # the reference's own program, costed by the same estimator: the baseline the suite divides by
+    ref_est = r.reference_estimate
+    assert ref_est is not None and ref_est.chip == "tpu-v6e" and ref_est.tier == "model"
+    assert r.static_estimate.flops > 3.5 * ref_est.flops  # XLA counts the candidate's 4 dots
+    assert r.static_estimate.estimated_time_us >= ref_est.estimated_time_us  # (memory-bound at small)
     assert "not on tpu-v6e" in r.speedup_note
     assert r.throughput.peak_chip == "tpu-v6e" and r.throughput.peak_label.startswith("estimate")
 
@@ -84,6 +89,16 @@ def test_pallas_kernel_without_its_chip_is_not_measured(pallas_profile):
     assert est is not None and est.kind == "estimate" and est.chip == "tpu-v6e"
     assert len(est.per_call) == 1 and est.per_call[0].grid == (2, 2, 2)
     assert est.flops == 2 * 256 * 512 * 256
+    ref_est = r.reference_estimate  # plain JAX: the roofline of the same flops and I/O bytes
+    assert ref_est is not None and ref_est.per_call == [] and ref_est.flops == pytest.approx(est.flops, rel=0.01)
+
+
+def test_the_reference_run_as_a_candidate_estimates_the_same():
+    """One estimator for both sides: the same program gives the same number, so a baseline ratio is 1."""
+    r = run_profile(SAME_AS_REFERENCE, MATMUL_REF, "tpu-v5e", "small", reps=3)
+    assert r.ok, r.failure
+    assert r.reference_estimate.estimated_time_us == pytest.approx(r.static_estimate.estimated_time_us)
+    assert r.reference_estimate.tier == r.static_estimate.tier == "model"
 
 
 def test_interpret_timing_is_labeled_and_never_a_speedup(pallas_interpret_profile):

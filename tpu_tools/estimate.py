@@ -448,7 +448,7 @@ def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
         padding_waste_fraction=0.0,
         per_call=[],
         reason=f"no pallas_call: roofline of the XLA cost analysis, {rl.bound}-bound ({rate})",
-        assumptions=["no pallas_call in the candidate: estimate = roofline of the caller's flops/bytes"],
+        assumptions=["no pallas_call in the program: estimate = roofline of its flops and I/O bytes"],
     )
 
 

@@ -113,6 +113,10 @@ class ProfileReport(BaseModel):
     noise_floor: NoiseFloor | None = None
     throughput: ThroughputReport | None = None
     static_estimate: StaticEstimate | None = Field(default=None, description="labeled estimate; TPU targets")
+    reference_estimate: StaticEstimate | None = Field(
+        default=None,
+        description="the reference's own program, estimated by the same code (the XLA baseline off the chip)",
+    )
     trace_dir: str | None = None
     trace_path: str | None = None
     trace_summary: TraceSummary | None = None
@@ -424,6 +428,7 @@ def _run_jobs(
             "warmup_min_time_s": warmup_min_time_s,
             "trace_dir": str(private / "trace") if ref_log else None,
             "top": top,
+            "target": tgt.name,
         },
         feed_r1,
         private,  # the reference's one writable folder: staging, its timed sets, its trace
@@ -437,6 +442,7 @@ def _run_jobs(
     report.warnings += ref.warnings
     report.measured_on = ref.measured_on
     report.environment = ref.environment
+    report.reference_estimate = ref.static_estimate
     if ref.error:
         kind = "usage_error" if ref.error_is_usage else "internal_error"
         summary = ref.error if ref.error_is_usage else f"not the candidate's fault: {ref.error}"

@@ -177,7 +177,7 @@ def _run(
     from maxkernel.tpu_tools.chips import chip_for_device_kind
     from maxkernel.tpu_tools.compile import cost_analysis_of
     from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
-    from maxkernel.tpu_tools.estimate import estimate_pallas
+    from maxkernel.tpu_tools.program_estimate import estimate_program
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.problem import load_candidate
@@ -257,21 +257,15 @@ def _run(
         def estimate() -> None:  # after the timings: costing the whole program must not disturb them
             if est_chip is None:
                 return
-            # Flops are the reference's (or, for plain JAX, XLA's count when larger): never a declared CostEstimate alone.
-            flops = max(reference_flops or 0.0, (side.xla_flops or 0.0) if not calls else 0.0) or None
             try:
-                if calls:
-                    from maxkernel.tpu_tools.jaxpr_cost import (
-                        program_cost,
-                    )  # the estimate costs the whole program
-
-                    side.static_estimate = estimate_pallas(
-                        calls, est_chip, total_flops=flops, program=program_cost(jaxpr)
-                    )
-                else:
-                    side.static_estimate = estimate_pallas(
-                        [], est_chip, total_flops=flops or 0.0, total_bytes=float(io_bytes or 0)
-                    )
+                side.static_estimate = estimate_program(
+                    jaxpr,
+                    calls,
+                    est_chip,
+                    reference_flops=reference_flops,
+                    xla_flops=side.xla_flops,
+                    io_bytes=io_bytes,
+                )
             except Exception as e:
                 side.warnings.append(f"no static estimate: {type(e).__name__}: {e}")
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools import handover, timed_loop
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.estimate import StaticEstimate
 from maxkernel.tpu_tools.pool_child import report_progress
 from maxkernel.tpu_tools.problem import ReferenceInfo, load_reference
 from maxkernel.tpu_tools.reports import ArraySpec, Environment
@@ -61,6 +62,10 @@ class ReferenceSide(TimedSide):
     flops: float | None = None
     flops_source: str = "unknown"
     xla_bytes_accessed: float | None = None
+    static_estimate: StaticEstimate | None = Field(
+        default=None,
+        description="the reference's own program on the target chip, costed as the candidate's is",
+    )
 
 
 def _nbytes(arrays) -> int:
@@ -196,8 +201,13 @@ def build_and_time_job(
     warmup_min_time_s: float = 0.25,
     trace_dir: str | None = None,
     top: int = 15,
+    target: str | None = None,
 ) -> dict:
-    """Pool job: build the sets into staging_dir, time the reference on sets delivered into scratch_dir."""
+    """Pool job: build the sets into staging_dir, time the reference on sets delivered into scratch_dir.
+
+    With a TPU `target`, it also estimates the reference's own program there (after the timings): the
+    baseline a candidate's estimate is compared with, from the same estimator.
+    """
     import jax
 
     from maxkernel.tpu_tools import job_env
@@ -274,7 +284,44 @@ def build_and_time_job(
     _timed_with_device(fn, "jit_reference", scratch_dir, n, side.input_specs, side)
     report_progress("reference: trace")
     capture_trace(fn, warm, trace_dir, top, side)
+    if target is not None:
+        report_progress("reference: estimate")
+        _estimate_reference(ref, warm[0], target, side, cost.get("flops"))
     return side.model_dump(mode="json")
+
+
+def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: float | None) -> None:
+    """The reference's program costed for the target chip exactly as profile_candidate costs a candidate."""
+    import jax
+    import numpy as np
+
+    from maxkernel.tpu_tools import execution
+    from maxkernel.tpu_tools.chips import chip_for_device_kind
+    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+    from maxkernel.tpu_tools.program_estimate import estimate_program
+    from maxkernel.tpu_tools.targets import parse_target
+
+    try:
+        tgt = parse_target(target)
+        device = jax.devices()[0]
+        chip = tgt.chip or (chip_for_device_kind(device.device_kind) if device.platform == "tpu" else None)
+        if chip is None:
+            return
+        shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+        aot_tpu = tgt.kind == "tpu" and not execution.plan_for(tgt).native
+        with execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext():
+            jaxpr = jax.make_jaxpr(ref.workload)(*shapes)
+        out_bytes = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in jaxpr.out_avals)
+        side.static_estimate = estimate_program(
+            jaxpr,
+            find_pallas_calls(jaxpr),
+            chip,
+            reference_flops=side.flops,
+            xla_flops=xla_flops,
+            io_bytes=side.set_bytes + out_bytes,
+        )
+    except Exception as e:
+        side.warnings.append(f"no static estimate of the reference: {type(e).__name__}: {e}")
 
 
 def time_job(

@@ -56,16 +56,33 @@ def tier_time(profile: dict | None, target: str) -> tuple[float | None, str | No
     target, as `estimate/<its tier>` (`estimate/model`, `estimate/llo`) so two estimates compare only
     within one estimator tier; else nothing.
     """
-    from maxkernel.tpu_tools.chips import chip_for_device_kind
-
     if not profile:
         return None, None
-    cand = (profile.get("measured") or {}).get("candidate")
-    chip = chip_for_device_kind(profile.get("measured_on") or "")
     native = profile.get("candidate_measured") and profile.get("candidate_execution") == "native"
-    if cand and native and chip is not None and chip.name == target:
-        return float(cand["median_ms"]) * 1000.0, "measured"
-    est = profile.get("static_estimate")
+    measured = (profile.get("measured") or {}).get("candidate") if native else None
+    return _side_time(profile, measured, profile.get("static_estimate"), target)
+
+
+def reference_tier_time(profile: dict | None, target: str) -> tuple[float | None, str | None]:
+    """(time_us, tier) of the same report's reference: the XLA baseline, from the judge's own run of it.
+
+    The reference is always timed natively; that is `measured` only on the target chip, otherwise its
+    program's estimate (`reference_estimate`, costed by the candidate's estimator) stands in.
+    """
+    if not profile:
+        return None, None
+    measured = (profile.get("measured") or {}).get("reference")
+    return _side_time(profile, measured, profile.get("reference_estimate"), target)
+
+
+def _side_time(
+    profile: dict, measured: dict | None, est: dict | None, target: str
+) -> tuple[float | None, str | None]:
+    from maxkernel.tpu_tools.chips import chip_for_device_kind
+
+    chip = chip_for_device_kind(profile.get("measured_on") or "")
+    if measured and chip is not None and chip.name == target:
+        return float(measured["median_ms"]) * 1000.0, "measured"
     if est and est.get("estimated_time_us") is not None and est.get("chip") in (target, None):
         sub = est.get("tier")
         return float(est["estimated_time_us"]), f"estimate/{sub}" if sub else "estimate"
