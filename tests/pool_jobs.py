@@ -162,3 +162,10 @@ def write_host_settings() -> dict:
         except OSError as e:
             out[path] = f"OSError: {e.strerror}"
     return out
+
+
+def cpu_device_count() -> dict:
+    """How many CPU devices this child's jax backend started with (JobSpec.host_devices)."""
+    import jax
+
+    return {"devices": len(jax.devices("cpu"))}

@@ -55,6 +55,12 @@ def test_ok_job_returns_result_and_progress(pool):
     assert out.result["pid"] != os.getpid()
 
 
+def test_a_job_gets_its_own_cpu_device_count_and_the_next_one_the_default(pool):
+    """A mesh kernel's child starts its backend with N CPU devices; the forkserver's jax never started one."""
+    assert pool.run(spec("cpu_device_count", host_devices=4)).result == {"devices": 4}
+    assert pool.run(spec("cpu_device_count")).result == {"devices": 1}
+
+
 def test_hang_times_out_then_next_job_works(pool):
     t0 = time.monotonic()
     out = pool.run(spec("spin", timeout_s=1.5))

@@ -90,7 +90,9 @@ def test_pallas_kernel_without_its_chip_is_not_measured(pallas_profile):
     assert len(est.per_call) == 1 and est.per_call[0].grid == (2, 2, 2)
     assert est.flops == 2 * 256 * 512 * 256
     ref_est = r.reference_estimate  # plain JAX: the roofline of the same flops and I/O bytes
-    assert ref_est is not None and ref_est.per_call == [] and ref_est.flops == pytest.approx(est.flops, rel=0.01)
+    assert (
+        ref_est is not None and ref_est.per_call == [] and ref_est.flops == pytest.approx(est.flops, rel=0.01)
+    )
 
 
 def test_the_reference_run_as_a_candidate_estimates_the_same():

@@ -20,10 +20,24 @@ from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
 from maxkernel.tpu_tools.integrity import Guard, static_patch_scan
 from maxkernel.tpu_tools.megacore import interpret_cores
+from maxkernel.tpu_tools.mesh import (
+    MeshSpec,
+    job_mesh,
+    output_sharding,
+    place,
+    sharded_shapes,
+    unpartitioned_kernels,
+)
 from maxkernel.tpu_tools.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
 from maxkernel.tpu_tools.targets import parse_target
-from maxkernel.tpu_tools.work_check import WorkCensus, callback_verdict, census_of, work_verdict
+from maxkernel.tpu_tools.work_check import (
+    WorkCensus,
+    callback_verdict,
+    census_of,
+    collective_verdict,
+    work_verdict,
+)
 
 _TRACE_LIMIT = 3000
 _STAGE_WORDS = {
@@ -94,8 +108,14 @@ def candidate_job(
     hide_paths: list[str],
     reference_census: dict | None = None,
     allow_plain_jax: bool = False,
+    mesh: dict | None = None,
 ) -> dict:
-    """Pool job (judged side). Returns a partial ValidationReport; run outputs go to scratch/out_<seed>_<k>."""
+    """Pool job (judged side). Returns a partial ValidationReport; run outputs go to scratch/out_<seed>_<k>.
+
+    `mesh` (the reference's MESH): the global inputs are sharded over that many devices (CPU devices
+    in TPU interpret mode, the pool started the backend with them) and the candidate runs under
+    `jax.set_mesh`, so its `shard_map` needs no mesh of its own.
+    """
     job_env.scrub()
     import jax
 
@@ -117,8 +137,12 @@ def candidate_job(
     plan = execution.plan_for(tgt)
     detect_races = tgt.kind == "tpu" and not plan.native
     report.execution = plan.description + (" (race detection on)" if detect_races else "")
+    mesh_spec = MeshSpec.model_validate(mesh) if mesh else None
+    eager = mesh_spec is not None  # remote DMAs: see execution.interpret_params
     scope = (
-        contextlib.nullcontext() if plan.native else execution.tpu_interpret_mode(detect_races=detect_races)
+        contextlib.nullcontext()
+        if plan.native
+        else execution.tpu_interpret_mode(detect_races=detect_races, eager_dma=eager)
     )
     guard = Guard(hide_paths)
     jit, block, races_found = jax.jit, jax.block_until_ready, execution.races_found
@@ -159,7 +183,20 @@ def candidate_job(
         if patches:  # a hint for the reader; the fingerprints decide
             report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
         shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
+        run_inputs, jit_kw = inputs, {}
         with scope, contextlib.ExitStack() as stack:
+            if mesh_spec is not None:
+                try:
+                    devices = job_mesh(mesh_spec, plan.native)
+                    run_inputs = {s: place(v, mesh_spec, devices) for s, v in inputs.items()}
+                except UsageError as e:
+                    return done(Failure(kind="internal_error", summary=str(e), stage="load"))
+                stack.enter_context(jax.set_mesh(devices))
+                shapes = list(sharded_shapes(shapes, mesh_spec, devices))
+                jit_kw = {"out_shardings": output_sharding(mesh_spec, devices)}
+                report.devices = mesh_spec.device_count
+                where = "chips" if plan.native else "CPU devices, remote DMAs eager"
+                report.execution += f"; over a mesh {mesh_spec.describe()} ({where})"
             try:
                 jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
                 census = census_of(jaxpr)
@@ -169,6 +206,16 @@ def candidate_job(
                 return done(_failure(e, "trace", path))
             report.has_pallas_call = census.num_pallas_calls > 0
             report.work = census
+            if mesh_spec is not None and (n := unpartitioned_kernels(jaxpr)):
+                return done(
+                    Failure(
+                        kind="compile_error",
+                        summary=f"{n} pallas_call(s) outside any shard_map over the {mesh_spec.describe()} "
+                        "mesh: Mosaic kernels cannot be automatically partitioned (wrap the kernel in "
+                        "jax.shard_map; remote DMAs move data between devices)",
+                        stage="trace",
+                    )
+                )
             if (why := callback_verdict(census)) is not None:
                 return done(Failure(kind="host_callback", summary=why, stage="trace"))
             if not report.has_pallas_call and not allow_plain_jax:
@@ -182,6 +229,8 @@ def candidate_job(
             ref_census = WorkCensus.model_validate(reference_census) if reference_census else None
             if not allow_plain_jax and (why := work_verdict(census, ref_census)) is not None:
                 return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
+            if mesh_spec and not allow_plain_jax and (why := collective_verdict(census)) is not None:
+                return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
             race_log = io.StringIO()
             # Megacore targets (v4, v5p): one interpreter thread per TensorCore wherever a kernel has a
             # "parallel" axis, so a reduction wrongly marked parallel races or answers wrong.
@@ -192,9 +241,11 @@ def candidate_job(
             )
             if cores > 1:
                 report.execution += f"; {cores} interpreter threads, one per TensorCore (megacore split)"
-                stack.enter_context(execution.tpu_interpret_mode(detect_races=detect_races, cores=cores))
+                stack.enter_context(
+                    execution.tpu_interpret_mode(detect_races=detect_races, cores=cores, eager_dma=eager)
+                )
             try:
-                compiled = jit(cand.workload).lower(*inputs[order[0]]).compile()
+                compiled = jit(cand.workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001
@@ -206,7 +257,7 @@ def candidate_job(
                 count[seed] = k + 1
                 try:
                     with contextlib.redirect_stdout(race_log):
-                        out = block(compiled(*inputs[seed]))
+                        out = block(compiled(*run_inputs[seed]))
                         races = detect_races and races_found()
                 except SystemExit:
                     raise

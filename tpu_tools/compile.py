@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from maxkernel.tpu_tools import execution
+from maxkernel.tpu_tools import execution, mesh
 from maxkernel.tpu_tools.classify import classify_exception, load_failure
 from maxkernel.tpu_tools.env_info import seal
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
@@ -124,7 +124,11 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.warnings.append("lowering only: the real TPU compiler did not run")
         else:
             args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in in_shapes]
-            report.compiler, report.compiler_note = "mosaic-tpu-aot", plan.description
+            report.compiler = "mosaic-tpu-aot"  # compile only: how it would run is validate's to say
+            report.compiler_note = (
+                f"{target.chip.name} absent: the real Mosaic TPU compiler, for a libtpu compile-only "
+                f"{target.chip.topology} device"
+            )
     elif plan.native:
         args = list(in_shapes)
         scope = contextlib.nullcontext()
@@ -135,12 +139,41 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
         scope = execution.tpu_interpret_mode()
         report.compiler, report.compiler_note = "xla-cpu-interpret", plan.description
 
+    spec = side.reference.mesh if side.reference else None
+    jit_kw: dict = {}
+    if spec is not None:  # a kernel over a mesh: the global shapes, sharded over that many devices
+        try:
+            if aot and not lowering_only:
+                devices = mesh.topology_mesh(spec, target.name)
+                report.topology = mesh.topology_name(target.name, spec.device_count)
+            elif aot:
+                return finish(
+                    Failure(
+                        kind="internal_error", summary="a mesh kernel needs libtpu's topologies", stage="load"
+                    )
+                )
+            else:
+                devices = mesh.job_mesh(spec, plan.native)
+        except UsageError as e:
+            return finish(load_failure(e))
+        # on a topology the mesh names the chip; off it, the interpreter's scope stays around the mesh
+        scope = jax.set_mesh(devices) if aot else _nested(scope, jax.set_mesh(devices))
+        args = list(mesh.sharded_shapes(in_shapes, spec, devices))
+        jit_kw = {"out_shardings": mesh.output_sharding(spec, devices)}
+        report.devices = spec.device_count
+        report.compiler_note = (
+            f"{target.chip.name} absent: the real Mosaic TPU compiler, for the libtpu compile-only "
+            f"{report.topology} topology; over a mesh {spec.describe()}"
+            if report.topology
+            else f"{report.compiler_note}; over a mesh {spec.describe()}"
+        )
+
     path = Path(cand.path)
     stage = "trace"
     with scope:
         try:
             t0 = time.perf_counter()
-            traced = jax.jit(cand.workload).trace(*args)
+            traced = jax.jit(cand.workload, **jit_kw).trace(*args)
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))
@@ -172,9 +205,15 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
         report.warnings.append(
             "no pallas_call in the candidate: it is plain JAX (validate reports 'no kernel' by default)"
         )
-    if not aot and not plan.native and report.num_pallas_calls:
+    if not aot and not plan.native and report.num_pallas_calls and spec is None:
         report.warnings.extend(_tpu_lowering_check(cand.workload, in_shapes, path))
     return finish()
+
+
+@contextlib.contextmanager
+def _nested(outer, inner):
+    with outer, inner:
+        yield
 
 
 def _work_warnings(jaxpr, side) -> list[str]:

@@ -184,12 +184,14 @@ class Evaluator:
         needs_device: bool = False,
         scratch_dir: str | None = None,
         hide_paths: tuple[str, ...] = (),
+        host_devices: int = 1,
     ) -> JobOutcome:
         spec = JobSpec(
             fn=fn,
             kwargs=kwargs,
             timeout_s=timeout_s or self.timeout_s,
             needs_device=needs_device,
+            host_devices=host_devices,
             scratch_dir=scratch_dir,
             hide_paths=tuple(hide_paths),
         )
@@ -212,6 +214,7 @@ class Evaluator:
         on_progress: ProgressFn | None,
         cancel: threading.Event | None,
         hide_paths: tuple[str, ...] = (),
+        host_devices: int = 1,
     ) -> R:
         """Run a one-child job returning a report; a child that ended otherwise becomes that report's failure."""
         started = time.perf_counter()
@@ -226,6 +229,7 @@ class Evaluator:
             cancel=cancel,
             needs_device=self._on_device(target),
             hide_paths=hide_paths,
+            host_devices=host_devices,
         )
         if outcome.status == "ok" and outcome.result is not None:
             return stamp_sandbox(model.model_validate(outcome.result), outcome)
@@ -281,6 +285,7 @@ class Evaluator:
             "size": side.size,
             "reference_side": side.model_dump(mode="json"),
         }
+        mesh = side.reference.mesh if side.reference else None
         report = self._report(
             CompileReport,
             "compile",
@@ -290,6 +295,8 @@ class Evaluator:
             on_progress=None,
             cancel=cancel,
             hide_paths=hide_paths_for(reference, kernel_path),
+            # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology)
+            host_devices=mesh.device_count if mesh and target == "cpu" else 1,
         )
         report.size_note = side.size_note
         report.wall_time_s = round(time.perf_counter() - started, 4)
@@ -401,6 +408,9 @@ class Evaluator:
             shutil.rmtree(expected_dir)  # gone before any candidate code starts
             order = run_order(seed_list, repeats, random.Random(secrets.randbits(64)))
             report.run_order = order
+            mesh = side.reference.mesh if side.reference else None
+            on_device = self._on_device(target)
+            report.devices = mesh.device_count if mesh else 1
             outcome = self._run(
                 "maxkernel.tpu_tools.candidate_run:candidate_job",
                 {
@@ -413,13 +423,15 @@ class Evaluator:
                     "hide_paths": list(hide_paths_for(reference, kernel_path)),
                     "reference_census": side.census.model_dump(mode="json") if side.census else None,
                     "allow_plain_jax": allow_plain_jax,
+                    "mesh": mesh.model_dump(mode="json") if mesh else None,
                 },
                 timeout_s=left(),
                 on_progress=on_progress,
                 cancel=cancel,
-                needs_device=self._on_device(target),
+                needs_device=on_device,
                 scratch_dir=str(scratch),
                 hide_paths=hide_paths_for(reference, kernel_path) + (str(expected_dir),),
+                host_devices=mesh.device_count if mesh and not on_device else 1,
             )
             outcomes.append(outcome)
             if (failure := integrity_evidence(outcome.progress)) is not None:
@@ -435,7 +447,7 @@ class Evaluator:
                 cand.work,
                 cand.races_found,
             )
-            report.environment = cand.environment
+            report.environment, report.devices = cand.environment, cand.devices
             report.warnings += cand.warnings
             if not cand.ok:
                 return finish(cand.failure)

@@ -89,15 +89,31 @@ def abstract_tpu_mesh(target: Target):
         yield
 
 
-@contextlib.contextmanager
-def tpu_interpret_mode(detect_races: bool = False, cores: int = 1):
-    """Run Pallas TPU kernels (written with interpret=False) in TPU interpret mode without editing them.
+def interpret_params(detect_races: bool = False, cores: int = 1, eager_dma: bool = False):
+    """TPU interpret mode's settings: race detection, one thread per TensorCore, eager remote DMAs.
 
-    `cores` > 1 interprets with one thread per TensorCore (megacore targets), splitting "parallel" axes.
+    `eager_dma` for kernels over a mesh: in the default "on_wait" mode, jax 0.10.2's interpreter runs a
+    remote copy only when its *sender* waits, so a receiver that waits on its receive semaphore can read
+    the slot before the data lands (jax's own `all_gather` then reports races and wrong rows on 4 CPU
+    devices, while it is exact and race-free eagerly). Eager copies plus race detection still catch a
+    kernel that reads a buffer before waiting on its DMA: the read races with the copy in flight.
     """
     from jax.experimental.pallas import tpu as pltpu
 
-    params = pltpu.InterpretParams(detect_races=detect_races, num_cores_or_threads=cores)
+    extra = {"dma_execution_mode": "eager"} if eager_dma else {}
+    return pltpu.InterpretParams(detect_races=detect_races, num_cores_or_threads=cores, **extra)
+
+
+@contextlib.contextmanager
+def tpu_interpret_mode(detect_races: bool = False, cores: int = 1, eager_dma: bool = False):
+    """Run Pallas TPU kernels (written with interpret=False) in TPU interpret mode without editing them.
+
+    `cores` > 1 interprets with one thread per TensorCore (megacore targets), splitting "parallel" axes;
+    `eager_dma` runs remote DMAs eagerly (kernels over a mesh, see `interpret_params`).
+    """
+    from jax.experimental.pallas import tpu as pltpu
+
+    params = interpret_params(detect_races, cores, eager_dma)
     try:
         with pltpu.force_tpu_interpret_mode(params):
             yield

@@ -12,7 +12,7 @@ the same global arrays, sharded by `in_specs`, and runs under `jax.set_mesh(mesh
 Off the chip the same kernel is (a) compiled by the real Mosaic compiler for a TPU topology of that
 many chips (`topology_name`), and (b) run in TPU interpret mode on that many CPU devices
 (`host_device_flag` must be in XLA_FLAGS before the CPU backend starts). Remote DMAs are interpreted
-with `dma_execution_mode="eager"` (see `interpret_params`).
+with `dma_execution_mode="eager"` (see `execution.interpret_params`).
 """
 
 from __future__ import annotations
@@ -110,6 +110,56 @@ def cpu_mesh(spec: MeshSpec):
     return Mesh(grid, tuple(spec.axes))
 
 
+def shape_problem(spec: MeshSpec, shapes) -> str | None:
+    """Why the reference's inputs/output cannot be laid out as its MESH says (None: they can)."""
+    shapes = list(shapes)
+    if len(shapes) != len(spec.in_specs):
+        return f"MESH has {len(spec.in_specs)} in_specs but the reference makes {len(shapes)} inputs"
+    for i, (shape, entries) in enumerate(zip(shapes, spec.in_specs, strict=True)):
+        if len(entries or []) > len(shape.shape):
+            return f"MESH in_specs[{i}] {entries} has more entries than input {i}'s {len(shape.shape)} dims"
+        for d, axis in enumerate(entries or []):
+            if axis is not None and shape.shape[d] % spec.axes[axis]:
+                return f"input {i} dim {d} ({shape.shape[d]}) does not split over axis {axis!r} ({spec.axes[axis]})"
+    return None
+
+
+def unpartitioned_kernels(closed_jaxpr) -> int:
+    """pallas_calls outside every shard_map: Mosaic cannot partition them over a mesh.
+
+    The real TPU compiler refuses them ("Mosaic kernels cannot be automatically partitioned"); the CPU
+    interpreter may abort instead, so validation says so before running them.
+    """
+    from jax._src import core as jcore
+
+    def count(jaxpr) -> int:
+        n = 0
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == "pallas_call":
+                n += 1
+            elif name != "shard_map":
+                n += sum(count(sub) for sub in jcore.jaxprs_in_params(eqn.params))
+        return n
+
+    return count(closed_jaxpr.jaxpr)
+
+
+def job_mesh(spec: MeshSpec, native: bool):
+    """The mesh a validation child runs on: its TPU chips when native, else its CPU devices."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    if not native:
+        return cpu_mesh(spec)
+    devices = jax.devices()
+    if len(devices) < spec.device_count:
+        raise UsageError(f"the mesh needs {spec.device_count} devices; this host has {len(devices)}")
+    grid = np.array(devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
+    return Mesh(grid, tuple(spec.axes))
+
+
 def topology_name(target: str, n_devices: int) -> str:
     try:
         return _TOPOLOGIES[target][n_devices]
@@ -164,44 +214,25 @@ def sharded_shapes(shapes, spec: MeshSpec, mesh) -> tuple:
     )
 
 
-def interpret_params(detect_races: bool = True, cores_per_device: int = 1):
-    """TPU interpret mode for multi-device kernels.
-
-    Remote DMAs run eagerly: in the default "on_wait" mode, jax 0.10.2's interpreter runs a remote copy
-    only when its *sender* waits, so a receiver that waits on its receive semaphore can read the slot
-    before the data lands -- jax's own `all_gather` then reports races and wrong rows on 4 CPU devices,
-    while it is exact and race-free with eager DMAs. Eager execution plus race detection still catches
-    a kernel that reads a buffer before waiting on its DMA (the read races with the in-flight copy).
-    """
-    from jax.experimental.pallas import tpu as pltpu
-
-    return pltpu.InterpretParams(
-        detect_races=detect_races, dma_execution_mode="eager", num_cores_or_threads=cores_per_device
-    )
-
-
 def run_on_cpu_mesh(fn, inputs, spec: MeshSpec, *, detect_races: bool = True, cores_per_device: int = 1):
-    """Run `fn` on the global `inputs` sharded over a CPU mesh in TPU interpret mode.
+    """Run `fn` on the global `inputs` sharded over a CPU mesh in TPU interpret mode (eager remote DMAs).
 
     Returns (output as a host numpy array, races_found). The CPU backend must have `spec.device_count`
     devices (`request_host_devices` before it starts).
     """
     import jax
     import numpy as np
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as ipc
-    from jax.experimental.pallas import tpu as pltpu
+
+    from maxkernel.tpu_tools import execution
 
     mesh = cpu_mesh(spec)
-    try:
-        with jax.set_mesh(mesh):
-            placed = place(inputs, spec, mesh)
-            with pltpu.force_tpu_interpret_mode(interpret_params(detect_races, cores_per_device)):
-                out = jax.jit(fn, out_shardings=output_sharding(spec, mesh))(*placed)
-                out = jax.block_until_ready(out)
-            races = bool(detect_races and ipc.races is not None and ipc.races.races_found)
-        return np.asarray(out), races
-    finally:
-        pltpu.reset_tpu_interpret_mode_state()
+    with jax.set_mesh(mesh):
+        placed = place(inputs, spec, mesh)
+        with execution.tpu_interpret_mode(detect_races, cores_per_device, eager_dma=True):
+            out = jax.jit(fn, out_shardings=output_sharding(spec, mesh))(*placed)
+            out = jax.block_until_ready(out)
+            races = bool(detect_races and execution.races_found())
+    return np.asarray(out), races
 
 
 def compile_for_topology(fn, shapes, spec: MeshSpec, target: str):

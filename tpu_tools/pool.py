@@ -274,6 +274,9 @@ class WorkerPool:
                 "tmp_size": min(cap, 4 * GIB),
                 "inputs": _named_paths(spec.kwargs),
             }
+        env = dict(self._child_env)
+        if spec.host_devices > 1:  # the child's backend starts after fork: jax's own config sets the count
+            env["JAX_NUM_CPU_DEVICES"] = str(spec.host_devices)
         recv_conn, send_conn = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=pool_child.forked_main,
@@ -281,7 +284,7 @@ class WorkerPool:
                 spec.fn,
                 json.dumps(spec.kwargs),
                 spec.memory_limit_bytes,
-                {**self._child_env, "HOME": scratch} if plan is None else self._child_env,
+                {**env, "HOME": scratch} if plan is None else env,
                 list(sys.path),
                 pool_child.InheritedFd(fd),
                 send_conn,

@@ -36,6 +36,12 @@ class JobSpec(BaseModel):
         default_factory=default_memory_limit_bytes, description="address-space / resident cap; None = none"
     )
     needs_device: bool = Field(default=False, description="route to the device-owning worker on a TPU host")
+    host_devices: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="CPU devices the child's jax backend starts with (a mesh kernel interpreted on N devices)",
+    )
     # The sandbox contract (the OS sandbox binds these; without one, the judge's own checks guard them).
     scratch_dir: str | None = Field(
         default=None,

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.errors import (
     CandidateLoadError,
@@ -25,6 +25,7 @@ from maxkernel.tpu_tools.errors import (
     UnusableCaseError,
     UsageError,
 )
+from maxkernel.tpu_tools.mesh import MeshSpec, mesh_of
 
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.input_cases import InputCase
@@ -44,6 +45,9 @@ class ReferenceInfo(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     notes: list[str] = []
+    mesh: MeshSpec | None = Field(
+        default=None, description="the reference's MESH: a multi-chip kernel runs on this many devices"
+    )
 
 
 def sha256_file(path: Path) -> str:
@@ -294,6 +298,12 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
         except TypeError:
             return int(get_flops())
 
+    try:
+        mesh = mesh_of(module)
+    except UsageError as e:  # the reference's own mistake, not the caller's flag
+        raise ReferenceLoadError(f"reference {path}: {e}") from None
+    if mesh is not None:
+        notes.append(f"multi-chip: runs on a mesh {mesh.describe()}")
     info = ReferenceInfo(
         name=str(name),
         path=str(path),
@@ -304,6 +314,7 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
         atol=config.get("atol"),
         rtol=config.get("rtol"),
         notes=notes,
+        mesh=mesh,
     )
     return Reference(
         info=info,

@@ -96,6 +96,10 @@ class CompileReport(BaseModel):
     reference: ReferenceInfo | None = None
     compiler: CompilerUsed = "none"
     compiler_note: str = ""
+    devices: int = Field(default=1, description="devices compiled for (the reference's MESH; 1 without one)")
+    topology: str | None = Field(
+        default=None, description="the libtpu topology a multi-chip kernel was compiled for, e.g. v5p:2x2x1"
+    )
     times: StageTimes = StageTimes()
     output: list[ArraySpec] = []
     expected_output: list[ArraySpec] = []
@@ -147,6 +151,9 @@ class ValidationReport(BaseModel):
     kernel_path: str
     kernel_sha256: str | None = None
     reference: ReferenceInfo | None = None
+    devices: int = Field(
+        default=1, description="devices the candidate ran on (the reference's MESH; 1 without one)"
+    )
     seeds: list[int] = []
     seed_offset: int | None = Field(
         default=None, description="first seed (drawn at random unless given): pass it back to reproduce"

@@ -122,6 +122,17 @@ def reference_side(reference: str, size: str | None, case: InputCase | None = No
             else _reference_error(reference_failure(e, path, "tracing its workload under jit"))
         )
         return ref, side
+    if ref.info.mesh is not None:
+        from maxkernel.tpu_tools.mesh import shape_problem
+
+        problem = shape_problem(ref.info.mesh, _leaves(shapes))
+        if problem is None and len(jaxpr.out_avals) != 1:
+            problem = f"MESH kernels return one array; the reference returns {len(jaxpr.out_avals)}"
+        if problem is not None:
+            side.failure = Failure(
+                kind="reference_error", summary=f"the reference's MESH: {problem}", stage="reference"
+            )
+            return ref, side
     side.input_specs = specs_of(_leaves(shapes))
     side.output_specs = specs_of(jaxpr.out_avals)
     side.census = census_of(jaxpr)

@@ -44,6 +44,11 @@ _ELEMENTWISE = {
 }  # fmt: skip
 _MATMUL = {"dot_general", "conv_general_dilated", "ragged_dot", "ragged_dot_general"}
 _CALLBACKS = {"io_callback", "pure_callback", "callback"}
+# XLA's own collectives: in a multi-chip task the communication is the kernel's work.
+_COLLECTIVES = {
+    "psum", "psum_invariant", "pmax", "pmin", "reduce_scatter", "all_gather", "all_gather_invariant",
+    "ppermute", "all_to_all", "ragged_all_to_all", "pbroadcast",
+}  # fmt: skip
 _DEBUG_CALLBACKS = {"debug_callback", "debug_print"}
 
 
@@ -62,6 +67,9 @@ class WorkCensus(BaseModel):
     )
     pallas_under_cond: list[str] = Field(
         default_factory=list, description="kernels inside a cond whose other branch does heavy work"
+    )
+    outside_collectives: list[str] = Field(
+        default_factory=list, description="XLA collectives (psum, all_gather, ...) outside every kernel"
     )
 
     @property
@@ -121,6 +129,8 @@ def _subjaxprs(eqn) -> list[tuple[Any, float]]:
     closed_t = jex_core.ClosedJaxpr
     jaxpr_t = jex_core.Jaxpr
     mult = float(eqn.params.get("length", 1)) if eqn.primitive.name == "scan" else 1.0
+    if eqn.primitive.name == "shard_map":  # the body is one device's share: every device of the mesh runs it
+        mult = float(getattr(eqn.params.get("mesh"), "size", 1) or 1)
     out = []
     for value in eqn.params.values():
         items = value if isinstance(value, tuple | list) else (value,)
@@ -162,6 +172,8 @@ class _Walker:
             if name in _DEBUG_CALLBACKS:
                 self.census.debug_callbacks += 1
                 continue
+            if name in _COLLECTIVES and not inside:
+                self.census.outside_collectives.append(name)
             if name == "pallas_call":
                 self.census.num_pallas_calls += 1
                 body = eqn.params["jaxpr"]
@@ -314,6 +326,17 @@ def work_verdict(candidate: WorkCensus, reference: WorkCensus | None) -> str | N
     if candidate.pallas_under_cond and outside > 0:
         return f"{candidate.pallas_under_cond[0]}: the kernel may never run ({named})"
     return None
+
+
+def collective_verdict(candidate: WorkCensus) -> str | None:
+    """For a kernel over a mesh: communication done by XLA's collectives, not by the kernels' remote DMAs."""
+    if not candidate.outside_collectives:
+        return None
+    names = ", ".join(sorted(set(candidate.outside_collectives)))
+    return (
+        f"the communication runs as XLA collectives outside the kernels ({names}): a multi-chip kernel "
+        "moves its data with remote DMAs (pltpu.make_async_remote_copy) inside its pallas_calls"
+    )
 
 
 def callback_verdict(candidate: WorkCensus) -> str | None:
