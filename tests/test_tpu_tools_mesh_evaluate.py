@@ -90,3 +90,25 @@ async def test_the_mcp_tools_pass_the_mesh_through(tmp_path, pool):
         )
         rep = r.structured_content
         assert rep["ok"] and rep["topology"] == "v6e:2x2" and rep["devices"] == 4
+
+
+def test_estimate_and_analyze_trace_over_the_topology_and_cost_one_chip(evaluator):
+    """Per chip: the reference's flops split over the mesh, plus the ring's ICI time, tier llo here."""
+    kernel = str(pallas_reference_path("52m_Reduce_Scatter"))
+    v5e = evaluator.estimate(kernel, "52m", "tpu-v5e", "full")
+    assert v5e.ok, v5e.failure
+    est = v5e.estimate
+    assert est.flops == pytest.approx(3 * 4 * 512 * 1024 / 4)  # get_flops / 4 chips
+    (call,) = est.per_call
+    assert call.ici_time_us > 0 and est.estimated_time_us > call.ici_time_us
+    v5p = evaluator.estimate(kernel, "52m", "tpu-v5p", "full").estimate
+    assert v5p.per_call[0].ici_time_us == pytest.approx(call.ici_time_us / 2)  # 100 vs 50 GB/s links
+
+
+def test_profile_estimates_a_mesh_kernel_per_chip_and_never_runs_it_off_the_chip(evaluator):
+    kernel = str(pallas_reference_path("52m_Reduce_Scatter"))
+    r = evaluator.profile(kernel, "52m", "tpu-v5e", measure_interpret=True, reps=3)
+    assert r.ok, r.failure
+    assert not r.candidate_measured and "TPU slice" in r.candidate_not_measured_reason
+    assert r.static_estimate is not None and r.reference_estimate is not None
+    assert any("over 4 chips" in a for a in r.reference_estimate.assumptions)

@@ -261,13 +261,12 @@ def run_analyze(kernel_path: str, reference: str, target_name: str, size: str, g
     chip = target.chip
     report.vmem_capacity_bytes = chip.vmem_bytes
     try:
-        with execution.abstract_tpu_mesh(target):
-            sharding = execution.aot_sharding(target)
-            args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in in_shapes]
+        args, scope = execution.aot_args(target, in_shapes, ref.info.mesh)
+        with scope:
             calls = find_pallas_calls(jax.jit(cand.workload).trace(*args).jaxpr)
             t0 = time.perf_counter()
             est, programs, facts = estimate_one(
-                cand.workload, args, calls, chip, dump_root, ref.get_flops(size)
+                cand.workload, args, calls, chip, dump_root, ref.per_device_flops(size)
             )
     except Exception as e:
         report.failure = Failure(kind="python_error", summary=f"trace failed: {type(e).__name__}: {e}"[:300])

@@ -147,7 +147,9 @@ def _estimate_one(
     if not calls and not allow_plain:
         return {"ok": False, "error": "no pallas_call in the rendered kernel"}
     try:
-        est, _, facts = estimate_one(cand.workload, list(shapes), calls, chip, dump_root, ref.get_flops(size))
+        est, _, facts = estimate_one(
+            cand.workload, list(shapes), calls, chip, dump_root, ref.per_device_flops(size)
+        )
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
     assert est is not None
@@ -159,25 +161,24 @@ def _estimate_one(
     return out
 
 
-def _aot_shapes(target: str, shapes: tuple) -> tuple[tuple, Any, Any]:
-    """(shapes on a compile-only device of the target, trace scope, dump root) or the plain shapes."""
+def _aot_shapes(target: str, shapes: tuple, mesh_spec=None) -> tuple[tuple, Any, Any]:
+    """(shapes on the target's compile-only devices, trace scope, dump root) or the plain shapes.
+
+    A reference with a MESH is traced over its N-chip topology (execution.aot_args)."""
     import contextlib
 
     from maxkernel.tpu_tools.llo_dump import enable_dump
 
     dump_root = enable_dump()  # before anything touches the TPU backend
     try:
-        import jax
-
         from maxkernel.tpu_tools import execution
         from maxkernel.tpu_tools.targets import parse_target
 
         tgt = parse_target(target)
         if tgt.kind != "tpu":
             return shapes, contextlib.nullcontext(), None
-        sharding = execution.aot_sharding(tgt)
-        aot = tuple(jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in shapes)
-        return aot, execution.abstract_tpu_mesh(tgt), dump_root
+        args, scope = execution.aot_args(tgt, shapes, mesh_spec)
+        return tuple(args), scope, dump_root
     except Exception:  # no libtpu here: trace-only estimates (tier model)
         return shapes, contextlib.nullcontext(), None
 
@@ -212,7 +213,7 @@ def estimate_batch_job(
 
     job_env.scrub()
     ref = load_reference(reference)
-    shapes, scope, dump_root = _aot_shapes(target, tuple(ref.input_shapes(size)))
+    shapes, scope, dump_root = _aot_shapes(target, tuple(ref.input_shapes(size)), ref.info.mesh)
     chip = _chip_for(target)
     results = []
     # The candidates run their Python here: each is estimated under the integrity guard, and once one has

@@ -108,6 +108,12 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
 
+    def per_device_flops(self, size: str) -> float | None:
+        """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
+        flops = self.get_flops(size)
+        mesh = self.info.mesh
+        return flops / mesh.device_count if flops is not None and mesh is not None else flops
+
     def create_inputs(
         self, size: str = "small", seed: int | None = None, case: InputCase | None = None
     ) -> tuple:

@@ -497,7 +497,10 @@ def _run_jobs(
             "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
             "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
             "timed_sets": n,
-            "reference_flops": ref.flops,
+            # one chip's share over a mesh: the estimate is per chip (the reference's flops, split)
+            "reference_flops": ref.flops / ref.info.mesh.device_count
+            if ref.flops and ref.info and ref.info.mesh
+            else ref.flops,
             "io_bytes": _io_bytes(ref),
             "measure_interpret": measure_interpret,
             "warmups": warmups,
@@ -505,6 +508,7 @@ def _run_jobs(
             "trace_dir": str(cand_dir / "trace") if cand_log else None,
             "top": top,
             "hide_paths": hide,
+            "mesh": ref.info.mesh.model_dump(mode="json") if ref.info and ref.info.mesh else None,
         },
         feed_c,
         cand_dir,

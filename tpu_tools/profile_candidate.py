@@ -19,6 +19,7 @@ from pydantic import Field
 from maxkernel.tpu_tools import execution, handover, integrity, timed_loop
 from maxkernel.tpu_tools.classify import classify_exception, load_failure
 from maxkernel.tpu_tools.estimate import StaticEstimate
+from maxkernel.tpu_tools.mesh import MeshSpec
 from maxkernel.tpu_tools.profile_reference import (
     WARMUP_SETS,
     TimedSide,
@@ -115,8 +116,13 @@ def candidate_job(
     trace_dir: str | None = None,
     top: int = 15,
     hide_paths: list[str] | None = None,
+    mesh: dict | None = None,
 ) -> dict:
-    """Pool job: returns a CandidateSide as a JSON-able dict."""
+    """Pool job: returns a CandidateSide as a JSON-able dict.
+
+    `mesh` (the reference's MESH): off the chip such a kernel is traced over the N-chip topology and
+    estimated per chip; it is never run here (one process, one CPU device).
+    """
     from maxkernel.tpu_tools import job_env
 
     job_env.scrub()
@@ -144,6 +150,7 @@ def candidate_job(
             warmup_min_time_s,
             trace_dir,
             top,
+            MeshSpec.model_validate(mesh) if mesh else None,
         )
     finally:
         changed = timed_loop.changed(before, timed_loop.clock_fingerprints())
@@ -171,16 +178,17 @@ def _run(
     warmup_min_time_s,
     trace_dir,
     top,
+    mesh_spec=None,
 ) -> Failure | None:
     import jax
 
     from maxkernel.tpu_tools.chips import chip_for_device_kind
     from maxkernel.tpu_tools.compile import cost_analysis_of
     from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
-    from maxkernel.tpu_tools.program_estimate import estimate_program
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.problem import load_candidate
+    from maxkernel.tpu_tools.program_estimate import estimate_program
     from maxkernel.tpu_tools.targets import parse_target
 
     def pause():
@@ -207,8 +215,23 @@ def _run(
     report_progress("trace candidate")
     shapes = [jax.ShapeDtypeStruct(tuple(s.shape), jax.numpy.dtype(s.dtype)) for s in in_specs]
     aot_tpu = tgt.kind == "tpu" and not plan.native
+    if mesh_spec is not None and not plan.native:
+        if not aot_tpu:
+            return Failure(
+                kind="usage_error",
+                summary=f"a kernel over a mesh ({mesh_spec.describe()}) is profiled for a TPU target",
+                stage="load",
+            )
+        measure_interpret = False  # its shard_map needs N devices; this process has one
+        side.warnings.append(
+            f"over a mesh {mesh_spec.describe()}: estimated per chip on the {tgt.name} topology, not run here"
+        )
     try:
-        with execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext():
+        if aot_tpu and mesh_spec is not None:
+            shapes, scope = execution.aot_args(tgt, shapes, mesh_spec)
+        else:
+            scope = execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext()
+        with scope:
             jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
     except Exception as e:
         return classify_exception(e, "trace", path)
@@ -225,7 +248,7 @@ def _run(
     if not calls and not plan.native:
         side.execution = f"plain JAX (no pallas_call): runs natively on {device.platform}; {plan.description}"
 
-    native = plan.native or not calls
+    native = plan.native or (not calls and mesh_spec is None)
     local_chip = chip_for_device_kind(device.device_kind) if device.platform == "tpu" else None
     est_chip = tgt.chip or local_chip
     with contextlib.ExitStack() as interp:  # the interpreter's state lives inside this scope
@@ -252,6 +275,11 @@ def _run(
                 f"not measured: target chip absent (Pallas kernel runs in interpret mode on {device.platform.upper()}); "
                 "pass measure_interpret to time it anyway (not representative)"
             )
+            if mesh_spec is not None:
+                side.not_measured_reason = (
+                    f"not measured: a kernel over a mesh ({mesh_spec.describe()}) runs only on a TPU slice "
+                    "of that many chips; here it is estimated per chip"
+                )
         calls = _distrust_cost_estimates(calls, reference_flops, side)
 
         def estimate() -> None:  # after the timings: costing the whole program must not disturb them
