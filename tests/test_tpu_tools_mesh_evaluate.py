@@ -90,6 +90,15 @@ async def test_the_mcp_tools_pass_the_mesh_through(tmp_path, pool):
         )
         rep = r.structured_content
         assert rep["ok"] and rep["topology"] == "v6e:2x2" and rep["devices"] == 4
+        # the search's and the suite's one call: compile, validate and profile, each over the mesh
+        r = await c.call_tool(
+            "evaluate_kernel",
+            {"reference": "53m", "kernel_source": source, "compile_target": "tpu-v6e", "seeds": 1},
+        )
+        rep = r.structured_content
+        assert rep["ok"], rep
+        assert rep["compile"]["devices"] == rep["validation"]["devices"] == 4
+        assert rep["profile"]["static_estimate"] and rep["profile"]["reference_estimate"]
 
 
 def test_estimate_and_analyze_trace_over_the_topology_and_cost_one_chip(evaluator):

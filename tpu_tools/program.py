@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.mesh import MeshSpec
 
 _INLINE = ("jit", "pjit", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "closed_call",
            "core_call", "remat", "checkpoint", "custom_lin")  # fmt: skip
@@ -55,6 +56,11 @@ class ProgramDescription(BaseModel):
     census: dict[str, int]
     unrenderable: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    mesh: MeshSpec | None = Field(
+        default=None,
+        description="multi-chip: the kernel gets these global arrays sharded by in_specs over this mesh "
+        "and runs under jax.set_mesh (shard_map + remote DMAs inside); the program above is the global one",
+    )
 
 
 class _Unrenderable(Exception):
@@ -223,6 +229,11 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
     notes = []
     if len(leaves) != len(shapes):
         notes.append("inputs are nested pytrees; names follow their flattened leaves")
+    if ref.info.mesh is not None:
+        notes.append(
+            f"multi-chip: write jax.shard_map over the mesh {ref.info.mesh.describe()} with the pallas_call "
+            "inside; move data between chips with remote DMAs, not XLA collectives (validate refuses those)"
+        )
     outs = flat.walk(closed.jaxpr, list(closed.consts), names)
     return ProgramDescription(
         reference=ref.info.name,
@@ -235,6 +246,7 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
         census=dict(flat.census),
         unrenderable=sorted(flat.unrenderable),
         notes=notes,
+        mesh=ref.info.mesh,
     )
 
 

@@ -20,7 +20,8 @@ def program_section(program: dict[str, Any]) -> str:
     text = json.dumps(program, separators=(",", ":"))
     if len(text) > MAX_CHARS:
         brief = {
-            k: program.get(k) for k in ("reference", "size", "inputs", "out_specs", "census", "unrenderable")
+            k: program.get(k)
+            for k in ("reference", "size", "inputs", "out_specs", "census", "unrenderable", "mesh", "notes")
         }
         brief["note"] = f"{len(program.get('equations', []))} equations, too many to list"
         text = json.dumps(brief, separators=(",", ":"))
