@@ -81,6 +81,38 @@ async def test_a_failing_case_takes_the_debug_path_and_an_unusable_case_is_skipp
     assert summary["best"]["iteration"] == 1 and (store.root / "best_kernel.py").read_text() == PLUS_ONE
 
 
+# Written for the small size only: its out_shape is the small size's, whatever it is given.
+SMALL_ONLY = PLUS_ONE.replace(
+    "out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)",
+    "out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype))(x[:16, :128])",
+)
+# Right at the small size, zeros of the right shape above it: the case the larger size is there for.
+ZEROS_ABOVE = PLUS_ONE.replace(
+    "    return pl.pallas_call(",
+    "    if x.shape != (16, 128):\n        return jax.numpy.zeros_like(x)\n    return pl.pallas_call(",
+)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("kernel", "outcome", "status"),
+    [(SMALL_ONLY, "verified", "refused"), (ZEROS_ABOVE, "test_failed", "failed")],
+)
+async def test_a_shape_specialized_kernel_refuses_the_larger_size_but_zeros_above_it_fail(
+    pool, workspace, tmp_path, kernel, outcome, status
+):
+    """Loud (an output of another shape) is not wrong: it counts at the size it was validated and timed at."""
+    assert kernel != PLUS_ONE
+    script = Script(
+        planner=[PLAN], implementer=[code(kernel)], tester=[cases(BIG)], debugger=[fix(kernel, "-")]
+    )
+    cfg = config("plus_one_reference", target="cpu", seeds=1, profile=False, test_cases=1, max_debug=0)
+    summary, _ = await run_loop(pool, workspace, RunStore.create(tmp_path / "runs", "p"), cfg, script.model)
+    it = summary["iterations"][0]
+    assert it["attempts"][0]["outcome"] == outcome
+    assert it["tests"][0]["cases"] == {"big_values": "passed", "larger_than_small": status}
+
+
 @pytest.mark.anyio
 async def test_resume_after_the_test_step_does_not_ask_the_tester_again(pool, workspace, tmp_path):
     first = Script(planner=[PLAN], implementer=[code(PLUS_ONE)], tester=[cases(BIG)])
