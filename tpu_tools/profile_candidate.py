@@ -188,7 +188,7 @@ def _run(
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
     from maxkernel.tpu_tools.pool import report_progress
     from maxkernel.tpu_tools.problem import load_candidate
-    from maxkernel.tpu_tools.program_estimate import estimate_program
+    from maxkernel.tpu_tools.program_estimate import estimate_program, tpu_cost
     from maxkernel.tpu_tools.targets import parse_target
 
     def pause():
@@ -215,6 +215,7 @@ def _run(
     report_progress("trace candidate")
     shapes = [jax.ShapeDtypeStruct(tuple(s.shape), jax.numpy.dtype(s.dtype)) for s in in_specs]
     aot_tpu = tgt.kind == "tpu" and not plan.native
+    base_shapes = list(shapes)
     if mesh_spec is not None and not plan.native:
         if not aot_tpu:
             return Failure(
@@ -286,6 +287,11 @@ def _run(
             if est_chip is None:
                 return
             try:
+                cost = (
+                    tpu_cost(cand.workload, base_shapes, tgt, mesh_spec)
+                    if not calls and tgt.kind == "tpu"
+                    else None
+                )
                 side.static_estimate = estimate_program(
                     jaxpr,
                     calls,
@@ -293,6 +299,7 @@ def _run(
                     reference_flops=reference_flops,
                     xla_flops=side.xla_flops,
                     io_bytes=io_bytes,
+                    xla_tpu_cost=cost,
                 )
             except Exception as e:
                 side.warnings.append(f"no static estimate: {type(e).__name__}: {e}")

@@ -298,7 +298,7 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
     from maxkernel.tpu_tools import execution
     from maxkernel.tpu_tools.chips import chip_for_device_kind
     from maxkernel.tpu_tools.pallas_info import find_pallas_calls
-    from maxkernel.tpu_tools.program_estimate import estimate_program
+    from maxkernel.tpu_tools.program_estimate import estimate_program, tpu_cost
     from maxkernel.tpu_tools.targets import parse_target
 
     try:
@@ -316,13 +316,18 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         # (its collectives are not costed, so the baseline is, if anything, too fast).
         n = ref.info.mesh.device_count if ref.info.mesh else 1
         share = (lambda x: x / n if x else x) if n > 1 else (lambda x: x)  # noqa: E731
+        calls = find_pallas_calls(jaxpr)
         side.static_estimate = estimate_program(
             jaxpr,
-            find_pallas_calls(jaxpr),
+            calls,
             chip,
             reference_flops=share(side.flops),
             xla_flops=share(xla_flops),
             io_bytes=share(side.set_bytes + out_bytes),
+            # XLA's own HBM traffic for the program compiled for the chip (per chip over a mesh)
+            xla_tpu_cost=tpu_cost(ref.workload, shapes, tgt, ref.info.mesh)
+            if not calls and tgt.kind == "tpu"
+            else None,
         )
         if n > 1:
             side.static_estimate.assumptions.append(
