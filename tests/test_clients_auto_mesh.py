@@ -5,18 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_clients_auto import ANALYSIS, PLAN, Script, code, run_loop
+from test_clients_auto import ANALYSIS, PLAN, Script, code, pool, run_loop
 
 from maxkernel.clients.auto_state import AutoConfig
 from maxkernel.clients.run_store import RunStore
 from maxkernel.jaxbench.registry import pallas_reference_path
-from maxkernel.tpu_tools.pool import WorkerPool
 
-
-@pytest.fixture(scope="module")
-def pool():
-    with WorkerPool(max_workers=2) as p:
-        yield p
+__all__ = ["pool"]  # the fixture shared with test_clients_auto
 
 
 @pytest.fixture
