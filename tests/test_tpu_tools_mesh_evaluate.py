@@ -121,3 +121,27 @@ def test_profile_estimates_a_mesh_kernel_per_chip_and_never_runs_it_off_the_chip
     assert not r.candidate_measured and "TPU slice" in r.candidate_not_measured_reason
     assert r.static_estimate is not None and r.reference_estimate is not None
     assert any("over 4 chips" in a for a in r.reference_estimate.assumptions)
+
+
+def test_the_search_evaluator_ranks_a_ring_kernel_and_rejects_its_racy_twin(tmp_path, pool):
+    """Graph search's one call (evaluate_kernel over MCP): the mesh rides along with the reference."""
+    import asyncio
+
+    from maxkernel.clients.search.evaluator import EvalTask
+    from maxkernel.clients.search.remote import MCPEvaluator
+
+    honest = pallas_reference_path("52m_Reduce_Scatter").read_text()
+    # the skip-wait ring as one self-contained source (a search proposes text, not a folder)
+    racy = (MESH_KERNELS / "_ring.py").read_text() + (
+        "\n\ndef workload(partials):\n    return reduce_scatter(partials, defect='skip_wait')\n"
+    )
+    task = EvalTask(reference="52m", seeds=1, profile_target="tpu-v5e")
+
+    async def go():
+        async with MCPEvaluator(build_server(tmp_path, pool=pool), name="mem") as ev:
+            return [await ev.evaluate(src, task) for src in (honest, racy)]
+
+    good, bad = asyncio.run(go())
+    assert good.status == "valid", good.failure
+    assert good.validation["devices"] == 4 and good.time_label == "estimate" and good.time_us > 0
+    assert bad.status == "invalid"
