@@ -285,13 +285,17 @@ def run_profile(
     report.kernel_sha256 = sha256_file(kpath)
     pool = pool or get_default_pool()
     runner = _Runner(pool, time.monotonic() + timeout_s, cancel, needs_device)
-    work = Path(make_scratch_dir("profile-"))  # under the sandbox scratch root: every lane binds it
+    # `work` holds the children's scratch folders (under the sandbox scratch root: every lane binds it);
+    # `private` (elsewhere, a random name) what only this process reads.
+    work = Path(make_scratch_dir("profile-"))
+    private = Path(make_scratch_dir("judge-"))
     try:
-        result = _profile(
+        result = _run_jobs(
             report,
             finish,
             runner,
             work,
+            private,
             str(kpath.resolve()),
             reference,
             tgt,
@@ -309,6 +313,7 @@ def run_profile(
         return stamp_sandbox(result, runner.last) if runner.last is not None else result
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _trace_logdirs(trace_dir: str | None) -> tuple[str | None, str | None]:
@@ -323,48 +328,6 @@ def _trace_logdirs(trace_dir: str | None) -> tuple[str | None, str | None]:
         )
     except OSError:
         return None, None
-
-
-def _profile(
-    report,
-    finish,
-    runner,
-    work,
-    kernel_path,
-    reference,
-    tgt,
-    size,
-    trace_dir,
-    measure_interpret,
-    reps,
-    warmups,
-    warmup_min_time_s,
-    top,
-    on_progress,
-) -> ProfileReport:
-    # `work` holds the children's scratch folders; `private` (elsewhere, a random name) what only we read.
-    private = Path(make_scratch_dir("judge-"))
-    try:
-        return _run_jobs(
-            report,
-            finish,
-            runner,
-            work,
-            private,
-            kernel_path,
-            reference,
-            tgt,
-            size,
-            trace_dir,
-            measure_interpret,
-            reps,
-            warmups,
-            warmup_min_time_s,
-            top,
-            on_progress,
-        )
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def _copy_from(staging: Path) -> Callable[[int, Path], None]:
