@@ -127,7 +127,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.compiler = "mosaic-tpu-aot"  # compile only: how it would run is validate's to say
             report.compiler_note = (
                 f"{target.chip.name} absent: the real Mosaic TPU compiler, for a libtpu compile-only "
-                f"{target.chip.topology} device"
+                f"{target.chip.topology} device; compile only, nothing executed"
             )
     elif plan.native:
         args = list(in_shapes)
@@ -163,7 +163,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
         report.devices = spec.device_count
         report.compiler_note = (
             f"{target.chip.name} absent: the real Mosaic TPU compiler, for the libtpu compile-only "
-            f"{report.topology} topology; over a mesh {spec.describe()}"
+            f"{report.topology} topology; over a mesh {spec.describe()}; compile only, nothing executed"
             if report.topology
             else f"{report.compiler_note}; over a mesh {spec.describe()}"
         )

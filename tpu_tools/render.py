@@ -33,15 +33,6 @@ def _dims(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-def compile_note(note: str) -> str:
-    """A compile report's note without execution claims: compiling runs nothing.
-
-    (The execution plan's description is shared with validate/profile, where it is true; see
-    tpu_tools/compile.py, `report.compiler_note = plan.description`.)"""
-    kept = [part for part in note.split("; ") if not part.strip().startswith("executed in")]
-    return "; ".join(kept) + ("; compile only, nothing executed" if len(kept) < len(note.split("; ")) else "")
-
-
 def profile_trace_text(text: str, ops: list | None, *, candidate_traced: bool) -> str:
     """A profile's trace summary whose hint is about the candidate only.
 
@@ -66,7 +57,7 @@ def render_compile(r: CompileReport) -> None:
     head = "[bold green]✓ compiled[/]" if r.ok else "[bold red]✗ did not compile[/]"
     console.print(f"{head} {r.kernel_path} for [bold]{r.target}[/] (size {r.size}) with {r.compiler}")
     if r.compiler_note:
-        console.print(f"  {compile_note(r.compiler_note)}")
+        console.print(f"  {r.compiler_note}")
     stages = [(n, getattr(r.times, f"{n}_ms")) for n in ("trace", "lower", "compile")]
     if any(ms is not None for _, ms in stages):
         console.print("  " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in stages if ms is not None))
