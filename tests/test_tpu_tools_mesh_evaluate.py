@@ -56,6 +56,15 @@ def test_a_kernel_outside_shard_map_is_refused_before_it_runs(evaluator):
     assert "cannot be automatically partitioned" in r.failure.summary and r.devices == 4
 
 
+def test_a_reshard_xla_inserts_is_work_outside_the_kernel_though_no_jaxpr_shows_it(evaluator):
+    """in_specs P() on row-sharded inputs: XLA all-gathers them (its partitioner, not a primitive)."""
+    r = _validate(evaluator, MESH_KERNELS / "rs_replicated.py")
+    assert not r.ok and r.failure.kind == "work_outside_kernel" and r.failure.stage == "compile"
+    assert "all-gather" in r.failure.summary
+    c = evaluator.compile(str(MESH_KERNELS / "rs_replicated.py"), "52m", "tpu-v6e")
+    assert c.ok and any("all-gather" in w and "validate will refuse" in w for w in c.warnings)
+
+
 def test_xla_collectives_doing_the_communication_are_work_outside_the_kernel(evaluator):
     r = _validate(evaluator, MESH_KERNELS / "rs_xla_collective.py")
     assert not r.ok and r.failure.kind == "work_outside_kernel"

@@ -27,6 +27,7 @@ from maxkernel.tpu_tools.mesh import (
     place,
     sharded_shapes,
     unpartitioned_kernels,
+    xla_collectives,
 )
 from maxkernel.tpu_tools.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
@@ -250,6 +251,23 @@ def candidate_job(
                 raise
             except BaseException as e:  # noqa: BLE001
                 return done(_failure(e, "compile", path))
+            if mesh_spec is not None and not allow_plain_jax:
+                try:
+                    moved = xla_collectives(compiled.as_text())
+                except Exception:  # noqa: BLE001 - no HLO text: the jaxpr census above still spoke
+                    moved = {}
+                if moved:
+                    what = ", ".join(f"{op} x{n}" for op, n in moved.items())
+                    return done(
+                        Failure(
+                            kind="work_outside_kernel",
+                            summary=f"XLA moves the data between devices itself ({what} in the compiled "
+                            "program): a collective outside the kernels, or a reshard because the shard_map's "
+                            "specs differ from the MESH's; a multi-chip kernel moves its data with remote DMAs "
+                            "inside its pallas_calls",
+                            stage="compile",
+                        )
+                    )
             count: dict[int, int] = {}
             for call, seed in enumerate(order):
                 report_progress(f"candidate run {call + 1}/{len(order)} (seed {seed})")

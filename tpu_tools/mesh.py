@@ -145,6 +145,22 @@ def unpartitioned_kernels(closed_jaxpr) -> int:
     return count(closed_jaxpr.jaxpr)
 
 
+_HLO_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "collective-permute", "all-to-all")
+
+
+def xla_collectives(hlo_text: str) -> dict[str, int]:
+    """Collectives in a compiled program's HLO: XLA moving data between devices on its own.
+
+    A kernel's remote DMAs are not among them (on the chip they are the Mosaic custom call; in interpret
+    mode, host callbacks), so any found were put there by XLA: a collective the candidate called, or a
+    reshard XLA inserted because its shard_map's specs are not the MESH's (which no jaxpr shows).
+    """
+    import re
+
+    found = {op: len(re.findall(rf"\b{op}(?:-start)?\(", hlo_text)) for op in _HLO_COLLECTIVES}
+    return {op: n for op, n in found.items() if n}
+
+
 def job_mesh(spec: MeshSpec, native: bool):
     """The mesh a validation child runs on: its TPU chips when native, else its CPU devices."""
     import jax
