@@ -43,11 +43,13 @@ def test_the_reference_validates_on_four_cpu_devices_and_the_verdict_says_so(eva
     assert not r.races_found and len(r.run_order) == 4
 
 
+@pytest.mark.parametrize("target", ["tpu-v6e", "cpu"])
 @pytest.mark.parametrize("kernel", ["rs_skip_wait", "rs_wrong_neighbour"])
-def test_a_ring_that_skips_a_wait_or_sends_to_the_wrong_neighbour_fails(evaluator, kernel):
-    r = _validate(evaluator, MESH_KERNELS / f"{kernel}.py")
+def test_a_ring_that_skips_a_wait_or_sends_to_the_wrong_neighbour_fails(evaluator, kernel, target):
+    """On the cpu target too: a mesh kernel's races are checked wherever it is interpreted."""
+    r = evaluator.validate(str(MESH_KERNELS / f"{kernel}.py"), "52m", target, seeds=1)
     assert not r.ok and r.failure.kind in ("race", "output_mismatch"), r.failure
-    assert r.devices == 4
+    assert r.devices == 4 and "race detection on" in r.execution
 
 
 def test_a_kernel_outside_shard_map_is_refused_before_it_runs(evaluator):

@@ -136,9 +136,10 @@ def candidate_job(
         report.failure = Failure(kind="usage_error", summary=str(e), stage="load")
         return report.model_dump(mode="json")
     plan = execution.plan_for(tgt)
-    detect_races = tgt.kind == "tpu" and not plan.native
-    report.execution = plan.description + (" (race detection on)" if detect_races else "")
     mesh_spec = MeshSpec.model_validate(mesh) if mesh else None
+    # A kernel over a mesh is checked for races on any interpreted target: its semaphores are its logic.
+    detect_races = not plan.native and (tgt.kind == "tpu" or mesh_spec is not None)
+    report.execution = plan.description + (" (race detection on)" if detect_races else "")
     eager = mesh_spec is not None  # remote DMAs: see execution.interpret_params
     scope = (
         contextlib.nullcontext()
