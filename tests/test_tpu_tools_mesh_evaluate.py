@@ -156,3 +156,40 @@ def test_the_search_evaluator_ranks_a_ring_kernel_and_rejects_its_racy_twin(tmp_
     assert good.status == "valid", good.failure
     assert good.validation["devices"] == 4 and good.time_label == "estimate" and good.time_us > 0
     assert bad.status == "invalid"
+
+
+_MESH_REF = """
+import jax
+import jax.numpy as jnp
+
+SIZES = {"small": {"n": 8}}
+MESH = MESH_VALUE
+
+
+def create_inputs(dtype=None, *, key=None, size="small"):
+    return (jnp.ones((SIZES[size]["n"], 128), jnp.float32),)
+
+
+def workload(x):
+    return x * 2.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("mesh", "why"),
+    [
+        ({"axes": {"x": 4}, "in_specs": [["y", None]], "out_specs": None}, "names axis 'y'"),
+        ({"axes": {"x": 4}, "in_specs": [["x", "x"]], "out_specs": None}, "names one axis twice"),
+        ({"axes": {"x": 4}, "in_specs": [], "out_specs": None}, "0 in_specs but the reference makes 1"),
+        ({"axes": {"x": 3}, "in_specs": [["x", None]], "out_specs": None}, "does not split over axis 'x'"),
+        ({"axes": {"x": 128}, "in_specs": [["x", None]], "out_specs": None}, "at most 64"),
+    ],
+)
+def test_a_malformed_mesh_is_the_references_error_with_one_precise_line(evaluator, tmp_path, mesh, why):
+    ref = tmp_path / "mesh_ref.py"
+    ref.write_text(_MESH_REF.replace("MESH_VALUE", repr(mesh)))
+    kernel = tmp_path / "k.py"
+    kernel.write_text("def workload(x):\n    return x * 2.0\n")
+    r = evaluator.validate(str(kernel), str(ref), "tpu-v6e", seeds=1)
+    assert not r.ok and r.failure.kind in ("reference_error", "usage_error"), r.failure
+    assert why in r.failure.summary and "\n" not in r.failure.summary

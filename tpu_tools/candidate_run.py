@@ -191,8 +191,9 @@ def candidate_job(
                 try:
                     devices = job_mesh(mesh_spec, plan.native)
                     run_inputs = {s: place(v, mesh_spec, devices) for s, v in inputs.items()}
-                except UsageError as e:
-                    return done(Failure(kind="internal_error", summary=str(e), stage="load"))
+                except Exception as e:  # noqa: BLE001 - the judge's setup, before any candidate code ran
+                    why = f"could not lay the inputs out over the mesh: {type(e).__name__}: {e}"[:1000]
+                    return done(Failure(kind="internal_error", summary=why, stage="load"))
                 stack.enter_context(jax.set_mesh(devices))
                 shapes = list(sharded_shapes(shapes, mesh_spec, devices))
                 jit_kw = {"out_shardings": output_sharding(mesh_spec, devices)}

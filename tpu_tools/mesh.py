@@ -21,10 +21,11 @@ import math
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from maxkernel.tpu_tools.errors import UsageError
 
+MAX_DEVICES = 64  # CPU devices one validation child may start with (JobSpec.host_devices)
 SpecEntry = str | None
 Spec = list[SpecEntry] | None
 
@@ -52,6 +53,8 @@ class MeshSpec(BaseModel):
     def _positive(cls, axes: dict[str, int]) -> dict[str, int]:
         if not axes or any(int(v) < 1 for v in axes.values()):
             raise ValueError(f"MESH axes should be a non-empty name -> size >= 1 mapping, got {axes}")
+        if math.prod(axes.values()) > MAX_DEVICES:
+            raise ValueError(f"MESH asks for {math.prod(axes.values())} devices; at most {MAX_DEVICES}")
         return axes
 
     @property
@@ -69,12 +72,19 @@ def mesh_of(module: Any) -> MeshSpec | None:
         return None
     try:
         spec = MeshSpec.model_validate(raw)
-    except Exception as e:  # pydantic's message names the bad field
-        raise UsageError(f"the reference's MESH is malformed: {e}") from None
+    except ValidationError as e:  # one line per bad field, joined: a precise one-line error
+        what = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'MESH'}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        )
+        raise UsageError(f"the reference's MESH is malformed: {what}") from None
     for s in [*spec.in_specs, spec.out_specs]:
-        for entry in s or []:
-            if entry is not None and entry not in spec.axes:
+        named = [entry for entry in s or [] if entry is not None]
+        for entry in named:
+            if entry not in spec.axes:
                 raise UsageError(f"the reference's MESH names axis {entry!r}, not one of {list(spec.axes)}")
+        if len(set(named)) < len(named):
+            raise UsageError(f"the reference's MESH spec {s} names one axis twice")
     return spec
 
 

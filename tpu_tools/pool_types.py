@@ -39,7 +39,7 @@ class JobSpec(BaseModel):
     host_devices: int = Field(
         default=1,
         ge=1,
-        le=64,
+        le=64,  # mesh.MAX_DEVICES
         description="CPU devices the child's jax backend starts with (a mesh kernel interpreted on N devices)",
     )
     # The sandbox contract (the OS sandbox binds these; without one, the judge's own checks guard them).
