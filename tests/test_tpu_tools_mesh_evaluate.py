@@ -193,3 +193,17 @@ def test_a_malformed_mesh_is_the_references_error_with_one_precise_line(evaluato
     r = evaluator.validate(str(kernel), str(ref), "tpu-v6e", seeds=1)
     assert not r.ok and r.failure.kind in ("reference_error", "usage_error"), r.failure
     assert why in r.failure.summary and "\n" not in r.failure.summary
+
+
+def test_on_a_tpu_host_mesh_jobs_stay_off_the_device_lane():
+    """The device worker owns the chips and has one backend; a mesh kernel's jobs need N CPU devices,
+    so on a device-owning host they run as forked children (which never open the chips)."""
+    kernel = str(pallas_reference_path("52m_Reduce_Scatter"))
+    with WorkerPool(max_workers=1, device_owner=True) as pool:
+        ev = Evaluator(pool)
+        r = ev.validate(kernel, "52m", "tpu-v6e", seeds=1)
+        assert r.ok and r.devices == 4, r.failure
+        c = ev.compile(kernel, "52m", "tpu-v6e")
+        assert c.ok and c.topology == "v6e:2x2", c.failure
+        p = ev.profile(kernel, "52m", "tpu-v6e", reps=3)
+        assert p.ok and p.static_estimate is not None, p.failure

@@ -215,6 +215,7 @@ class Evaluator:
         cancel: threading.Event | None,
         hide_paths: tuple[str, ...] = (),
         host_devices: int = 1,
+        needs_device: bool | None = None,
     ) -> R:
         """Run a one-child job returning a report; a child that ended otherwise becomes that report's failure."""
         started = time.perf_counter()
@@ -227,7 +228,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
-            needs_device=self._on_device(target),
+            needs_device=self._on_device(target) if needs_device is None else needs_device,
             hide_paths=hide_paths,
             host_devices=host_devices,
         )
@@ -295,8 +296,10 @@ class Evaluator:
             on_progress=None,
             cancel=cancel,
             hide_paths=hide_paths_for(reference, kernel_path),
-            # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology)
+            # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology,
+            # compiled off the chip in a forked child on a TPU host too)
             host_devices=mesh.device_count if mesh and target == "cpu" else 1,
+            needs_device=False if mesh else None,
         )
         report.size_note = side.size_note
         report.wall_time_s = round(time.perf_counter() - started, 4)
@@ -409,7 +412,9 @@ class Evaluator:
             order = run_order(seed_list, repeats, random.Random(secrets.randbits(64)))
             report.run_order = order
             mesh = side.reference.mesh if side.reference else None
-            on_device = self._on_device(target)
+            # A kernel over a mesh runs on N CPU devices in interpret mode, on a TPU host too (its forked
+            # children never open the chips); native multi-chip runs on a slice are not wired yet.
+            on_device = self._on_device(target) and mesh is None
             report.devices = mesh.device_count if mesh else 1
             outcome = self._run(
                 "maxkernel.tpu_tools.candidate_run:candidate_job",

@@ -450,6 +450,12 @@ def _run_jobs(
     from maxkernel.tpu_tools.evaluate import hide_paths_for
 
     hide = [*hide_paths_for(reference, kernel_path), str(private)]
+    # A kernel over a mesh is estimated off the chip, never run here (profile_candidate): its child
+    # needs no chip, so on a TPU host it is a forked one; both reference runs keep the device lane.
+    on_device, runner.needs_device = (
+        runner.needs_device,
+        runner.needs_device and not (ref.info and ref.info.mesh),
+    )
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_candidate:candidate_job",
         {
@@ -477,6 +483,7 @@ def _run_jobs(
         cand_dir,
         hide,
     )
+    runner.needs_device = on_device
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "candidate run"))
     cand = CandidateSide.model_validate(outcome.result)
