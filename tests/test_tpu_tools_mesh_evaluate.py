@@ -67,6 +67,11 @@ def test_a_reshard_xla_inserts_is_work_outside_the_kernel_though_no_jaxpr_shows_
     assert c.ok and any("all-gather" in w and "validate will refuse" in w for w in c.warnings)
 
 
+def test_blanking_the_hlo_to_hide_the_reshard_is_tampering(evaluator):
+    r = _validate(evaluator, MESH_KERNELS / "rs_hides_hlo.py")
+    assert not r.ok and r.failure.kind == "tampered" and "Compiled.as_text" in r.failure.summary
+
+
 def test_xla_collectives_doing_the_communication_are_work_outside_the_kernel(evaluator):
     r = _validate(evaluator, MESH_KERNELS / "rs_xla_collective.py")
     assert not r.ok and r.failure.kind == "work_outside_kernel"

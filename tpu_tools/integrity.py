@@ -32,7 +32,9 @@ WATCHED_MODULES = (
     "jax._src.pallas.mosaic.interpret.thread_map",
     "jax._src.pallas.mosaic.interpret.utils",
     "jax._src.pallas.pallas_call",
+    "jax._src.stages",  # Compiled.as_text: the mesh check reads the HLO through it
     "maxkernel.tpu_tools.execution",
+    "maxkernel.tpu_tools.mesh",
     "maxkernel.tpu_tools.handover",
     "maxkernel.tpu_tools.candidate_run",
     "maxkernel.tpu_tools.integrity",
@@ -223,6 +225,10 @@ class Guard:
             sys.addaudithook(self._hook)
             self._hooked = True
         self._armed = True
+
+    def changed_so_far(self) -> list[str]:
+        """What the candidate changed up to now (the guard stays armed): before the judge trusts a tool mid-run."""
+        return changes(self.before, fingerprint(self.extra_modules))
 
     def check(self) -> tuple[str | None, str | None]:
         """(tampered summary, reached-reference summary) after the run; None where clean."""
