@@ -27,7 +27,7 @@ from maxkernel.tpu_tools.mesh import (
     place,
     sharded_shapes,
     unpartitioned_kernels,
-    xla_collectives,
+    xla_moves,
 )
 from maxkernel.tpu_tools.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
@@ -256,12 +256,7 @@ def candidate_job(
             if mesh_spec is not None and not allow_plain_jax:
                 if guard.changed_so_far():  # the HLO is read through jax: only while jax is untouched
                     return done(None)  # done() names the tampering
-                try:
-                    moved = xla_collectives(compiled.as_text())
-                except Exception:  # noqa: BLE001 - no HLO text: the jaxpr census above still spoke
-                    moved = {}
-                if moved:
-                    what = ", ".join(f"{op} x{n}" for op, n in moved.items())
+                if (what := xla_moves(compiled)) is not None:
                     return done(
                         Failure(
                             kind="work_outside_kernel",

@@ -199,17 +199,11 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.times.compile_ms = _ms(t0)
         except Exception as e:
             return finish(classify_exception(e, stage, path))
-    if spec is not None:
-        try:
-            moved = mesh.xla_collectives(compiled.as_text())
-        except Exception:  # noqa: BLE001 - no HLO text to read: nothing to warn about
-            moved = {}
-        if moved:
-            what = ", ".join(f"{op} x{n}" for op, n in moved.items())
-            report.warnings.append(
-                f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: XLA moves the "
-                f"data between devices itself ({what})"
-            )
+    if spec is not None and (what := mesh.xla_moves(compiled)) is not None:
+        report.warnings.append(
+            f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: XLA moves the "
+            f"data between devices itself ({what})"
+        )
     report.memory = _memory_stats(compiled)
     report.cost_analysis = cost_analysis_of(compiled)
     if report.num_pallas_calls == 0:

@@ -61,6 +61,10 @@ class MeshSpec(BaseModel):
     def device_count(self) -> int:
         return math.prod(self.axes.values())
 
+    def share(self, x: float | None) -> float | None:
+        """One chip's share of a whole-mesh quantity (flops, bytes); None and 0 stay as they are."""
+        return x / self.device_count if x else x
+
     def describe(self) -> str:
         return " x ".join(f"{k}={v}" for k, v in self.axes.items()) + f" ({self.device_count} devices)"
 
@@ -104,11 +108,18 @@ def request_host_devices(n: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([*flags, host_device_flag(n)])
 
 
+def _mesh_over(devices, spec: MeshSpec):
+    """The first `spec.device_count` of `devices` as a Mesh of `spec`'s axes, in mesh order."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    grid = np.array(list(devices)[: spec.device_count]).reshape(tuple(spec.axes.values()))
+    return Mesh(grid, tuple(spec.axes))
+
+
 def cpu_mesh(spec: MeshSpec):
     """A Mesh of `spec`'s shape over CPU devices (the backend must have been started with enough)."""
     import jax
-    import numpy as np
-    from jax.sharding import Mesh
 
     devices = jax.devices("cpu")
     if len(devices) < spec.device_count:
@@ -116,8 +127,7 @@ def cpu_mesh(spec: MeshSpec):
             f"the mesh needs {spec.device_count} CPU devices but this process has {len(devices)}: "
             f"start it with XLA_FLAGS={host_device_flag(spec.device_count)}"
         )
-    grid = np.array(devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
-    return Mesh(grid, tuple(spec.axes))
+    return _mesh_over(devices, spec)
 
 
 def shape_problem(spec: MeshSpec, shapes) -> str | None:
@@ -171,19 +181,25 @@ def xla_collectives(hlo_text: str) -> dict[str, int]:
     return {op: n for op, n in found.items() if n}
 
 
+def xla_moves(compiled) -> str | None:
+    """`xla_collectives` of a compiled program as one phrase ('all-gather x1, ...'), None if none or unreadable."""
+    try:
+        moved = xla_collectives(compiled.as_text())
+    except Exception:  # noqa: BLE001 - no HLO text to read: the jaxpr census still spoke
+        return None
+    return ", ".join(f"{op} x{n}" for op, n in moved.items()) or None
+
+
 def job_mesh(spec: MeshSpec, native: bool):
     """The mesh a validation child runs on: its TPU chips when native, else its CPU devices."""
     import jax
-    import numpy as np
-    from jax.sharding import Mesh
 
     if not native:
         return cpu_mesh(spec)
     devices = jax.devices()
     if len(devices) < spec.device_count:
         raise UsageError(f"the mesh needs {spec.device_count} devices; this host has {len(devices)}")
-    grid = np.array(devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
-    return Mesh(grid, tuple(spec.axes))
+    return _mesh_over(devices, spec)
 
 
 def topology_name(target: str, n_devices: int) -> str:
@@ -198,13 +214,11 @@ def topology_name(target: str, n_devices: int) -> str:
 
 def topology_mesh(spec: MeshSpec, target: str):
     """A Mesh of `spec`'s shape over a libtpu compile-only topology of the target's generation."""
-    import numpy as np
     from jax.experimental import topologies
-    from jax.sharding import Mesh
 
-    topo = topologies.get_topology_desc(topology_name(target, spec.device_count), "tpu")
-    grid = np.array(topo.devices[: spec.device_count]).reshape(tuple(spec.axes.values()))
-    return Mesh(grid, tuple(spec.axes))
+    return _mesh_over(
+        topologies.get_topology_desc(topology_name(target, spec.device_count), "tpu").devices, spec
+    )
 
 
 def input_shardings(spec: MeshSpec, mesh) -> list:

@@ -112,7 +112,7 @@ class Reference:
         """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
         flops = self.get_flops(size)
         mesh = self.info.mesh
-        return flops / mesh.device_count if flops is not None and mesh is not None else flops
+        return mesh.share(flops) if mesh is not None else flops
 
     def create_inputs(
         self, size: str = "small", seed: int | None = None, case: InputCase | None = None

@@ -216,13 +216,16 @@ class _Runner:
         self.pool, self.deadline, self.cancel, self.needs_device = pool, deadline, cancel, needs_device
         self.last: JobOutcome | None = None
 
-    def run(self, fn: str, kwargs: dict, on_progress, scratch: Path, hide: list[str]) -> JobOutcome:
+    def run(
+        self, fn: str, kwargs: dict, on_progress, scratch: Path, hide: list[str], *, off_chip: bool = False
+    ) -> JobOutcome:
+        """`off_chip`: this job never needs the chip, so on a TPU host it is a forked child."""
         left = max(self.deadline - time.monotonic(), 0.5)
         spec = JobSpec(
             fn=fn,
             kwargs=kwargs,
             timeout_s=left,
-            needs_device=self.needs_device,
+            needs_device=self.needs_device and not off_chip,
             scratch_dir=str(scratch),
             hide_paths=tuple(hide),
         )
@@ -450,12 +453,7 @@ def _run_jobs(
     from maxkernel.tpu_tools.evaluate import hide_paths_for
 
     hide = [*hide_paths_for(reference, kernel_path), str(private)]
-    # A kernel over a mesh is estimated off the chip, never run here (profile_candidate): its child
-    # needs no chip, so on a TPU host it is a forked one; both reference runs keep the device lane.
-    on_device, runner.needs_device = (
-        runner.needs_device,
-        runner.needs_device and not (ref.info and ref.info.mesh),
-    )
+    mesh = ref.info.mesh if ref.info else None
     outcome = runner.run(
         "maxkernel.tpu_tools.profile_candidate:candidate_job",
         {
@@ -467,9 +465,7 @@ def _run_jobs(
             "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
             "timed_sets": n,
             # one chip's share over a mesh: the estimate is per chip (the reference's flops, split)
-            "reference_flops": ref.flops / ref.info.mesh.device_count
-            if ref.flops and ref.info and ref.info.mesh
-            else ref.flops,
+            "reference_flops": mesh.share(ref.flops) if mesh else ref.flops,
             "io_bytes": _io_bytes(ref),
             "measure_interpret": measure_interpret,
             "warmups": warmups,
@@ -477,13 +473,15 @@ def _run_jobs(
             "trace_dir": str(cand_dir / "trace") if cand_log else None,
             "top": top,
             "hide_paths": hide,
-            "mesh": ref.info.mesh.model_dump(mode="json") if ref.info and ref.info.mesh else None,
+            "mesh": mesh.model_dump(mode="json") if mesh else None,
         },
         feed_c,
         cand_dir,
         hide,
+        # a kernel over a mesh is estimated off the chip, never run here (profile_candidate): its child
+        # needs no chip; both reference runs keep the device lane
+        off_chip=mesh is not None,
     )
-    runner.needs_device = on_device
     if outcome.status != "ok" or outcome.result is None:
         return finish(_job_failure(outcome, "candidate run"))
     cand = CandidateSide.model_validate(outcome.result)

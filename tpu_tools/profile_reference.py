@@ -314,8 +314,8 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         out_bytes = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in jaxpr.out_avals)
         # Over a MESH the baseline is XLA's program on N chips: one chip's share of the work and bytes
         # (its collectives are not costed, so the baseline is, if anything, too fast).
-        n = ref.info.mesh.device_count if ref.info.mesh else 1
-        share = (lambda x: x / n if x else x) if n > 1 else (lambda x: x)  # noqa: E731
+        mesh = ref.info.mesh
+        share = mesh.share if mesh else (lambda x: x)  # noqa: E731
         calls = find_pallas_calls(jaxpr)
         side.static_estimate = estimate_program(
             jaxpr,
@@ -329,9 +329,10 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
             if not calls and tgt.kind == "tpu"
             else None,
         )
-        if n > 1:
+        if mesh and mesh.device_count > 1:
             side.static_estimate.assumptions.append(
-                f"XLA baseline over {n} chips: 1/{n} of the global work and bytes per chip, collectives not costed"
+                f"XLA baseline over {mesh.device_count} chips: 1/{mesh.device_count} of the global work and "
+                "bytes per chip, collectives not costed"
             )
     except Exception as e:
         side.warnings.append(f"no static estimate of the reference: {type(e).__name__}: {e}")
