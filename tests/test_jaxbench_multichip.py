@@ -54,7 +54,12 @@ def test_references_validate_on_4_cpu_devices_and_compile_for_4_chips(target):
 @pytest.mark.parametrize("kernel", ["rs_skip_wait", "rs_wrong_neighbour"])
 def test_ring_adversaries_fail_and_their_honest_twin_passes(kernel):
     (bad,) = _probe("-", f"52m={HERE / 'kernels' / 'mesh' / (kernel + '.py')}")
-    assert not bad["correct"] and bad["races"], bad
+    # The race detector is what catches them, every run. The numbers depend on when the neighbour's
+    # thread copies (remote DMAs run eagerly): a skipped wait read stale data in 6/6 quiet runs, but
+    # under a loaded CI box it once read the right data. The wrong neighbour is always wrong.
+    assert bad["races"], bad
+    if kernel == "rs_wrong_neighbour":
+        assert not bad["correct"], bad
     (good,) = _probe("-", f"52m={HERE / 'kernels' / 'mesh' / 'rs_honest.py'}")
     assert good["correct"] and not good["races"], good
 
