@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time
-from maxkernel.tpu_tools.llo_dump import compile_with_dump, enable_dump
+from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, enable_dump
 dump = enable_dump() if sys.argv[1] == "dump" else None
 import jax, jax.numpy as jnp, numpy as np
 from jax.experimental import topologies

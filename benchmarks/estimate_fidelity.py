@@ -5,7 +5,7 @@ from a template (`acc_scratch`: the JAX tutorial's matmul with an f32 VMEM accum
 accumulating into the output block), compiles it for a v5e compile-only device with libtpu's LLO
 dump on, and estimates it three ways:
 
-- old:   tpu_tools/estimate.py as of OLD_REV (before the LLO tier), loaded from git;
+- old:   tpu_tools/cost/estimate.py as of OLD_REV (before the LLO tier), loaded from git;
 - model: today's estimate without the dump (tier `model`);
 - llo:   today's estimate from the compiler's schedule (tier `llo`).
 
@@ -53,9 +53,9 @@ def load_points(data_dir: Path) -> list[dict]:
 
 
 def old_estimate_module(rev: str):
-    """tpu_tools/estimate.py at `rev`, imported next to today's helpers (chips.py only gained fields)."""
+    """tpu_tools/cost/estimate.py at `rev`, imported next to today's helpers (chips.py only gained fields)."""
     src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:tpu_tools/estimate.py"],
+        ["git", "-C", str(ROOT), "show", f"{rev}:tpu_tools/cost/estimate.py"],
         capture_output=True,
         text=True,
         check=True,
@@ -134,7 +134,7 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 
 def estimate_points(points: list[dict], old_rev: str) -> float:
     """Fill old_us / model_us / llo_us (kernel time, no dispatch) on each point; returns seconds spent."""
-    from maxkernel.tpu_tools.llo_dump import compile_with_dump, enable_dump
+    from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, enable_dump
 
     dump = enable_dump()
     import time
@@ -145,9 +145,9 @@ def estimate_points(points: list[dict], old_rev: str) -> float:
     from jax.experimental import topologies
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from maxkernel.tpu_tools.estimate import estimate_pallas
-    from maxkernel.tpu_tools.jaxpr_cost import program_cost
-    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+    from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+    from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
     old = old_estimate_module(old_rev)
     topo = topologies.get_topology_desc("v5e:2x2", "tpu")

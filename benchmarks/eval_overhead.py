@@ -1,5 +1,5 @@
 """Evaluations per minute through the warm worker pool vs a fresh `python -c` per evaluation, for each
-OS sandbox tier this host runs (none, namespaces, bwrap; see tpu_tools/sandbox.py).
+OS sandbox tier this host runs (none, namespaces, bwrap; see tpu_tools/pool/sandbox.py).
 
 Not a test: prints figures. Each tier runs in its own process (the forkserver, and so its sandbox, is
 one per process): `--tier T` measures one, without it every available tier is measured in turn. The evaluation is selectable (`--job module:function`, JSON `--kwargs`) so it
@@ -114,7 +114,7 @@ def _fresh_process(fn: str, kwargs: dict) -> tuple[float, dict]:
 
 
 def _measure(fn: str, kwargs: dict, n: int) -> dict:
-    from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+    from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
 
     spec = JobSpec(fn=fn, kwargs=kwargs, timeout_s=300)
     with WorkerPool(max_workers=1) as pool:
@@ -166,7 +166,7 @@ def _print(fn: str, kwargs: dict, m: dict) -> None:
 
 
 def _available_tiers() -> list[str]:
-    from maxkernel.tpu_tools import sandbox
+    from maxkernel.tpu_tools.pool import sandbox
 
     tiers = ["none"]
     for tier in ("namespaces", "bwrap"):
@@ -201,11 +201,11 @@ def main() -> None:
         return
     os.environ["MAXKERNEL_SANDBOX"] = args.tier
 
-    from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+    from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
 
     with WorkerPool(max_workers=1) as pool:
         pool.warm_up()
-        empty = JobSpec(fn="maxkernel.tpu_tools.pool_child:noop_job")
+        empty = JobSpec(fn="maxkernel.tpu_tools.pool.child:noop_job")
         times = []
         for _ in range(max(args.n, 10) * 2):
             t = time.perf_counter()

@@ -30,7 +30,7 @@ from mcp import Client
 from maxkernel.jaxbench.registry import list_task_ids
 from maxkernel.server.app import build_server
 from maxkernel.subagents import MAX_EXAMPLES, MIN_SCORE_RATIO, retrieval_budget
-from maxkernel.tpu_tools.evaluate import Evaluator
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
 
 ROOT = Path(__file__).resolve().parent.parent
 MATMUL_REF = ROOT / "examples" / "matmul_reference.py"
@@ -90,7 +90,7 @@ def rank(hits: list[dict], expected: str) -> int | None:
 
 
 def error_text(kernel: str) -> tuple[str, str]:
-    """Compile `kernel` for tpu-v6e; the debugger's error text exactly as clients/auto.py builds it."""
+    """Compile `kernel` for tpu-v6e; the debugger's error text exactly as clients/auto/loop.py builds it."""
     report = Evaluator(timeout_s=600).compile(str(ROOT / kernel), str(MATMUL_REF), "tpu-v6e", "small")
     if report.ok or report.failure is None:
         return "", "compiled (no error to look up)"

@@ -14,8 +14,8 @@ import argparse
 import time
 
 from maxkernel.jaxbench.registry import pallas_reference_path
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 TASKS = ["51m_AllGather_Matmul", "52m_Reduce_Scatter", "53m_All_To_All"]
 

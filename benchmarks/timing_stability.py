@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from maxkernel.tpu_tools.timing import measure_interleaved, noise_floor
+from maxkernel.tpu_tools.profile.timing import measure_interleaved, noise_floor
 
 
 def _workload(x, w):

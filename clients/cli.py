@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 
 from maxkernel.clients.models import Budget, Model, ModelConfigError
-from maxkernel.tpu_tools import cli_args
+from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError  # one class for the command line's mistakes
 
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     from maxkernel.clients.search.cli import register as register_search
 
     register_search(sub)  # `search` and `report` verbs
-    from maxkernel.clients.suite_cli import register as register_suite
+    from maxkernel.clients.suite.cli import register as register_suite
 
     register_suite(sub)  # `suite`
     return p
@@ -176,7 +176,7 @@ def _resume_budget(saved: Budget, args: argparse.Namespace) -> Budget:
 
 async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
     """Set up the store, model and servers, then run (or resume) the loop; return summary.json."""
-    from maxkernel.clients.auto import AutoConfig, AutoLoop
+    from maxkernel.clients.auto.loop import AutoConfig, AutoLoop
     from maxkernel.clients.mcp_client import KernelServerClient, ServerUnavailable
     from maxkernel.clients.progress import NullReporter, RichReporter
     from maxkernel.clients.run_store import STATE_FILE, RunStore, RunStoreError

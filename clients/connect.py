@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from maxkernel.tpu_tools.cli_args import auth_refused
+from maxkernel.tpu_tools.cli.args import auth_refused
 from maxkernel.tpu_tools.errors import UsageError
 
 

@@ -51,7 +51,7 @@ class RichReporter:
 
     def _live_line(self, iterations: int):
         if self._live is None and self._live_wanted:
-            from maxkernel.tpu_tools.live import LiveLine
+            from maxkernel.tpu_tools.cli.live import LiveLine
 
             self._live = LiveLine("auto", total=iterations, console=self.console)
             self._live.start()

@@ -16,8 +16,8 @@ from mcp.server import MCPServer
 from maxkernel.server import examples, prompts, resources, tools
 from maxkernel.server.requests import AppState
 from maxkernel.server.workspace import Workspace
-from maxkernel.tpu_tools.evaluate import DEFAULT_TIMEOUT_S, Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import DEFAULT_TIMEOUT_S, Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 INSTRUCTIONS = """\
 Tools to write Pallas kernels for TPUs and check them with the real compiler and fresh inputs.

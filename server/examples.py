@@ -15,7 +15,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from maxkernel.server.requests import AppState, resolve_reference
-from maxkernel.tpu_tools.examples_index import (
+from maxkernel.tpu_tools.examples.index import (
     DEFAULT_BUDGET_TOKENS,
     ExampleError,
     ExampleIndex,

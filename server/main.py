@@ -115,7 +115,7 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from maxkernel.tpu_tools import cli_args
+    from maxkernel.tpu_tools.cli import args as cli_args
 
     p = cli_args.parser("maxkernel-server", __doc__.splitlines()[0])
     p.add_argument("--transport", choices=["stdio", "http"], default="stdio", help="how clients connect")
@@ -148,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def sandbox_check(require: bool) -> str:
     """The start-up line naming the sandbox tier; StartupError if one is required and none works."""
-    from maxkernel.tpu_tools import sandbox
+    from maxkernel.tpu_tools.pool import sandbox
 
     try:
         decision = sandbox.detect()

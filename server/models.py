@@ -9,10 +9,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
+from maxkernel.tpu_tools.problem.tasks import TaskSummary
+from maxkernel.tpu_tools.profile.run import ProfileReport  # imports jax (no backend started): ~0.6 s
+from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
-from maxkernel.tpu_tools.tasks import TaskSummary
-from maxkernel.tpu_tools.trace_summary import TraceSummary
 
 
 class EvaluationReport(BaseModel):

@@ -26,8 +26,8 @@ from maxkernel.subagents import (
     render_implement_prompt,
     render_plan_prompt,
 )
-from maxkernel.tpu_tools.chips import UnknownChipError, get_chip
-from maxkernel.tpu_tools.cli_args import DEFAULT_TARGET
+from maxkernel.tpu_tools.cli.args import DEFAULT_TARGET
+from maxkernel.tpu_tools.hardware.chips import UnknownChipError, get_chip
 
 
 def task_spec(task: str) -> str:

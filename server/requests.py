@@ -22,9 +22,9 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 from maxkernel.server.workspace import Workspace, WorkspaceError, sha256_text
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
-from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
+from maxkernel.tpu_tools.hardware.targets import UnknownTargetError, parse_target
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 T = TypeVar("T")
 ProgressFn = Callable[[str], None]

@@ -14,7 +14,7 @@ from maxkernel.server.requests import AppState
 from maxkernel.server.tools import task_summaries
 from maxkernel.server.workspace import WorkspaceError
 from maxkernel.subagents import load_guide
-from maxkernel.tpu_tools.chips import UnknownChipError, get_chip
+from maxkernel.tpu_tools.hardware.chips import UnknownChipError, get_chip
 
 
 async def tasks_index() -> str:

@@ -55,10 +55,7 @@ from maxkernel.server.requests import (
     state_of,
 )
 from maxkernel.server.workspace import WorkspaceError, sha256_text
-from maxkernel.tpu_tools.analyze import AnalysisReport
-from maxkernel.tpu_tools.autotune import AutotuneReport, EstimateReport
-from maxkernel.tpu_tools.chips import CHIPS, ChipSpec
-from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on the shell and over MCP
+from maxkernel.tpu_tools.cli.args import (  # the CLI's defaults: one grammar on the shell and over MCP
     DEFAULT_REPS,
     DEFAULT_SEED_OFFSET,
     DEFAULT_SEEDS,
@@ -68,12 +65,15 @@ from maxkernel.tpu_tools.cli_args import (  # the CLI's defaults: one grammar on
     PROFILE_TIMEOUT_S,
     size_kwargs,
 )
-from maxkernel.tpu_tools.input_cases import InputCase
-from maxkernel.tpu_tools.profile import ProfileReport  # imports jax (no backend started): ~0.6 s
-from maxkernel.tpu_tools.program import ProgramDescription
+from maxkernel.tpu_tools.cost.analyze import AnalysisReport
+from maxkernel.tpu_tools.cost.autotune import AutotuneReport, EstimateReport
+from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.program import ProgramDescription
+from maxkernel.tpu_tools.problem.tasks import TaskSummary
+from maxkernel.tpu_tools.profile.run import ProfileReport  # imports jax (no backend started): ~0.6 s
+from maxkernel.tpu_tools.profile.trace_summary import TraceFormatError
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
-from maxkernel.tpu_tools.tasks import TaskSummary
-from maxkernel.tpu_tools.trace_summary import TraceFormatError
 
 # ---------------------------------------------------------------------------------- the tools
 
@@ -306,7 +306,7 @@ async def summarize_trace(
     top: Annotated[int, Field(ge=1, le=200, description="how many ops to list, by self time")] = 15,
 ) -> SavedTraceSummary:
     """Summarize a jax.profiler trace: top ops by self time, categories, busy fraction, idle gaps."""
-    from maxkernel.tpu_tools.evaluate import summarize_trace as summarize
+    from maxkernel.tpu_tools.judge.evaluate import summarize_trace as summarize
 
     st = state_of(ctx)
     try:
@@ -366,7 +366,7 @@ async def analyze_kernel(
     VALU, XLU, EUP, vector loads/stores), spills, VMEM allocated vs scoped limit and physical, DMAs
     per step; `summary` is a short text to act on; `estimate` is the labeled static estimate.
     """
-    from maxkernel.tpu_tools.analyze import analyze_kernel as run_analysis
+    from maxkernel.tpu_tools.cost.analyze import analyze_kernel as run_analysis
 
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     result = await run_blocking(
@@ -409,7 +409,7 @@ async def autotune_kernel(
     """Sweep a kernel template's tunables: prune by legality, VMEM fit and static estimate, then compile and
     validate the best-ranked configs. Failed configs are kept as data; the best valid one is returned.
     """
-    from maxkernel.tpu_tools.autotune import SpaceError, autotune
+    from maxkernel.tpu_tools.cost.autotune import SpaceError, autotune
 
     st = state_of(ctx)
     ref, tgt = resolve_reference(st.workspace, reference), check_target(target)
@@ -440,14 +440,14 @@ async def autotune_kernel(
 @functools.cache
 def task_summaries() -> list[TaskSummary]:
     """Imports every task module once (~seconds), so cached for the process."""
-    from maxkernel.tpu_tools.tasks import list_tasks as all_tasks
+    from maxkernel.tpu_tools.problem.tasks import list_tasks as all_tasks
 
     return all_tasks()
 
 
 def task_detail(task: str) -> TaskDetail:
     from maxkernel.jaxbench import registry
-    from maxkernel.tpu_tools.tasks import summarize_task
+    from maxkernel.tpu_tools.problem.tasks import summarize_task
 
     try:
         task_id = registry.resolve_id(task)
@@ -486,7 +486,7 @@ async def describe_reference(
     """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every
     equation (primitive, operands, output shapes, parameters as source) and a primitive census."""
     from maxkernel.tpu_tools.errors import UsageError
-    from maxkernel.tpu_tools.program import describe_in_child
+    from maxkernel.tpu_tools.problem.program import describe_in_child
 
     st = state_of(ctx)
     ref = resolve_reference(st.workspace, reference)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from maxkernel.tpu_tools import hostenv, mesh
+from maxkernel.tpu_tools.hardware import hostenv, mesh
 
 hostenv.configure()
 mesh.request_host_devices(4)
@@ -18,7 +18,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from maxkernel.jaxbench.registry import load_pallas_reference, load_task  # noqa: E402
-from maxkernel.tpu_tools.problem import load_candidate  # noqa: E402
+from maxkernel.tpu_tools.problem.reference import load_candidate  # noqa: E402
 
 
 def check(task_id: str, kernel: str, compile_target: str | None) -> dict:
@@ -52,9 +52,9 @@ def check(task_id: str, kernel: str, compile_target: str | None) -> dict:
 
 def estimate_row(task_id: str, target: str) -> dict:
     """The static estimate of the task's Pallas reference at full size, per device of the mesh."""
-    from maxkernel.tpu_tools.estimate import estimate_pallas
-    from maxkernel.tpu_tools.jaxpr_cost import program_cost
-    from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+    from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+    from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
     task, ref = load_task(task_id), load_pallas_reference(task_id)
     spec = mesh.mesh_of(task)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from maxkernel.tpu_tools.pool import report_progress
+from maxkernel.tpu_tools.pool.workers import report_progress
 
 
 def _start_ticks() -> int:

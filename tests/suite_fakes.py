@@ -95,7 +95,7 @@ def suite_args(suite_dir: str, *, resume: bool = False, tasks: str = "8p,12p,19k
 
 
 def main() -> None:
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     p = argparse.ArgumentParser()
     p.add_argument("suite_dir")

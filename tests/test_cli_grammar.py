@@ -13,7 +13,7 @@ from conftest_paths import MATMUL_REF
 from mcp import Client
 
 from maxkernel.server.app import build_server
-from maxkernel.tpu_tools import cli_args
+from maxkernel.tpu_tools.cli import args as cli_args
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def _tool_defaults(tools, name: str) -> dict:
 async def test_mcp_tool_defaults_equal_the_cli_defaults(tmp_path):
     """Defaults are one list: the CLI's parser and every MCP tool's schema take them from cli_args."""
     from maxkernel.clients.cli import build_parser as orchestrate_parser
-    from maxkernel.tpu_tools.cli import build_parser
+    from maxkernel.tpu_tools.cli.main import build_parser
 
     async with Client(build_server(tmp_path / "ws")) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
@@ -305,7 +305,7 @@ def test_auth_failure_says_so_in_auto_and_search(eval_cwd):
 
 def test_chips_keep_their_names_at_80_columns(tmp_path):
     p = sh("maxkernel", "chips", cwd=tmp_path)  # piped: rich renders 80 columns
-    from maxkernel.tpu_tools.chips import CHIPS
+    from maxkernel.tpu_tools.hardware.chips import CHIPS
 
     for name in CHIPS:
         assert any(line.split()[:1] == [name] for line in p.stdout.splitlines()), (name, p.stdout)
@@ -334,8 +334,8 @@ def test_compile_report_claims_no_execution(eval_cwd):
 
 
 def test_profile_hint_never_names_a_reference_op():
-    from maxkernel.tpu_tools.render import profile_trace_text
-    from maxkernel.tpu_tools.trace_summary import OpStat
+    from maxkernel.tpu_tools.cli.render import profile_trace_text
+    from maxkernel.tpu_tools.profile.trace_summary import OpStat
 
     def op(name, module, us):
         return OpStat(
@@ -416,7 +416,7 @@ def test_no_message_or_doc_names_a_flag_that_does_not_exist():
 
     from maxkernel.clients.cli import build_parser as orchestrate
     from maxkernel.server.main import build_parser as server
-    from maxkernel.tpu_tools.cli import build_parser as maxkernel
+    from maxkernel.tpu_tools.cli.main import build_parser as maxkernel
 
     def options(p: argparse.ArgumentParser) -> set[str]:
         out: set[str] = set()
@@ -436,7 +436,10 @@ def test_no_message_or_doc_names_a_flag_that_does_not_exist():
     ]
     files += [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "subagents").rglob("*.md")]
     unknown = {}
-    bwrap_argv = {"tpu_tools/sandbox.py", "tpu_tools/sandbox_linux.py"}  # bubblewrap's flags, not ours
+    bwrap_argv = {
+        "tpu_tools/pool/sandbox.py",
+        "tpu_tools/pool/sandbox_linux.py",
+    }  # bubblewrap's flags, not ours
     for f in files:
         rel = str(f.relative_to(ROOT))
         if rel in bwrap_argv:

@@ -11,13 +11,13 @@ import shutil
 import pytest
 from conftest_paths import KERNELS, MATMUL_REF, PLUS_ONE_REF
 
-from maxkernel.clients.auto import AutoConfig, AutoLoop
+from maxkernel.clients.auto.loop import AutoConfig, AutoLoop
 from maxkernel.clients.mcp_client import KernelServerClient
 from maxkernel.clients.models import Budget, FunctionModel
 from maxkernel.clients.run_store import RunStore
 from maxkernel.server.app import build_server
 from maxkernel.subagents import get_role
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 GOOD_MATMUL = (
     KERNELS / "_matmul_base.py"

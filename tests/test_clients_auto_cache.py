@@ -12,11 +12,11 @@ import pytest
 from conftest_paths import PLUS_ONE_REF
 from test_clients_auto import ANALYSIS, PLAN, PLUS_ONE, Script, code, config
 
-from maxkernel.clients.auto import AutoLoop
+from maxkernel.clients.auto.loop import AutoLoop
 from maxkernel.clients.mcp_client import KernelServerClient
 from maxkernel.clients.run_store import RunStore
 from maxkernel.server.app import build_server
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +87,8 @@ async def test_the_same_kernel_twice_is_evaluated_once(pool, workspace, tmp_path
 
 def test_autotune_evaluates_a_kernel_two_configs_render_identically_once(pool, tmp_path):
     """A tunable the template never reads renders the same kernel twice: the second is a 'duplicate'."""
-    from maxkernel.tpu_tools.autotune import autotune
-    from maxkernel.tpu_tools.evaluate import Evaluator
+    from maxkernel.tpu_tools.cost.autotune import autotune
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
 
     template = PLUS_ONE.replace("+ 1.0", "+ ${c}")
     report = autotune(

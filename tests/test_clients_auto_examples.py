@@ -8,7 +8,7 @@ from test_clients_auto import GOOD_MATMUL, PLAN, Script, code, config, fix, run_
 
 from maxkernel.clients.run_store import RunStore
 from maxkernel.subagents import EXAMPLES_BUDGET_TOKENS
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 # tests/kernels/vmem_1gib.py made self-contained (a kernel_source cannot import a sibling file)
 VMEM_1GIB = (

@@ -7,7 +7,7 @@ import json
 import pytest
 from test_clients_auto import ANALYSIS, PLAN, Script, code, pool, run_loop
 
-from maxkernel.clients.auto_state import AutoConfig
+from maxkernel.clients.auto.state import AutoConfig
 from maxkernel.clients.run_store import RunStore
 from maxkernel.jaxbench.registry import pallas_reference_path
 

@@ -8,7 +8,7 @@ import pytest
 from conftest_paths import KERNELS
 from test_clients_auto import ANALYSIS, PLAN, PLUS_ONE, Script, code, config, fix, pool, run_loop, workspace
 
-from maxkernel.clients.auto import AutoConfig, AutoLoop
+from maxkernel.clients.auto.loop import AutoConfig, AutoLoop
 from maxkernel.clients.mcp_client import KernelServerClient
 from maxkernel.clients.offline.model import OfflineModel
 from maxkernel.clients.progress import NullReporter

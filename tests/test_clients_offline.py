@@ -21,9 +21,9 @@ from maxkernel.subagents.render import (
     render_test_prompt,
 )
 from maxkernel.subagents.roles import get_role
-from maxkernel.tpu_tools.chips import get_chip
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
 
 CHIP = get_chip("tpu-v6e")
 
@@ -46,7 +46,7 @@ def evaluator():
 def estimate(evaluator: Evaluator, path: str, task: str) -> float:
     out = evaluator.pool.run(
         JobSpec(
-            fn="maxkernel.tpu_tools.autotune:estimate_job",
+            fn="maxkernel.tpu_tools.cost.autotune:estimate_job",
             kwargs={"kernel_path": path, "reference": task, "target": "tpu-v6e", "size": "small"},
             timeout_s=240,
         )

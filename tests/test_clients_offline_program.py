@@ -18,10 +18,10 @@ from maxkernel.clients.offline.rows import analyse
 from maxkernel.subagents.parse import parse_output
 from maxkernel.subagents.render import render_implement_prompt, render_plan_prompt
 from maxkernel.subagents.roles import get_role
-from maxkernel.tpu_tools.chips import get_chip
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
-from maxkernel.tpu_tools.program import describe
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.program import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 CHIP = get_chip("tpu-v6e")
@@ -115,7 +115,7 @@ def test_kernels_do_their_work_inside_the_pallas_call(tmp_path):
     """The adversary's shortcut (the matmul or the reduction outside the kernel) is not what it writes."""
     import jax
 
-    from maxkernel.tpu_tools.problem import load_candidate, load_reference
+    from maxkernel.tpu_tools.problem.reference import load_candidate, load_reference
 
     ref_path = write_ref(tmp_path, "mm", *REFS["matmul"])
     kernel = tmp_path / "kernel.py"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from suite_fakes import BASELINE_US, EXPERT_US, ScriptedServer, suite_args
 
-from maxkernel.tpu_tools.scoreboard import TaskRow, reference_tier_time, score, tier_time, timed_row
+from maxkernel.tpu_tools.profile.scoreboard import TaskRow, reference_tier_time, score, tier_time, timed_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -105,7 +105,7 @@ def test_the_baseline_is_the_reports_own_reference_in_the_kernels_tier():
 
 
 def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     a, b = ScriptedServer("w1", 0.02), ScriptedServer("w2", 0.02)
     args = suite_args(str(tmp_path / "s"), tasks="8p,12p", concurrency=2)
@@ -123,7 +123,7 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
     for name in ("score.json", "score.csv", "report.html", "suite.sqlite"):
         assert (suite_dir / name).is_file()
     assert (suite_dir / "tasks" / "8p_GEMM" / "search.sqlite").is_file()
-    from maxkernel.tpu_tools.scoreboard import read_rows  # the parser of `maxkernel bench --json` too
+    from maxkernel.tpu_tools.profile.scoreboard import read_rows  # the parser of `maxkernel bench --json` too
 
     assert [r.task for r in read_rows((suite_dir / "score.json").read_text())] == ["8p_GEMM", "12p_RMSNorm"]
     db = sqlite3.connect(suite_dir / "suite.sqlite")
@@ -133,7 +133,7 @@ def test_suite_of_two_tasks_over_two_scripted_servers(tmp_path):
 
 
 def test_a_server_that_dies_mid_suite_hands_its_work_to_the_other(tmp_path):
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     a, b = ScriptedServer("dies", 0.01), ScriptedServer("stays", 0.01)
     a.die_after = 3
@@ -146,7 +146,7 @@ def test_a_server_that_dies_mid_suite_hands_its_work_to_the_other(tmp_path):
 
 
 def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     out = asyncio.run(
         run_suite(suite_args(str(tmp_path / "s"), tasks="8p"), servers=[ScriptedServer(overfit=True)])
@@ -158,7 +158,7 @@ def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
 
 def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
     from maxkernel.clients.cli import build_parser
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     argv = [
         "suite",
@@ -185,7 +185,7 @@ def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
 def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_cannot_run_does_not(
     tmp_path, kind, correct
 ):
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     server = ScriptedServer(case_verdicts={"mixed_sign_large": kind})
     out = asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p"), servers=[server]))
@@ -195,7 +195,7 @@ def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_can
 
 
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
 
     suite_dir = tmp_path / "s"
     child = subprocess.Popen(
@@ -255,7 +255,7 @@ def test_usage_errors_exit_2_with_one_line_and_nothing_on_disk(argv, message, ca
 
 @pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no chromium")
 def test_score_page_renders_in_headless_chromium(tmp_path):
-    from maxkernel.clients.suite_report import write_all
+    from maxkernel.clients.suite.report import write_all
 
     rows = [
         row("8p", speedup=2.0, expert=1.1),
@@ -300,10 +300,10 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
 
     from maxkernel.clients import cli
     from maxkernel.clients.models import FunctionModel
-    from maxkernel.clients.suite_cli import run_suite
+    from maxkernel.clients.suite.cli import run_suite
     from maxkernel.jaxbench import registry
     from maxkernel.server.app import build_server
-    from maxkernel.tpu_tools.pool import WorkerPool
+    from maxkernel.tpu_tools.pool.workers import WorkerPool
 
     kernels = {t: registry.pallas_reference_path(t).read_text() for t in ("12p_RMSNorm", "41k_Gemm_Add_ReLU")}
     names = {"12p_RMSNorm": "rmsnorm", "41k_Gemm_Add_ReLU": "76_gemm_add_relu"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from maxkernel.jaxbench.registry import is_multichip, list_task_ids, load_task, resolve_id
-from maxkernel.tpu_tools.mesh import mesh_of
+from maxkernel.tpu_tools.hardware.mesh import mesh_of
 
 HERE = Path(__file__).parent
 MULTICHIP = ["51m_AllGather_Matmul", "52m_Reduce_Scatter", "53m_All_To_All"]
@@ -65,7 +65,7 @@ def test_ring_adversaries_fail_and_their_honest_twin_passes(kernel):
 
 
 def test_estimate_adds_ici_time_from_the_chip_table():
-    from maxkernel.tpu_tools.chips import get_chip
+    from maxkernel.tpu_tools.hardware.chips import get_chip
 
     v5e, v4 = (_probe_estimate(t, "52m") for t in ("tpu-v5e", "tpu-v4"))
     # 3 ring steps, each a [c, N] f32 running sum: 3 x 512 x 1024 x 4 bytes, over one 50 GB/s v5e link.

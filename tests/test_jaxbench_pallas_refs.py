@@ -17,7 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from maxkernel.jaxbench.registry import load_pallas_reference, load_task
-from maxkernel.tpu_tools import hostenv
+from maxkernel.tpu_tools.hardware import hostenv
 
 # Before any backend starts: CPU runtime, and libtpu without its one-process lockfile, so these
 # compile-only TPU compiles can run beside other processes that load libtpu.

@@ -32,10 +32,10 @@ def test_wheel_install_imports_from_outside_the_repo(tmp_path):
         not (target / "server").exists() and not (target / "tpu_tools").exists()
     )  # nothing generic at top level
     code = (
-        "import maxkernel.tpu_tools.cli, maxkernel.jaxbench.registry as r, maxkernel.subagents.guide as g;"
+        "import maxkernel.tpu_tools.cli.main, maxkernel.jaxbench.registry as r, maxkernel.subagents.guide as g;"
         "assert len(r.list_task_ids()) == 50, r.list_task_ids();"
         "assert r.pallas_reference_path('8p') is not None and r.pallas_reference_path('13p') is not None;"
-        "import maxkernel.tpu_tools.tuned_configs as t; assert (t.SHIPPED_DIR / 'tpu-v6e.json').is_file();"
+        "import maxkernel.tpu_tools.cost.tuned_configs as t; assert (t.SHIPPED_DIR / 'tpu-v6e.json').is_file();"
         "assert 'VMEM' in g.load_guide();"
         "import maxkernel.server, maxkernel.clients.models;"
         "print(maxkernel.tpu_tools.__file__)"

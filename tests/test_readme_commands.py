@@ -95,7 +95,7 @@ def test_slow_readme_commands_parse_and_pass_preflight(line, scratch, monkeypatc
         monkeypatch.setenv(k, v)
     tool, argv = words[0], words[1:]
     if tool == "maxkernel":
-        from maxkernel.tpu_tools.cli import _check_inputs, build_parser
+        from maxkernel.tpu_tools.cli.main import _check_inputs, build_parser
 
         args = build_parser().parse_args(argv)
         _check_inputs(args)
@@ -114,7 +114,7 @@ def test_slow_readme_commands_parse_and_pass_preflight(line, scratch, monkeypatc
         if args.command == "auto":
             _check(args, parser)
         elif args.command == "search" and not args.resume:
-            from maxkernel.tpu_tools import cli_args
+            from maxkernel.tpu_tools.cli import args as cli_args
 
             cli_args.check_reference(cli_args.take_reference(args), remote=bool(args.server))
             cli_args.check_target(args.target)

@@ -11,7 +11,7 @@ from conftest_paths import PLUS_ONE_REF
 from mcp import Client
 
 from maxkernel.server.app import build_server
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 PLUS_ONE = """
 import jax

@@ -16,7 +16,7 @@ from mcp import Client
 from maxkernel.server.app import build_server
 from maxkernel.server.workspace import sha256_text
 from maxkernel.subagents import TOOL_NAMES
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 GOOD_SOURCE = (ROOT / "examples" / "matmul_kernel.py").read_text()
 SERVER_TOOLS = {

@@ -3,7 +3,7 @@
 import pytest
 
 from maxkernel.subagents import guide_sections, load_guide, relevant_guide
-from maxkernel.tpu_tools.chips import CHIPS
+from maxkernel.tpu_tools.hardware.chips import CHIPS
 
 MiB = 1 << 20
 

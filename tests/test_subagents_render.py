@@ -18,7 +18,7 @@ from maxkernel.subagents import (
     render_prompt,
     render_test_prompt,
 )
-from maxkernel.tpu_tools.chips import CHIPS, get_chip
+from maxkernel.tpu_tools.hardware.chips import CHIPS, get_chip
 
 TASK = "8p_GEMM: out = x @ y, x (M, K) bf16, y (K, N) bf16; SIZES full M=K=N=4096, small M=K=N=256."
 KERNEL = "import jax\n\ndef workload(x, y):\n    return x @ y\n"

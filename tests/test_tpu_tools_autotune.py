@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from maxkernel.tpu_tools.autotune import SpaceError, autotune, expand
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.cost.autotune import SpaceError, autotune, expand
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 # A generic user template: no clamping, so a block larger than the array is taken as written.
 SOURCE = """

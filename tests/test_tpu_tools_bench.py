@@ -5,9 +5,9 @@ import json
 import pytest
 from conftest_paths import kernel
 
-from maxkernel.tpu_tools.bench import bench_variant, run_bench
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.profile.bench import bench_variant, run_bench
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_bench_rmsnorm_baseline_and_pallas_reference(tmp_path, evaluator):
     assert len(saved["rows"]) == 2
     assert (tmp_path / "out" / "results.csv").read_text().count("\n") == 3
     # the suite's row shape: one row per task, kernel = the Pallas reference, both times from one tier
-    from maxkernel.tpu_tools.scoreboard import read_rows
+    from maxkernel.tpu_tools.profile.scoreboard import read_rows
 
     (task_row,) = read_rows((tmp_path / "out" / "score.json").read_text())
     assert task_row.task == "12p_RMSNorm" and task_row.correct and task_row.kernel_label == "pallas_reference"

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from maxkernel.tpu_tools.chips import CHIPS, UnknownChipError, chip_for_device_kind, get_chip
-from maxkernel.tpu_tools.targets import UnknownTargetError, parse_target
+from maxkernel.tpu_tools.hardware.chips import CHIPS, UnknownChipError, chip_for_device_kind, get_chip
+from maxkernel.tpu_tools.hardware.targets import UnknownTargetError, parse_target
 
 
 @pytest.mark.parametrize("name", list(CHIPS))

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from conftest_paths import MATMUL_REF, kernel
 
-from maxkernel.tpu_tools.chips import ChipSpec
-from maxkernel.tpu_tools.profile import ProfileReport
+from maxkernel.tpu_tools.hardware.chips import ChipSpec
+from maxkernel.tpu_tools.profile.run import ProfileReport
+from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
 from maxkernel.tpu_tools.reports import CompileReport, ValidationReport
-from maxkernel.tpu_tools.trace_summary import TraceSummary
 
 _ENTRY = Path(sys.executable).parent / "maxkernel"
-MAXKERNEL = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-m", "maxkernel.tpu_tools.cli"]
+MAXKERNEL = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-m", "maxkernel.tpu_tools.cli.main"]
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:

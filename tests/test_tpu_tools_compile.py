@@ -3,7 +3,7 @@
 import pytest
 from conftest_paths import MATMUL_REF, kernel
 
-from maxkernel.tpu_tools.compile import run_compile
+from maxkernel.tpu_tools.judged.compile import run_compile
 
 
 @pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
@@ -82,7 +82,7 @@ def test_cpu_target_compiles_in_interpret_mode_and_checks_tpu_lowering():
 
 
 def test_without_libtpu_it_falls_back_to_lowering_only_and_says_so(monkeypatch):
-    from maxkernel.tpu_tools import execution
+    from maxkernel.tpu_tools.hardware import execution
 
     def no_libtpu(target):
         raise RuntimeError("TPU topology is not available: libtpu not found")

@@ -12,9 +12,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from test_tpu_tools_pallas_info import gather_rows, matmul, row_norm
 
-from maxkernel.tpu_tools.chips import get_chip
-from maxkernel.tpu_tools.estimate import estimate_pallas, roofline
-from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+from maxkernel.tpu_tools.cost.estimate import estimate_pallas, roofline
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
 
 def _calls(f, *shapes):
@@ -150,7 +150,7 @@ def _matmul_buffered(a, b, buffers, blk=512):
 @pytest.mark.parametrize("grid_path", ["affine", "enumerated"])
 def test_single_buffering_exposes_the_fetch_and_shrinks_vmem(grid_path, monkeypatch):
     if grid_path == "enumerated":  # force the enumeration path: treat no map as affine
-        import maxkernel.tpu_tools.block_schedule as bs
+        import maxkernel.tpu_tools.cost.block_schedule as bs
 
         monkeypatch.setattr(bs, "_affine_deps", lambda m, grid: None)
     a = jax.ShapeDtypeStruct((2048, 2048), jnp.bfloat16)

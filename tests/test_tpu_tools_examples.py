@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from maxkernel.tpu_tools.example_parse import parse_kernels
-from maxkernel.tpu_tools.examples_index import ExampleError, ExampleIndex, jax_ops_dir
+from maxkernel.tpu_tools.examples.index import ExampleError, ExampleIndex, jax_ops_dir
+from maxkernel.tpu_tools.examples.parse import parse_kernels
 
 RAGGED = "jax.ragged_paged_attention.kernel.ragged_paged_attention_kernel"
 # A real tpu-v6e compile error (tests/kernels/vmem_1gib.py), as the compile report's message carries it.
@@ -193,7 +193,7 @@ def _cli(*args: str, cache: Path) -> tuple[int, str, str]:
 
     env = {**os.environ, "MAXKERNEL_CACHE_DIR": str(cache)}
     p = subprocess.run(
-        [sys.executable, "-m", "maxkernel.tpu_tools.cli", "examples", *args],
+        [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "examples", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from maxkernel.tpu_tools.handover import (
+from maxkernel.tpu_tools.pool.handover import (
     HandoverError,
     as_jax,
     load_arrays,

@@ -6,10 +6,10 @@ import pytest
 from conftest_paths import PLUS_ONE_REF, REFS, kernel
 
 from maxkernel.tpu_tools.errors import UnusableCaseError, UsageError
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.input_cases import InputCase, transform_inputs
-from maxkernel.tpu_tools.pool import WorkerPool
-from maxkernel.tpu_tools.problem import load_reference
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.input_cases import InputCase, transform_inputs
+from maxkernel.tpu_tools.problem.reference import load_reference
 
 
 def case(**kw) -> InputCase:
@@ -107,6 +107,6 @@ def test_the_tester_can_only_ask_for_distributions_the_tools_apply():
     from typing import get_args
 
     from maxkernel.subagents import outputs
-    from maxkernel.tpu_tools import input_cases
+    from maxkernel.tpu_tools.problem import input_cases
 
     assert get_args(outputs.Distribution) == get_args(input_cases.Distribution)

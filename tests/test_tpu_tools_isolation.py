@@ -5,8 +5,8 @@ import time
 import pytest
 from conftest_paths import MATMUL_REF, kernel
 
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 
 @pytest.fixture(scope="module")

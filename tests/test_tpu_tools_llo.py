@@ -13,15 +13,15 @@ from conftest_paths import REFS, kernel
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from maxkernel.tpu_tools.analyze import AnalysisReport, _program, analyze_kernel, summarize
-from maxkernel.tpu_tools.autotune import ConfigResult, _prune_by_estimate, render
-from maxkernel.tpu_tools.estimate import estimate_pallas
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.jaxpr_cost import program_cost
-from maxkernel.tpu_tools.llo_dump import scoped_vmem_error
-from maxkernel.tpu_tools.llo_parse import parse_dump_dir
-from maxkernel.tpu_tools.pallas_info import find_pallas_calls
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.cost.analyze import AnalysisReport, _program, analyze_kernel, summarize
+from maxkernel.tpu_tools.cost.autotune import ConfigResult, _prune_by_estimate, render
+from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
+from maxkernel.tpu_tools.cost.llo_dump import scoped_vmem_error
+from maxkernel.tpu_tools.cost.llo_parse import parse_dump_dir
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
 DATA = Path(__file__).parent / "data" / "llo"
 
@@ -246,10 +246,10 @@ def test_a_vmem_borderline_config_is_kept_with_a_raised_vmem_limit(tmp_path):
 
 
 def _job(paths, ref):
-    from maxkernel.tpu_tools.pool import JobSpec
+    from maxkernel.tpu_tools.pool.workers import JobSpec
 
     return JobSpec(
-        fn="maxkernel.tpu_tools.autotune:estimate_batch_job",
+        fn="maxkernel.tpu_tools.cost.autotune:estimate_batch_job",
         kwargs={"kernel_paths": paths, "reference": ref, "target": "tpu-v5e", "size": "small"},
         timeout_s=300,
     )
@@ -260,7 +260,7 @@ def _job(paths, ref):
 
 
 def test_buffer_count_probe_finds_what_jax_rejects_and_is_cached(tmp_path, monkeypatch):
-    from maxkernel.tpu_tools.autotune import probe_buffer_counts_job, supported_buffer_counts
+    from maxkernel.tpu_tools.cost.autotune import probe_buffer_counts_job, supported_buffer_counts
 
     probed = probe_buffer_counts_job([1, 2, 3])
     assert probed["supported"] == {"1": True, "2": True, "3": False}  # jax 0.10.2: single/double only
@@ -270,7 +270,7 @@ def test_buffer_count_probe_finds_what_jax_rejects_and_is_cached(tmp_path, monke
 
         def run(self, spec):
             CountingPool.runs += 1
-            from maxkernel.tpu_tools.pool import JobOutcome
+            from maxkernel.tpu_tools.pool.workers import JobOutcome
 
             return JobOutcome(status="ok", result=probe_buffer_counts_job(**spec.kwargs), message="ok")
 
@@ -305,7 +305,7 @@ def workload(x):
 def test_autotune_drops_a_buffer_count_jax_rejects_before_evaluating_it(tmp_path, monkeypatch):
     from conftest_paths import PLUS_ONE_REF
 
-    from maxkernel.tpu_tools.autotune import autotune
+    from maxkernel.tpu_tools.cost.autotune import autotune
 
     monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     with WorkerPool(max_workers=1) as pool:

@@ -7,9 +7,14 @@ import jax.numpy as jnp
 import pytest
 from test_tpu_tools_pallas_info import matmul
 
-from maxkernel.tpu_tools.estimate import estimate_pallas
-from maxkernel.tpu_tools.megacore import core_split, cores_per_device, interpret_cores, parallel_prefix
-from maxkernel.tpu_tools.pallas_info import find_pallas_calls
+from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+from maxkernel.tpu_tools.hardware.megacore import (
+    core_split,
+    cores_per_device,
+    interpret_cores,
+    parallel_prefix,
+)
+from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
 
 def _calls(semantics=None):
@@ -60,8 +65,8 @@ def test_interpret_threads_only_where_the_target_splits():
 # ---- validation: a reduction axis wrongly marked "parallel" fails on a megacore target ---------------
 @pytest.fixture(scope="module")
 def evaluator():
-    from maxkernel.tpu_tools.evaluate import Evaluator
-    from maxkernel.tpu_tools.pool import WorkerPool
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.pool.workers import WorkerPool
 
     with WorkerPool(max_workers=1) as pool:
         yield Evaluator(pool, timeout_s=180)

@@ -14,8 +14,8 @@ from mcp import Client
 
 from maxkernel.jaxbench.registry import pallas_reference_path
 from maxkernel.server.app import build_server
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 MESH_KERNELS = Path(__file__).parent / "kernels" / "mesh"
 

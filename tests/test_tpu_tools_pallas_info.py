@@ -11,7 +11,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from maxkernel.tpu_tools.pallas_info import UnknownIndexError, find_pallas_calls, index_maps
+from maxkernel.tpu_tools.problem.pallas_info import UnknownIndexError, find_pallas_calls, index_maps
 
 
 def _matmul_kernel(a_ref, b_ref, o_ref, acc_ref):

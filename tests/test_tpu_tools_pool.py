@@ -9,7 +9,7 @@ import time
 import pydantic
 import pytest
 
-from maxkernel.tpu_tools.pool import (
+from maxkernel.tpu_tools.pool.workers import (
     GIB,
     JobOutcome,
     JobSpec,

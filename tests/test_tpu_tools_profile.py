@@ -5,9 +5,9 @@ import textwrap
 import pytest
 from conftest_paths import MATMUL_REF, ROOT, kernel
 
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
-from maxkernel.tpu_tools.profile import INTERPRET_LABEL, ProfileReport, run_profile
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.profile.run import INTERPRET_LABEL, ProfileReport, run_profile
 
 PALLAS_MATMUL = str(ROOT / "examples" / "matmul_kernel.py")
 SAME_AS_REFERENCE = kernel("plain_jax")  # returns the reference's own jnp computation

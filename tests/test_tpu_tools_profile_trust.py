@@ -14,16 +14,16 @@ import json
 import pytest
 from conftest_paths import KERNELS, MATMUL_REF, kernel
 
-from maxkernel.tpu_tools import timed_loop
-from maxkernel.tpu_tools.profile import _Feeder, _write_from, run_profile
-from maxkernel.tpu_tools.profile_reference import device_samples
-from maxkernel.tpu_tools.timing import noise_floor, speedup, timing_stats
-from maxkernel.tpu_tools.timing_checks import (
+from maxkernel.tpu_tools.judge.timing_checks import (
     CLOCK_ABS_TOL_MS,
     clock_check,
     device_check,
     plausibility,
 )
+from maxkernel.tpu_tools.judged import timed_loop
+from maxkernel.tpu_tools.profile.reference_side import device_samples
+from maxkernel.tpu_tools.profile.run import _Feeder, _write_from, run_profile
+from maxkernel.tpu_tools.profile.timing import noise_floor, speedup, timing_stats
 
 ADV = KERNELS / "adversarial"
 FAST = {"reps": 5, "warmups": 1, "warmup_min_time_s": 0.05}
@@ -245,12 +245,12 @@ def _judged(
     """The parent's verdict on synthetic child reports: a TPU reference and a candidate on 4096^3 matmul sets."""
     import numpy as np
 
-    from maxkernel.tpu_tools import handover
-    from maxkernel.tpu_tools.profile import ProfileReport, _judge
-    from maxkernel.tpu_tools.profile_candidate import CandidateSide
-    from maxkernel.tpu_tools.profile_reference import ReferenceSide, TimedSide
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+    from maxkernel.tpu_tools.judged.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.pool import handover
+    from maxkernel.tpu_tools.profile.reference_side import ReferenceSide, TimedSide
+    from maxkernel.tpu_tools.profile.run import ProfileReport, _judge
     from maxkernel.tpu_tools.reports import ArraySpec, Environment
-    from maxkernel.tpu_tools.targets import parse_target
 
     n = len(cand_ms)
     out = [np.ones((4, 4), np.float32)]

@@ -22,9 +22,9 @@ import pytest
 from conftest_paths import KERNELS, PLUS_ONE_REF
 from test_tpu_tools_pool import host_pids_running, wait_for_host_pids
 
-from maxkernel.tpu_tools import sandbox, sandbox_linux
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import JobSpec, WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool import sandbox, sandbox_linux
+from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
 
 SANDBOX_KERNELS = KERNELS / "sandbox"
 BIN = Path(sys.executable).parent

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from maxkernel.tpu_tools.timing import (
+from maxkernel.tpu_tools.profile.timing import (
     measure_interleaved,
     noise_floor,
     speedup,

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from maxkernel.tpu_tools.trace_summary import TraceFormatError, categorize, summarize_trace
+from maxkernel.tpu_tools.profile.trace_summary import TraceFormatError, categorize, summarize_trace
 
 
 def _mm_softmax(a, b):

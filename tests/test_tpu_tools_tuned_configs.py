@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from maxkernel.tpu_tools import tuned_configs as tc
+from maxkernel.tpu_tools.cost import tuned_configs as tc
 
 
 def entry(key, config, time_us, tier="estimate", by="test"):
@@ -74,8 +74,8 @@ def test_search_and_suite_start_from_the_cached_best_and_say_so(tmp_path, capsys
 
     from maxkernel.clients.search.cli import make_proposer
     from maxkernel.clients.search.templates import space_for
-    from maxkernel.clients.suite_cli import run_suite
-    from maxkernel.clients.tuned import record_best
+    from maxkernel.clients.search.tuned import record_best
+    from maxkernel.clients.suite.cli import run_suite
 
     space = space_for("8p_GEMM")
     other = next(c for c in space.configs() if c != space.initial)
@@ -104,9 +104,9 @@ def test_search_and_suite_start_from_the_cached_best_and_say_so(tmp_path, capsys
 def test_autotune_compiles_the_cached_best_first_and_says_so(tmp_path, monkeypatch):
     from test_tpu_tools_autotune import SOURCE
 
-    from maxkernel.tpu_tools.autotune import autotune
-    from maxkernel.tpu_tools.evaluate import Evaluator
-    from maxkernel.tpu_tools.pool import WorkerPool
+    from maxkernel.tpu_tools.cost.autotune import autotune
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.pool.workers import WorkerPool
 
     monkeypatch.setenv("MAXKERNEL_CACHE_DIR", str(tmp_path / "cache"))
     cached = {"bm": 128, "bn": 128, "bk": 256}  # valid, but not the estimate's first choice (256x896)
@@ -136,8 +136,8 @@ def test_the_shipped_files_are_exported_from_a_search_suites_own_records(tmp_pat
     from suite_fakes import ScriptedServer, suite_args
 
     from maxkernel.clients.search.store import GraphStore
-    from maxkernel.clients.suite_cli import run_suite
-    from maxkernel.clients.tuned import export_suite_configs
+    from maxkernel.clients.search.tuned import export_suite_configs
+    from maxkernel.clients.suite.cli import run_suite
 
     asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p,12p"), servers=[ScriptedServer()]))
     (path,) = export_suite_configs([str(tmp_path / "s")], str(tmp_path / "out"), note="test")

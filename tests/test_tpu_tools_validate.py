@@ -3,8 +3,8 @@
 import pytest
 from conftest_paths import MATMUL_REF, PLUS_ONE_REF, TINY_REF, kernel
 
-from maxkernel.tpu_tools.evaluate import Evaluator
-from maxkernel.tpu_tools.pool import WorkerPool
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 
 @pytest.fixture(scope="module")

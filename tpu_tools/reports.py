@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.input_cases import InputCase
-from maxkernel.tpu_tools.problem import ReferenceInfo
-from maxkernel.tpu_tools.sandbox import SandboxInfo
-from maxkernel.tpu_tools.work_check import WorkCensus
+from maxkernel.tpu_tools.pool.sandbox import SandboxInfo
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.reference import ReferenceInfo
+from maxkernel.tpu_tools.problem.work_check import WorkCensus
 
 FailureKind = Literal[
     "usage_error",  # the caller's mistake (missing file, unknown task) - not a verdict on the kernel

@@ -1,4 +1,4 @@
-"""Re-emit a traced reference program (tpu_tools/program.py's description) as Python source.
+"""Re-emit a traced reference program (tpu_tools/problem/program.py's description) as Python source.
 
 Each equation becomes one `jax.lax` call with the reference's own parameters, so a kernel body built
 from it computes what the reference computes, rounding step by rounding step. Shapes along the tiled

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from maxkernel.tpu_tools import cli_args
+from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError as BaseUsageError
 
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
@@ -171,7 +171,7 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
     if kind == "template":
         if space is None:
             raise UsageError(f"no template space for {reference!r}: use --proposer model")
-        from maxkernel.clients.tuned import cached_initial
+        from maxkernel.clients.search.tuned import cached_initial
 
         initial, line = cached_initial(space, args.target, reference, getattr(args, "size", "small"))
         print(f"search: {line}", file=sys.stderr)
@@ -409,7 +409,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     out = summary(store)
     if result.best is not None and result.reverified and result.best.config:  # the tuned-config cache
         from maxkernel.clients.search.templates import space_for
-        from maxkernel.clients.tuned import record_best
+        from maxkernel.clients.search.tuned import record_best
 
         if (space := space_for(local_reference)) is not None:
             b = result.best
@@ -440,7 +440,7 @@ class SearchProgress:
     """The search's evaluator, wrapped to drive one live line: evaluations done/total, best, ETA."""
 
     def __init__(self, inner: Any, total: int, *, disable: bool = False) -> None:
-        from maxkernel.tpu_tools.live import LiveLine
+        from maxkernel.tpu_tools.cli.live import LiveLine
 
         self._inner, self._best = inner, None
         self._line = LiveLine("search", total=total, disable=disable)

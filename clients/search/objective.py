@@ -25,7 +25,7 @@ class EstimateEvaluator:
     def __init__(self, reference: str, target: str = "tpu-v6e", size: str = "small") -> None:
         import jax
 
-        from maxkernel.tpu_tools.problem import load_reference
+        from maxkernel.tpu_tools.problem.reference import load_reference
 
         self.ref = load_reference(reference)
         self.target, self.size = target, size
@@ -43,9 +43,9 @@ class EstimateEvaluator:
     def estimate(self, source: str) -> NodeVerdict:
         import jax
 
-        from maxkernel.tpu_tools.estimate import estimate_pallas
-        from maxkernel.tpu_tools.pallas_info import find_pallas_calls
-        from maxkernel.tpu_tools.problem import load_candidate
+        from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+        from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+        from maxkernel.tpu_tools.problem.reference import load_candidate
 
         self.calls += 1
         started = time.perf_counter()
@@ -69,7 +69,7 @@ class EstimateEvaluator:
                 "invalid", stopped_at="compile", failure=f"output {out} differs from reference {want}"
             )
         try:
-            from maxkernel.tpu_tools.jaxpr_cost import (
+            from maxkernel.tpu_tools.cost.jaxpr_cost import (
                 program_cost,
             )  # the whole program: work moved to jnp pays
 

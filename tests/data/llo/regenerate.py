@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from maxkernel.tpu_tools.llo_dump import compile_with_dump, enable_dump
+from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, enable_dump
 
 ROOT = Path(sys.argv[1])
 DUMP = enable_dump(ROOT / "_all")  # before jax touches the TPU backend

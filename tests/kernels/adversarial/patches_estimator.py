@@ -2,8 +2,8 @@
 
 from _pallas import matmul
 
-import maxkernel.tpu_tools.analyze as analyze
-import maxkernel.tpu_tools.estimate as estimate
+import maxkernel.tpu_tools.cost.analyze as analyze
+import maxkernel.tpu_tools.cost.estimate as estimate
 
 _real = estimate.estimate_pallas
 

@@ -1,0 +1,1 @@
+"""The Auto loop: plan, implement, test, debug, tune, one iteration state at a time."""

@@ -1,0 +1,241 @@
+"""`maxkernel-orchestrate suite`: the Auto loop or a search over many JaxBench tasks, scored as one table.
+
+    maxkernel-orchestrate suite --reference 8p,12p --mode auto --model offline --concurrency 2
+    maxkernel-orchestrate suite --resume runs/suite-20260101-120000
+
+Exit status: 0 every task finished and is correct, 1 some task is not, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+USAGE_EXIT, NOT_ALL_CORRECT_EXIT = 2, 1
+
+
+class UsageError(ValueError):
+    pass
+
+
+class NoServer(RuntimeError):
+    """No server could be reached (exit 1, one line)."""
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("suite", help="run auto or search over many JaxBench tasks and score them")
+    s.add_argument("--reference", default="all", help="'all' or comma-separated task ids (8p,12p_RMSNorm,…)")
+    s.add_argument("--mode", choices=["auto", "search"], default="auto")
+    s.add_argument("--model", default="offline", help="model spec (default offline)")
+    s.add_argument("--target", default="tpu-v6e")
+    s.add_argument("--size", choices=["small", "full"], default="small")
+    s.add_argument("--concurrency", type=int, default=2, help="tasks (and evaluations) in flight")
+    s.add_argument(
+        "--server", action="append", default=[], metavar="URL", help="a running server (repeatable)"
+    )
+    s.add_argument("--token", help="bearer token for --server (else env MAXKERNEL_TOKEN)")
+    s.add_argument("--run-dir", help="suite directory (default runs/suite-<time>)")
+    s.add_argument(
+        "--resume", metavar="SUITE_DIR", help="continue a suite: finished tasks kept, none repeated"
+    )
+    s.add_argument("--iterations", type=int, default=1, help="auto: iterations per task")
+    s.add_argument("--test-cases", type=int, default=2, help="auto: tester cases per task")
+    s.add_argument("--seeds", type=int, default=3)
+    s.add_argument("--verify-seeds", type=int, default=4, help="fresh seeds of the final re-verify")
+    s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam")
+    s.add_argument("--max-usd", type=float, help="whole suite")
+    s.add_argument("--max-minutes", type=float, help="whole suite")
+    s.add_argument("--max-evaluations", type=int, help="whole suite")
+    s.add_argument("--task-max-usd", type=float)
+    s.add_argument("--task-max-minutes", type=float)
+    s.add_argument("--task-max-evaluations", type=int, default=12, help="search: per task")
+    s.add_argument("--json", action="store_true", help="print the score JSON to stdout")
+    s.add_argument("--quiet", action="store_true", help="no progress line or table")
+    s.set_defaults(func=suite_main)
+
+
+def _task_ids(spec: str) -> list[str]:
+    from maxkernel.jaxbench import registry
+
+    if spec == "all":
+        return registry.list_task_ids()
+    try:
+        ids = [registry.resolve_id(t.strip()) for t in spec.split(",") if t.strip()]
+    except registry.UnknownTaskError as e:
+        raise UsageError(str(e)) from None
+    if not ids:
+        raise UsageError("--reference names no task: give 'all' or ids like 8p,12p")
+    return list(dict.fromkeys(ids))
+
+
+def _settings(args: argparse.Namespace):
+    from maxkernel.clients.suite.runner import SuiteSettings
+    from maxkernel.tpu_tools.hardware.targets import TARGET_NAMES
+
+    if args.target not in TARGET_NAMES:
+        raise UsageError(f"unknown --target {args.target!r}: one of {', '.join(TARGET_NAMES)}")
+    if args.concurrency < 1:
+        raise UsageError(f"--concurrency should be at least 1, got {args.concurrency}")
+    for flag in ("max_usd", "max_minutes", "max_evaluations", "task_max_usd", "task_max_minutes"):
+        v = getattr(args, flag)
+        if v is not None and v < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} should be >= 0, got {v}")
+    tasks = _task_ids(args.reference)
+    try:
+        return SuiteSettings(
+            tasks=tasks,
+            mode=args.mode,
+            model=args.model,
+            target=args.target,
+            size=args.size,
+            concurrency=args.concurrency,
+            iterations=args.iterations,
+            test_cases=args.test_cases,
+            seeds=args.seeds,
+            verify_seeds=args.verify_seeds,
+            algorithm=args.algorithm,
+            task_max_evaluations=args.task_max_evaluations,
+            task_max_usd=args.task_max_usd,
+            task_max_minutes=args.task_max_minutes,
+            max_usd=args.max_usd,
+            max_minutes=args.max_minutes,
+            max_evaluations=args.max_evaluations,
+        )
+    except ValueError as e:  # pydantic: one line naming the field
+        first = str(e).splitlines()
+        raise UsageError(
+            f"bad suite setting: {' '.join(first[1:3]) if len(first) > 2 else first[0]}"
+        ) from None
+
+
+def _specs(args: argparse.Namespace, suite_dir: Path, concurrency: int) -> list[Any]:
+    from maxkernel.clients.mcp_client import http_transport, stdio_params
+
+    if not args.server:
+        (suite_dir / "workspace").mkdir(parents=True, exist_ok=True)
+        return [stdio_params(str(suite_dir / "workspace"), max_workers=max(1, concurrency))]
+    token = args.token or os.environ.get("MAXKERNEL_TOKEN")
+    specs = []
+    for url in args.server:
+        if url.startswith(("http://", "https://")):
+            specs.append((http_transport(url, token), url))
+        elif url.startswith("stdio:"):
+            specs.append(url)
+        else:
+            raise UsageError(f"--server {url!r}: give an http(s)://host:port/mcp URL or 'stdio:COMMAND ARGS'")
+    return specs
+
+
+async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) -> dict[str, Any]:
+    """Run (or resume) a suite; `servers` overrides --server (tests pass in-process server objects or
+    evaluators). The servers are connected before a new suite directory is created."""
+    from contextlib import AsyncExitStack
+
+    from maxkernel.clients.cli import build_model
+    from maxkernel.clients.mcp_client import _root_cause
+    from maxkernel.clients.search.evaluator import Dispatcher, EvaluatorDown
+    from maxkernel.clients.search.remote import MCPEvaluator
+    from maxkernel.clients.suite.report import print_table, write_all
+    from maxkernel.clients.suite.runner import (
+        SuiteProgress,
+        SuiteResult,
+        SuiteRunner,
+        SuiteSettings,
+        score_rows,
+    )
+    from maxkernel.clients.suite.store import SuiteStore
+
+    started = time.monotonic()
+    if args.resume:
+        suite_dir = Path(args.resume)
+        if not SuiteStore.exists(suite_dir):
+            raise UsageError(f"{suite_dir} is not a suite directory to resume (no suite.sqlite in it)")
+        peek = SuiteStore(suite_dir, requeue=False)
+        settings = SuiteSettings.model_validate(peek.get_meta("settings"))
+        peek.close()
+    else:
+        settings = _settings(args)
+        suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
+        if SuiteStore.exists(suite_dir):
+            raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
+    async with AsyncExitStack() as stack:
+        specs = servers if servers is not None else _specs(args, suite_dir, settings.concurrency)
+        evaluators: list[Any] = []
+        unreachable: list[str] = []
+        for spec in specs:
+            if hasattr(spec, "evaluate") and hasattr(spec, "call"):  # already an evaluator (tests' fakes)
+                evaluators.append(spec)
+                continue
+            target, name = spec if isinstance(spec, tuple) else (spec, None)
+            try:
+                evaluators.append(await stack.enter_async_context(MCPEvaluator(target, name=name)))
+            except EvaluatorDown as e:
+                where = name or (spec if isinstance(spec, str) else "in-process server")
+                unreachable.append(f"{where}: {_root_cause(e.__cause__ or e)}")
+        if not evaluators:  # before a new suite directory exists: nothing is left on disk
+            raise NoServer(f"no server reachable: {'; '.join(unreachable)}")
+        store = SuiteStore(suite_dir)
+        if not args.resume:
+            store.set_meta("settings", settings.model_dump(mode="json"))
+            store.add_tasks(settings.tasks)
+        done_rows = [r for r in store.rows() if r.status in ("done", "failed")]
+        progress = SuiteProgress(
+            len(store.statuses()),
+            len(done_rows),
+            sum(r.correct for r in done_rows),
+            enabled=not (args.quiet or args.json),
+        )
+        stack.enter_context(progress)
+        for line in unreachable:
+            progress.note(f"server skipped: {line}")
+        if store.requeued:
+            progress.note(
+                f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
+            )
+        dispatcher = Dispatcher(evaluators, settings.concurrency)
+        runner = SuiteRunner(store, settings, dispatcher, model_factory=build_model, progress=progress)
+        progress.note(f"suite directory: {suite_dir}  ({len(store.pending())} task(s) to run)")
+        stopped = await runner.run()
+    rows, sc = score_rows(store)
+    result = SuiteResult(
+        suite_dir=str(suite_dir),
+        settings=settings,
+        rows=rows,
+        score=sc,
+        stopped=stopped,
+        requeued_on_start=store.requeued,
+        dead_servers=dispatcher.dead + [f"{u} (at start)" for u in unreachable],
+        wall_time_s=round(time.monotonic() - started, 2),
+    )
+    meta = {"suite_dir": str(suite_dir), "settings": settings.model_dump(mode="json"), "stopped": stopped}
+    files = write_all(suite_dir, rows, sc, meta)
+    store.close()
+    if not (args.quiet or args.json):
+        print_table(rows, sc)
+        progress.note(f"stopped: {stopped}; score: {files['json']}, {files['csv']}, {files['html']}")
+    return result.model_dump(mode="json") | {"files": files}
+
+
+def suite_main(args: argparse.Namespace) -> int:
+    import anyio
+
+    try:
+        out = anyio.run(run_suite, args)
+    except UsageError as e:
+        print(f"maxkernel-orchestrate suite: {e}", file=sys.stderr)
+        return USAGE_EXIT
+    except NoServer as e:
+        print(f"maxkernel-orchestrate suite: {str(e)[:1000]}", file=sys.stderr)
+        return NOT_ALL_CORRECT_EXIT
+    except KeyboardInterrupt:
+        print("maxkernel-orchestrate suite: interrupted; continue with --resume SUITE_DIR", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(out, indent=2))
+    rows = out["rows"]
+    return 0 if rows and all(r["correct"] for r in rows) else NOT_ALL_CORRECT_EXIT

@@ -1,0 +1,492 @@
+"""Run the Auto loop or a graph search over many JaxBench tasks, then score every task the same way.
+
+Tasks run `concurrency` at a time over one shared server pool: the search's `Dispatcher` of
+`MCPEvaluator`s (least-busy server first, a dead server's work re-queued on the others). An Auto loop
+holds one pool slot and talks to its server over the pool's own connection; if that server dies the
+task goes back to the dispatcher and resumes from its journal on another one. Every finished task is
+one row in `SUITE_DIR/suite.sqlite`; its run directory is `SUITE_DIR/tasks/<id>/`.
+
+Scoring (the same for both modes, through the same pool): the loop's best kernel is evaluated again
+on fresh seeds (an offset no loop uses) in a fresh pool process, then validated on each of the
+tester's cases. The XLA baseline is the task's own workload as that evaluation's judge ran it (timed
+natively, and estimated for the target by the candidate's estimator); the expert Pallas reference is
+profiled on the same server. Kernel, baseline and expert times thus come from one tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.clients.search.evaluator import Dispatcher, EvalTask, EvaluatorDown, NoEvaluators
+from maxkernel.clients.search.remote import verdict_from_report
+from maxkernel.clients.suite.store import SuiteStore
+from maxkernel.tpu_tools.profile.scoreboard import (
+    SuiteScore,
+    TaskRow,
+    reference_tier_time,
+    score,
+    tier_time,
+    timed_row,
+)
+
+VERIFY_SEED_OFFSET = 70_000  # apart from validation (0..), Auto's fresh seeds (10_000) and re-verify (50_000)
+
+
+class SuiteSettings(BaseModel):
+    """Everything a resumed suite must reuse unchanged (stored in the suite DB's meta)."""
+
+    tasks: list[str]
+    mode: Literal["auto", "search"] = "auto"
+    model: str = "offline"
+    target: str = "tpu-v6e"
+    size: Literal["small", "full"] = "small"
+    concurrency: int = Field(default=2, ge=1)
+    iterations: int = Field(default=1, ge=1, description="auto: iterations per task")
+    test_cases: int = Field(default=2, ge=0, le=16, description="auto: tester cases per attempt")
+    seeds: int = Field(default=3, ge=1, le=16)
+    verify_seeds: int = Field(default=4, ge=1, le=16, description="fresh seeds of the suite's own re-verify")
+    algorithm: Literal["parallel", "beam", "evolve"] = "beam"
+    task_max_evaluations: int = Field(default=12, ge=1, description="search: evaluations per task")
+    task_max_usd: float | None = None
+    task_max_minutes: float | None = None
+    max_usd: float | None = Field(default=None, description="whole suite: no task starts past it")
+    max_minutes: float | None = None
+    max_evaluations: int | None = None
+
+
+class SuiteResult(BaseModel):
+    suite_dir: str
+    settings: SuiteSettings
+    rows: list[TaskRow]
+    score: SuiteScore
+    stopped: str
+    requeued_on_start: int
+    dead_servers: list[str] = []
+    wall_time_s: float
+
+
+class SuiteProgress:
+    """The live line (rich, on stderr): tasks done/total, correct so far, ETA; one printed line per task."""
+
+    def __init__(self, total: int, done: int, correct: int, *, enabled: bool = True) -> None:
+        self.total, self.done, self.correct = total, done, correct
+        self.started, self.done_here = time.monotonic(), 0
+        self._progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            self._progress = Progress(
+                TextColumn("suite"),
+                BarColumn(),
+                TextColumn(
+                    "{task.completed}/{task.total} done | correct {task.fields[correct]} | ETA {task.fields[eta]}"
+                ),
+                console=Console(stderr=True, highlight=False),
+                transient=False,
+            )
+            self._bar = self._progress.add_task(
+                "suite", total=total, completed=done, correct=correct, eta="?"
+            )
+
+    def __enter__(self) -> SuiteProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def eta_s(self) -> float | None:
+        """Mean wall time per task finished in this process times the tasks left (tasks overlap)."""
+        if not self.done_here:
+            return None
+        return (time.monotonic() - self.started) / self.done_here * (self.total - self.done)
+
+    def line(self) -> str:
+        eta = self.eta_s()
+        eta_text = "?" if eta is None else f"{int(eta // 60)}m{int(eta % 60):02d}s"
+        return f"{self.done}/{self.total} done | correct {self.correct} | ETA {eta_text}"
+
+    def finished(self, row: TaskRow, concurrency: int) -> None:
+        self.done += 1
+        self.done_here += 1
+        self.correct += int(row.correct)
+        if self._progress is not None:
+            sp = f" {row.speedup_vs_baseline:.2f}x vs XLA ({row.tier})" if row.speedup_vs_baseline else ""
+            self._progress.console.print(
+                f"{row.task}: {'correct' if row.correct else row.status}{sp}  [{self.line()}]", markup=False
+            )
+            eta = self.line().rsplit("ETA ", 1)[-1]
+            self._progress.update(self._bar, completed=self.done, correct=self.correct, eta=eta)
+
+    def note(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, markup=False)
+
+
+def task_source(task: str) -> str:
+    from maxkernel.jaxbench import registry
+
+    return registry.task_path(task).read_text(encoding="utf-8")
+
+
+def expert_source(task: str) -> str | None:
+    from maxkernel.jaxbench import registry
+
+    path = registry.pallas_reference_path(task)
+    return path.read_text(encoding="utf-8") if path else None
+
+
+class SuiteRunner:
+    def __init__(
+        self,
+        store: SuiteStore,
+        settings: SuiteSettings,
+        dispatcher: Dispatcher,
+        *,
+        model_factory: Callable[[str], Any],
+        progress: SuiteProgress | None = None,
+    ) -> None:
+        self.store, self.s, self.dispatcher = store, settings, dispatcher
+        self.model_factory = model_factory
+        self.progress = progress
+        self.stop_reason: str | None = None
+
+    # ---- budgets over the whole suite
+    def _over_budget(self) -> str | None:
+        s, st = self.s, self.store
+        if s.max_usd is not None and st.spend_usd() >= s.max_usd:
+            return f"suite budget: ${st.spend_usd():.4f} >= --max-usd {s.max_usd}"
+        if s.max_evaluations is not None and st.evaluations() >= s.max_evaluations:
+            return f"suite budget: {st.evaluations()} evaluations >= --max-evaluations {s.max_evaluations}"
+        active_s = self._active_s()
+        if s.max_minutes is not None and active_s / 60.0 >= s.max_minutes:
+            return f"suite budget: {active_s / 60.0:.1f} min >= --max-minutes {s.max_minutes}"
+        return None
+
+    def _active_s(self) -> float:
+        """Seconds this suite has run, over every process that ran it (kept in meta after each task)."""
+        return self._base_active_s + time.monotonic() - self._started
+
+    async def run(self) -> str:
+        self._started = time.monotonic()
+        self._base_active_s = float(self.store.get_meta("active_s") or 0.0)
+        queue = asyncio.Queue()
+        for t in self.store.pending():
+            queue.put_nowait(t)
+
+        async def worker() -> None:
+            while not queue.empty() and self.stop_reason is None:
+                task = queue.get_nowait()
+                reason = self._over_budget()
+                if reason:
+                    self.stop_reason = reason
+                    return
+                self.store.start(task)
+                try:
+                    row, verdicts = await self.run_task(task)
+                except NoEvaluators as e:
+                    self.store.release(task, str(e))
+                    self.stop_reason = f"no servers left: {e}"
+                    return
+                except Exception as e:  # one task's bug is one failed row, never the end of the suite
+                    row = TaskRow(task=task, status="failed", note=f"{type(e).__name__}: {e}"[:2000])
+                    verdicts = {}
+                self.store.finish(row, verdicts)
+                self.store.set_meta("active_s", self._active_s())  # a kill -9 keeps the minutes spent
+                if self.progress is not None:
+                    self.progress.finished(row, self.s.concurrency)
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(self.s.concurrency)))
+        finally:
+            self.store.set_meta("active_s", self._active_s())
+        return self.stop_reason or "finished"
+
+    # ---- one task
+    async def run_task(self, task: str) -> tuple[TaskRow, dict[str, Any]]:
+        started = time.monotonic()
+        task_dir = self.store.task_dir(task)
+        task_dir.mkdir(parents=True, exist_ok=True)
+        if self.s.mode == "auto":
+            loop = await self._auto(task, task_dir)
+        else:
+            loop = await self._search(task, task_dir)
+        row = TaskRow(
+            task=task,
+            status="done",
+            target=self.s.target,
+            size=self.s.size,
+            spend_usd=loop["spend_usd"],
+            evaluations=loop["evaluations"],
+            kernel_label=f"best of {self.s.mode}",
+        )
+        verdicts: dict[str, Any] = {"loop": loop["summary"]}
+        if loop["source"] is None:
+            row.note = f"no verified kernel: {loop['why']}"
+        else:
+            await self._score(task, loop["source"], loop["cases"], row, verdicts)
+        row.wall_time_s = round(time.monotonic() - started, 3)
+        return row, verdicts
+
+    def _budget(self):
+        from maxkernel.clients.models import Budget
+
+        return Budget(max_usd=self.s.task_max_usd, max_minutes=self.s.task_max_minutes)
+
+    async def _auto(self, task: str, task_dir: Path) -> dict[str, Any]:
+        from maxkernel.clients.auto.loop import AutoLoop
+        from maxkernel.clients.auto.state import AutoConfig
+        from maxkernel.clients.mcp_client import KernelServerClient
+        from maxkernel.clients.run_store import STATE_FILE, RunStore
+
+        model = self.model_factory(self.s.model)
+        store = RunStore(task_dir)
+
+        async def on(ev: Any) -> dict:
+            client = KernelServerClient.sharing(ev.connection, ev.name)
+            if (task_dir / STATE_FILE).is_file():  # a killed suite, or a server that died mid-task
+                loop = AutoLoop.resume(model, [client], store)
+            else:
+                config = AutoConfig(
+                    task=task,
+                    reference=task,
+                    target=self.s.target,
+                    size=self.s.size,
+                    iterations=self.s.iterations,
+                    seeds=self.s.seeds,
+                    model=self.s.model,
+                    budget=self._budget(),
+                    test_cases=self.s.test_cases,
+                )
+                loop = AutoLoop.start(model, [client], store, config)
+            summary = await loop.run()
+            if str(summary.get("stop_reason", "")).startswith("server unavailable"):
+                raise EvaluatorDown(summary["stop_reason"])  # the dispatcher resumes it elsewhere
+            return summary
+
+        summary = await self.dispatcher.run(on)
+        best = summary.get("best")
+        cases_file = task_dir / "test_cases.json"
+        cases = []
+        if cases_file.is_file():
+            import json
+
+            from maxkernel.clients.auto.roles import _input_case
+            from maxkernel.subagents import TestCase
+
+            raw = json.loads(cases_file.read_text(encoding="utf-8")).get("cases") or []
+            cases = [_input_case(TestCase.model_validate(c)) for c in raw][: self.s.test_cases]
+        return {
+            "source": Path(best["path"]).read_text(encoding="utf-8") if best else None,
+            "why": summary.get("stop_reason"),
+            "cases": cases,
+            "spend_usd": float(summary["spend"]["usd"]),
+            "evaluations": sum(len(it["attempts"]) for it in summary.get("iterations", [])),
+            "summary": {k: summary.get(k) for k in ("best", "stop_reason", "iterations_finished", "spend")},
+        }
+
+    async def _search(self, task: str, task_dir: Path) -> dict[str, Any]:
+        import argparse
+
+        from maxkernel.clients.models import Ledger
+        from maxkernel.clients.search.algorithms import Search, SearchSettings
+        from maxkernel.clients.search.cli import make_proposer, reference_hash
+        from maxkernel.clients.search.evaluator import CachedEvaluator
+        from maxkernel.clients.search.store import EvalCache, GraphStore
+        from maxkernel.clients.search.templates import space_for
+        from maxkernel.clients.search.tuned import record_best
+
+        gs = GraphStore(task_dir)
+        cache = EvalCache(self.store.root / "eval-cache.sqlite")
+        try:
+            etask = EvalTask(
+                reference=task,
+                target=self.s.target,
+                size=self.s.size,
+                seeds=self.s.seeds,
+                profile_target=self.s.target,
+            )
+            settings = SearchSettings(algorithm=self.s.algorithm, max_evaluations=self.s.task_max_evaluations)
+            ledger, budget = Ledger(), self._budget()
+            ns = argparse.Namespace(
+                proposer=None, model=self.s.model, target=self.s.target, size=self.s.size, root=None
+            )
+            proposer = make_proposer(ns, task, ledger, budget)
+            cached = CachedEvaluator(self.dispatcher, cache, reference_hash(task))
+            search = Search(
+                gs,
+                cached,
+                proposer,
+                etask,
+                settings,
+                ledger=ledger,
+                budget=budget,
+                dispatcher=self.dispatcher,
+            )
+            result = await search.run()
+            best = result.best
+            if best is not None and not result.reverified:
+                best = None
+            if best is not None and best.config and (space := space_for(task)) is not None:
+                record_best(
+                    space,
+                    self.s.target,
+                    task,
+                    self.s.size,
+                    best.config,
+                    best.time_us,
+                    best.time_label,
+                    "suite",
+                )
+            source = gs.source(best.source_hash) if best else None
+            cases = await self._tester_cases(task, task_dir, source, ledger) if source else []
+            return {
+                "source": source,
+                "why": result.stopped if best is None else None,
+                "cases": cases,
+                "spend_usd": ledger.total_cost_usd,
+                "evaluations": result.evaluations,
+                "summary": {
+                    "best": best.id if best else None,
+                    "stopped": result.stopped,
+                    "evaluations": result.evaluations,
+                    "reverified": bool(result.reverified),
+                },
+            }
+        finally:
+            gs.close()
+            cache.close()
+
+    async def _tester_cases(self, task: str, task_dir: Path, source: str, ledger: Any) -> list[dict]:
+        """Search mode: the tester role's cases for the winner, asked once (cached in test_cases.json)."""
+        import json
+
+        from maxkernel.clients.auto.roles import _input_case
+        from maxkernel.clients.auto.state import DESIGN_CHIP
+        from maxkernel.subagents import OutputParseError, TestCase, get_role, parse_output, render_test_prompt
+
+        path = task_dir / "test_cases.json"
+        if not path.is_file():
+            role = get_role("tester")
+            chip = self.s.target if self.s.target.startswith("tpu-") else DESIGN_CHIP
+            prompt = render_test_prompt(task_source(task), chip, kernel=source)
+            from maxkernel.clients.models import Message
+
+            raw: list[dict] = []
+            note = ""
+            try:
+                started = time.perf_counter()
+                response = await self.model_factory(self.s.model).request(
+                    [Message.system(role.system_prompt), Message.user(prompt)]
+                )
+                ledger.record(role.name, response, latency_ms=(time.perf_counter() - started) * 1000)
+                raw = [c.model_dump() for c in parse_output(role, response.text).cases]
+            except OutputParseError as e:
+                note = f"tester reply unreadable: {e}"
+            except Exception as e:  # a model that fails costs the extra cases, not the task
+                note = f"tester failed: {type(e).__name__}: {e}"
+            path.write_text(json.dumps({"for": task, "cases": raw, "note": note}, indent=1))
+        raw = json.loads(path.read_text(encoding="utf-8")).get("cases") or []
+        return [_input_case(TestCase.model_validate(c)) for c in raw][: self.s.test_cases]
+
+    # ---- scoring
+    async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.dispatcher.run(lambda ev: ev.call(tool, args))
+
+    async def _expert_time(self, task: str, row: TaskRow) -> tuple[float | None, str | None] | None:
+        """The expert Pallas reference profiled as a candidate; why it has no time goes in the row."""
+        source = expert_source(task)
+        if source is None:
+            return None
+        report = await self._call(
+            "profile_kernel",
+            {"kernel_source": source, "reference": task, "target": self.s.target, "size": self.s.size},
+        )
+        if not report.get("ok"):  # a missing expert time must not look like a slow one
+            f = report.get("failure") or {}
+            why = f"{f.get('kind', '')}: {f.get('summary', report.get('tool_error', ''))}"[:300]
+            row.note = f"{row.note + '; ' if row.note else ''}no expert time: {why}"
+            return None, None
+        return tier_time(report, self.s.target)
+
+    async def _score(
+        self, task: str, source: str, cases: list[dict], row: TaskRow, verdicts: dict[str, Any]
+    ) -> None:
+        report = await self._call(
+            "evaluate_kernel",
+            {
+                "reference": task,
+                "kernel_source": source,
+                "compile_target": self.s.target,
+                "validate_target": "cpu",
+                "profile_target": self.s.target,
+                "size": self.s.size,
+                "seeds": self.s.verify_seeds,
+                "seed_offset": VERIFY_SEED_OFFSET,
+            },
+        )
+        v = verdict_from_report(report, "pool", "", 0.0)
+        verdicts["verify"] = {
+            "status": v.status,
+            "failure": v.failure,
+            "time_us": v.time_us,
+            "tier": v.time_label,
+        }
+        row.kernel_sha256 = report.get("kernel_sha256")
+        evidence = ["the loop's own validation"]
+        ok = v.status == "valid"
+        if ok:
+            evidence.append(f"re-verified in a fresh pool process on {self.s.verify_seeds} fresh seeds")
+        for case in cases:
+            r = await self._call(
+                "validate_kernel",
+                {
+                    "kernel_source": source,
+                    "reference": task,
+                    "target": "cpu",
+                    "size": self.s.size,
+                    "case": case,
+                    "seeds": 1,
+                    "seed_offset": VERIFY_SEED_OFFSET,
+                },
+            )
+            kind = (r.get("failure") or {}).get("kind")
+            verdicts.setdefault("cases", []).append(
+                {"case": case.get("name"), "ok": r.get("ok"), "kind": kind}
+            )
+            if r.get("ok"):
+                evidence.append(f"tester case {case.get('name')}")
+            elif kind != "case_unusable":  # a case the reference cannot run blames nobody
+                ok = False
+        row.correct = ok
+        row.correct_evidence = evidence if ok else []
+        if not ok:
+            row.note = f"not correct: {v.failure or 'a tester case failed'}"[:1000]
+            return
+        # The baseline is the task's own workload as the judge ran it in this very report (never handed
+        # to a candidate process, which may not import JaxBench): measured on the chip, else estimated.
+        baseline = reference_tier_time(report.get("profile"), self.s.target)
+        if baseline[0] is None:
+            row.note = "no XLA baseline time: the report has no reference time or estimate for the target"
+        expert = await self._expert_time(task, row)
+        kernel = tier_time(report.get("profile"), self.s.target)
+        timed_row(row, kernel, baseline, expert)
+        verdicts["times"] = {
+            "kernel": [v.time_us, v.time_label],
+            "baseline": list(baseline),
+            "expert": expert,
+        }
+
+
+def score_rows(store: SuiteStore) -> tuple[list[TaskRow], SuiteScore]:
+    rows = store.rows()
+    return rows, score(rows)

@@ -1,0 +1,303 @@
+"""One grammar for `maxkernel`, `maxkernel-orchestrate` and `maxkernel-server`: shared flags and defaults.
+
+Every CLI builds its common flags here, and the MCP tools take their defaults from the same constants,
+so `--help`, the README table and a tool's input schema cannot drift apart. No jax import: `--help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from maxkernel.tpu_tools.errors import UsageError
+
+# ------------------------------------------------------------------ defaults (CLI and MCP share them)
+
+DEFAULT_TARGET = "tpu-v6e"  # the compile-only TPU target: real Mosaic compile, interpret-mode execution
+DEFAULT_SIZE: str | None = None  # None: "small" if the reference has it, else its only size
+SIZE_DEFAULT_TEXT = "small if the reference has it, else its only size"
+DEFAULT_SEEDS = 3
+DEFAULT_SEED_OFFSET: int | None = (
+    None  # None: drawn at random, recorded in the verdict (pass it back to reproduce)
+)
+DEFAULT_TIMEOUT_S = 300.0
+PROFILE_TIMEOUT_S = 600.0  # profile runs reference + candidate + noise floor: twice the budget
+DEFAULT_REPS = 30
+DEFAULT_TRACE_DIR_TEXT = "~/.cache/maxkernel/traces (or $MAXKERNEL_TRACE_DIR), newest 20 kept"
+TOKEN_ENV = "MAXKERNEL_TOKEN"
+MAX_SEEDS = 16
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Prints each flag's default (`--help` is the one place a user looks), keeps descriptions as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help or ""
+        default = action.default
+        if (
+            "default:" in help_text
+            or default is None
+            or default is False
+            or default == []
+            or (default is argparse.SUPPRESS)
+        ):
+            return help_text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return f"{help_text} (default: %(default)s)"
+        return help_text
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line on stderr and exit 2 (the usage stays in `--help`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)  # subcommands' parsers inherit this class
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def parser(prog: str, description: str, **kwargs: Any) -> argparse.ArgumentParser:
+    return Parser(prog=prog, description=description, **kwargs)
+
+
+def subparser(sub: Any, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """`sub.add_parser` with the shared help formatter (defaults shown)."""
+    return sub.add_parser(name, formatter_class=HelpFormatter, **kwargs)
+
+
+# ------------------------------------------------------------------ value checks (argparse `type=`)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _int_between(lo: int, hi: int | None) -> Callable[[str], int]:
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < lo or (hi is not None and value > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
+        return value
+
+    check.__name__ = "int"
+    return check
+
+
+seeds_count = _int_between(1, MAX_SEEDS)
+non_negative_int = _int_between(0, None)
+
+
+# ------------------------------------------------------------------ the shared flags
+
+
+def add_reference(
+    p: argparse.ArgumentParser, *, required: bool = False, positional_alias: bool = False
+) -> None:
+    """`--reference ID|PATH`; `--task` (old spelling) is a hidden alias, and with `positional_alias`
+    a bare positional reference too. Call `take_reference(args)` after parsing to merge them."""
+    p.add_argument(
+        "--reference",
+        "-r",
+        dest="reference",
+        required=required and not positional_alias,
+        metavar="ID|PATH",
+        help="the problem to match: a JaxBench task id (8p_GEMM, 8p) or a reference file/directory",
+    )
+    p.add_argument("--task", dest="reference_task", help=argparse.SUPPRESS)
+    if positional_alias:
+        p.add_argument("reference_positional", nargs="?", metavar="REFERENCE", help=argparse.SUPPRESS)
+
+
+def take_reference(args: argparse.Namespace) -> str | None:
+    """The one reference the command line names (from --reference, --task or the positional)."""
+    given = [
+        v
+        for v in (
+            getattr(args, "reference", None),
+            getattr(args, "reference_task", None),
+            getattr(args, "reference_positional", None),
+        )
+        if v
+    ]
+    if len(set(given)) > 1:
+        raise UsageError(f"the reference is given twice ({' and '.join(given)}): pass --reference once")
+    args.reference = given[0] if given else None
+    return args.reference
+
+
+def first_missing(path: str | os.PathLike) -> Any:
+    """The highest ancestor of `path` (or `path`) that does not exist yet: what a failed start removes."""
+    from pathlib import Path
+
+    p = Path(path).absolute()
+    missing = None
+    for q in (p, *p.parents):
+        if q.exists():
+            break
+        missing = q
+    return missing
+
+
+def check_new_run_dir(path: str | os.PathLike) -> None:
+    """A new run goes into a directory that is absent or empty; an old one is continued with --resume."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--run-dir {path} is a file, not a directory")
+    if p.is_dir() and any(p.iterdir()):
+        raise UsageError(f"--run-dir {path} exists and is not empty: continue it with --resume {path}")
+
+
+def looks_like_path(reference: str) -> bool:
+    return any(c in reference for c in "/\\") or reference.endswith(".py")
+
+
+def check_reference(reference: str, *, remote: bool = False) -> str:
+    """A JaxBench id (canonical, e.g. '8p' -> '8p_GEMM') or an existing path; else UsageError, before
+    anything is created. With `remote`, a path that is not here is left for the server to resolve."""
+    from pathlib import Path
+
+    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
+
+    if Path(reference).expanduser().exists():
+        return reference
+    if looks_like_path(reference):
+        if remote:
+            return reference
+        raise UsageError(f"reference file not found: {reference}")
+    try:
+        return resolve_id(reference)
+    except UnknownTaskError as e:
+        raise UsageError(str(e)) from None
+
+
+def add_target(p: argparse.ArgumentParser, default: str = DEFAULT_TARGET) -> None:
+    from maxkernel.tpu_tools.hardware.targets import TARGET_NAMES
+
+    p.add_argument(
+        "--target",
+        "-t",
+        default=default,
+        metavar="NAME",
+        help=f"where to compile/run: {', '.join(TARGET_NAMES)}",
+    )
+
+
+def check_target(name: str) -> None:
+    from maxkernel.tpu_tools.hardware.targets import UnknownTargetError, parse_target
+
+    try:
+        parse_target(name)
+    except UnknownTargetError as e:
+        raise UsageError(str(e)) from None
+
+
+def add_size(p: argparse.ArgumentParser, default: str | None = DEFAULT_SIZE) -> None:
+    p.add_argument(
+        "--size",
+        default=default,
+        metavar="NAME",
+        help=f"a size from the reference's SIZES (default: {default or SIZE_DEFAULT_TEXT})",
+    )
+
+
+def size_kwargs(size: str | None) -> dict[str, str]:
+    """`size=` for the evaluation core, omitted when unset so the core picks the reference's default."""
+    return {} if size is None else {"size": size}
+
+
+def add_run_dir(p: argparse.ArgumentParser, *, help_text: str, default: str | None = None) -> None:
+    p.add_argument("--run-dir", default=default, metavar="DIR", help=help_text)
+
+
+def add_server(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a running maxkernel-server (http://HOST:PORT/mcp), repeatable "
+        "(default: spawn a local stdio server)",
+    )
+    p.add_argument("--token", help=f"bearer token for --server (default: env {TOKEN_ENV})", metavar="TOKEN")
+
+
+def server_token(args: argparse.Namespace) -> str | None:
+    return getattr(args, "token", None) or os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def auth_refused(url: str, status: int = 401) -> str:
+    """The one line an auth failure prints, in both `auto` and `search`."""
+    return f"the server at {url} refused the token ({status}): pass --token or set {TOKEN_ENV}"
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the report") -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+
+def add_seeds(p: argparse.ArgumentParser, *, offset: bool = True) -> None:
+    p.add_argument(
+        "--seeds",
+        type=seeds_count,
+        default=DEFAULT_SEEDS,
+        metavar="N",
+        help="fresh input seeds per validation",
+    )
+    if offset:
+        p.add_argument(
+            "--seed-offset",
+            type=non_negative_int,
+            default=DEFAULT_SEED_OFFSET,
+            metavar="N",
+            help="first seed (default: drawn at random; the verdict records it, pass it back to reproduce)",
+        )
+
+
+def add_timeout(p: argparse.ArgumentParser, default: float = DEFAULT_TIMEOUT_S) -> None:
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=default,
+        metavar="SECONDS",
+        help="wall-clock limit per evaluation process, > 0",
+    )
+
+
+def add_trace_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trace-dir",
+        metavar="DIR",
+        help=f"keep the profiler trace under DIR (default: {DEFAULT_TRACE_DIR_TEXT})",
+    )
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """`... --json | head`: the reader went away. Silence stdout (so Python's exit flush cannot raise
+    again) and turn it into the one-line UsageError every CLI prints with exit 2."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise UsageError("output closed early (broken pipe)") from None

@@ -1,0 +1,98 @@
+"""Compile for a TPU target with libtpu's LLO text dump switched on, and read back what it wrote.
+
+libtpu reads `LIBTPU_INIT_ARGS` once, when the TPU backend first initialises in a process, so the
+dump can only be switched on in a process that has not touched the TPU backend yet: a pool child
+(every pool job is a fresh fork whose parent never initialised a backend). `enable_dump` sets the
+flags and refuses (returns None) when the backend is already up without them. The flags are internal
+to libtpu 0.0.42 (pinned): callers treat a missing or unreadable dump as "no LLO" and fall back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO, parse_dump_dir
+
+__all__ = ["DUMP_FLAG", "compile_with_dump", "dump_flags", "enable_dump", "scoped_vmem_error"]
+
+DUMP_FLAG = "--xla_jf_dump_to="
+# `final` keeps only the final passes (~300 KB per kernel instead of tens of MB).
+_OTHER_FLAGS = "--xla_jf_dump_llo_text=true --xla_jf_dump_llo_pass_label_regex=final"
+
+
+def dump_flags(dump_dir: str | Path) -> str:
+    return f"{DUMP_FLAG}{dump_dir} {_OTHER_FLAGS}"
+
+
+def _backend_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", {}))
+    except Exception:  # private API moved: assume the worst only if jax says a backend exists
+        return False
+
+
+def enable_dump(dump_dir: str | Path | None = None) -> Path | None:
+    """Switch the dump on for this process; the folder it writes to, or None if it is too late."""
+    current = os.environ.get("LIBTPU_INIT_ARGS", "")
+    m = re.search(re.escape(DUMP_FLAG) + r"(\S+)", current)
+    if m:
+        return Path(m.group(1))
+    if _backend_started():
+        return None
+    root = Path(dump_dir) if dump_dir is not None else Path(tempfile.mkdtemp(prefix="maxkernel-llo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ["LIBTPU_INIT_ARGS"] = (current + " " + dump_flags(root)).strip()
+    return root
+
+
+def compile_with_dump(
+    fn: Callable, args: Sequence[Any], dump_root: Path | None
+) -> tuple[Any, list[ProgramLLO], dict[str, float]]:
+    """jit(fn).trace(*args).lower().compile(), then the programs that compile added to `dump_root`.
+
+    Returns (compiled, programs, times_ms). Compile errors propagate; a missing dump gives [].
+    """
+    import jax
+
+    before = {p.name for p in dump_root.iterdir()} if dump_root and dump_root.is_dir() else set()
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).trace(*args).lower().compile()
+    t1 = time.perf_counter()
+    programs: list[ProgramLLO] = []
+    if dump_root is not None and dump_root.is_dir():
+        new = {p.name for p in dump_root.iterdir()} - before
+        programs = parse_dump_dir(dump_root, only=new)
+    t2 = time.perf_counter()
+    return compiled, programs, {"compile_ms": (t1 - t0) * 1e3, "parse_ms": (t2 - t1) * 1e3}
+
+
+_SCOPED = re.compile(
+    r"[Ss]coped allocation with size\s*([\d.]+)\s*([KMG]?)i?B?\s*and limit\s*([\d.]+)\s*([KMG]?)i?B?"
+)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+# One allocation bigger than the memory space: "Allocation (size=268435456) would exceed memory (size=134217728)
+# :: #allocation2 [... space=vmem ...]" (a lower bound on the need: that allocation alone).
+_WHOLE = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)[^\n]*space=vmem")
+
+
+def scoped_vmem_error(message: str) -> tuple[int, int] | None:
+    """(bytes needed, limit) from Mosaic's VMEM errors: over the scoped limit, or over physical VMEM."""
+    whole = _WHOLE.search(message)
+    if whole:
+        return int(whole.group(1)), int(whole.group(2))
+    m = _SCOPED.search(message)
+    if not m:
+        return None
+    need = float(m.group(1)) * _UNITS[m.group(2)]
+    limit = float(m.group(3)) * _UNITS[m.group(4)]
+    return int(need), int(limit)

@@ -1,0 +1,1 @@
+"""What the chips are and how a target is served: chip specs, targets, megacore, meshes, host environment."""

@@ -1,0 +1,596 @@
+"""The evaluation facade: compile/validate a candidate through the worker pool, always returning a report.
+
+A hang, crash, OOM or exit inside a child becomes a Failure in the report; the caller stays up.
+Usable from threads (the MCP server) with a `cancel` event that kills the child.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
+
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.judge.validate import ReferenceSide, f32, run_order
+from maxkernel.tpu_tools.judged.integrity import PROGRESS_PREFIX
+from maxkernel.tpu_tools.pool.handover import HandoverError, load_arrays
+from maxkernel.tpu_tools.pool.sandbox import make_scratch_dir
+from maxkernel.tpu_tools.pool.workers import JobOutcome, JobSpec, WorkerPool, get_default_pool
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.profile.run import ProfileReport
+    from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
+
+DEFAULT_TIMEOUT_S = 300.0
+RUNS_PER_SEED = 2  # every input set runs this many times, interleaved with the others
+MAX_SEED_OFFSET = 2**31 - 1
+_STATUS_KIND = {
+    "timeout": "timeout",
+    "crashed": "crash",
+    "oom": "oom",
+    "exited": "exited",
+    "cancelled": "cancelled",
+}
+
+ProgressFn = Callable[[str], None]
+R = TypeVar("R", bound=BaseModel)
+
+
+def outcome_failure(outcome: JobOutcome, what: str) -> Failure:
+    """A child that did not return a report: say exactly how it ended."""
+    kind = _STATUS_KIND.get(outcome.status, "internal_error")
+    summary = f"{what}: {outcome.message}"
+    if kind == "internal_error":
+        summary = f"{what} failed inside maxkernel (a bug, please report): {outcome.message}"
+    return Failure(kind=kind, summary=summary, message=outcome.detail, stage="run")  # type: ignore[arg-type]
+
+
+def resolve_seeds(seeds: int | list[int], seed_offset: int | None) -> tuple[list[int], int | None]:
+    """(seed list, offset): `seeds` consecutive seeds from `seed_offset`, drawn at random when None."""
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        if seeds < 1:
+            raise UsageError(
+                f"--seeds should be at least 1, got {seeds}: a check on no inputs proves nothing"
+            )
+        offset = secrets.randbelow(MAX_SEED_OFFSET - 1000) if seed_offset is None else int(seed_offset)
+        if offset < 0:
+            raise UsageError(f"--seed-offset should be >= 0, got {offset}")
+        return list(range(offset, offset + seeds)), offset
+    seed_list = [int(s) for s in seeds]
+    if not seed_list:
+        raise UsageError("no seeds given: a check on no inputs proves nothing")
+    if len(set(seed_list)) != len(seed_list):
+        raise UsageError(f"seeds repeat: {seed_list}")
+    return seed_list, None
+
+
+def hide_paths_for(reference: str, kernel_path: str) -> tuple[str, ...]:
+    """What the candidate must not see: the reference (its dir for a package/task dir) and the task sources.
+
+    A hidden dir that holds the candidate itself (a JaxBench Pallas reference next to its task) is hidden
+    entry by entry instead, all but the candidate's own path.
+    """
+    paths = []
+    ref = Path(reference)
+    if ref.exists():
+        ref = ref.resolve()
+        paths.append(ref.parent if ref.name == "__init__.py" else ref)
+    spec = importlib.util.find_spec("maxkernel.jaxbench")
+    if spec is not None and spec.submodule_search_locations:
+        paths.append(Path(next(iter(spec.submodule_search_locations))).resolve() / "tasks")
+    keep = Path(kernel_path).resolve()
+    out: list[str] = []
+
+    def add(p: Path) -> None:
+        if keep == p or not (keep.is_relative_to(p) and p.is_dir()):
+            if keep != p:
+                out.append(str(p))
+            return
+        for child in sorted(p.iterdir()):
+            add(child)
+
+    for p in paths:
+        add(p)
+    return tuple(dict.fromkeys(out))
+
+
+def integrity_evidence(progress: list[str]) -> Failure | None:
+    """The judged child's integrity events, as it streamed them (reached_reference before tampered)."""
+    events: dict[str, list[str]] = {"reached_reference": [], "tampered": []}
+    for line in progress:
+        if line.startswith(PROGRESS_PREFIX):
+            kind, _, what = line[len(PROGRESS_PREFIX) :].partition(": ")
+            events.setdefault(kind, []).append(what)
+    if events["reached_reference"]:
+        return Failure(
+            kind="reached_reference",
+            summary=f"the candidate reached hidden reference paths: {'; '.join(events['reached_reference'][:4])}",
+            stage="run",
+        )
+    if events["tampered"]:
+        return Failure(
+            kind="tampered",
+            summary=f"the candidate tampered with the judge: used {', '.join(sorted(set(events['tampered'])))}",
+            stage="run",
+        )
+    return None
+
+
+def _copyable_inputs(scratch: Path, seeds: list[int], side: ReferenceSide) -> dict:
+    """Inputs shaped like the single output (for the 'copy of input' weak check), read before the candidate runs."""
+    if len(side.output_specs) != 1:
+        return {}
+    want = side.output_specs[0].shape
+    if not any(s.shape == want for s in side.input_specs):
+        return {}
+    return {s: f32(load_arrays(scratch, f"inputs_{s}", expect=side.input_specs)) for s in seeds}
+
+
+def _abs_reference(reference: str) -> str:
+    p = Path(reference).expanduser()
+    return str(p.resolve()) if p.exists() else reference
+
+
+UNSANDBOXED_WARNING = "sandbox: none - this evaluation ran unsandboxed ({note})"
+
+
+def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
+    """Every verdict names the sandbox its jobs ran in, as the pool (not the judged job) saw it."""
+    info = outcome.sandbox
+    if info is None or not hasattr(report, "environment"):
+        return report
+    if report.environment is None:  # type: ignore[attr-defined]
+        from maxkernel.tpu_tools.hardware.env_info import host_environment
+
+        report.environment = host_environment()  # type: ignore[attr-defined]
+    report.environment.sandbox = info  # type: ignore[attr-defined]
+    warnings = getattr(report, "warnings", None)
+    if info.tier == "none" and isinstance(warnings, list):
+        line = UNSANDBOXED_WARNING.format(note=info.note or "no OS sandbox on this host")
+        if line not in warnings:
+            warnings.append(line)
+    return report
+
+
+class Evaluator:
+    """compile/validate entry points shared by the CLI, the MCP server and benchmarks."""
+
+    def __init__(self, pool: WorkerPool | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.pool = pool or get_default_pool()
+        self.timeout_s = timeout_s
+
+    def _on_device(self, target: str) -> bool:
+        """On a TPU host only the device-owning worker sees the chip: route every non-CPU job through it."""
+        return bool(getattr(self.pool, "device_owner", False)) and target != "cpu"
+
+    def _run(
+        self,
+        fn: str,
+        kwargs: dict,
+        *,
+        timeout_s: float | None,
+        on_progress: ProgressFn | None,
+        cancel: threading.Event | None,
+        needs_device: bool = False,
+        scratch_dir: str | None = None,
+        hide_paths: tuple[str, ...] = (),
+        host_devices: int = 1,
+    ) -> JobOutcome:
+        spec = JobSpec(
+            fn=fn,
+            kwargs=kwargs,
+            timeout_s=timeout_s or self.timeout_s,
+            needs_device=needs_device,
+            host_devices=host_devices,
+            scratch_dir=scratch_dir,
+            hide_paths=tuple(hide_paths),
+        )
+        handle = self.pool.submit(spec, on_progress=on_progress)
+        while True:
+            outcome = handle.wait(0.1)
+            if outcome is not None:
+                return outcome
+            if cancel is not None and cancel.is_set():
+                handle.cancel()
+
+    def _report(
+        self,
+        model: type[R],
+        what: str,
+        job: str,
+        kwargs: dict,
+        *,
+        timeout_s: float | None,
+        on_progress: ProgressFn | None,
+        cancel: threading.Event | None,
+        hide_paths: tuple[str, ...] = (),
+        host_devices: int = 1,
+        needs_device: bool | None = None,
+    ) -> R:
+        """Run a one-child job returning a report; a child that ended otherwise becomes that report's failure."""
+        started = time.perf_counter()
+        if on_progress:
+            on_progress(what)
+        target = kwargs["target"]
+        outcome = self._run(
+            job,
+            kwargs,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            needs_device=self._on_device(target) if needs_device is None else needs_device,
+            hide_paths=hide_paths,
+            host_devices=host_devices,
+        )
+        if outcome.status == "ok" and outcome.result is not None:
+            return stamp_sandbox(model.model_validate(outcome.result), outcome)
+        report = model(
+            ok=False,
+            target=target,
+            size=kwargs["size"] or "default",
+            kernel_path=kwargs["kernel_path"],
+            failure=outcome_failure(outcome, what),
+            wall_time_s=round(time.perf_counter() - started, 4),
+        )
+        return stamp_sandbox(report, outcome)
+
+    def compile(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "tpu-v6e",
+        size: str | None = None,
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> CompileReport:
+        """Shapes from a reference-only child, then the candidate compiled in a child that never sees the reference."""
+        from maxkernel.tpu_tools.judge.validate import ReferenceSide
+
+        started = time.perf_counter()
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        reference = _abs_reference(reference)
+        base = CompileReport(ok=False, target=target, size=size or "default", kernel_path=kernel_path)
+        if on_progress:
+            on_progress("compile")
+        outcome = self._run(
+            "maxkernel.tpu_tools.judge.validate:reference_specs_job",
+            {"reference": reference, "size": size},
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        if outcome.status != "ok" or outcome.result is None:
+            base.failure = outcome_failure(outcome, "reference")
+            base.wall_time_s = round(time.perf_counter() - started, 4)
+            return base
+        side = ReferenceSide.model_validate(outcome.result)
+        if not side.ok:
+            base.reference, base.failure = side.reference, side.failure
+            base.wall_time_s = round(time.perf_counter() - started, 4)
+            return base
+        kwargs = {
+            "kernel_path": kernel_path,
+            "target": target,
+            "size": side.size,
+            "reference_side": side.model_dump(mode="json"),
+        }
+        mesh = side.reference.mesh if side.reference else None
+        report = self._report(
+            CompileReport,
+            "compile",
+            "maxkernel.tpu_tools.judged.compile:compile_job",
+            kwargs,
+            timeout_s=timeout_s,
+            on_progress=None,
+            cancel=cancel,
+            hide_paths=hide_paths_for(reference, kernel_path),
+            # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology,
+            # compiled off the chip in a forked child on a TPU host too)
+            host_devices=mesh.device_count if mesh and target == "cpu" else 1,
+            needs_device=False if mesh else None,
+        )
+        report.size_note = side.size_note
+        report.wall_time_s = round(time.perf_counter() - started, 4)
+        return report
+
+    def validate(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "cpu",
+        size: str | None = None,
+        *,
+        seeds: int | list[int] = 3,
+        seed_offset: int | None = None,
+        repeats: int = RUNS_PER_SEED,
+        atol: float | None = None,
+        rtol: float | None = None,
+        allow_plain_jax: bool = False,
+        allow_weak_check: bool = False,
+        case: InputCase | None = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ValidationReport:
+        """Validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at random if None).
+
+        The reference child writes inputs and expected outputs; the candidate child, which never sees the
+        reference, runs every set `repeats` times in a shuffled interleaved order; this process compares.
+        """
+        from maxkernel.tpu_tools.judge.validate import judge_runs
+
+        started = time.perf_counter()
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        reference = _abs_reference(reference)
+        seed_list, offset = resolve_seeds(seeds, seed_offset)
+        if repeats < 2:
+            raise UsageError(f"repeats should be >= 2 (each input set runs more than once), got {repeats}")
+        case_dict = case.model_dump(mode="json") if case is not None else None
+        report = ValidationReport(
+            ok=False,
+            target=target,
+            size=size or "default",
+            kernel_path=kernel_path,
+            seeds=seed_list,
+            seed_offset=offset,
+            case=case,
+        )
+
+        outcomes: list[JobOutcome] = []  # the last one's sandbox (the candidate's, once it ran) is stamped
+
+        def finish(failure: Failure | None = None) -> ValidationReport:
+            if failure is not None:
+                report.failure, report.ok = failure, False
+            report.wall_time_s = round(time.perf_counter() - started, 4)
+            return stamp_sandbox(report, outcomes[-1]) if outcomes else report
+
+        budget_s = timeout_s or self.timeout_s  # one limit for the whole validation, both children
+
+        def left() -> float:
+            return max(0.5, budget_s - (time.perf_counter() - started))
+
+        def ended(outcome: JobOutcome, what: str) -> Failure:
+            failure = outcome_failure(outcome, what)
+            if outcome.status == "timeout":
+                failure.summary = (
+                    f"{what}: timed out: the validation's {budget_s:g} s limit ran out ({outcome.message})"
+                )
+            return failure
+
+        root = Path(make_scratch_dir("validate-"))  # under the sandbox's scratch root: every lane can bind it
+        scratch, expected_dir = root / "scratch", root / "expected"
+        scratch.mkdir()
+        expected_dir.mkdir()
+        try:
+            outcome = self._run(
+                "maxkernel.tpu_tools.judge.validate:reference_job",
+                {
+                    "reference": reference,
+                    "size": size,
+                    "seeds": seed_list,
+                    "inputs_dir": str(scratch),
+                    "expected_dir": str(expected_dir),
+                    "case": case_dict,
+                    "atol": atol,
+                    "rtol": rtol,
+                },
+                timeout_s=left(),
+                on_progress=on_progress,
+                cancel=cancel,
+                needs_device=self._on_device(target),
+                scratch_dir=str(root),
+            )
+            outcomes.append(outcome)
+            if outcome.status != "ok" or outcome.result is None:
+                return finish(ended(outcome, "reference"))
+            side = ReferenceSide.model_validate(outcome.result)
+            report.reference, report.size, report.size_note = (
+                side.reference,
+                side.size or report.size,
+                side.size_note,
+            )
+            if not side.ok or side.tolerance is None:
+                return finish(side.failure)
+            expected = {
+                s: f32(load_arrays(expected_dir, f"expected_{s}", expect=side.output_specs))
+                for s in seed_list
+            }
+            inputs = _copyable_inputs(scratch, seed_list, side)
+            shutil.rmtree(expected_dir)  # gone before any candidate code starts
+            order = run_order(seed_list, repeats, random.Random(secrets.randbits(64)))
+            report.run_order = order
+            mesh = side.reference.mesh if side.reference else None
+            # A kernel over a mesh runs on N CPU devices in interpret mode, on a TPU host too (its forked
+            # children never open the chips); native multi-chip runs on a slice are not wired yet.
+            on_device = self._on_device(target) and mesh is None
+            report.devices = mesh.device_count if mesh else 1
+            outcome = self._run(
+                "maxkernel.tpu_tools.judged.candidate_run:candidate_job",
+                {
+                    "kernel_path": kernel_path,
+                    "target": target,
+                    "scratch_dir": str(scratch),
+                    "seeds": seed_list,
+                    "order": order,
+                    "size": side.size,
+                    "hide_paths": list(hide_paths_for(reference, kernel_path)),
+                    "reference_census": side.census.model_dump(mode="json") if side.census else None,
+                    "allow_plain_jax": allow_plain_jax,
+                    "mesh": mesh.model_dump(mode="json") if mesh else None,
+                },
+                timeout_s=left(),
+                on_progress=on_progress,
+                cancel=cancel,
+                needs_device=on_device,
+                scratch_dir=str(scratch),
+                hide_paths=hide_paths_for(reference, kernel_path) + (str(expected_dir),),
+                host_devices=mesh.device_count if mesh and not on_device else 1,
+            )
+            outcomes.append(outcome)
+            if (failure := integrity_evidence(outcome.progress)) is not None:
+                return finish(
+                    failure
+                )  # sent the moment it happened: what the child did afterwards cannot undo it
+            if outcome.status != "ok" or outcome.result is None:
+                return finish(ended(outcome, "candidate run"))
+            cand = ValidationReport.model_validate(outcome.result)
+            report.execution, report.kernel_sha256 = cand.execution, cand.kernel_sha256
+            report.has_pallas_call, report.work, report.races_found = (
+                cand.has_pallas_call,
+                cand.work,
+                cand.races_found,
+            )
+            report.environment, report.devices = cand.environment, cand.devices
+            report.warnings += cand.warnings
+            if not cand.ok:
+                return finish(cand.failure)
+            runs = []
+            counts: dict[int, int] = {}
+            for seed in order:
+                k = counts.get(seed, 0)
+                counts[seed] = k + 1
+                try:
+                    runs.append((seed, k, load_arrays(scratch, f"out_{seed}_{k}", expect=side.output_specs)))
+                except HandoverError as e:
+                    want = ", ".join(f"{s.dtype}{s.shape}" for s in side.output_specs)
+                    return finish(
+                        Failure(
+                            kind="shape_mismatch",
+                            summary=f"output of run {len(runs) + 1} (seed {seed}) differs from the reference's {want}: {e}",
+                            stage="compare",
+                        )
+                    )
+            j = judge_runs(
+                expected, runs, side.tolerance, [s.dtype for s in side.output_specs], inputs, side.cannot_tell
+            )
+            report.per_seed, report.tolerance, report.weak_check = j.per_seed, j.tolerance, j.weak_check
+            report.warnings += j.warnings
+            failure = j.failure
+            if failure is not None and failure.kind == "weak_check" and allow_weak_check:
+                report.warnings.append(failure.summary)
+                failure = None
+            elif failure is not None and failure.kind == "weak_check":
+                failure.summary += " (pass allow_weak_check to accept)"
+            report.ok = failure is None
+            return finish(failure)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    # ---- profile (appended: the profile/trace issue) -----------------------------------------------
+    def profile(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "cpu",
+        size: str = "small",
+        *,
+        trace_dir: str | None = None,
+        measure_interpret: bool = False,
+        reps: int = 30,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ProfileReport:
+        """Time the candidate against the reference in separate processes, trace it, estimate it for the target.
+
+        The judging runs here (profile.run_profile): this process hands out the inputs, timestamps the
+        timed calls and compares their outputs; candidate and reference each run in their own children.
+        """
+        from maxkernel.tpu_tools.profile.run import run_profile
+
+        if on_progress:
+            on_progress("profile")
+        return run_profile(
+            str(Path(kernel_path).expanduser().resolve()),
+            _abs_reference(reference),
+            target,
+            size,
+            pool=self.pool,
+            trace_dir=str(Path(trace_dir).expanduser().resolve()) if trace_dir else None,
+            measure_interpret=measure_interpret,
+            reps=reps,
+            timeout_s=timeout_s or self.timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            needs_device=self._on_device(target),
+        )
+
+    def estimate(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "tpu-v6e",
+        size: str = "small",
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """Static TPU estimate of a candidate (traced in a child; nothing compiled or run)."""
+        from maxkernel.tpu_tools.cost.autotune import EstimateReport
+        from maxkernel.tpu_tools.cost.estimate import StaticEstimate
+
+        kernel_path = str(Path(kernel_path).expanduser().resolve())
+        outcome = self._run(
+            "maxkernel.tpu_tools.cost.autotune:estimate_job",
+            {
+                "kernel_path": kernel_path,
+                "reference": _abs_reference(reference),
+                "target": target,
+                "size": size,
+            },
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
+        if outcome.status != "ok" or outcome.result is None:
+            report.failure = outcome_failure(outcome, "estimate")
+        elif not outcome.result.get("ok"):
+            error = str(outcome.result.get("error", "unknown"))
+            kind = (
+                "usage_error"
+                if error.startswith("reference")
+                else "tampered"
+                if error.startswith("tampered")
+                else "python_error"
+            )
+            report.failure = Failure(
+                kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
+            )
+        else:
+            report.ok = True
+            report.estimate = StaticEstimate.model_validate(outcome.result["estimate"])
+            report.layout_problems = list(outcome.result.get("layout_problems") or [])
+        return report
+
+    def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:
+        return summarize_trace(path, top)
+
+
+def summarize_trace(path: str, top: int = 15) -> TraceSummary:
+    """Summarize a profiler trace file or logdir in this process (it is data: no child needed).
+
+    Raises trace_summary.TraceFormatError (a ValueError) for missing, empty, corrupt or unknown files.
+    """
+    from maxkernel.tpu_tools.profile.trace_summary import summarize_trace as _summarize
+
+    p = Path(path).expanduser()
+    if p.is_dir() and not (p / "plugins" / "profile").is_dir():
+        # a `profile --trace-dir` folder holds one logdir per capture: take the newest capture
+        runs = sorted(p.glob("*/plugins/profile/*/"), key=lambda d: d.stat().st_mtime)
+        if runs:
+            p = runs[-1]
+    return _summarize(p, top=top)

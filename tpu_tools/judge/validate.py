@@ -1,0 +1,406 @@
+"""Validation, judge side: the reference child and the comparison. Candidate code never runs here.
+
+1. `reference_job` (a child that imports only the reference, from bytes read once and hashed) resolves
+   the size, builds each seed's inputs and writes them into the candidate's scratch dir, computes the
+   expected outputs into a separate dir, and counts the reference's work (its jaxpr census).
+2. The parent loads the expected outputs into memory and deletes their dir before the candidate starts.
+3. `candidate_run.candidate_job` (judged side) runs the candidate on the handed-over inputs, every set
+   more than once in a shuffled, interleaved order, and writes every run's outputs.
+4. `judge_runs` (parent) compares every run against the expected outputs; a kernel right only on its
+   first calls, or only on some sets, fails. NaN where the reference has a number always fails.
+
+A reference that breaks on its own is `reference_error`; an extra case it cannot build or run is
+`case_unusable`: neither is a verdict on the kernel.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.errors import ReferenceFailure, UsageError
+from maxkernel.tpu_tools.judge.compare import compare_outputs, trivial_outputs_passing, within
+from maxkernel.tpu_tools.judge.tolerances import choose_tolerance
+from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.reference import ReferenceInfo, load_reference, reference_failure
+from maxkernel.tpu_tools.problem.work_check import WorkCensus, census_of
+from maxkernel.tpu_tools.reports import ArraySpec, Failure, SeedResult, Tolerance
+
+# Near-constant outputs (constant_guard): the tightened tolerance is TIGHTEN_SIGMAS x the std of the true
+# answers over the seeds; a constant lands within it of one answer with probability <= P_CONST
+# (2*Phi(0.25) - 1 = 0.197 for a normal spread), and of all n checked ones with P_CONST ** n.
+TIGHTEN_SIGMAS = 0.25
+P_CONST = 0.2
+MAX_CONSTANT_CHANCE = 0.01
+CALIBRATION_SEEDS = 12  # reference-only seeds (never shown to the candidate) that measure the spread
+_EPS_FLOOR = 8.0
+
+
+class ReferenceSide(BaseModel):
+    """What the reference child hands the parent (no arrays: those are files)."""
+
+    ok: bool
+    failure: Failure | None = None
+    reference: ReferenceInfo | None = None
+    size: str = ""
+    size_note: str = ""
+    input_specs: list[ArraySpec] = []
+    output_specs: list[ArraySpec] = []
+    census: WorkCensus | None = None
+    tolerance: Tolerance | None = None
+    cannot_tell: str | None = Field(default=None, description="why no tolerance can tell a constant apart")
+
+
+def _reference_error(e: ReferenceFailure) -> Failure:
+    return Failure(kind="reference_error", summary=str(e), message=e.detail, stage="reference", line=e.line)
+
+
+def _case_failure(case: InputCase, why: str) -> Failure:
+    return Failure(
+        kind="case_unusable",
+        summary=f"{case.describe()} is unusable, not a verdict on the kernel: {why}"[:1000],
+        stage="load",
+    )
+
+
+def _leaves(tree) -> list:
+    import jax
+
+    return list(jax.tree_util.tree_leaves(tree))
+
+
+def reference_side(reference: str, size: str | None, case: InputCase | None = None):
+    """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing."""
+    import jax
+
+    side = ReferenceSide(ok=False)
+    try:
+        ref = load_reference(reference)
+    except UsageError as e:
+        side.failure = Failure(kind="usage_error", summary=str(e), stage="load")
+        return None, side
+    except ReferenceFailure as e:
+        side.failure = _reference_error(e)
+        return None, side
+    side.reference = ref.info
+    if size is None:
+        side.size, side.size_note = ref.default_size()
+    elif size not in ref.info.sizes:
+        side.failure = Failure(
+            kind="usage_error",
+            summary=f"reference {ref.info.name!r} has no size {size!r}; it has {ref.info.sizes}",
+            stage="load",
+        )
+        return ref, side
+    else:
+        side.size, side.size_note = size, f"size {size!r} as asked"
+    path = Path(ref.info.path)
+    path = path / "reference.py" if path.is_dir() else path
+    try:
+        shapes = ref.input_shapes(side.size, case)
+    except UsageError as e:  # UnusableCaseError included
+        side.failure = _case_failure(case, str(e)) if case else Failure(kind="usage_error", summary=str(e))
+        return ref, side
+    except Exception as e:
+        side.failure = (
+            _case_failure(case, f"the reference cannot build it: {type(e).__name__}: {e}")
+            if case
+            else _reference_error(reference_failure(e, path, "create_inputs"))
+        )
+        return ref, side
+    try:
+        jaxpr = jax.make_jaxpr(ref.workload)(*shapes)
+    except Exception as e:
+        side.failure = (
+            _case_failure(case, f"the reference cannot trace it: {type(e).__name__}: {e}")
+            if case
+            else _reference_error(reference_failure(e, path, "tracing its workload under jit"))
+        )
+        return ref, side
+    if ref.info.mesh is not None:
+        from maxkernel.tpu_tools.hardware.mesh import shape_problem
+
+        problem = shape_problem(ref.info.mesh, _leaves(shapes))
+        if problem is None and len(jaxpr.out_avals) != 1:
+            problem = f"MESH kernels return one array; the reference returns {len(jaxpr.out_avals)}"
+        if problem is not None:
+            side.failure = Failure(
+                kind="reference_error", summary=f"the reference's MESH: {problem}", stage="reference"
+            )
+            return ref, side
+    side.input_specs = specs_of(_leaves(shapes))
+    side.output_specs = specs_of(jaxpr.out_avals)
+    side.census = census_of(jaxpr)
+    side.ok = True
+    return ref, side
+
+
+def reference_specs_job(reference: str, size: str | None = None) -> dict:
+    """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more)."""
+    from maxkernel.tpu_tools.judged import job_env
+
+    job_env.scrub()
+    _, side = reference_side(reference, size)
+    return side.model_dump(mode="json")
+
+
+def reference_job(
+    reference: str,
+    size: str | None,
+    seeds: list[int],
+    inputs_dir: str,
+    expected_dir: str,
+    case: dict | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> dict:
+    """Pool job (judge side): inputs into `inputs_dir`, expected outputs into `expected_dir`, per seed."""
+    import jax
+
+    from maxkernel.tpu_tools.judged import job_env
+    from maxkernel.tpu_tools.pool.workers import report_progress
+
+    job_env.scrub()
+    input_case = InputCase.model_validate(case) if case is not None else None
+    ref, side = reference_side(reference, size, input_case)
+    if not side.ok or ref is None:
+        return side.model_dump(mode="json")
+    path = Path(ref.info.path)
+    path = path / "reference.py" if path.is_dir() else path
+    fn = jax.jit(ref.workload)
+    answers: list[list[np.ndarray]] = []
+    for seed in seeds:
+        report_progress(f"reference seed {seed}")
+        stage = "create_inputs"
+        try:
+            inputs = ref.create_inputs(side.size, seed, input_case)
+            stage = "running its workload"
+            expected = _leaves(jax.block_until_ready(fn(*inputs)))
+        except Exception as e:
+            side.ok = False
+            side.failure = (
+                _case_failure(input_case, f"the reference fails on it: {type(e).__name__}: {e}")
+                if input_case
+                else _reference_error(reference_failure(e, path, stage))
+            )
+            return side.model_dump(mode="json")
+        bad = sum(int((~np.isfinite(np.asarray(e, np.float32))).sum()) for e in expected if _is_float(e))
+        if bad:
+            why = f"the reference answers with {bad} NaN/inf value(s) (seed {seed}): no ground truth"
+            side.ok = False
+            side.failure = (
+                _case_failure(input_case, why)
+                if input_case
+                else Failure(kind="reference_error", summary=why, stage="reference")
+            )
+            return side.model_dump(mode="json")
+        save_arrays(inputs_dir, f"inputs_{seed}", _leaves(inputs))
+        save_arrays(expected_dir, f"expected_{seed}", expected)
+        answers.append(f32([np.asarray(e) for e in expected]))
+    side.tolerance = choose_tolerance(
+        side.output_specs[0].dtype if side.output_specs else "float32",
+        ref_atol=ref.info.atol,
+        ref_rtol=ref.info.rtol,
+        atol=atol,
+        rtol=rtol,
+    )
+    if atol is None and rtol is None and ref.info.seedable and _near_constant(answers, side.tolerance):
+        report_progress("reference calibration seeds")
+        base = secrets.randbelow(2**31 - CALIBRATION_SEEDS)
+        for k, seed in enumerate(range(base, base + CALIBRATION_SEEDS)):
+            if k == 2 and len(seeds) == 1 and not _near_constant(answers, side.tolerance):
+                break  # one checked seed said nothing; two more show the outputs do move: no guard needed
+            try:
+                outs = _leaves(jax.block_until_ready(fn(*ref.create_inputs(side.size, seed, input_case))))
+            except Exception:  # noqa: BLE001 - calibration is best effort; the checked seeds ran
+                break
+            answers.append(f32([np.asarray(e) for e in outs]))
+        dtypes = [s.dtype for s in side.output_specs]
+        side.tolerance, side.cannot_tell = constant_guard(answers, side.tolerance, dtypes, len(seeds))
+    save_specs(Path(inputs_dir) / "input_specs.json", side.input_specs)
+    return side.model_dump(mode="json")
+
+
+def _near_constant(answers: list[list[np.ndarray]], tol: Tolerance) -> bool:
+    """Would one constant (the mean answer) pass every seed so far? (True with a single seed: can't tell yet.)"""
+    leaves = [np.stack([x.astype(np.float64) for x in group]) for group in zip(*answers, strict=True)]
+    return all(bool(within(leaf, leaf.mean(axis=0), tol).all()) for leaf in leaves)
+
+
+def _is_float(x) -> bool:
+    return np.dtype(x.dtype).kind in "fcV" or "float" in str(x.dtype)
+
+
+def run_order(seeds: list[int], repeats: int, rng: random.Random) -> list[int]:
+    """Every seed `repeats` times: shuffled rounds, no set run twice in a row when there are others."""
+    order: list[int] = []
+    for _ in range(repeats):
+        rnd = list(seeds)
+        rng.shuffle(rnd)
+        if order and len(rnd) > 1 and rnd[0] == order[-1]:
+            rnd[0], rnd[-1] = rnd[-1], rnd[0]
+        order += rnd
+    return order
+
+
+# ---------------------------------------------------------------------------------- the comparison
+
+
+def f32(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """bfloat16 & co. as float32 for comparison (exact: every bf16 is an f32)."""
+    return [a.astype(np.float32) if not np.dtype(a.dtype).type.__module__ == "numpy" else a for a in arrays]
+
+
+class Judgement(BaseModel):
+    per_seed: list[SeedResult] = []
+    tolerance: Tolerance
+    failure: Failure | None = None
+    weak_check: bool = False
+    warnings: list[str] = []
+    runs_checked: int = 0
+
+
+def _eps(dtype: str) -> float:
+    try:
+        from maxkernel.tpu_tools.pool.handover import _np_dtype
+
+        dt = _np_dtype(dtype)
+        return float(np.finfo(dt).eps) if dt.kind == "f" else 0.0
+    except (TypeError, ValueError):
+        return float(np.finfo(np.float32).eps)
+
+
+def constant_guard(
+    expected: list[list[np.ndarray]], tol: Tolerance, dtypes: list[str], checked: int
+) -> tuple[Tolerance, str | None]:
+    """A tolerance under which a memorized constant fails, or (tol, why the check cannot tell).
+
+    `expected`: the answers on the checked seeds followed by calibration seeds the candidate never sees.
+    Scalar and near-constant outputs (a mean loss) barely move between seeds, so under the task's tolerance
+    a constant passes. If one does (and zeros do not: then the outputs are below the tolerance's scale and
+    the weak-check guard speaks), the tolerance becomes TIGHTEN_SIGMAS x the answers' spread (std over
+    all seeds): a constant then passes `checked` seeds with probability <= P_CONST ** checked, while an
+    honest kernel's rounding error sits far below that spread.
+    """
+    if len(expected) < 3:
+        return tol, None
+    leaves = [np.stack([x.astype(np.float64) for x in group]) for group in zip(*expected, strict=True)]
+    const = [leaf.mean(axis=0) for leaf in leaves]
+    passes = all(
+        bool(within(leaf[i], c, tol).all())
+        for leaf, c in zip(leaves, const, strict=True)
+        for i in range(len(expected))
+    )
+    if not passes:
+        return tol, None
+    if all(bool(within(leaf, np.zeros_like(leaf), tol).all()) for leaf in leaves):
+        return tol, None
+    sigma = min(float(np.median(leaf.std(axis=0))) for leaf in leaves)
+    floor = max(
+        _EPS_FLOOR * _eps(dtype) * float(np.max(np.abs(leaf)))
+        for leaf, dtype in zip(leaves, dtypes, strict=True)
+    )
+    atol = TIGHTEN_SIGMAS * sigma
+    chance = P_CONST**checked
+    if atol <= floor:
+        return tol, (
+            f"a constant passes on every seed: the answers spread over the seeds (std {sigma:.3g}) less than "
+            f"the output dtype resolves ({floor:.3g})"
+        )
+    if chance > MAX_CONSTANT_CHANCE:
+        return tol, (
+            f"a constant passes the task's tolerance on every seed; with {checked} seed(s) even the tightened "
+            f"check would pass one with probability {chance:.1%} (use at least {_seeds_needed()} seeds)"
+        )
+    return (
+        Tolerance(
+            atol=atol,
+            rtol=0.0,
+            source=f"tightened: a constant passes the task's atol={tol.atol:g} rtol={tol.rtol:g} on every seed, "
+            f"so {TIGHTEN_SIGMAS:g} x the answers' std over {len(expected)} seeds ({sigma:.3g})",
+        ),
+        None,
+    )
+
+
+def _seeds_needed() -> int:
+    n = 1
+    while P_CONST**n > MAX_CONSTANT_CHANCE:
+        n += 1
+    return n
+
+
+def judge_runs(
+    expected: dict[int, list[np.ndarray]],
+    runs: list[tuple[int, int, list[np.ndarray]]],
+    tol: Tolerance,
+    dtypes: list[str],
+    inputs: dict[int, list[np.ndarray]],
+    cannot_tell: str | None = None,
+) -> Judgement:
+    """Every run against the expected outputs of its input set; runs of one set must agree."""
+    j = Judgement(tolerance=tol)
+    weak_everywhere: set[str] | None = None
+    first: dict[int, SeedResult] = {}
+    bad_runs: list[tuple[int, int, SeedResult]] = []
+    outputs_by_seed: dict[int, list[list[np.ndarray]]] = {}
+    for call, (seed, repeat, actual) in enumerate(runs):
+        result = compare_outputs(seed, expected[seed], f32(actual), tol)
+        j.runs_checked += 1
+        outputs_by_seed.setdefault(seed, []).append(actual)
+        if seed not in first:
+            first[seed] = result
+        if not result.ok:
+            bad_runs.append((call, repeat, result))
+    for seed in expected:
+        result = first[seed]
+        result.trivial_outputs_passing = [
+            t
+            for t in trivial_outputs_passing(expected[seed], inputs.get(seed, []), tol)
+            if t != "reference mean" or any(e.size > 1 for e in expected[seed])
+        ]
+        if cannot_tell:
+            result.trivial_outputs_passing.append("a constant")
+        weak = set(result.trivial_outputs_passing)
+        weak_everywhere = weak if weak_everywhere is None else weak_everywhere & weak
+        j.per_seed.append(result)
+    for seed, outs in outputs_by_seed.items():
+        for other in outs[1:]:
+            if not all(np.array_equal(a, b, equal_nan=True) for a, b in zip(outs[0], other, strict=True)):
+                j.warnings.append(f"runs of seed {seed} differ from each other (all within tolerance)")
+                break
+    if bad_runs:
+        # name the first wrong run of the first wrong seed (per_seed's order), so summary and evidence agree
+        order = {seed: i for i, seed in enumerate(expected)}
+        call, repeat, r = min(bad_runs, key=lambda b: (order[b[2].seed], b[0]))
+        seeds_bad = sorted({r2.seed for _, _, r2 in bad_runs})
+        j.failure = Failure(
+            kind="output_mismatch",
+            summary=(
+                f"wrong on {len(bad_runs)}/{len(runs)} runs (seeds {seeds_bad}): call {call + 1} (seed {r.seed}, "
+                f"run {repeat + 1}) has {r.mismatch_fraction:.2%} of elements outside atol={tol.atol:g} "
+                f"rtol={tol.rtol:g}; worst at {r.worst_index}: expected {r.worst_expected:.6g}, got "
+                f"{r.worst_actual:.6g} (max abs err {r.max_abs_err:.3g}{f', {r.nan_count} NaN' if r.nan_count else ''})"
+            ),
+            stage="compare",
+        )
+        for res in j.per_seed:
+            if any(r2.seed == res.seed for _, _, r2 in bad_runs):
+                res.ok = False
+    elif weak_everywhere:
+        j.weak_check = True
+        why = f"; {cannot_tell}" if cannot_tell else ""
+        j.failure = Failure(
+            kind="weak_check",
+            summary=(
+                f"the check cannot tell: a trivial output ({', '.join(sorted(weak_everywhere))}) also passes "
+                f"atol={tol.atol:g} rtol={tol.rtol:g} on every seed{why}"
+            ),
+            stage="compare",
+        )
+    return j

@@ -1,0 +1,309 @@
+"""Validation, judged side: the only child that runs candidate code. It never sees the reference.
+
+It gets the inputs as files in its scratch dir, scrubs argv and the environment, fingerprints the judge's
+functions and arms an audit hook (integrity.py), imports the candidate, reads its traced program (host
+callbacks, where the work runs: work_check.py), then runs every input set more than once in the order
+the parent chose and writes every run's outputs. The verdict on the numbers is the parent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import traceback
+from pathlib import Path
+
+from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
+from maxkernel.tpu_tools.hardware import execution
+from maxkernel.tpu_tools.hardware.megacore import interpret_cores
+from maxkernel.tpu_tools.hardware.mesh import (
+    MeshSpec,
+    job_mesh,
+    output_sharding,
+    place,
+    sharded_shapes,
+    unpartitioned_kernels,
+    xla_moves,
+)
+from maxkernel.tpu_tools.hardware.targets import parse_target
+from maxkernel.tpu_tools.judged import job_env
+from maxkernel.tpu_tools.judged.classify import classify_exception
+from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
+from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+from maxkernel.tpu_tools.problem.work_check import (
+    WorkCensus,
+    callback_verdict,
+    census_of,
+    collective_verdict,
+    work_verdict,
+)
+from maxkernel.tpu_tools.reports import Failure, ValidationReport
+
+_TRACE_LIMIT = 3000
+_STAGE_WORDS = {
+    "trace": "while traced",
+    "compile": "while compiled",
+    "run": "while running",
+    "load": "on import",
+}
+
+
+def candidate_frames(exc: BaseException, path: Path, limit: int = _TRACE_LIMIT) -> str:
+    """The candidate's own traceback lines and the error (capped): no jax internals, no environment."""
+    frames = []
+    for f in traceback.extract_tb(exc.__traceback__):
+        try:
+            mine = Path(f.filename).resolve().parent == path.parent
+        except OSError:
+            mine = False
+        if mine:
+            frames.append(f"  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}")
+    text = "\n".join([*frames[-10:], f"{type(exc).__name__}: {str(exc)[:1500]}"])
+    return text[:limit]
+
+
+def _base_exception_failure(exc: BaseException, stage: str, path: Path) -> Failure:
+    """KeyboardInterrupt, GeneratorExit, ... raised by the candidate: its failure, not ours."""
+    line = None
+    for f in traceback.extract_tb(exc.__traceback__):
+        with contextlib.suppress(OSError):
+            if Path(f.filename).resolve() == path:
+                line = f.lineno
+    where = f" (candidate line {line})" if line else ""
+    return Failure(
+        kind="python_error",
+        summary=f"the candidate raised {type(exc).__name__} ({_STAGE_WORDS.get(stage, stage)}){where}",
+        message=candidate_frames(exc, path),
+        stage=stage,
+        line=line,
+    )
+
+
+def _failure(exc: BaseException, stage: str, path: Path) -> Failure:
+    if not isinstance(exc, Exception):
+        return _base_exception_failure(exc, stage, path)
+    failure = classify_exception(exc, stage, path)
+    failure.message = (
+        candidate_frames(exc, path, 6000)
+        if failure.kind in ("python_error", "runtime_error")
+        else (failure.message[:6000])
+    )
+    return failure
+
+
+def _forget_reference_modules() -> None:
+    """Task sources preloaded by the forkserver must not sit in sys.modules for the candidate to find."""
+    for name in list(sys.modules):
+        if name.startswith(("maxkernel.jaxbench", "_maxkernel_reference_")):
+            sys.modules.pop(name, None)
+
+
+def candidate_job(
+    kernel_path: str,
+    target: str,
+    scratch_dir: str,
+    seeds: list[int],
+    order: list[int],
+    size: str,
+    hide_paths: list[str],
+    reference_census: dict | None = None,
+    allow_plain_jax: bool = False,
+    mesh: dict | None = None,
+) -> dict:
+    """Pool job (judged side). Returns a partial ValidationReport; run outputs go to scratch/out_<seed>_<k>.
+
+    `mesh` (the reference's MESH): the global inputs are sharded over that many devices (CPU devices
+    in TPU interpret mode, the pool started the backend with them) and the candidate runs under
+    `jax.set_mesh`, so its `shard_map` needs no mesh of its own.
+    """
+    job_env.scrub()
+    import jax
+
+    from maxkernel.tpu_tools.hardware.env_info import environment
+    from maxkernel.tpu_tools.pool.workers import report_progress
+    from maxkernel.tpu_tools.problem.reference import load_candidate
+
+    _forget_reference_modules()
+    report = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seeds)
+    report.environment = environment()
+    scratch = Path(scratch_dir)
+    try:
+        tgt = parse_target(target)
+        specs = load_specs(scratch / "input_specs.json")
+        inputs = {s: as_jax(load_arrays(scratch, f"inputs_{s}", expect=specs)) for s in set(order)}
+    except (UsageError, HandoverError) as e:
+        report.failure = Failure(kind="usage_error", summary=str(e), stage="load")
+        return report.model_dump(mode="json")
+    plan = execution.plan_for(tgt)
+    mesh_spec = MeshSpec.model_validate(mesh) if mesh else None
+    # A kernel over a mesh is checked for races on any interpreted target: its semaphores are its logic.
+    detect_races = not plan.native and (tgt.kind == "tpu" or mesh_spec is not None)
+    report.execution = plan.description + (" (race detection on)" if detect_races else "")
+    eager = mesh_spec is not None  # remote DMAs: see execution.interpret_params
+    scope = (
+        contextlib.nullcontext()
+        if plan.native
+        else execution.tpu_interpret_mode(detect_races=detect_races, eager_dma=eager)
+    )
+    guard = Guard(hide_paths)
+    jit, block, races_found = jax.jit, jax.block_until_ready, execution.races_found
+
+    def integrity_failure() -> Failure | None:
+        tampered, reached = guard.check()
+        if reached:
+            return Failure(kind="reached_reference", summary=reached, stage="run")
+        if tampered:
+            return Failure(
+                kind="tampered", summary=f"the candidate tampered with the judge: {tampered}", stage="run"
+            )
+        return None
+
+    def done(failure: Failure | None) -> dict:
+        report.failure = integrity_failure() or failure
+        report.ok = report.failure is None  # provisional: the parent judges the numbers
+        return report.model_dump(mode="json")
+
+    def run() -> dict:
+        try:
+            cand = load_candidate(kernel_path)
+        except UsageError as e:
+            return done(Failure(kind="usage_error", summary=str(e), stage="load"))
+        except CandidateLoadError as e:
+            return done(
+                Failure(
+                    kind="load_error",
+                    summary=str(e),
+                    message=e.detail[-_TRACE_LIMIT:],
+                    stage="load",
+                    line=e.line,
+                )
+            )
+        report.kernel_sha256 = cand.sha256
+        path = Path(cand.path)
+        patches = static_patch_scan(path.read_text(errors="replace"))
+        if patches:  # a hint for the reader; the fingerprints decide
+            report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
+        shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in specs]
+        run_inputs, jit_kw = inputs, {}
+        with scope, contextlib.ExitStack() as stack:
+            if mesh_spec is not None:
+                try:
+                    devices = job_mesh(mesh_spec, plan.native)
+                    run_inputs = {s: place(v, mesh_spec, devices) for s, v in inputs.items()}
+                except Exception as e:  # noqa: BLE001 - the judge's setup, before any candidate code ran
+                    why = f"could not lay the inputs out over the mesh: {type(e).__name__}: {e}"[:1000]
+                    return done(Failure(kind="internal_error", summary=why, stage="load"))
+                stack.enter_context(jax.set_mesh(devices))
+                shapes = list(sharded_shapes(shapes, mesh_spec, devices))
+                jit_kw = {"out_shardings": output_sharding(mesh_spec, devices)}
+                report.devices = mesh_spec.device_count
+                where = "chips" if plan.native else "CPU devices, remote DMAs eager"
+                report.execution += f"; over a mesh {mesh_spec.describe()} ({where})"
+            try:
+                jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
+                census = census_of(jaxpr)
+            except SystemExit:
+                raise
+            except BaseException as e:  # noqa: BLE001 - the candidate's failure, whatever it raised
+                return done(_failure(e, "trace", path))
+            report.has_pallas_call = census.num_pallas_calls > 0
+            report.work = census
+            if mesh_spec is not None and (n := unpartitioned_kernels(jaxpr)):
+                return done(
+                    Failure(
+                        kind="compile_error",
+                        summary=f"{n} pallas_call(s) outside any shard_map over the {mesh_spec.describe()} "
+                        "mesh: Mosaic kernels cannot be automatically partitioned (wrap the kernel in "
+                        "jax.shard_map; remote DMAs move data between devices)",
+                        stage="trace",
+                    )
+                )
+            if (why := callback_verdict(census)) is not None:
+                return done(Failure(kind="host_callback", summary=why, stage="trace"))
+            if not report.has_pallas_call and not allow_plain_jax:
+                return done(
+                    Failure(
+                        kind="no_kernel",
+                        summary="no kernel: the candidate contains no pallas_call (pass allow_plain_jax to accept JAX rewrites)",
+                        stage="trace",
+                    )
+                )
+            ref_census = WorkCensus.model_validate(reference_census) if reference_census else None
+            if not allow_plain_jax and (why := work_verdict(census, ref_census)) is not None:
+                return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
+            if mesh_spec and not allow_plain_jax and (why := collective_verdict(census)) is not None:
+                return done(Failure(kind="work_outside_kernel", summary=why, stage="trace"))
+            race_log = io.StringIO()
+            # Megacore targets (v4, v5p): one interpreter thread per TensorCore wherever a kernel has a
+            # "parallel" axis, so a reduction wrongly marked parallel races or answers wrong.
+            cores = (
+                1
+                if plan.native
+                else interpret_cores(tgt.chip.name if tgt.chip else None, find_pallas_calls(jaxpr))
+            )
+            if cores > 1:
+                report.execution += f"; {cores} interpreter threads, one per TensorCore (megacore split)"
+                stack.enter_context(
+                    execution.tpu_interpret_mode(detect_races=detect_races, cores=cores, eager_dma=eager)
+                )
+            try:
+                compiled = jit(cand.workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
+            except SystemExit:
+                raise
+            except BaseException as e:  # noqa: BLE001
+                return done(_failure(e, "compile", path))
+            if mesh_spec is not None and not allow_plain_jax:
+                if guard.changed_so_far():  # the HLO is read through jax: only while jax is untouched
+                    return done(None)  # done() names the tampering
+                if (what := xla_moves(compiled)) is not None:
+                    return done(
+                        Failure(
+                            kind="work_outside_kernel",
+                            summary=f"XLA moves the data between devices itself ({what} in the compiled "
+                            "program): a collective outside the kernels, or a reshard because the shard_map's "
+                            "specs differ from the MESH's; a multi-chip kernel moves its data with remote DMAs "
+                            "inside its pallas_calls",
+                            stage="compile",
+                        )
+                    )
+            count: dict[int, int] = {}
+            for call, seed in enumerate(order):
+                report_progress(f"candidate run {call + 1}/{len(order)} (seed {seed})")
+                k = count.get(seed, 0)
+                count[seed] = k + 1
+                try:
+                    with contextlib.redirect_stdout(race_log):
+                        out = block(compiled(*run_inputs[seed]))
+                        races = detect_races and races_found()
+                except SystemExit:
+                    raise
+                except BaseException as e:  # noqa: BLE001
+                    return done(_failure(e, "run", path))
+                if races:
+                    report.races_found = True
+                    text = race_log.getvalue().strip()
+                    first = text.splitlines()[1].strip() if text.count("\n") else text
+                    return done(
+                        Failure(
+                            kind="race",
+                            summary=f"data race detected in TPU interpret mode (seed {seed}): {first}",
+                            message=text[:6000],
+                            stage="run",
+                        )
+                    )
+                save_arrays(scratch, f"out_{seed}_{k}", list(jax.tree_util.tree_leaves(out)))
+        return done(None)
+
+    guard.arm()
+    try:
+        return run()
+    except SystemExit:
+        raise
+    except BaseException:
+        # our code broke after the candidate was imported: if the candidate changed what we rely on, say so
+        if (failure := integrity_failure()) is not None:
+            report.failure, report.ok = failure, False
+            return report.model_dump(mode="json")
+        raise

@@ -1,0 +1,1 @@
+"""Where evaluations run: the forkserver worker pool, its job types, the OS sandbox, arrays as files."""

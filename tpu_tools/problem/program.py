@@ -1,0 +1,288 @@
+"""What a reference *is*: its traced program (jaxpr) as plain data, for models that size kernels from it.
+
+`describe_reference` imports the reference (user code: it runs in a pool child), traces
+`workload` on the input specs of one size with `jax.make_jaxpr`, inlines nested calls (jit,
+custom_jvp/vjp, remat) and returns every equation with its operands, output shapes and dtypes and its
+parameters written as Python source text. The offline model classifies the program from this data and
+re-emits its equations inside a Pallas kernel body, so a kernel's numerics follow the reference's own
+structure. The `census` counts primitives; `unrenderable` lists the primitives whose parameters have no
+source form (a model must not re-emit those).
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.hardware.mesh import MeshSpec
+
+_INLINE = ("jit", "pjit", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "closed_call",
+           "core_call", "remat", "checkpoint", "custom_lin")  # fmt: skip
+_DROP_PARAMS = ("sharding", "out_sharding")  # placement hints, None on one device
+_REDUCERS = {"add": "add", "max": "max", "min": "min", "mul": "mul", "and": "bitwise_and", "or": "bitwise_or"}
+
+
+class TensorSpec(BaseModel):
+    shape: list[int]
+    dtype: str
+
+
+class Equation(BaseModel):
+    """One primitive application; operands are variable names or Python literals (`lit:` prefix)."""
+
+    primitive: str
+    inputs: list[str]
+    outputs: list[str]
+    out_specs: list[TensorSpec]
+    params: dict[str, str] = Field(default_factory=dict, description="parameter -> Python source text")
+
+
+class ProgramDescription(BaseModel):
+    """The reference's workload traced at one size: inputs, equations, outputs, primitive census."""
+
+    kind: str = "program"
+    reference: str
+    size: str
+    inputs: list[TensorSpec]
+    input_names: list[str]
+    outputs: list[str] = Field(description="variable names (or `lit:` literals) of the outputs, in order")
+    out_specs: list[TensorSpec]
+    equations: list[Equation]
+    census: dict[str, int]
+    unrenderable: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    mesh: MeshSpec | None = Field(
+        default=None,
+        description="multi-chip: the kernel gets these global arrays sharded by in_specs over this mesh "
+        "and runs under jax.set_mesh (shard_map + remote DMAs inside); the program above is the global one",
+    )
+
+
+class _Unrenderable(Exception):
+    pass
+
+
+def param_source(value: Any) -> str:
+    """Python source text that evaluates (with `jax`, `jnp`, `lax`, `np` imported) to `value`."""
+    import jax
+    import numpy as np
+
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, enum.Enum):
+        cls = type(value)
+        if getattr(jax.lax, cls.__name__, None) is cls:
+            return f"lax.{cls.__name__}.{value.name}"
+        raise _Unrenderable(f"enum {cls.__name__}")
+    if isinstance(value, (int, np.integer)):
+        return repr(int(value))
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if math.isnan(f):
+            return "float('nan')"
+        if math.isinf(f):
+            return "float('inf')" if f > 0 else "float('-inf')"
+        return repr(f)
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return f"jnp.{np.dtype(value).name}"
+    if isinstance(value, type) and hasattr(value, "dtype"):  # jnp.float32 and friends
+        return f"jnp.{np.dtype(value.dtype).name}"
+    if hasattr(value, "_fields") and isinstance(value, tuple):  # a NamedTuple (dimension numbers)
+        cls = type(value)
+        if getattr(jax.lax, cls.__name__, None) is not cls:
+            raise _Unrenderable(f"named tuple {cls.__name__}")
+        inner = ", ".join(f"{f}={param_source(getattr(value, f))}" for f in value._fields)
+        return f"lax.{cls.__name__}({inner})"
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        cls = type(value)
+        if getattr(jax.lax, cls.__name__, None) is not cls:
+            raise _Unrenderable(f"dataclass {cls.__name__}")
+        inner = ", ".join(
+            f"{f.name}={param_source(getattr(value, f.name))}" for f in dataclasses.fields(value)
+        )
+        return f"lax.{cls.__name__}({inner})"
+    if hasattr(value, "eqns") and hasattr(value, "invars"):  # a reducer jaxpr: one binary primitive
+        if len(value.eqns) == 1 and len(value.invars) == 2 and value.eqns[0].primitive.name in _REDUCERS:
+            return f"lax.{_REDUCERS[value.eqns[0].primitive.name]}"
+        raise _Unrenderable("a jaxpr that is not one binary reducer")
+    if isinstance(value, (tuple, list)):
+        items = [param_source(v) for v in value]
+        if isinstance(value, list):
+            return "[" + ", ".join(items) + "]"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    raise _Unrenderable(type(value).__name__)
+
+
+def _literal_source(val: Any, dtype: Any) -> str:
+    import numpy as np
+
+    arr = np.asarray(val)
+    if arr.ndim:
+        raise _Unrenderable("array literal")
+    name = np.dtype(dtype).name
+    if name == "bool":
+        return repr(bool(arr))
+    py = int(arr) if np.issubdtype(arr.dtype, np.integer) else float(arr)
+    return f"jnp.asarray({param_source(py)}, jnp.{name})"
+
+
+def _spec(aval: Any) -> TensorSpec:
+    return TensorSpec(shape=[int(d) for d in aval.shape], dtype=str(aval.dtype))
+
+
+class _Flattener:
+    """Walks a jaxpr, inlining nested calls, naming every variable uniquely (v0, v1, ...)."""
+
+    def __init__(self) -> None:
+        self.eqns: list[Equation] = []
+        self.census: collections.Counter[str] = collections.Counter()
+        self.unrenderable: set[str] = set()
+        self.counter = 0
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"v{self.counter}"
+
+    def operand(self, atom: Any, env: dict) -> str:
+        from jax.extend.core import Literal
+
+        if isinstance(atom, Literal):
+            try:
+                return "lit:" + _literal_source(atom.val, atom.aval.dtype)
+            except _Unrenderable:
+                self.unrenderable.add("array literal")
+                return "lit:None"
+        return env[atom]
+
+    def walk(self, jaxpr: Any, consts: list, args: list[str]) -> list[str]:
+        env: dict = {}
+        for var, name in zip(jaxpr.invars, args, strict=True):
+            env[var] = name
+        for var, c in zip(jaxpr.constvars, consts, strict=True):
+            try:
+                env[var] = "lit:" + _literal_source(c, c.dtype)
+            except (_Unrenderable, AttributeError):
+                self.unrenderable.add("array constant")
+                env[var] = "lit:None"
+        for e in jaxpr.eqns:
+            ins = [self.operand(a, env) for a in e.invars]
+            name = e.primitive.name
+            inner = e.params.get("jaxpr", e.params.get("call_jaxpr", e.params.get("fun_jaxpr")))
+            if name in _INLINE and inner is not None:
+                closed_consts = list(getattr(inner, "consts", []))
+                body = getattr(inner, "jaxpr", inner)
+                outs = self.walk(body, closed_consts, ins)
+                for var, o in zip(e.outvars, outs, strict=True):
+                    env[var] = o
+                continue
+            self.census[name] += 1
+            params: dict[str, str] = {}
+            for k, v in e.params.items():
+                if k in _DROP_PARAMS and v is None:
+                    continue
+                try:
+                    params[k] = param_source(v)
+                except _Unrenderable:
+                    self.unrenderable.add(name)
+            out_names = []
+            for var in e.outvars:
+                n = self.fresh()
+                env[var] = n
+                out_names.append(n)
+            self.eqns.append(
+                Equation(
+                    primitive=name,
+                    inputs=ins,
+                    outputs=out_names,
+                    out_specs=[_spec(v.aval) for v in e.outvars],
+                    params=params,
+                )
+            )
+        return [self.operand(a, env) for a in jaxpr.outvars]
+
+
+def describe(reference: str, size: str | None = None) -> ProgramDescription:
+    """Trace `reference`'s workload at `size` (default: small if it has one, else its first size)."""
+    import jax
+
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    ref = load_reference(reference)
+    if size is None:
+        size = "small" if "small" in ref.info.sizes else ref.info.sizes[0]
+    if size not in ref.info.sizes:
+        raise UsageError(f"reference {ref.info.name!r} has no size {size!r}; it has {ref.info.sizes}")
+    shapes = ref.input_shapes(size)
+    leaves = jax.tree_util.tree_leaves(shapes)
+    closed = jax.make_jaxpr(ref.workload)(*shapes)
+    flat = _Flattener()
+    names = [f"x{i}" for i in range(len(leaves))]
+    notes = []
+    if len(leaves) != len(shapes):
+        notes.append("inputs are nested pytrees; names follow their flattened leaves")
+    if ref.info.mesh is not None:
+        notes.append(
+            f"multi-chip: write jax.shard_map over the mesh {ref.info.mesh.describe()} with the pallas_call "
+            "inside; move data between chips with remote DMAs, not XLA collectives (validate refuses those)"
+        )
+    outs = flat.walk(closed.jaxpr, list(closed.consts), names)
+    return ProgramDescription(
+        reference=ref.info.name,
+        size=size,
+        inputs=[_spec(s) for s in leaves],
+        input_names=names,
+        outputs=outs,
+        out_specs=[_spec(v.aval) for v in closed.jaxpr.outvars],
+        equations=flat.eqns,
+        census=dict(flat.census),
+        unrenderable=sorted(flat.unrenderable),
+        notes=notes,
+        mesh=ref.info.mesh,
+    )
+
+
+def describe_job(reference: str, size: str | None = None) -> dict:
+    """Pool job: the ProgramDescription as a JSON-able dict, or {"error": ...} for the caller's mistake."""
+    try:
+        return describe(reference, size).model_dump(mode="json")
+    except UsageError as e:
+        return {"error": str(e)}
+    except Exception as e:  # the reference itself fails to trace: say where, it is not our bug
+        return {"error": f"reference failed to trace: {type(e).__name__}: {str(e)[:500]}"}
+
+
+def describe_in_child(
+    evaluator: Any,
+    reference: str,
+    size: str | None = None,
+    *,
+    timeout_s: float = 120.0,
+    on_progress: Any = None,
+    cancel: Any = None,
+) -> ProgramDescription:
+    """Trace in a pool child (the reference is user code); UsageError for a reference that will not trace."""
+    from maxkernel.tpu_tools.judge.evaluate import _abs_reference
+
+    if on_progress:
+        on_progress("trace the reference")
+    outcome = evaluator._run(
+        "maxkernel.tpu_tools.problem.program:describe_job",
+        {"reference": _abs_reference(reference), "size": size},
+        timeout_s=timeout_s,
+        on_progress=on_progress,
+        cancel=cancel,
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        raise UsageError(f"tracing the reference ended with {outcome.status}: {outcome.message}")
+    if "error" in outcome.result:
+        raise UsageError(outcome.result["error"])
+    return ProgramDescription.model_validate(outcome.result)

@@ -1,0 +1,435 @@
+"""Load references (JaxBench ids, maxkernel modules, JAXBench-style files, MaxKernel task dirs) and candidates.
+
+Everything here imports user code, so it runs inside a pool child, never in the server process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.errors import (
+    CandidateLoadError,
+    ReferenceFailure,
+    ReferenceLoadError,
+    UnusableCaseError,
+    UsageError,
+)
+from maxkernel.tpu_tools.hardware.mesh import MeshSpec, mesh_of
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.problem.input_cases import InputCase
+
+ReferenceKind = Literal["maxkernel", "jaxbench-style", "maxkernel-task-dir"]
+
+
+class ReferenceInfo(BaseModel):
+    """What the verdict says about the reference it used."""
+
+    name: str
+    path: str
+    kind: ReferenceKind
+    sha256: str
+    sizes: list[str]
+    seedable: bool
+    atol: float | None = None
+    rtol: float | None = None
+    notes: list[str] = []
+    mesh: MeshSpec | None = Field(
+        default=None, description="the reference's MESH: a multi-chip kernel runs on this many devices"
+    )
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _import_file(path: Path, prefix: str) -> tuple[ModuleType, str]:
+    """Import a file by executing the bytes read here, once: (module, sha256 of exactly what ran).
+
+    Reading once means a file rewritten on disk after we looked cannot run in place of what we hashed.
+    """
+    source = path.read_bytes()
+    sha = hashlib.sha256(source).hexdigest()
+    digest = hashlib.sha256(str(path.resolve()).encode() + source).hexdigest()[:12]
+    name = f"_maxkernel_{prefix}_{digest}"
+    if name in sys.modules:
+        return sys.modules[name], sha
+    if path.name == "__init__.py":
+        spec = importlib.util.spec_from_file_location(
+            name, path, submodule_search_locations=[str(path.parent)]
+        )
+    else:
+        spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot import {path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # sibling imports (helpers beside the file) work as users expect
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the hashed bytes, nothing else
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    finally:
+        sys.path.remove(str(path.parent))
+    return module, sha
+
+
+def _user_frame_line(tb, path: Path) -> int | None:
+    """The line in `path` where the error surfaced (the last frame in that file)."""
+    line = None
+    for frame in traceback.extract_tb(tb):
+        if Path(frame.filename).resolve() == path.resolve():
+            line = frame.lineno
+    return line
+
+
+@dataclass
+class Reference:
+    """A loaded reference workload with one uniform calling convention."""
+
+    info: ReferenceInfo
+    workload: Callable[..., Any]
+    _create: Callable[[str, int | None], tuple]
+    _flops: Callable[[str], int | None] = field(default=lambda size: None)
+    config: dict = field(default_factory=dict)
+    # maxkernel-format only: build inputs for a size dict that is not one of SIZES (extra input cases)
+    _create_sized: Callable[[dict, int | None], tuple] | None = None
+    sizes_table: dict[str, dict] = field(default_factory=dict)
+
+    def per_device_flops(self, size: str) -> float | None:
+        """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
+        flops = self.get_flops(size)
+        mesh = self.info.mesh
+        return mesh.share(flops) if mesh is not None else flops
+
+    def create_inputs(
+        self, size: str = "small", seed: int | None = None, case: InputCase | None = None
+    ) -> tuple:
+        """The inputs for (size, seed), or for an extra input case built over that size.
+
+        A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
+        a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
+        """
+        if size not in self.info.sizes:
+            raise UsageError(f"reference {self.info.name!r} has no size {size!r}; it has {self.info.sizes}")
+        if case is None:
+            return self._create(size, seed)
+        from maxkernel.tpu_tools.problem.input_cases import merged_size, transform_inputs
+
+        if case.sizes or case.grow:
+            if self._create_sized is None:
+                raise UnusableCaseError(
+                    f"{case.describe()}: this reference has fixed inputs; size overrides need a "
+                    "maxkernel-format reference"
+                )
+            case = case.model_copy(update={"base": size})
+            inputs = self._create_sized(merged_size(self.sizes_table, case), seed)
+        else:
+            inputs = self._create(size, seed)
+        return transform_inputs(inputs, case, seed)
+
+    def default_size(self) -> tuple[str, str]:
+        """(size, why): `small` when the reference has it, else its only (or first) size."""
+        sizes = self.info.sizes
+        if "small" in sizes:
+            return "small", "the reference's 'small' size (the default)"
+        if len(sizes) == 1:
+            return sizes[0], f"the reference's only size {sizes[0]!r} (it has no 'small')"
+        return sizes[0], f"the reference's first size {sizes[0]!r} (it has no 'small')"
+
+    def input_shapes(self, size: str = "small", case: InputCase | None = None) -> tuple:
+        """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
+        import jax
+
+        return jax.eval_shape(lambda: self.create_inputs(size, 0, case))
+
+    def get_flops(self, size: str) -> int | None:
+        return self._flops(size)
+
+
+def _resolve_reference_path(spec: str) -> tuple[Path, str | None]:
+    """A JaxBench id or a path; returns (path, task_id or None)."""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return path.resolve(), None
+    from maxkernel.jaxbench import registry
+
+    try:
+        task_id = registry.resolve_id(spec)
+    except registry.UnknownTaskError as e:
+        if any(c in spec for c in "/\\") or spec.endswith(".py"):
+            raise ReferenceLoadError(f"reference file not found: {spec}") from None
+        raise ReferenceLoadError(str(e)) from None
+    return registry.task_path(task_id), task_id
+
+
+def load_reference(spec: str) -> Reference:
+    """Load a reference from a JaxBench id, a module file, or a MaxKernel task directory."""
+    path, task_id = _resolve_reference_path(spec)
+    if path.is_dir():
+        if (path / "kernel_task.yaml").exists():
+            return _load_maxkernel_task_dir(path)
+        if (path / "__init__.py").exists():
+            path = path / "__init__.py"
+        else:
+            raise ReferenceLoadError(f"{path} is a directory without kernel_task.yaml or __init__.py")
+    try:
+        module, sha = _import_file(path, "reference")
+    except Exception as e:
+        line = _user_frame_line(e.__traceback__, path)
+        where = f" (line {line})" if line else ""
+        raise ReferenceFailure(
+            f"reference {path} failed to import{where}: {type(e).__name__}: {e}",
+            line=line,
+            detail=reference_traceback(e, path),
+        ) from None
+    return _from_module(module, path, task_id, sha)
+
+
+def reference_traceback(exc: BaseException, path: Path, limit: int = 4000) -> str:
+    """The reference's own frames and the error line (capped): evidence without jax's internals."""
+    frames = [
+        f"  {Path(f.filename).name}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).resolve().parent == path.resolve().parent
+    ]
+    text = "\n".join([*frames[-8:], f"{type(exc).__name__}: {exc}"])
+    return text[:limit]
+
+
+def reference_failure(exc: BaseException, path: Path, what: str) -> ReferenceFailure:
+    """A reference that breaks on its own: `reference_error` naming the reference's line."""
+    line = _user_frame_line(exc.__traceback__, path)
+    where = f" at line {line}" if line else ""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return ReferenceFailure(
+        f"the reference fails on its own in {what}{where}: {type(exc).__name__}: {first}",
+        line=line,
+        detail=reference_traceback(exc, path),
+    )
+
+
+def _typed_or_int_key(create_inputs: Callable[..., Any]) -> Callable[[int | None], Any]:
+    """The key a reference's create_inputs takes: a typed `jax.random.key(seed)`, or an int for old files.
+
+    A file written for int seeds (`jax.random.key(key)` inside) fails on a typed key; the first call tells.
+    """
+    style: dict[str, str] = {}
+
+    def call(seed: int | None, **kwargs) -> Any:
+        import jax
+
+        if seed is None:
+            return create_inputs(key=None, **kwargs)
+        if style.get("key") == "int":
+            return create_inputs(key=seed, **kwargs)
+        try:
+            out = create_inputs(key=jax.random.key(seed), **kwargs)
+            style["key"] = "typed"
+            return out
+        except Exception:
+            if style.get("key") == "typed":
+                raise
+            out = create_inputs(key=seed, **kwargs)  # the typed key's error is chained, for evidence
+            style["key"] = "int"
+            return out
+
+    return call
+
+
+def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) -> Reference:
+    missing = [n for n in ("create_inputs",) if not hasattr(module, n)]
+    workload = getattr(module, "workload", None) or getattr(module, "computation", None)
+    if workload is None:
+        missing.append("workload")
+    if missing:
+        raise ReferenceLoadError(f"reference {path} lacks {', '.join(missing)}")
+    config = dict(getattr(module, "CONFIG", {}) or {})
+    sizes_table = getattr(module, "SIZES", None)
+    params = inspect.signature(module.create_inputs).parameters
+    seedable = "key" in params and "size" in params and isinstance(sizes_table, dict)
+    name = task_id or config.get("name") or path.stem
+    notes: list[str] = []
+    if seedable:
+        sizes = list(sizes_table)
+        keyed = _typed_or_int_key(module.create_inputs)
+
+        def create(size: str, seed: int | None) -> tuple:
+            out = keyed(seed, dtype=None, size=size)
+            return tuple(out) if isinstance(out, list | tuple) else (out,)
+
+        def create_sized(dims: dict, seed: int | None) -> tuple:
+            # create_inputs reads SIZES[size]: lend it the case's dict under a private name, then take it back
+            name = "__maxkernel_case__"
+            dims = dict(dims)
+            dtype = dims.get("dtype")  # a dtype override reaches modules that read the argument, not the dict
+            sizes_table[name] = dims
+            try:
+                out = keyed(seed, dtype=dtype, size=name)
+                return tuple(out) if isinstance(out, list | tuple) else (out,)
+            finally:
+                sizes_table.pop(name, None)
+
+        kind: ReferenceKind = "maxkernel"
+    else:
+        sizes = ["full"]
+        notes.append(
+            "JAXBench-style reference: one fixed seed and one size ('full'); seeds cannot vary inputs"
+        )
+
+        def create(size: str, seed: int | None) -> tuple:
+            out = module.create_inputs(**({"dtype": _bf16()} if "dtype" in params else {}))
+            return tuple(out) if isinstance(out, list | tuple) else (out,)
+
+        kind = "jaxbench-style"
+    get_flops = getattr(module, "get_flops", None)
+
+    def flops(size: str) -> int | None:
+        if get_flops is None:
+            return None
+        try:
+            return int(get_flops(size) if "size" in inspect.signature(get_flops).parameters else get_flops())
+        except TypeError:
+            return int(get_flops())
+
+    try:
+        mesh = mesh_of(module)
+    except UsageError as e:  # the reference's own mistake, not the caller's flag
+        raise ReferenceLoadError(f"reference {path}: {e}") from None
+    if mesh is not None:
+        notes.append(f"multi-chip: runs on a mesh {mesh.describe()}")
+    info = ReferenceInfo(
+        name=str(name),
+        path=str(path),
+        kind=kind,
+        sha256=sha,
+        sizes=sizes,
+        seedable=seedable,
+        atol=config.get("atol"),
+        rtol=config.get("rtol"),
+        notes=notes,
+        mesh=mesh,
+    )
+    return Reference(
+        info=info,
+        workload=workload,
+        _create=create,
+        _flops=flops,
+        config=config,
+        _create_sized=create_sized if seedable else None,
+        sizes_table=dict(sizes_table) if seedable else {},
+    )
+
+
+def _bf16():
+    import jax.numpy as jnp
+
+    return jnp.bfloat16
+
+
+def _load_maxkernel_task_dir(path: Path) -> Reference:
+    """MaxKernel task dir: kernel_task.yaml (input_gen_code, atol, rtol) + reference.py (computation)."""
+    import yaml
+
+    yaml_bytes = (path / "kernel_task.yaml").read_bytes()  # read once: hashed and parsed from these bytes
+    try:
+        task = yaml.safe_load(yaml_bytes.decode()) or {}
+    except yaml.YAMLError as e:
+        raise ReferenceLoadError(f"{path}/kernel_task.yaml is not valid YAML: {e}") from None
+    ref_file = path / "reference.py"
+    if not ref_file.exists():
+        raise ReferenceLoadError(f"{path} has kernel_task.yaml but no reference.py")
+    try:
+        module, ref_sha = _import_file(ref_file, "reference")
+    except Exception as e:
+        raise reference_failure(e, ref_file, "import") from None
+    computation = getattr(module, "computation", None) or getattr(module, "workload", None)
+    if computation is None:
+        raise ReferenceLoadError(f"{ref_file} lacks computation")
+    namespace: dict[str, Any] = {}
+    code = task.get("input_gen_code")
+    if code:
+        exec(compile(code, str(path / "kernel_task.yaml:input_gen_code"), "exec"), namespace)
+    get_inputs = namespace.get("get_inputs") or getattr(module, "get_inputs", None)
+    if get_inputs is None:
+        raise ReferenceLoadError(f"{path}: neither input_gen_code nor reference.py defines get_inputs()")
+    static: dict[str, Any] = {"args": (), "kwargs": {}}
+
+    def create(size: str, seed: int | None) -> tuple:
+        out = get_inputs()
+        # get_inputs() may return the arrays, or (dynamic_args, static_args); static args are bound, not traced.
+        if (
+            isinstance(out, tuple | list)
+            and len(out) == 2
+            and isinstance(out[0], tuple | list)
+            and isinstance(out[1], tuple | list | dict)
+        ):
+            dynamic, stat = out
+            static["args"], static["kwargs"] = (stat, {}) if isinstance(stat, tuple | list) else ((), stat)
+            return tuple(dynamic)
+        return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+    def workload(*inputs):
+        return computation(*inputs, *static["args"], **static["kwargs"])
+
+    info = ReferenceInfo(
+        name=str(task.get("task_id") or path.name),
+        path=str(path),
+        kind="maxkernel-task-dir",
+        sha256=hashlib.sha256(yaml_bytes + bytes.fromhex(ref_sha)).hexdigest(),
+        sizes=["full"],
+        seedable=False,
+        atol=task.get("atol"),
+        rtol=task.get("rtol"),
+        notes=[
+            "MaxKernel task dir: inputs come from get_inputs() with its fixed seed; seeds cannot vary inputs"
+        ],
+    )
+    return Reference(info=info, workload=workload, _create=create, config=dict(task))
+
+
+@dataclass
+class Candidate:
+    path: Path
+    sha256: str
+    workload: Callable[..., Any]
+    module: ModuleType
+
+
+def load_candidate(path_str: str) -> Candidate:
+    """Import a candidate kernel file; import errors become CandidateLoadError with the file's line."""
+    path = Path(path_str).expanduser()
+    if not path.is_file():
+        raise UsageError(f"kernel file not found: {path_str}")
+    try:
+        module, sha = _import_file(path, "candidate")
+    except SyntaxError as e:
+        raise CandidateLoadError(
+            f"SyntaxError in candidate at line {e.lineno}: {e.msg}",
+            line=e.lineno,
+            detail=traceback.format_exc(),
+        ) from None
+    except BaseException as e:  # SystemExit included: a candidate must not end the evaluation
+        line = _user_frame_line(e.__traceback__, path)
+        where = f" at line {line}" if line else ""
+        raise CandidateLoadError(
+            f"candidate failed to import{where}: {type(e).__name__}: {e}",
+            line=line,
+            detail=traceback.format_exc(),
+        ) from None
+    fn = getattr(module, "workload", None) or getattr(module, "computation", None)
+    if fn is None or not callable(fn):
+        raise CandidateLoadError("candidate defines no callable `workload(*inputs)` (or `computation`)")
+    return Candidate(path=path.resolve(), sha256=sha, workload=fn, module=module)

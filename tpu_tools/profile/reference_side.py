@@ -1,0 +1,371 @@
+"""The reference's side of `profile` (pool jobs): build every input set, time the reference. Never runs candidate code.
+
+`build_and_time_job` (the first reference process) loads the reference, builds the warm-up sets and
+the timed sets from seeds the parent drew (so nobody can predict them), writes them to the parent's
+private staging folder, then times the reference on the timed sets with the same loop the candidate
+will get (timed_loop.py). Its timed outputs are the expected outputs the parent checks against.
+`time_job` (the second reference process, after the candidate) times the reference again on the same
+sets: the two reference processes give a noise floor that includes process-to-process variation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.cost.estimate import StaticEstimate
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.judge.timing_checks import device_samples_from_executions
+from maxkernel.tpu_tools.judged import timed_loop
+from maxkernel.tpu_tools.pool import handover
+from maxkernel.tpu_tools.pool.child import report_progress
+from maxkernel.tpu_tools.problem.reference import ReferenceInfo, load_reference
+from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
+from maxkernel.tpu_tools.reports import ArraySpec, Environment
+
+TIMED_SETS_BUDGET_BYTES = 512 << 20  # the timed input sets, all together (the judge holds them in memory)
+MIN_TIMED_SETS = 3
+WARMUP_SETS = 2
+SPECS_FILE = "input_specs.json"
+
+
+class TimedSide(BaseModel):
+    """What one timed child reports (reference or candidate). The parent checks it; it trusts none of it."""
+
+    samples_ms: list[float] = Field(
+        default_factory=list, description="wall ms per timed call, this child's clock"
+    )
+    device_samples_ms: list[float] | None = Field(
+        default=None, description="device ms per timed call from a profiler trace (TPU/GPU), else None"
+    )
+    device_note: str = ""
+    measured_on: str = ""
+    environment: Environment | None = None
+    trace_path: str | None = None
+    trace_summary: TraceSummary | None = None
+    warnings: list[str] = []
+
+
+class ReferenceSide(TimedSide):
+    """The first reference process: the sets it built and what it knows about the reference's work."""
+
+    info: ReferenceInfo | None = None
+    error: str | None = Field(default=None, description="why the reference could not be profiled")
+    error_is_usage: bool = False
+    input_specs: list[ArraySpec] = []
+    output_specs: list[ArraySpec] = []
+    timed_sets: int = 0
+    set_bytes: int = 0
+    flops: float | None = None
+    flops_source: str = "unknown"
+    xla_bytes_accessed: float | None = None
+    static_estimate: StaticEstimate | None = Field(
+        default=None,
+        description="the reference's own program on the target chip, costed as the candidate's is",
+    )
+
+
+def _nbytes(arrays) -> int:
+    return int(sum(a.size * a.dtype.itemsize for a in arrays))
+
+
+def _named(fn, name: str):
+    def call(*args):
+        return fn(*args)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def warm_up(fn, sets: list, warmups: int, min_time_s: float) -> None:
+    """By count and by time: a cold process's first calls run slow (thread pools, caches, clocks)."""
+    import jax
+
+    clock = timed_loop._clock
+    for args in sets:  # compile + first touch of every warm-up set
+        jax.block_until_ready(fn(*args))
+    w, started = 0, clock()
+    while w < warmups or clock() - started < min_time_s:
+        jax.block_until_ready(fn(*sets[w % len(sets)]))
+        w += 1
+        if w >= 10 * max(warmups, 1) + 100:
+            break
+
+
+Pause = Callable[[], contextlib.AbstractContextManager]
+
+
+@contextlib.contextmanager
+def profiler(logdir: str | Path, pause: Pause = contextlib.nullcontext):
+    """jax.profiler.trace, started and stopped under `pause` (the candidate's guard ignores our own tracer)."""
+    import jax
+
+    with pause():
+        jax.profiler.start_trace(str(logdir))
+    try:
+        yield
+    finally:
+        with pause():
+            jax.profiler.stop_trace()
+
+
+@contextlib.contextmanager
+def device_trace(enabled: bool, pause: Pause = contextlib.nullcontext):
+    """A profiler capture around the timed loop where the backend has device time (TPU/GPU)."""
+    if not enabled:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="maxkernel-timing-") as tmp:
+        with profiler(tmp, pause):
+            yield Path(tmp)
+
+
+def device_samples(trace_dir: Path | None, module: str, n: int) -> tuple[list[float] | None, str]:
+    """Device ms of each execution of `module` in the capture, in order; None (and why) if unusable."""
+    from maxkernel.tpu_tools.profile import trace_summary
+
+    if trace_dir is None:
+        return None, ""
+    try:
+        events, _, _ = trace_summary.load_events(trace_dir)
+    except trace_summary.TraceFormatError as e:
+        return None, f"device trace unreadable ({e}); wall clock used"
+    return device_samples_from_executions(trace_summary.module_executions(events), module, n)
+
+
+def capture_trace(
+    fn,
+    sets: list,
+    logdir: str | None,
+    top: int,
+    side: TimedSide,
+    calls: int = 2,
+    pause: Pause = contextlib.nullcontext,
+) -> None:
+    """A short trace of `fn` (evidence, not timing) into `logdir`, summarized."""
+    import jax
+
+    from maxkernel.tpu_tools.profile.trace_summary import (
+        TraceFormatError,
+        resolve_trace_file,
+        summarize_trace,
+    )
+
+    if not logdir:
+        return
+    try:
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        with profiler(logdir, pause):
+            for i in range(calls):
+                jax.block_until_ready(fn(*sets[i % len(sets)]))
+        side.trace_path = str(resolve_trace_file(logdir))
+        side.trace_summary = summarize_trace(logdir, top=top)
+    except (TraceFormatError, OSError, RuntimeError) as e:
+        side.warnings.append(f"no trace summary: {type(e).__name__}: {e}")
+
+
+def _timed_with_device(
+    fn,
+    module: str,
+    scratch: str,
+    n: int,
+    specs: list[ArraySpec],
+    side: TimedSide,
+    pause: Pause = contextlib.nullcontext,
+) -> None:
+    import jax
+
+    with device_trace(jax.default_backend() in ("tpu", "gpu"), pause) as tdir:
+        side.samples_ms = timed_loop.run_timed_calls(fn, scratch, n, specs)
+        side.device_samples_ms, side.device_note = device_samples(tdir, module, n) if tdir else (None, "")
+
+
+def _describe_device(side: TimedSide) -> None:
+    import jax
+
+    from maxkernel.tpu_tools.hardware.env_info import environment
+
+    device = jax.devices()[0]
+    side.measured_on = f"{device.platform} ({device.device_kind})"
+    with contextlib.suppress(Exception):
+        side.environment = environment()
+
+
+def build_and_time_job(
+    reference: str,
+    size: str,
+    warmup_seeds: list[int],
+    timed_seeds: list[int],
+    staging_dir: str,
+    scratch_dir: str,
+    warmups: int = 3,
+    warmup_min_time_s: float = 0.25,
+    trace_dir: str | None = None,
+    top: int = 15,
+    target: str | None = None,
+) -> dict:
+    """Pool job: build the sets into staging_dir, time the reference on sets delivered into scratch_dir.
+
+    With a TPU `target`, it also estimates the reference's own program there (after the timings): the
+    baseline a candidate's estimate is compared with, from the same estimator.
+    """
+    import jax
+
+    from maxkernel.tpu_tools.judged import job_env
+    from maxkernel.tpu_tools.judged.compile import cost_analysis_of
+
+    job_env.scrub()
+    side = ReferenceSide()
+    report_progress("reference: load")
+    _describe_device(side)
+    try:
+        ref = load_reference(reference)
+    except UsageError as e:
+        side.error, side.error_is_usage = str(e), True
+        return side.model_dump(mode="json")
+    side.info = ref.info
+    if not ref.info.seedable:
+        side.warnings.append(
+            "the reference is not seedable: every input set is the same, so memoization cannot be excluded"
+        )
+    staging = Path(staging_dir)
+    report_progress("reference: build inputs")
+    try:
+        warm = [ref.create_inputs(size, s) for s in warmup_seeds[:WARMUP_SETS]]
+        first = timed_loop.to_numpy(warm[0])
+        side.input_specs = handover.specs_of(first)
+        side.set_bytes = _nbytes(first)
+        if len(first) != len(jax.tree_util.tree_leaves(warm[0])) or len(first) != len(warm[0]):
+            raise UsageError("profile needs a flat tuple of arrays as the reference's inputs")
+        budget = max(MIN_TIMED_SETS, TIMED_SETS_BUDGET_BYTES // max(side.set_bytes, 1))
+        n = min(len(timed_seeds), budget)
+        if n < len(timed_seeds):
+            side.warnings.append(
+                f"{n} fresh timed sets, not {len(timed_seeds)}: {side.set_bytes / 2**20:.1f} MiB each, "
+                f"{TIMED_SETS_BUDGET_BYTES >> 20} MiB budget"
+            )
+        handover.save_specs(staging / SPECS_FILE, side.input_specs)
+        for i, args in enumerate(warm):
+            handover.save_arrays(staging, f"warmup_{i}", timed_loop.to_numpy(args))
+        for i, seed in enumerate(timed_seeds[:n]):
+            folder = staging / f"set_{i}"
+            folder.mkdir()
+            handover.save_arrays(
+                folder, timed_loop.INPUTS, timed_loop.to_numpy(ref.create_inputs(size, seed))
+            )
+        side.timed_sets = n
+        side.output_specs = handover.specs_of(
+            jax.tree_util.tree_leaves(jax.eval_shape(ref.workload, *warm[0]))
+        )
+    except UsageError as e:
+        side.error, side.error_is_usage = str(e), True
+        return side.model_dump(mode="json")
+    except Exception as e:
+        side.error = f"the reference failed to build its inputs: {type(e).__name__}: {e}"
+        return side.model_dump(mode="json")
+    report_progress("reference: compile")
+    try:
+        compiled = jax.jit(_named(ref.workload, "reference")).lower(*warm[0]).compile()
+    except Exception as e:
+        side.error = f"the reference failed to compile: {type(e).__name__}: {str(e)[:500]}"
+        return side.model_dump(mode="json")
+    cost = cost_analysis_of(compiled)
+    side.xla_bytes_accessed = cost.get("bytes accessed")
+    try:
+        side.flops, side.flops_source = ref.get_flops(size), "get_flops"
+    except Exception:
+        side.flops = None
+    if side.flops is None:
+        side.flops, side.flops_source = cost.get("flops"), "XLA cost analysis of the reference"
+        if side.flops is None:
+            side.flops_source = "unknown"
+    fn = _named(compiled, "reference")
+    report_progress("reference: warm up")
+    warm_up(fn, warm, warmups, warmup_min_time_s)
+    _timed_with_device(fn, "jit_reference", scratch_dir, n, side.input_specs, side)
+    report_progress("reference: trace")
+    capture_trace(fn, warm, trace_dir, top, side)
+    if target is not None:
+        report_progress("reference: estimate")
+        _estimate_reference(ref, warm[0], target, side, cost.get("flops"))
+    return side.model_dump(mode="json")
+
+
+def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: float | None) -> None:
+    """The reference's program costed for the target chip exactly as profile_candidate costs a candidate."""
+    import jax
+    import numpy as np
+
+    from maxkernel.tpu_tools.cost.program_estimate import estimate_program, tpu_cost
+    from maxkernel.tpu_tools.hardware import execution
+    from maxkernel.tpu_tools.hardware.chips import chip_for_device_kind
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+
+    try:
+        tgt = parse_target(target)
+        device = jax.devices()[0]
+        chip = tgt.chip or (chip_for_device_kind(device.device_kind) if device.platform == "tpu" else None)
+        if chip is None:
+            return
+        shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+        aot_tpu = tgt.kind == "tpu" and not execution.plan_for(tgt).native
+        with execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext():
+            jaxpr = jax.make_jaxpr(ref.workload)(*shapes)
+        out_bytes = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in jaxpr.out_avals)
+        # Over a MESH the baseline is XLA's program on N chips: one chip's share of the work and bytes
+        # (its collectives are not costed, so the baseline is, if anything, too fast).
+        mesh = ref.info.mesh
+        share = mesh.share if mesh else (lambda x: x)  # noqa: E731
+        calls = find_pallas_calls(jaxpr)
+        side.static_estimate = estimate_program(
+            jaxpr,
+            calls,
+            chip,
+            reference_flops=share(side.flops),
+            xla_flops=share(xla_flops),
+            io_bytes=share(side.set_bytes + out_bytes),
+            # XLA's own HBM traffic for the program compiled for the chip (per chip over a mesh)
+            xla_tpu_cost=tpu_cost(ref.workload, shapes, tgt, ref.info.mesh)
+            if not calls and tgt.kind == "tpu"
+            else None,
+        )
+        if mesh and mesh.device_count > 1:
+            side.static_estimate.assumptions.append(
+                f"XLA baseline over {mesh.device_count} chips: 1/{mesh.device_count} of the global work and "
+                "bytes per chip, collectives not costed"
+            )
+    except Exception as e:
+        side.warnings.append(f"no static estimate of the reference: {type(e).__name__}: {e}")
+
+
+def time_job(
+    reference: str,
+    size: str,
+    scratch_dir: str,
+    timed_sets: int,
+    warmups: int = 3,
+    warmup_min_time_s: float = 0.25,
+) -> dict:
+    """Pool job: the reference timed again, in a fresh process, on the same sets (the noise floor's half)."""
+    import jax
+
+    from maxkernel.tpu_tools.judged import job_env
+
+    job_env.scrub()
+    side = TimedSide()
+    _describe_device(side)
+    ref = load_reference(reference)
+    specs = handover.load_specs(Path(scratch_dir) / SPECS_FILE)
+    warm = [
+        tuple(handover.as_jax(handover.load_arrays(scratch_dir, f"warmup_{i}", expect=specs)))
+        for i in range(WARMUP_SETS)
+    ]
+    fn = _named(jax.jit(_named(ref.workload, "reference")).lower(*warm[0]).compile(), "reference")
+    warm_up(fn, warm, warmups, warmup_min_time_s)
+    _timed_with_device(fn, "jit_reference", scratch_dir, timed_sets, specs, side)
+    return side.model_dump(mode="json")
