@@ -17,7 +17,7 @@ import sys
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from maxkernel.clients.models import Budget, Model, ModelConfigError
+from maxkernel.clients.models import Budget, ModelConfigError, registry
 from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError  # one class for the command line's mistakes
 
@@ -82,13 +82,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_suite(sub)  # `suite`
     return p
-
-
-def build_model(spec: str) -> Model:
-    """The model behind `--model`, with transient-failure retries (tests replace this function)."""
-    from maxkernel.clients.models import get_model, with_retries
-
-    return with_retries(get_model(spec))
 
 
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> None:
@@ -198,7 +191,7 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
 
         model_spec = args.model or default_model_spec()
     try:
-        model = build_model(model_spec)
+        model = registry.build_model(model_spec)
     except ModelConfigError as e:
         raise UsageError(str(e)) from None
     token = cli_args.server_token(args)

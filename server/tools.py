@@ -66,7 +66,8 @@ from maxkernel.tpu_tools.cli.args import (  # the CLI's defaults: one grammar on
     size_kwargs,
 )
 from maxkernel.tpu_tools.cost.analyze import AnalysisReport
-from maxkernel.tpu_tools.cost.autotune import AutotuneReport, EstimateReport
+from maxkernel.tpu_tools.cost.autotune import AutotuneReport
+from maxkernel.tpu_tools.cost.estimate import EstimateReport
 from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.program import ProgramDescription
@@ -366,17 +367,14 @@ async def analyze_kernel(
     VALU, XLU, EUP, vector loads/stores), spills, VMEM allocated vs scoped limit and physical, DMAs
     per step; `summary` is a short text to act on; `estimate` is the labeled static estimate.
     """
-    from maxkernel.tpu_tools.cost.analyze import analyze_kernel as run_analysis
-
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     result = await run_blocking(
         ctx,
-        lambda progress, cancel: run_analysis(
+        lambda progress, cancel: st.evaluator.analyze(
             str(kernel),
             ref,
             tgt,
             **size_kwargs(size),
-            evaluator=st.evaluator,
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,

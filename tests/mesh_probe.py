@@ -18,7 +18,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from maxkernel.jaxbench.registry import load_pallas_reference, load_task  # noqa: E402
-from maxkernel.tpu_tools.problem.reference import load_candidate  # noqa: E402
+from maxkernel.tpu_tools.judged.candidate import load_candidate  # noqa: E402
 
 
 def check(task_id: str, kernel: str, compile_target: str | None) -> dict:

@@ -460,9 +460,10 @@ def test_auto_resume_keeps_its_options_and_refuses_changes(monkeypatch, capsys, 
     from test_clients_auto import PLAN, PLUS_ONE, Script, code
 
     from maxkernel.clients import cli
+    from maxkernel.clients.models import registry
 
     script = Script(planner=[PLAN], implementer=[code(PLUS_ONE)])
-    monkeypatch.setattr(cli, "build_model", lambda spec: script.model)
+    monkeypatch.setattr(registry, "build_model", lambda spec: script.model)
     run, ws = tmp_path / "run", tmp_path / "my-ws"
     argv = ["auto", "--reference", PLUS_ONE_REF, "--target", "cpu", "--iterations", "1", "--no-profile"]
     argv += [

@@ -9,6 +9,7 @@ from conftest_paths import PLUS_ONE_REF
 from test_clients_auto import PLAN, PLUS_ONE, Script, code
 
 from maxkernel.clients import cli
+from maxkernel.clients.models import registry
 
 
 @pytest.mark.parametrize(
@@ -34,7 +35,7 @@ def test_usage_errors_exit_2_with_one_line(argv, message, capsys, tmp_path):
 @pytest.mark.slow
 def test_auto_over_stdio_with_a_scripted_model(monkeypatch, capsys, tmp_path):
     script = Script(planner=[PLAN], implementer=[code(PLUS_ONE)])
-    monkeypatch.setattr(cli, "build_model", lambda spec: script.model)
+    monkeypatch.setattr(registry, "build_model", lambda spec: script.model)
     argv = ["auto", "--reference", PLUS_ONE_REF, "--target", "cpu", "--iterations", "1", "--no-profile"]
     argv += ["--test-cases", "0"]
     code_ = cli.main(

@@ -23,7 +23,7 @@ from maxkernel.subagents.render import (
 from maxkernel.subagents.roles import get_role
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
-from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
+from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 CHIP = get_chip("tpu-v6e")
 
@@ -44,15 +44,9 @@ def evaluator():
 
 
 def estimate(evaluator: Evaluator, path: str, task: str) -> float:
-    out = evaluator.pool.run(
-        JobSpec(
-            fn="maxkernel.tpu_tools.cost.autotune:estimate_job",
-            kwargs={"kernel_path": path, "reference": task, "target": "tpu-v6e", "size": "small"},
-            timeout_s=240,
-        )
-    )
-    assert out.status == "ok" and out.result["ok"], out
-    return out.result["estimate"]["estimated_time_us"]
+    out = evaluator.estimate(path, task, "tpu-v6e", "small", timeout_s=240)
+    assert out.ok and out.estimate is not None, out.failure
+    return out.estimate.estimated_time_us
 
 
 def plan_and_implement(

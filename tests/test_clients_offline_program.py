@@ -115,7 +115,8 @@ def test_kernels_do_their_work_inside_the_pallas_call(tmp_path):
     """The adversary's shortcut (the matmul or the reduction outside the kernel) is not what it writes."""
     import jax
 
-    from maxkernel.tpu_tools.problem.reference import load_candidate, load_reference
+    from maxkernel.tpu_tools.judged.candidate import load_candidate
+    from maxkernel.tpu_tools.problem.reference import load_reference
 
     ref_path = write_ref(tmp_path, "mm", *REFS["matmul"])
     kernel = tmp_path / "kernel.py"

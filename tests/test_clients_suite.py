@@ -300,6 +300,7 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
 
     from maxkernel.clients import cli
     from maxkernel.clients.models import FunctionModel
+    from maxkernel.clients.models import registry as model_registry
     from maxkernel.clients.suite.cli import run_suite
     from maxkernel.jaxbench import registry
     from maxkernel.server.app import build_server
@@ -318,7 +319,7 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
             return code(kernels[task])
         return {"planner": PLAN, "profile_analyst": ANALYSIS, "tester": cases(BIG)}[role]
 
-    monkeypatch.setattr(cli, "build_model", lambda spec: FunctionModel(reply, name="scripted"))
+    monkeypatch.setattr(model_registry, "build_model", lambda spec: FunctionModel(reply, name="scripted"))
     argv = [
         "suite",
         "--reference",

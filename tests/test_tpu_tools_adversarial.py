@@ -15,9 +15,10 @@ from conftest_paths import KERNELS, MATMUL_REF, PLUS_ONE_REF, REFS, kernel
 from maxkernel.jaxbench import registry
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.judged.candidate import load_candidate
 from maxkernel.tpu_tools.pool.workers import WorkerPool
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.reference import load_candidate, load_reference
+from maxkernel.tpu_tools.problem.reference import load_reference
 from maxkernel.tpu_tools.problem.work_check import census_of, work_verdict
 
 ADV = KERNELS / "adversarial"

@@ -8,8 +8,9 @@ after a tampering candidate is trusted.
 import pytest
 from conftest_paths import KERNELS, MATMUL_REF
 
-from maxkernel.tpu_tools.cost.autotune import estimate_batch_job
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.judge.validate import reference_side
+from maxkernel.tpu_tools.judged.estimate_jobs import estimate_batch_job
 from maxkernel.tpu_tools.pool.workers import JobSpec, WorkerPool
 
 ADV = KERNELS / "adversarial"
@@ -32,8 +33,13 @@ def test_patching_the_estimator_is_tampered_and_the_honest_twin_is_estimated(eva
 def test_in_a_batch_nothing_after_a_tampering_candidate_is_trusted():
     paths = [str(ADV / "patches_estimator.py"), str(ADV / "honest_epilogue.py")]
     spec = JobSpec(
-        fn="maxkernel.tpu_tools.cost.autotune:estimate_batch_job",
-        kwargs={"kernel_paths": paths, "reference": MATMUL_REF, "target": "tpu-v6e", "size": "small"},
+        fn="maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
+        kwargs={
+            "kernel_paths": paths,
+            "reference_side": reference_side(MATMUL_REF, "small")[1].model_dump(mode="json"),
+            "target": "tpu-v6e",
+            "size": "small",
+        },
         timeout_s=300,
     )
     with WorkerPool(max_workers=1) as pool:

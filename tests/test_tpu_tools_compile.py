@@ -1,9 +1,26 @@
 """Real TPU compiles (libtpu compile-only devices) classify each kind of failure."""
 
+import time
+
 import pytest
 from conftest_paths import MATMUL_REF, kernel
 
-from maxkernel.tpu_tools.judged.compile import run_compile
+from maxkernel.tpu_tools.hardware.env_info import seal
+from maxkernel.tpu_tools.judge.validate import reference_side
+from maxkernel.tpu_tools.judged.compile import compile_with_specs
+from maxkernel.tpu_tools.reports import CompileReport
+
+
+def run_compile(kernel_path: str, reference: str, target_name: str, size: str | None = None) -> CompileReport:
+    """Both sides in the test's process: the reference's shapes, then the candidate's compile."""
+    _, side = reference_side(reference, size)
+    if not side.ok:
+        report = CompileReport(ok=False, target=target_name, size=size or "default", kernel_path=kernel_path)
+        report.reference = side.reference
+        return seal(report, time.perf_counter(), side.failure)
+    report = compile_with_specs(kernel_path, target_name, side.size, side)
+    report.size_note = side.size_note
+    return report
 
 
 @pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])

@@ -13,7 +13,7 @@ from conftest_paths import REFS, kernel
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from maxkernel.tpu_tools.cost.analyze import AnalysisReport, _program, analyze_kernel, summarize
+from maxkernel.tpu_tools.cost.analyze import AnalysisReport, _program, summarize
 from maxkernel.tpu_tools.cost.autotune import ConfigResult, _prune_by_estimate, render
 from maxkernel.tpu_tools.cost.estimate import estimate_pallas
 from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
@@ -207,9 +207,7 @@ def _est(pair, chip="tpu-v5e"):
 @pytest.mark.slow
 def test_live_analyze_of_a_kernel_built_to_spill_reports_the_spills():
     with WorkerPool(max_workers=1) as pool:
-        r = analyze_kernel(
-            kernel("llo_spill"), str(REFS / "rows_reference.py"), "tpu-v5e", evaluator=Evaluator(pool)
-        )
+        r = Evaluator(pool).analyze(kernel("llo_spill"), str(REFS / "rows_reference.py"), "tpu-v5e")
     assert r.ok and r.tier == "llo", r.failure
     (k,) = r.kernels
     assert k.grid == [8] and k.loop_bundles > 0 and k.spill_stores > 0 and k.spill_fills > 0
@@ -246,11 +244,13 @@ def test_a_vmem_borderline_config_is_kept_with_a_raised_vmem_limit(tmp_path):
 
 
 def _job(paths, ref):
+    from maxkernel.tpu_tools.judge.validate import reference_side
     from maxkernel.tpu_tools.pool.workers import JobSpec
 
+    side = reference_side(ref, "small")[1].model_dump(mode="json")  # the judge's side, in the test
     return JobSpec(
-        fn="maxkernel.tpu_tools.cost.autotune:estimate_batch_job",
-        kwargs={"kernel_paths": paths, "reference": ref, "target": "tpu-v5e", "size": "small"},
+        fn="maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
+        kwargs={"kernel_paths": paths, "reference_side": side, "target": "tpu-v5e", "size": "small"},
         timeout_s=300,
     )
 

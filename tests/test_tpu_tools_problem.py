@@ -4,7 +4,8 @@ import pytest
 from conftest_paths import MATMUL_REF, REFS, kernel
 
 from maxkernel.tpu_tools.errors import CandidateLoadError, ReferenceLoadError, UsageError
-from maxkernel.tpu_tools.problem.reference import load_candidate, load_reference
+from maxkernel.tpu_tools.judged.candidate import load_candidate
+from maxkernel.tpu_tools.problem.reference import load_reference
 
 
 def test_maxkernel_format_reference_is_seedable_with_sizes():

@@ -21,7 +21,7 @@ from maxkernel.tpu_tools.judge.timing_checks import (
     plausibility,
 )
 from maxkernel.tpu_tools.judged import timed_loop
-from maxkernel.tpu_tools.profile.reference_side import device_samples
+from maxkernel.tpu_tools.judged.timed_loop import device_samples
 from maxkernel.tpu_tools.profile.run import _Feeder, _write_from, run_profile
 from maxkernel.tpu_tools.profile.timing import noise_floor, speedup, timing_stats
 
@@ -246,9 +246,9 @@ def _judged(
     import numpy as np
 
     from maxkernel.tpu_tools.hardware.targets import parse_target
-    from maxkernel.tpu_tools.judged.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.judged.timed_loop import CandidateSide, TimedSide
     from maxkernel.tpu_tools.pool import handover
-    from maxkernel.tpu_tools.profile.reference_side import ReferenceSide, TimedSide
+    from maxkernel.tpu_tools.profile.reference_side import ReferenceSide
     from maxkernel.tpu_tools.profile.run import ProfileReport, _judge
     from maxkernel.tpu_tools.reports import ArraySpec, Environment
 

@@ -136,8 +136,8 @@ def test_the_shipped_files_are_exported_from_a_search_suites_own_records(tmp_pat
     from suite_fakes import ScriptedServer, suite_args
 
     from maxkernel.clients.search.store import GraphStore
-    from maxkernel.clients.search.tuned import export_suite_configs
     from maxkernel.clients.suite.cli import run_suite
+    from maxkernel.clients.suite.export import export_suite_configs
 
     asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p,12p"), servers=[ScriptedServer()]))
     (path,) = export_suite_configs([str(tmp_path / "s")], str(tmp_path / "out"), note="test")

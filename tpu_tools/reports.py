@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.pool.sandbox import SandboxInfo
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.reference import ReferenceInfo
+from maxkernel.tpu_tools.problem.source import ReferenceInfo
 from maxkernel.tpu_tools.problem.work_check import WorkCensus
 
 FailureKind = Literal[
@@ -176,3 +176,21 @@ class ValidationReport(BaseModel):
     warnings: list[str] = []
     environment: Environment | None = None
     wall_time_s: float | None = None
+
+
+class ReferenceSide(BaseModel):
+    """What the reference child hands the parent (no arrays: those are files)."""
+
+    ok: bool
+    failure: Failure | None = None
+    reference: ReferenceInfo | None = None
+    size: str = ""
+    size_note: str = ""
+    input_specs: list[ArraySpec] = []
+    output_specs: list[ArraySpec] = []
+    census: WorkCensus | None = None
+    tolerance: Tolerance | None = None
+    cannot_tell: str | None = Field(default=None, description="why no tolerance can tell a constant apart")
+    flops: float | None = Field(
+        default=None, description="the flops one chip does at this size (get_flops, or its share over a MESH)"
+    )

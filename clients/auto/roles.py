@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from string import Template
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from maxkernel.clients.auto.state import IterationState, Step, StepFailed, _error_text
 from maxkernel.clients.mcp_client import ServerToolError
@@ -27,9 +27,6 @@ from maxkernel.subagents import (
     render_test_prompt,
 )
 from maxkernel.subagents.parse import extract_python
-
-if TYPE_CHECKING:
-    from maxkernel.clients.auto.loop import AutoLoop
 
 # Always tested beside the tester's cases: a size larger than the base (a kernel right only when small fails).
 LARGER = TestCase(name="larger_than_small", why="a kernel right only at the small size (zeros above it)")
@@ -78,7 +75,7 @@ class RoleSteps:
 
     # ---- tester ------------------------------------------------------------------------------------
 
-    async def _cases(self: AutoLoop) -> list[TestCase]:
+    async def _cases(self) -> list[TestCase]:
         """The tester's cases for this task: asked once, then read from the journal."""
         st, cfg = self.state, self.config
         key = f"{cfg.reference}|{cfg.size}|{cfg.target}"
@@ -96,7 +93,7 @@ class RoleSteps:
         self._journal()  # a resume inside this step reuses the cases instead of asking again
         return cases
 
-    async def _step_test(self: AutoLoop) -> Step:
+    async def _step_test(self) -> Step:
         cur = self.state.current
         n = cur.attempts[-1].n
         cases = (await self._cases())[: self.config.test_cases]
@@ -166,7 +163,7 @@ class RoleSteps:
             )
         return self._verified()
 
-    def _tests_detail(self: AutoLoop) -> str:
+    def _tests_detail(self) -> str:
         if not self.state.current.tests:
             return "extra cases"
         results = self.state.current.tests[-1]["results"]
@@ -188,7 +185,7 @@ class RoleSteps:
 
     # ---- autotuner ---------------------------------------------------------------------------------
 
-    async def _step_autotune(self: AutoLoop) -> Step:
+    async def _step_autotune(self) -> Step:
 
         cur, cfg = self.state.current, self.config
         cur.autotune_done = True  # one sweep per iteration, whatever happens below

@@ -65,3 +65,10 @@ def default_model_spec(env: Mapping[str, str] | None = None) -> str:
     if gemini_api_key(env) or vertex_requested(env):
         return DEFAULT_GEMINI_MODEL
     return "offline"
+
+
+def build_model(spec: str) -> Model:
+    """The model behind `--model`, with transient-failure retries (tests replace this function)."""
+    from maxkernel.clients.models.retry import with_retries
+
+    return with_retries(get_model(spec))

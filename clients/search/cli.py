@@ -176,11 +176,10 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
         initial, line = cached_initial(space, args.target, reference, getattr(args, "size", "small"))
         print(f"search: {line}", file=sys.stderr)
         return TemplateProposer(space, initial)
-    from maxkernel.clients.cli import build_model
-    from maxkernel.clients.models import ModelConfigError
+    from maxkernel.clients.models import ModelConfigError, registry
 
     try:
-        model = build_model(args.model)
+        model = registry.build_model(args.model)
     except ModelConfigError as e:
         raise UsageError(str(e)) from None
     if args.root and not Path(args.root).is_file():
@@ -223,9 +222,11 @@ _DEFAULTS: dict[str, Any] = {}
 
 def _search_defaults() -> dict[str, Any]:
     if not _DEFAULTS:
-        from maxkernel.clients.cli import build_parser
+        import argparse
 
-        search = build_parser()._subparsers._group_actions[0].choices["search"]  # type: ignore[union-attr]
+        sub = argparse.ArgumentParser().add_subparsers()
+        register(sub)  # the search verb alone: its defaults are the ones `maxkernel-orchestrate search` shows
+        search = sub.choices["search"]
         _DEFAULTS.update({a.dest: a.default for a in search._actions if a.dest != "help"})
     return _DEFAULTS
 

@@ -44,8 +44,8 @@ class EstimateEvaluator:
         import jax
 
         from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+        from maxkernel.tpu_tools.judged.candidate import load_candidate
         from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
-        from maxkernel.tpu_tools.problem.reference import load_candidate
 
         self.calls += 1
         started = time.perf_counter()

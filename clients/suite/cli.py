@@ -136,8 +136,8 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
     evaluators). The servers are connected before a new suite directory is created."""
     from contextlib import AsyncExitStack
 
-    from maxkernel.clients.cli import build_model
     from maxkernel.clients.mcp_client import _root_cause
+    from maxkernel.clients.models import registry
     from maxkernel.clients.search.evaluator import Dispatcher, EvaluatorDown
     from maxkernel.clients.search.remote import MCPEvaluator
     from maxkernel.clients.suite.report import print_table, write_all
@@ -198,7 +198,9 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
                 f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
             )
         dispatcher = Dispatcher(evaluators, settings.concurrency)
-        runner = SuiteRunner(store, settings, dispatcher, model_factory=build_model, progress=progress)
+        runner = SuiteRunner(
+            store, settings, dispatcher, model_factory=registry.build_model, progress=progress
+        )
         progress.note(f"suite directory: {suite_dir}  ({len(store.pending())} task(s) to run)")
         stopped = await runner.run()
     rows, sc = score_rows(store)

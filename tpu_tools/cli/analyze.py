@@ -13,14 +13,15 @@ import argparse
 def cmd_analyze(args) -> int:
     from maxkernel.tpu_tools.cli.args import size_kwargs
     from maxkernel.tpu_tools.cli.main import _print_json, _verdict_exit
-    from maxkernel.tpu_tools.cost.analyze import analyze_kernel
     from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.hardware.targets import parse_target
 
     if parse_target(args.target).kind != "tpu":
         raise UsageError(f"analyze needs a TPU target (tpu-v5e, tpu-v6e, ...), got {args.target!r}")
-    report = analyze_kernel(
-        args.kernel, args.reference, args.target, **size_kwargs(args.size), timeout_s=args.timeout
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+
+    report = Evaluator(timeout_s=args.timeout).analyze(
+        args.kernel, args.reference, args.target, **size_kwargs(args.size)
     )
     if args.json:
         _print_json(report)

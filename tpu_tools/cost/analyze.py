@@ -10,18 +10,17 @@ where the dump was read, else `model`, with the reason). Also the pool jobs for 
 from __future__ import annotations
 
 import math
-import os
-import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.cost.estimate import StaticEstimate, default_scoped_vmem_bytes
+from maxkernel.tpu_tools.cost.estimate import StaticEstimate
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.reports import Failure
 
-__all__ = ["AnalysisReport", "ProgramAnalysis", "analyze_job", "estimate_one", "summarize"]
+__all__ = ["AnalysisReport", "ProgramAnalysis", "estimate_one", "layout_problems", "summarize"]
 
 MiB = 1 << 20
 UNIT_LABELS = {"MXU": "MXU", "VALU": "VALU", "XLU": "XLU", "EUP": "EUP", "VLOAD": "vector loads",
@@ -188,7 +187,7 @@ def estimate_one(
             compiled, programs, times = compile_with_dump(fn, args, dump_root)
             facts.update(times)
             if not calls:
-                from maxkernel.tpu_tools.judged.compile import cost_analysis_of
+                from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
 
                 cost = cost_analysis_of(compiled)
             if not any(p.is_kernel for p in programs) and calls:
@@ -212,146 +211,18 @@ def estimate_one(
     return est, programs, facts
 
 
-def analyze_job(kernel_path: str, reference: str, target: str = "tpu-v5e", size: str = "small") -> dict:
-    """Pool job: an AnalysisReport as a JSON-able dict (the candidate's Python runs under the guard)."""
-    from maxkernel.tpu_tools.judged import job_env
-    from maxkernel.tpu_tools.judged.integrity import ESTIMATOR_MODULES, Guard
-
-    job_env.scrub()
-    guard = Guard([], extra_modules=ESTIMATOR_MODULES)
-    report = run_analyze(kernel_path, reference, target, size, guard=guard)
-    if guard.before:  # armed: the candidate was imported
-        changed, reached = guard.check()
-        if changed or reached:
-            report.ok, report.estimate = False, None
-            report.failure = Failure(
-                kind="tampered", summary=f"the candidate tampered with the judge: {changed or reached}"[:1000]
-            )
-    return report.model_dump(mode="json")
-
-
-def run_analyze(kernel_path: str, reference: str, target_name: str, size: str, guard=None) -> AnalysisReport:
-    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
-
-    dump_root = enable_dump()  # before anything touches the TPU backend
-    import jax
-
-    from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
-    from maxkernel.tpu_tools.hardware import execution
-    from maxkernel.tpu_tools.hardware.targets import parse_target
-    from maxkernel.tpu_tools.judged.classify import load_failure
-    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
-    from maxkernel.tpu_tools.problem.reference import load_candidate, load_reference
-
-    report = AnalysisReport(ok=False, tier="model", kernel_path=kernel_path, target=target_name, size=size)
-    try:
-        target = parse_target(target_name)
-        if target.kind != "tpu" or target.chip is None:
-            raise UsageError(f"analyze needs a TPU target (tpu-v5e, tpu-v6e, ...), got {target_name!r}")
-        ref = load_reference(reference)
-        in_shapes = ref.input_shapes(size)
-        if guard is not None:
-            guard.hidden.append(os.path.realpath(ref.info.path))
-            guard.arm()  # just before the candidate's code first runs
-        cand = load_candidate(kernel_path)
-    except (UsageError, CandidateLoadError) as e:
-        report.failure = load_failure(e)
-        return report
-    report.kernel_sha256 = cand.sha256
-    chip = target.chip
-    report.vmem_capacity_bytes = chip.vmem_bytes
-    try:
-        args, scope = execution.aot_args(target, in_shapes, ref.info.mesh)
-        with scope:
-            calls = find_pallas_calls(jax.jit(cand.workload).trace(*args).jaxpr)
-            t0 = time.perf_counter()
-            est, programs, facts = estimate_one(
-                cand.workload, args, calls, chip, dump_root, ref.per_device_flops(size)
-            )
-    except Exception as e:
-        report.failure = Failure(kind="python_error", summary=f"trace failed: {type(e).__name__}: {e}"[:300])
-        return report
-    report.compile_ms = round(facts.get("compile_ms", (time.perf_counter() - t0) * 1e3), 1)
-    report.analysis_ms = round(facts.get("parse_ms", 0.0), 1)
-    limits = [c.vmem_limit_bytes for c in calls if c.vmem_limit_bytes]
-    report.vmem_scoped_limit_bytes = max(limits) if limits else default_scoped_vmem_bytes(chip)
-    report.kernels = [_program(p) for p in programs if p.is_kernel]
-    report.xla_programs = [_program(p) for p in programs if not p.is_kernel]
-    report.estimate = est
-    if "vmem_needed" in facts:
-        report.vmem_needed_bytes = int(facts["vmem_needed"])
-        report.vmem_scoped_limit_bytes = int(facts["vmem_limit"])
-        report.vmem_limit_to_fit_bytes = _limit_to_fit(report.vmem_needed_bytes, chip.vmem_bytes)
-    if programs:
-        report.tier, report.tier_note = "llo", f"read from libtpu's LLO dump ({len(programs)} programs)"
-    else:
-        report.tier_note = "no LLO dump: " + (facts.get("error", "").splitlines()[0][:200] or "none written")
-    if "vmem_needed" in facts:
-        fit = report.vmem_limit_to_fit_bytes
-        report.failure = Failure(
-            kind="vmem_exhausted",
-            summary=f"needs {report.vmem_needed_bytes} B of VMEM, over the {report.vmem_scoped_limit_bytes} B scoped limit"
-            + (f": vmem_limit_bytes={fit} would fit" if fit else ": more than the chip's VMEM"),
-            message=facts["error"],
-            stage="compile",
-            requested_bytes=report.vmem_needed_bytes,
-            capacity_bytes=report.vmem_scoped_limit_bytes,
-        )
-    elif "error" in facts:
-        report.failure = Failure(
-            kind="compile_error",
-            summary=facts["error"].splitlines()[0][:300],
-            message=facts["error"],
-            stage="compile",
-        )
-    report.ok = report.failure is None
-    report.summary = summarize(report)
-    return report
-
-
-def analyze_kernel(
-    kernel_path: str,
-    reference: str,
-    target: str = "tpu-v5e",
-    size: str = "small",
-    *,
-    evaluator: Any = None,
-    timeout_s: float | None = None,
-    on_progress: Any = None,
-    cancel: Any = None,
-) -> AnalysisReport:
-    """Run `analyze_job` in a pool child (fresh libtpu, so the dump flags take) and return its report."""
-    from maxkernel.tpu_tools.judge.evaluate import Evaluator, _abs_reference, outcome_failure
-
-    ev = evaluator or Evaluator()
-    path = str(Path(kernel_path).expanduser().resolve())
-    outcome = ev.pool.submit(
-        _spec(path, _abs_reference(reference), target, size, timeout_s or ev.timeout_s),
-        on_progress=on_progress,
-    )
-    while True:
-        done = outcome.wait(0.1)
-        if done is not None:
-            break
-        if cancel is not None and cancel.is_set():
-            outcome.cancel()
-    if done.status == "ok" and done.result is not None:
-        return AnalysisReport.model_validate(done.result)
-    return AnalysisReport(
-        ok=False,
-        tier="model",
-        kernel_path=path,
-        target=target,
-        size=size,
-        failure=outcome_failure(done, "analyze"),
-    )
-
-
-def _spec(path: str, reference: str, target: str, size: str, timeout_s: float):
-    from maxkernel.tpu_tools.pool.workers import JobSpec
-
-    return JobSpec(
-        fn="maxkernel.tpu_tools.cost.analyze:analyze_job",
-        kwargs={"kernel_path": path, "reference": reference, "target": target, "size": size},
-        timeout_s=timeout_s,
-    )
+def layout_problems(calls: Sequence[Any]) -> list[str]:
+    """Blocks whose last two dims break the TPU (8,128) rule (divisible, or equal to the array dim)."""
+    out = []
+    for call in calls:
+        for b in call.blocks:
+            if not b.pipelined or b.memory_space not in ("vmem", "any"):
+                continue
+            dims = [(i, s) for i, s in enumerate(b.block_shape) if s is not None]
+            for (i, s), align in zip(dims[-2:], (8, 128)[-len(dims[-2:]) :], strict=True):
+                if s % align and s != b.array_shape[i]:
+                    out.append(
+                        f"{call.kernel_name} {b.role} {b.position}: block dim {s} of {tuple(b.block_shape)} "
+                        f"is not a multiple of {align} nor the array dim {b.array_shape[i]}"
+                    )
+    return out

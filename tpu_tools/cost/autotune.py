@@ -18,18 +18,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from string import Template
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.cost.estimate import StaticEstimate
-from maxkernel.tpu_tools.reports import Failure
-
-if TYPE_CHECKING:
-    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.hardware.targets import estimate_chip
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
 
 MAX_SPACE = 4096
-DEFAULT_ESTIMATE_CHIP = "tpu-v6e"
 Status = Literal["pruned", "not_run", "compile_failed", "invalid", "valid"]
 Objective = Literal["estimate", "measured"]
 CheckFn = Callable[[dict[str, Any]], Sequence[str]]
@@ -69,20 +65,6 @@ class AutotuneReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-class EstimateReport(BaseModel):
-    """A static TPU estimate of one kernel, or why none could be made (never a measurement)."""
-
-    kind: Literal["estimate"] = "estimate"
-    ok: bool
-    kernel_path: str
-    kernel_sha256: str | None = None
-    target: str
-    size: str
-    estimate: StaticEstimate | None = None
-    layout_problems: list[str] = Field(default_factory=list)
-    failure: Failure | None = None
-
-
 class SpaceError(ValueError):
     """The caller's search space is malformed (empty, too large, not lists)."""
 
@@ -110,134 +92,6 @@ def render(template_source: str, config: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # Pool jobs: trace a candidate at the reference's shapes and estimate it, no compile.
-
-
-def layout_problems(calls: Sequence[Any]) -> list[str]:
-    """Blocks whose last two dims break the TPU (8,128) rule (divisible, or equal to the array dim)."""
-    out = []
-    for call in calls:
-        for b in call.blocks:
-            if not b.pipelined or b.memory_space not in ("vmem", "any"):
-                continue
-            dims = [(i, s) for i, s in enumerate(b.block_shape) if s is not None]
-            for (i, s), align in zip(dims[-2:], (8, 128)[-len(dims[-2:]) :], strict=True):
-                if s % align and s != b.array_shape[i]:
-                    out.append(
-                        f"{call.kernel_name} {b.role} {b.position}: block dim {s} of {tuple(b.block_shape)} "
-                        f"is not a multiple of {align} nor the array dim {b.array_shape[i]}"
-                    )
-    return out
-
-
-def _estimate_one(
-    kernel_path: str, ref: Any, shapes: tuple, chip: str, size: str, dump_root=None, allow_plain: bool = False
-) -> dict:
-    """Trace, then compile with the LLO dump where libtpu is here (tier llo + the compiler's VMEM verdict)."""
-    import jax
-
-    from maxkernel.tpu_tools.cost.analyze import estimate_one
-    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
-    from maxkernel.tpu_tools.problem.reference import load_candidate
-
-    try:
-        cand = load_candidate(kernel_path)
-        calls = find_pallas_calls(jax.jit(cand.workload).trace(*shapes).jaxpr)
-    except Exception as e:  # the candidate's own failure: data for the sweep
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
-    if not calls and not allow_plain:
-        return {"ok": False, "error": "no pallas_call in the rendered kernel"}
-    try:
-        est, _, facts = estimate_one(
-            cand.workload, list(shapes), calls, chip, dump_root, ref.per_device_flops(size)
-        )
-    except Exception as e:
-        return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
-    assert est is not None
-    out = {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
-    if "vmem_needed" in facts:
-        out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
-    elif "error" in facts:
-        out["compile_error"] = facts["error"]
-    return out
-
-
-def _aot_shapes(target: str, shapes: tuple, mesh_spec=None) -> tuple[tuple, Any, Any]:
-    """(shapes on the target's compile-only devices, trace scope, dump root) or the plain shapes.
-
-    A reference with a MESH is traced over its N-chip topology (execution.aot_args)."""
-    import contextlib
-
-    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
-
-    dump_root = enable_dump()  # before anything touches the TPU backend
-    try:
-        from maxkernel.tpu_tools.hardware import execution
-        from maxkernel.tpu_tools.hardware.targets import parse_target
-
-        tgt = parse_target(target)
-        if tgt.kind != "tpu":
-            return shapes, contextlib.nullcontext(), None
-        args, scope = execution.aot_args(tgt, shapes, mesh_spec)
-        return tuple(args), scope, dump_root
-    except Exception:  # no libtpu here: trace-only estimates (tier model)
-        return shapes, contextlib.nullcontext(), None
-
-
-def _chip_for(target: str) -> str:
-    from maxkernel.tpu_tools.hardware.targets import parse_target
-
-    tgt = parse_target(target)
-    return tgt.chip.name if tgt.chip is not None else DEFAULT_ESTIMATE_CHIP
-
-
-def estimate_job(kernel_path: str, reference: str, target: str = "tpu-v6e", size: str = "small") -> dict:
-    """Pool job: the StaticEstimate dict of one candidate, or {'ok': False, 'error': ...}.
-
-    Plain JAX (no pallas_call) is estimated too, from XLA's cost analysis on the TPU target.
-    """
-    return estimate_batch_job([kernel_path], reference, target, size, allow_plain=True)["results"][0]
-
-
-def estimate_batch_job(
-    kernel_paths: list[str],
-    reference: str,
-    target: str = "tpu-v6e",
-    size: str = "small",
-    allow_plain: bool = False,
-) -> dict:
-    """Pool job: estimate several candidates in one child (one jax start-up for the whole sweep)."""
-    from maxkernel.tpu_tools.judged import job_env
-    from maxkernel.tpu_tools.judged.integrity import ESTIMATOR_MODULES, Guard
-    from maxkernel.tpu_tools.pool.workers import report_progress
-    from maxkernel.tpu_tools.problem.reference import load_reference
-
-    job_env.scrub()
-    ref = load_reference(reference)
-    shapes, scope, dump_root = _aot_shapes(target, tuple(ref.input_shapes(size)), ref.info.mesh)
-    chip = _chip_for(target)
-    results = []
-    # The candidates run their Python here: each is estimated under the integrity guard, and once one has
-    # changed the estimator (or the clocks, jax.jit ...) nothing after it in this process is trusted.
-    guard = Guard([ref.info.path], extra_modules=ESTIMATOR_MODULES)
-    tampered: str | None = None
-    with scope:
-        for i, path in enumerate(kernel_paths):
-            report_progress(f"estimate {i + 1}/{len(kernel_paths)}")
-            if tampered is not None:
-                results.append(
-                    {"ok": False, "error": f"tampered: not estimated after an earlier candidate {tampered}"}
-                )
-                continue
-            guard.arm()
-            try:
-                result = _estimate_one(path, ref, shapes, chip, size, dump_root, allow_plain)
-            finally:
-                changed, reached = guard.check()
-            if changed or reached:
-                tampered = f"tampered with the judge: {changed or reached}"
-                result = {"ok": False, "error": f"tampered: the candidate {tampered[:600]}"}
-            results.append(result)
-    return {"chip": chip, "results": results}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -427,21 +281,30 @@ def autotune(
         r.kernel_path = str(path)
         to_estimate.append(r)
 
-    if to_estimate:
-        from maxkernel.tpu_tools.judge.evaluate import outcome_failure
+    side, side_failure = evaluator.reference_side(reference, size) if to_estimate else (None, None)
+    if side_failure is not None or (to_estimate and side is None):
+        notes.append(
+            f"no static estimates (the reference: {side_failure.summary if side_failure else '?'}): unranked"
+        )
+    elif to_estimate:
+        from maxkernel.tpu_tools.judge.outcomes import hide_paths_for, outcome_failure
         from maxkernel.tpu_tools.pool.workers import JobSpec
+
+        assert side is not None
+        hidden = hide_paths_for(_abs(reference), str(work))
 
         def run_batch(batch: list[ConfigResult]):
             return evaluator.pool.run(
                 JobSpec(
-                    fn="maxkernel.tpu_tools.cost.autotune:estimate_batch_job",
+                    fn="maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
                     kwargs={
                         "kernel_paths": [r.kernel_path for r in batch],
-                        "reference": _abs(reference),
+                        "reference_side": side.model_dump(mode="json"),
                         "target": target,
                         "size": size,
                     },
                     timeout_s=evaluator.timeout_s,
+                    hide_paths=hidden,
                 )
             )
 
@@ -477,7 +340,7 @@ def autotune(
     )
     from maxkernel.tpu_tools.cost import tuned_configs  # the per-chip cache of tuned configs (suite helper)
 
-    cached = tuned_configs.lookup(_chip_for(target), reference, size, template_source)
+    cached = tuned_configs.lookup(estimate_chip(target), reference, size, template_source)
     if cached is not None and any(r.config == cached.config for r in ranked):
         ranked.sort(key=lambda r: r.config != cached.config)  # stable: the cached best goes first
         notes.append(
@@ -527,7 +390,7 @@ def autotune(
             else best.estimate_us
         )
         tuned_configs.record(
-            _chip_for(target),
+            estimate_chip(target),
             reference,
             size,
             template_source,
@@ -567,8 +430,6 @@ def autotune_kernel(
     evaluator: Evaluator | None = None,
 ) -> AutotuneReport:
     """One-call entry point for the MCP tool `autotune_kernel` (default pool, a fresh workdir)."""
-    from maxkernel.tpu_tools.judge.evaluate import Evaluator
-
     return autotune(
         evaluator or Evaluator(),
         template_source,

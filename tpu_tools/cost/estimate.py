@@ -38,6 +38,7 @@ from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
 from maxkernel.tpu_tools.hardware.megacore import core_split, cores_per_device
 from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
+from maxkernel.tpu_tools.reports import Failure
 
 __all__ = [
     "CallEstimate",
@@ -613,3 +614,17 @@ def _reason(
         f"overhead-bound: {steps} grid steps at the {STEP_OVERHEAD_US} us step minimum ({ovh:.3g} us of it "
         "idle); use bigger blocks"
     )
+
+
+class EstimateReport(BaseModel):
+    """A static TPU estimate of one kernel, or why none could be made (never a measurement)."""
+
+    kind: Literal["estimate"] = "estimate"
+    ok: bool
+    kernel_path: str
+    kernel_sha256: str | None = None
+    target: str
+    size: str
+    estimate: StaticEstimate | None = None
+    layout_problems: list[str] = Field(default_factory=list)
+    failure: Failure | None = None

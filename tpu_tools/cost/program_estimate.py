@@ -21,11 +21,11 @@ def tpu_cost(fn, shapes, target, mesh_spec=None) -> dict[str, float]:
     """XLA's cost analysis of `fn` compiled for the TPU target's compile-only devices ({} if it cannot)."""
     import jax
 
-    from maxkernel.tpu_tools.hardware import execution
-    from maxkernel.tpu_tools.judged.compile import cost_analysis_of
+    from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
+    from maxkernel.tpu_tools.hardware import mesh
 
     try:
-        args, scope = execution.aot_args(target, shapes, mesh_spec)
+        args, scope = mesh.aot_args(target, shapes, mesh_spec)
         with scope:
             return cost_analysis_of(jax.jit(fn).trace(*args).lower().compile())
     except Exception:  # no libtpu, or the program does not compile there: the caller's counts stand

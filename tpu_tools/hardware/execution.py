@@ -67,24 +67,6 @@ def aot_sharding(target: Target):
     return NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
 
 
-def aot_args(target: Target, shapes, mesh_spec=None) -> tuple[list, contextlib.AbstractContextManager]:
-    """(args, scope) to trace and compile for the target's compile-only devices, no chip needed.
-
-    One chip by default; a reference with a MESH gets its N-chip topology (`mesh.topology_mesh`), the
-    global shapes sharded by its in_specs, under `jax.set_mesh` (a candidate's shard_map needs no mesh).
-    """
-    import jax
-
-    if mesh_spec is None:
-        sharding = aot_sharding(target)
-        args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in shapes]
-        return args, abstract_tpu_mesh(target)
-    from maxkernel.tpu_tools.hardware import mesh
-
-    devices = mesh.topology_mesh(mesh_spec, target.name)
-    return list(mesh.sharded_shapes(shapes, mesh_spec, devices)), jax.set_mesh(devices)
-
-
 @contextlib.contextmanager
 def abstract_tpu_mesh(target: Target):
     """Trace as if on the target chip, so kernels that query the chip kind (emit_pipeline, int division) trace."""

@@ -17,13 +17,18 @@ with `dma_execution_mode="eager"` (see `execution.interpret_params`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.hardware import execution
+
+if TYPE_CHECKING:
+    from maxkernel.tpu_tools.hardware.targets import Target
 
 MAX_DEVICES = 64  # CPU devices one validation child may start with (JobSpec.host_devices)
 SpecEntry = str | None
@@ -263,8 +268,6 @@ def run_on_cpu_mesh(fn, inputs, spec: MeshSpec, *, detect_races: bool = True, co
     import jax
     import numpy as np
 
-    from maxkernel.tpu_tools.hardware import execution
-
     mesh = cpu_mesh(spec)
     with jax.set_mesh(mesh):
         placed = place(inputs, spec, mesh)
@@ -285,3 +288,19 @@ def compile_for_topology(fn, shapes, spec: MeshSpec, target: str):
             *sharded_shapes(shapes, spec, mesh)
         )
         return traced.lower().compile()
+
+
+def aot_args(target: Target, shapes, mesh_spec=None) -> tuple[list, contextlib.AbstractContextManager]:
+    """(args, scope) to trace and compile for the target's compile-only devices, no chip needed.
+
+    One chip by default; a reference with a MESH gets its N-chip topology (`topology_mesh`), the
+    global shapes sharded by its in_specs, under `jax.set_mesh` (a candidate's shard_map needs no mesh).
+    """
+    import jax
+
+    if mesh_spec is None:
+        sharding = execution.aot_sharding(target)
+        args = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding) for s in shapes]
+        return args, execution.abstract_tpu_mesh(target)
+    devices = topology_mesh(mesh_spec, target.name)
+    return list(sharded_shapes(shapes, mesh_spec, devices)), jax.set_mesh(devices)

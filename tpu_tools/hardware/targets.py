@@ -39,3 +39,12 @@ def parse_target(name: str) -> Target:
             f"unknown target {name!r}; choose one of: {', '.join(TARGET_NAMES)}"
         ) from None
     return Target(name=chip.name, kind="tpu", chip=chip)
+
+
+DEFAULT_ESTIMATE_CHIP = "tpu-v6e"
+
+
+def estimate_chip(target: str) -> str:
+    """The chip a target's estimate is for (the default chip for `cpu`)."""
+    tgt = parse_target(target)
+    return tgt.chip.name if tgt.chip is not None else DEFAULT_ESTIMATE_CHIP

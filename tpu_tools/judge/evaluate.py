@@ -6,7 +6,6 @@ Usable from threads (the MCP server) with a `cancel` event that kills the child.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import secrets
 import shutil
@@ -14,18 +13,23 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING
 
 from maxkernel.tpu_tools.errors import UsageError
-from maxkernel.tpu_tools.judge.validate import ReferenceSide, f32, run_order
-from maxkernel.tpu_tools.judged.integrity import PROGRESS_PREFIX
+from maxkernel.tpu_tools.judge.outcomes import (
+    R,
+    abs_reference,
+    hide_paths_for,
+    integrity_evidence,
+    outcome_failure,
+    stamp_sandbox,
+)
+from maxkernel.tpu_tools.judge.validate import f32, run_order
 from maxkernel.tpu_tools.pool.handover import HandoverError, load_arrays
 from maxkernel.tpu_tools.pool.sandbox import make_scratch_dir
 from maxkernel.tpu_tools.pool.workers import JobOutcome, JobSpec, WorkerPool, get_default_pool
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.reports import CompileReport, Failure, ValidationReport
+from maxkernel.tpu_tools.reports import CompileReport, Failure, ReferenceSide, ValidationReport
 
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.profile.run import ProfileReport
@@ -34,25 +38,8 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT_S = 300.0
 RUNS_PER_SEED = 2  # every input set runs this many times, interleaved with the others
 MAX_SEED_OFFSET = 2**31 - 1
-_STATUS_KIND = {
-    "timeout": "timeout",
-    "crashed": "crash",
-    "oom": "oom",
-    "exited": "exited",
-    "cancelled": "cancelled",
-}
 
 ProgressFn = Callable[[str], None]
-R = TypeVar("R", bound=BaseModel)
-
-
-def outcome_failure(outcome: JobOutcome, what: str) -> Failure:
-    """A child that did not return a report: say exactly how it ended."""
-    kind = _STATUS_KIND.get(outcome.status, "internal_error")
-    summary = f"{what}: {outcome.message}"
-    if kind == "internal_error":
-        summary = f"{what} failed inside maxkernel (a bug, please report): {outcome.message}"
-    return Failure(kind=kind, summary=summary, message=outcome.detail, stage="run")  # type: ignore[arg-type]
 
 
 def resolve_seeds(seeds: int | list[int], seed_offset: int | None) -> tuple[list[int], int | None]:
@@ -74,58 +61,6 @@ def resolve_seeds(seeds: int | list[int], seed_offset: int | None) -> tuple[list
     return seed_list, None
 
 
-def hide_paths_for(reference: str, kernel_path: str) -> tuple[str, ...]:
-    """What the candidate must not see: the reference (its dir for a package/task dir) and the task sources.
-
-    A hidden dir that holds the candidate itself (a JaxBench Pallas reference next to its task) is hidden
-    entry by entry instead, all but the candidate's own path.
-    """
-    paths = []
-    ref = Path(reference)
-    if ref.exists():
-        ref = ref.resolve()
-        paths.append(ref.parent if ref.name == "__init__.py" else ref)
-    spec = importlib.util.find_spec("maxkernel.jaxbench")
-    if spec is not None and spec.submodule_search_locations:
-        paths.append(Path(next(iter(spec.submodule_search_locations))).resolve() / "tasks")
-    keep = Path(kernel_path).resolve()
-    out: list[str] = []
-
-    def add(p: Path) -> None:
-        if keep == p or not (keep.is_relative_to(p) and p.is_dir()):
-            if keep != p:
-                out.append(str(p))
-            return
-        for child in sorted(p.iterdir()):
-            add(child)
-
-    for p in paths:
-        add(p)
-    return tuple(dict.fromkeys(out))
-
-
-def integrity_evidence(progress: list[str]) -> Failure | None:
-    """The judged child's integrity events, as it streamed them (reached_reference before tampered)."""
-    events: dict[str, list[str]] = {"reached_reference": [], "tampered": []}
-    for line in progress:
-        if line.startswith(PROGRESS_PREFIX):
-            kind, _, what = line[len(PROGRESS_PREFIX) :].partition(": ")
-            events.setdefault(kind, []).append(what)
-    if events["reached_reference"]:
-        return Failure(
-            kind="reached_reference",
-            summary=f"the candidate reached hidden reference paths: {'; '.join(events['reached_reference'][:4])}",
-            stage="run",
-        )
-    if events["tampered"]:
-        return Failure(
-            kind="tampered",
-            summary=f"the candidate tampered with the judge: used {', '.join(sorted(set(events['tampered'])))}",
-            stage="run",
-        )
-    return None
-
-
 def _copyable_inputs(scratch: Path, seeds: list[int], side: ReferenceSide) -> dict:
     """Inputs shaped like the single output (for the 'copy of input' weak check), read before the candidate runs."""
     if len(side.output_specs) != 1:
@@ -134,32 +69,6 @@ def _copyable_inputs(scratch: Path, seeds: list[int], side: ReferenceSide) -> di
     if not any(s.shape == want for s in side.input_specs):
         return {}
     return {s: f32(load_arrays(scratch, f"inputs_{s}", expect=side.input_specs)) for s in seeds}
-
-
-def _abs_reference(reference: str) -> str:
-    p = Path(reference).expanduser()
-    return str(p.resolve()) if p.exists() else reference
-
-
-UNSANDBOXED_WARNING = "sandbox: none - this evaluation ran unsandboxed ({note})"
-
-
-def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
-    """Every verdict names the sandbox its jobs ran in, as the pool (not the judged job) saw it."""
-    info = outcome.sandbox
-    if info is None or not hasattr(report, "environment"):
-        return report
-    if report.environment is None:  # type: ignore[attr-defined]
-        from maxkernel.tpu_tools.hardware.env_info import host_environment
-
-        report.environment = host_environment()  # type: ignore[attr-defined]
-    report.environment.sandbox = info  # type: ignore[attr-defined]
-    warnings = getattr(report, "warnings", None)
-    if info.tier == "none" and isinstance(warnings, list):
-        line = UNSANDBOXED_WARNING.format(note=info.note or "no OS sandbox on this host")
-        if line not in warnings:
-            warnings.append(line)
-    return report
 
 
 class Evaluator:
@@ -244,6 +153,28 @@ class Evaluator:
         )
         return stamp_sandbox(report, outcome)
 
+    def reference_side(
+        self,
+        reference: str,
+        size: str | None,
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tuple[ReferenceSide | None, Failure | None]:
+        """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child."""
+        outcome = self._run(
+            "maxkernel.tpu_tools.judge.validate:reference_specs_job",
+            {"reference": abs_reference(reference), "size": size},
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        if outcome.status != "ok" or outcome.result is None:
+            return None, outcome_failure(outcome, "reference")
+        side = ReferenceSide.model_validate(outcome.result)
+        return side, (None if side.ok else side.failure)
+
     def compile(
         self,
         kernel_path: str,
@@ -256,28 +187,17 @@ class Evaluator:
         cancel: threading.Event | None = None,
     ) -> CompileReport:
         """Shapes from a reference-only child, then the candidate compiled in a child that never sees the reference."""
-        from maxkernel.tpu_tools.judge.validate import ReferenceSide
-
         started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        reference = _abs_reference(reference)
+        reference = abs_reference(reference)
         base = CompileReport(ok=False, target=target, size=size or "default", kernel_path=kernel_path)
         if on_progress:
             on_progress("compile")
-        outcome = self._run(
-            "maxkernel.tpu_tools.judge.validate:reference_specs_job",
-            {"reference": reference, "size": size},
-            timeout_s=timeout_s,
-            on_progress=on_progress,
-            cancel=cancel,
+        side, failure = self.reference_side(
+            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
-        if outcome.status != "ok" or outcome.result is None:
-            base.failure = outcome_failure(outcome, "reference")
-            base.wall_time_s = round(time.perf_counter() - started, 4)
-            return base
-        side = ReferenceSide.model_validate(outcome.result)
-        if not side.ok:
-            base.reference, base.failure = side.reference, side.failure
+        if failure is not None or side is None:
+            base.reference, base.failure = side.reference if side else None, failure
             base.wall_time_s = round(time.perf_counter() - started, 4)
             return base
         kwargs = {
@@ -333,7 +253,7 @@ class Evaluator:
 
         started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        reference = _abs_reference(reference)
+        reference = abs_reference(reference)
         seed_list, offset = resolve_seeds(seeds, seed_offset)
         if repeats < 2:
             raise UsageError(f"repeats should be >= 2 (each input set runs more than once), got {repeats}")
@@ -514,7 +434,7 @@ class Evaluator:
             on_progress("profile")
         return run_profile(
             str(Path(kernel_path).expanduser().resolve()),
-            _abs_reference(reference),
+            abs_reference(reference),
             target,
             size,
             pool=self.pool,
@@ -538,35 +458,35 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ):
-        """Static TPU estimate of a candidate (traced in a child; nothing compiled or run)."""
-        from maxkernel.tpu_tools.cost.autotune import EstimateReport
-        from maxkernel.tpu_tools.cost.estimate import StaticEstimate
+        """Static TPU estimate of a candidate (traced and compiled for the target in a child; nothing runs)."""
+        from maxkernel.tpu_tools.cost.estimate import EstimateReport, StaticEstimate
 
         kernel_path = str(Path(kernel_path).expanduser().resolve())
+        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
+        side, failure = self.reference_side(
+            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+        )
+        if failure is not None or side is None:
+            report.failure = failure
+            return report
         outcome = self._run(
-            "maxkernel.tpu_tools.cost.autotune:estimate_job",
+            "maxkernel.tpu_tools.judged.estimate_jobs:estimate_job",
             {
                 "kernel_path": kernel_path,
-                "reference": _abs_reference(reference),
+                "reference_side": side.model_dump(mode="json"),
                 "target": target,
                 "size": size,
             },
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            hide_paths=hide_paths_for(abs_reference(reference), kernel_path),
         )
-        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
         if outcome.status != "ok" or outcome.result is None:
             report.failure = outcome_failure(outcome, "estimate")
         elif not outcome.result.get("ok"):
             error = str(outcome.result.get("error", "unknown"))
-            kind = (
-                "usage_error"
-                if error.startswith("reference")
-                else "tampered"
-                if error.startswith("tampered")
-                else "python_error"
-            )
+            kind = "tampered" if error.startswith("tampered") else "python_error"
             report.failure = Failure(
                 kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
             )
@@ -574,6 +494,47 @@ class Evaluator:
             report.ok = True
             report.estimate = StaticEstimate.model_validate(outcome.result["estimate"])
             report.layout_problems = list(outcome.result.get("layout_problems") or [])
+        return report
+
+    def analyze(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str = "tpu-v5e",
+        size: str = "small",
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ):
+        """What the TPU compiler made of a candidate: `analyze_job` in a child (fresh libtpu, so the dump
+        flags take), given the reference's shapes by a reference-only child."""
+        from maxkernel.tpu_tools.cost.analyze import AnalysisReport
+
+        path = str(Path(kernel_path).expanduser().resolve())
+        report = AnalysisReport(ok=False, tier="model", kernel_path=path, target=target, size=size)
+        side, failure = self.reference_side(
+            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+        )
+        if failure is not None or side is None:
+            report.failure = failure
+            return report
+        outcome = self._run(
+            "maxkernel.tpu_tools.judged.estimate_jobs:analyze_job",
+            {
+                "kernel_path": path,
+                "reference_side": side.model_dump(mode="json"),
+                "target": target,
+                "size": size,
+            },
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            hide_paths=hide_paths_for(abs_reference(reference), path),
+        )
+        if outcome.status == "ok" and outcome.result is not None:
+            return AnalysisReport.model_validate(outcome.result)
+        report.failure = outcome_failure(outcome, "analyze")
         return report
 
     def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:

@@ -150,16 +150,6 @@ def device_check(device_ms: list[float], wall_ms: list[float], parent_window_ms:
     )
 
 
-def device_samples_from_executions(
-    executions: list[tuple[str, float, float]], module: str, n: int
-) -> tuple[list[float] | None, str]:
-    """Device ms of each execution of `module` (trace_summary.module_executions rows: name, start_us, dur_us)."""
-    durs = [d / 1e3 for m, _, d in executions if m == module]
-    if len(durs) != n:
-        return None, f"trace has {len(durs)} executions of {module}, expected {n}; wall clock used"
-    return durs, ""
-
-
 def plausibility(
     measured_ms: float | None,
     flops: float | None,

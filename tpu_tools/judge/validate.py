@@ -20,16 +20,16 @@ import secrets
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from maxkernel.tpu_tools.errors import ReferenceFailure, UsageError
 from maxkernel.tpu_tools.judge.compare import compare_outputs, trivial_outputs_passing, within
-from maxkernel.tpu_tools.judge.tolerances import choose_tolerance
 from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.reference import ReferenceInfo, load_reference, reference_failure
-from maxkernel.tpu_tools.problem.work_check import WorkCensus, census_of
-from maxkernel.tpu_tools.reports import ArraySpec, Failure, SeedResult, Tolerance
+from maxkernel.tpu_tools.problem.reference import load_reference, reference_failure
+from maxkernel.tpu_tools.problem.tolerances import choose_tolerance
+from maxkernel.tpu_tools.problem.work_check import census_of
+from maxkernel.tpu_tools.reports import Failure, ReferenceSide, SeedResult, Tolerance
 
 # Near-constant outputs (constant_guard): the tightened tolerance is TIGHTEN_SIGMAS x the std of the true
 # answers over the seeds; a constant lands within it of one answer with probability <= P_CONST
@@ -39,21 +39,6 @@ P_CONST = 0.2
 MAX_CONSTANT_CHANCE = 0.01
 CALIBRATION_SEEDS = 12  # reference-only seeds (never shown to the candidate) that measure the spread
 _EPS_FLOOR = 8.0
-
-
-class ReferenceSide(BaseModel):
-    """What the reference child hands the parent (no arrays: those are files)."""
-
-    ok: bool
-    failure: Failure | None = None
-    reference: ReferenceInfo | None = None
-    size: str = ""
-    size_note: str = ""
-    input_specs: list[ArraySpec] = []
-    output_specs: list[ArraySpec] = []
-    census: WorkCensus | None = None
-    tolerance: Tolerance | None = None
-    cannot_tell: str | None = Field(default=None, description="why no tolerance can tell a constant apart")
 
 
 def _reference_error(e: ReferenceFailure) -> Failure:
@@ -133,6 +118,10 @@ def reference_side(reference: str, size: str | None, case: InputCase | None = No
                 kind="reference_error", summary=f"the reference's MESH: {problem}", stage="reference"
             )
             return ref, side
+    try:
+        side.flops = ref.per_device_flops(side.size)
+    except Exception:  # a get_flops that breaks costs the estimate its flop count, not the verdict
+        side.flops = None
     side.input_specs = specs_of(_leaves(shapes))
     side.output_specs = specs_of(jaxpr.out_avals)
     side.census = census_of(jaxpr)

@@ -122,8 +122,8 @@ def candidate_job(
     import jax
 
     from maxkernel.tpu_tools.hardware.env_info import environment
+    from maxkernel.tpu_tools.judged.candidate import load_candidate
     from maxkernel.tpu_tools.pool.workers import report_progress
-    from maxkernel.tpu_tools.problem.reference import load_candidate
 
     _forget_reference_modules()
     report = ValidationReport(ok=False, target=target, size=size, kernel_path=kernel_path, seeds=seeds)

@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.hardware import execution, mesh
 from maxkernel.tpu_tools.hardware.env_info import seal
 from maxkernel.tpu_tools.hardware.targets import parse_target
+from maxkernel.tpu_tools.judged.candidate import load_candidate
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
-from maxkernel.tpu_tools.problem.reference import load_candidate
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 
 
@@ -46,40 +47,14 @@ def _memory_stats(compiled) -> dict[str, int]:
     return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
 
 
-def cost_analysis_of(compiled) -> dict[str, float]:
-    """XLA's cost analysis of a compiled executable, without the -1 placeholders TPU AOT reports."""
-    try:
-        cost = compiled.cost_analysis()
-    except Exception:
-        return {}
-    if isinstance(cost, list):
-        cost = cost[0] if cost else {}
-    keys = ("flops", "bytes accessed", "transcendentals", "optimal_seconds")
-    return {k: float(cost[k]) for k in keys if cost and k in cost and float(cost[k]) >= 0}
-
-
 def compile_job(kernel_path: str, target: str, size: str, reference_side: dict) -> dict:
     """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference."""
-    from maxkernel.tpu_tools.judge.validate import ReferenceSide
     from maxkernel.tpu_tools.judged import job_env
+    from maxkernel.tpu_tools.reports import ReferenceSide
 
     job_env.scrub()
     side = ReferenceSide.model_validate(reference_side)
     return compile_with_specs(kernel_path, target, size, side).model_dump(mode="json")
-
-
-def run_compile(kernel_path: str, reference: str, target_name: str, size: str | None = None) -> CompileReport:
-    """Both sides in this process (tests, scripts): the reference's shapes, then the candidate's compile."""
-    from maxkernel.tpu_tools.judge.validate import reference_side
-
-    _, side = reference_side(reference, size)
-    if not side.ok:
-        report = CompileReport(ok=False, target=target_name, size=size or "default", kernel_path=kernel_path)
-        report.reference = side.reference
-        return seal(report, time.perf_counter(), side.failure)
-    report = compile_with_specs(kernel_path, target_name, side.size, side)
-    report.size_note = side.size_note
-    return report
 
 
 def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> CompileReport:

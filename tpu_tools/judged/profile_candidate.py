@@ -12,43 +12,22 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
-from maxkernel.tpu_tools.cost.estimate import StaticEstimate
 from maxkernel.tpu_tools.hardware import execution
-from maxkernel.tpu_tools.hardware.mesh import MeshSpec
+from maxkernel.tpu_tools.hardware.mesh import MeshSpec, aot_args
 from maxkernel.tpu_tools.judged import integrity, timed_loop
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
-from maxkernel.tpu_tools.pool import handover
-from maxkernel.tpu_tools.profile.reference_side import (
+from maxkernel.tpu_tools.judged.timed_loop import (
     WARMUP_SETS,
-    TimedSide,
+    CandidateSide,
     _describe_device,
     _named,
     _timed_with_device,
     capture_trace,
     warm_up,
 )
+from maxkernel.tpu_tools.pool import handover
 from maxkernel.tpu_tools.reports import ArraySpec, Failure
-
-
-class CandidateSide(TimedSide):
-    failure: Failure | None = None
-    kernel_sha256: str | None = None
-    execution: str = ""
-    has_pallas_call: bool | None = None
-    candidate_execution: Literal["native", "interpret"] | None = None
-    not_measured_reason: str | None = None
-    static_estimate: StaticEstimate | None = None
-    xla_flops: float | None = Field(
-        default=None, description="XLA cost analysis of the candidate (evidence only)"
-    )
-    tampered: list[str] = Field(
-        default_factory=list, description="judge functions changed while the candidate ran"
-    )
-    reached: str | None = Field(default=None, description="hidden reference paths the candidate touched")
 
 
 def _shipped_with_jaxbench(kernel_path: str) -> bool:
@@ -185,13 +164,13 @@ def _run(
     import jax
 
     from maxkernel.tpu_tools.cost.program_estimate import estimate_program, tpu_cost
+    from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
     from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
     from maxkernel.tpu_tools.hardware.chips import chip_for_device_kind
     from maxkernel.tpu_tools.hardware.targets import parse_target
-    from maxkernel.tpu_tools.judged.compile import cost_analysis_of
+    from maxkernel.tpu_tools.judged.candidate import load_candidate
     from maxkernel.tpu_tools.pool.workers import report_progress
     from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
-    from maxkernel.tpu_tools.problem.reference import load_candidate
 
     def pause():
         return _guard_paused(guard)
@@ -231,7 +210,7 @@ def _run(
         )
     try:
         if aot_tpu and mesh_spec is not None:
-            shapes, scope = execution.aot_args(tgt, shapes, mesh_spec)
+            shapes, scope = aot_args(tgt, shapes, mesh_spec)
         else:
             scope = execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext()
         with scope:

@@ -270,13 +270,13 @@ def describe_in_child(
     cancel: Any = None,
 ) -> ProgramDescription:
     """Trace in a pool child (the reference is user code); UsageError for a reference that will not trace."""
-    from maxkernel.tpu_tools.judge.evaluate import _abs_reference
+    from maxkernel.tpu_tools.judge.outcomes import abs_reference
 
     if on_progress:
         on_progress("trace the reference")
     outcome = evaluator._run(
         "maxkernel.tpu_tools.problem.program:describe_job",
-        {"reference": _abs_reference(reference), "size": size},
+        {"reference": abs_reference(reference), "size": size},
         timeout_s=timeout_s,
         on_progress=on_progress,
         cancel=cancel,

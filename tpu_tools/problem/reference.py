@@ -1,4 +1,4 @@
-"""Load references (JaxBench ids, maxkernel modules, JAXBench-style files, MaxKernel task dirs) and candidates.
+"""Load references (JaxBench ids, maxkernel modules, JAXBench-style files, MaxKernel task dirs).
 
 Everything here imports user code, so it runs inside a pool child, never in the server process.
 """
@@ -6,93 +6,30 @@ Everything here imports user code, so it runs inside a pool child, never in the 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
-import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING, Any
 
 from maxkernel.tpu_tools.errors import (
-    CandidateLoadError,
     ReferenceFailure,
     ReferenceLoadError,
     UnusableCaseError,
     UsageError,
 )
-from maxkernel.tpu_tools.hardware.mesh import MeshSpec, mesh_of
+from maxkernel.tpu_tools.hardware.mesh import mesh_of
+from maxkernel.tpu_tools.problem.source import (
+    ReferenceInfo,
+    ReferenceKind,
+    import_file,
+    user_frame_line,
+)
 
 if TYPE_CHECKING:
     from maxkernel.tpu_tools.problem.input_cases import InputCase
-
-ReferenceKind = Literal["maxkernel", "jaxbench-style", "maxkernel-task-dir"]
-
-
-class ReferenceInfo(BaseModel):
-    """What the verdict says about the reference it used."""
-
-    name: str
-    path: str
-    kind: ReferenceKind
-    sha256: str
-    sizes: list[str]
-    seedable: bool
-    atol: float | None = None
-    rtol: float | None = None
-    notes: list[str] = []
-    mesh: MeshSpec | None = Field(
-        default=None, description="the reference's MESH: a multi-chip kernel runs on this many devices"
-    )
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _import_file(path: Path, prefix: str) -> tuple[ModuleType, str]:
-    """Import a file by executing the bytes read here, once: (module, sha256 of exactly what ran).
-
-    Reading once means a file rewritten on disk after we looked cannot run in place of what we hashed.
-    """
-    source = path.read_bytes()
-    sha = hashlib.sha256(source).hexdigest()
-    digest = hashlib.sha256(str(path.resolve()).encode() + source).hexdigest()[:12]
-    name = f"_maxkernel_{prefix}_{digest}"
-    if name in sys.modules:
-        return sys.modules[name], sha
-    if path.name == "__init__.py":
-        spec = importlib.util.spec_from_file_location(
-            name, path, submodule_search_locations=[str(path.parent)]
-        )
-    else:
-        spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UsageError(f"cannot import {path}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    sys.path.insert(0, str(path.parent))  # sibling imports (helpers beside the file) work as users expect
-    try:
-        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the hashed bytes, nothing else
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    finally:
-        sys.path.remove(str(path.parent))
-    return module, sha
-
-
-def _user_frame_line(tb, path: Path) -> int | None:
-    """The line in `path` where the error surfaced (the last frame in that file)."""
-    line = None
-    for frame in traceback.extract_tb(tb):
-        if Path(frame.filename).resolve() == path.resolve():
-            line = frame.lineno
-    return line
 
 
 @dataclass
@@ -186,9 +123,9 @@ def load_reference(spec: str) -> Reference:
         else:
             raise ReferenceLoadError(f"{path} is a directory without kernel_task.yaml or __init__.py")
     try:
-        module, sha = _import_file(path, "reference")
+        module, sha = import_file(path, "reference")
     except Exception as e:
-        line = _user_frame_line(e.__traceback__, path)
+        line = user_frame_line(e.__traceback__, path)
         where = f" (line {line})" if line else ""
         raise ReferenceFailure(
             f"reference {path} failed to import{where}: {type(e).__name__}: {e}",
@@ -211,7 +148,7 @@ def reference_traceback(exc: BaseException, path: Path, limit: int = 4000) -> st
 
 def reference_failure(exc: BaseException, path: Path, what: str) -> ReferenceFailure:
     """A reference that breaks on its own: `reference_error` naming the reference's line."""
-    line = _user_frame_line(exc.__traceback__, path)
+    line = user_frame_line(exc.__traceback__, path)
     where = f" at line {line}" if line else ""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return ReferenceFailure(
@@ -352,7 +289,7 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
     if not ref_file.exists():
         raise ReferenceLoadError(f"{path} has kernel_task.yaml but no reference.py")
     try:
-        module, ref_sha = _import_file(ref_file, "reference")
+        module, ref_sha = import_file(ref_file, "reference")
     except Exception as e:
         raise reference_failure(e, ref_file, "import") from None
     computation = getattr(module, "computation", None) or getattr(module, "workload", None)
@@ -398,38 +335,3 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
         ],
     )
     return Reference(info=info, workload=workload, _create=create, config=dict(task))
-
-
-@dataclass
-class Candidate:
-    path: Path
-    sha256: str
-    workload: Callable[..., Any]
-    module: ModuleType
-
-
-def load_candidate(path_str: str) -> Candidate:
-    """Import a candidate kernel file; import errors become CandidateLoadError with the file's line."""
-    path = Path(path_str).expanduser()
-    if not path.is_file():
-        raise UsageError(f"kernel file not found: {path_str}")
-    try:
-        module, sha = _import_file(path, "candidate")
-    except SyntaxError as e:
-        raise CandidateLoadError(
-            f"SyntaxError in candidate at line {e.lineno}: {e.msg}",
-            line=e.lineno,
-            detail=traceback.format_exc(),
-        ) from None
-    except BaseException as e:  # SystemExit included: a candidate must not end the evaluation
-        line = _user_frame_line(e.__traceback__, path)
-        where = f" at line {line}" if line else ""
-        raise CandidateLoadError(
-            f"candidate failed to import{where}: {type(e).__name__}: {e}",
-            line=line,
-            detail=traceback.format_exc(),
-        ) from None
-    fn = getattr(module, "workload", None) or getattr(module, "computation", None)
-    if fn is None or not callable(fn):
-        raise CandidateLoadError("candidate defines no callable `workload(*inputs)` (or `computation`)")
-    return Candidate(path=path.resolve(), sha256=sha, workload=fn, module=module)

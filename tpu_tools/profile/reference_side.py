@@ -11,43 +11,31 @@ sets: the two reference processes give a noise floor that includes process-to-pr
 from __future__ import annotations
 
 import contextlib
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from maxkernel.tpu_tools.cost.estimate import StaticEstimate
 from maxkernel.tpu_tools.errors import UsageError
-from maxkernel.tpu_tools.judge.timing_checks import device_samples_from_executions
 from maxkernel.tpu_tools.judged import timed_loop
+from maxkernel.tpu_tools.judged.timed_loop import (
+    WARMUP_SETS,
+    TimedSide,
+    _describe_device,
+    _named,
+    _timed_with_device,
+    capture_trace,
+    warm_up,
+)
 from maxkernel.tpu_tools.pool import handover
 from maxkernel.tpu_tools.pool.child import report_progress
-from maxkernel.tpu_tools.problem.reference import ReferenceInfo, load_reference
-from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
-from maxkernel.tpu_tools.reports import ArraySpec, Environment
+from maxkernel.tpu_tools.problem.reference import load_reference
+from maxkernel.tpu_tools.problem.source import ReferenceInfo
+from maxkernel.tpu_tools.reports import ArraySpec
 
 TIMED_SETS_BUDGET_BYTES = 512 << 20  # the timed input sets, all together (the judge holds them in memory)
 MIN_TIMED_SETS = 3
-WARMUP_SETS = 2
 SPECS_FILE = "input_specs.json"
-
-
-class TimedSide(BaseModel):
-    """What one timed child reports (reference or candidate). The parent checks it; it trusts none of it."""
-
-    samples_ms: list[float] = Field(
-        default_factory=list, description="wall ms per timed call, this child's clock"
-    )
-    device_samples_ms: list[float] | None = Field(
-        default=None, description="device ms per timed call from a profiler trace (TPU/GPU), else None"
-    )
-    device_note: str = ""
-    measured_on: str = ""
-    environment: Environment | None = None
-    trace_path: str | None = None
-    trace_summary: TraceSummary | None = None
-    warnings: list[str] = []
 
 
 class ReferenceSide(TimedSide):
@@ -73,128 +61,6 @@ def _nbytes(arrays) -> int:
     return int(sum(a.size * a.dtype.itemsize for a in arrays))
 
 
-def _named(fn, name: str):
-    def call(*args):
-        return fn(*args)
-
-    call.__name__ = call.__qualname__ = name
-    return call
-
-
-def warm_up(fn, sets: list, warmups: int, min_time_s: float) -> None:
-    """By count and by time: a cold process's first calls run slow (thread pools, caches, clocks)."""
-    import jax
-
-    clock = timed_loop._clock
-    for args in sets:  # compile + first touch of every warm-up set
-        jax.block_until_ready(fn(*args))
-    w, started = 0, clock()
-    while w < warmups or clock() - started < min_time_s:
-        jax.block_until_ready(fn(*sets[w % len(sets)]))
-        w += 1
-        if w >= 10 * max(warmups, 1) + 100:
-            break
-
-
-Pause = Callable[[], contextlib.AbstractContextManager]
-
-
-@contextlib.contextmanager
-def profiler(logdir: str | Path, pause: Pause = contextlib.nullcontext):
-    """jax.profiler.trace, started and stopped under `pause` (the candidate's guard ignores our own tracer)."""
-    import jax
-
-    with pause():
-        jax.profiler.start_trace(str(logdir))
-    try:
-        yield
-    finally:
-        with pause():
-            jax.profiler.stop_trace()
-
-
-@contextlib.contextmanager
-def device_trace(enabled: bool, pause: Pause = contextlib.nullcontext):
-    """A profiler capture around the timed loop where the backend has device time (TPU/GPU)."""
-    if not enabled:
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="maxkernel-timing-") as tmp:
-        with profiler(tmp, pause):
-            yield Path(tmp)
-
-
-def device_samples(trace_dir: Path | None, module: str, n: int) -> tuple[list[float] | None, str]:
-    """Device ms of each execution of `module` in the capture, in order; None (and why) if unusable."""
-    from maxkernel.tpu_tools.profile import trace_summary
-
-    if trace_dir is None:
-        return None, ""
-    try:
-        events, _, _ = trace_summary.load_events(trace_dir)
-    except trace_summary.TraceFormatError as e:
-        return None, f"device trace unreadable ({e}); wall clock used"
-    return device_samples_from_executions(trace_summary.module_executions(events), module, n)
-
-
-def capture_trace(
-    fn,
-    sets: list,
-    logdir: str | None,
-    top: int,
-    side: TimedSide,
-    calls: int = 2,
-    pause: Pause = contextlib.nullcontext,
-) -> None:
-    """A short trace of `fn` (evidence, not timing) into `logdir`, summarized."""
-    import jax
-
-    from maxkernel.tpu_tools.profile.trace_summary import (
-        TraceFormatError,
-        resolve_trace_file,
-        summarize_trace,
-    )
-
-    if not logdir:
-        return
-    try:
-        Path(logdir).mkdir(parents=True, exist_ok=True)
-        with profiler(logdir, pause):
-            for i in range(calls):
-                jax.block_until_ready(fn(*sets[i % len(sets)]))
-        side.trace_path = str(resolve_trace_file(logdir))
-        side.trace_summary = summarize_trace(logdir, top=top)
-    except (TraceFormatError, OSError, RuntimeError) as e:
-        side.warnings.append(f"no trace summary: {type(e).__name__}: {e}")
-
-
-def _timed_with_device(
-    fn,
-    module: str,
-    scratch: str,
-    n: int,
-    specs: list[ArraySpec],
-    side: TimedSide,
-    pause: Pause = contextlib.nullcontext,
-) -> None:
-    import jax
-
-    with device_trace(jax.default_backend() in ("tpu", "gpu"), pause) as tdir:
-        side.samples_ms = timed_loop.run_timed_calls(fn, scratch, n, specs)
-        side.device_samples_ms, side.device_note = device_samples(tdir, module, n) if tdir else (None, "")
-
-
-def _describe_device(side: TimedSide) -> None:
-    import jax
-
-    from maxkernel.tpu_tools.hardware.env_info import environment
-
-    device = jax.devices()[0]
-    side.measured_on = f"{device.platform} ({device.device_kind})"
-    with contextlib.suppress(Exception):
-        side.environment = environment()
-
-
 def build_and_time_job(
     reference: str,
     size: str,
@@ -215,8 +81,8 @@ def build_and_time_job(
     """
     import jax
 
+    from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
     from maxkernel.tpu_tools.judged import job_env
-    from maxkernel.tpu_tools.judged.compile import cost_analysis_of
 
     job_env.scrub()
     side = ReferenceSide()

@@ -41,12 +41,12 @@ from maxkernel.tpu_tools.hardware.chips import ChipSpec, chip_for_device_kind
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judge.compare import compare_outputs
 from maxkernel.tpu_tools.judge.timing_checks import ClockCheck, DeviceCheck, Plausibility
-from maxkernel.tpu_tools.judge.tolerances import choose_tolerance
 from maxkernel.tpu_tools.judged import timed_loop
 from maxkernel.tpu_tools.pool import handover
 from maxkernel.tpu_tools.pool.jobs import JobOutcome, JobSpec
 from maxkernel.tpu_tools.pool.sandbox import make_scratch_dir
-from maxkernel.tpu_tools.problem.reference import ReferenceInfo, sha256_file
+from maxkernel.tpu_tools.problem.source import ReferenceInfo, sha256_file
+from maxkernel.tpu_tools.problem.tolerances import choose_tolerance
 from maxkernel.tpu_tools.profile.timing import NoiseFloor, SpeedupEstimate, Throughput, TimingStats
 from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
 from maxkernel.tpu_tools.reports import Environment, Failure
@@ -241,7 +241,7 @@ class _Runner:
 
 
 def _job_failure(outcome: JobOutcome, what: str) -> Failure:
-    from maxkernel.tpu_tools.judge.evaluate import outcome_failure
+    from maxkernel.tpu_tools.judge.outcomes import outcome_failure
 
     return outcome_failure(outcome, what)
 
@@ -312,7 +312,7 @@ def run_profile(
             top,
             on_progress,
         )
-        from maxkernel.tpu_tools.judge.evaluate import stamp_sandbox
+        from maxkernel.tpu_tools.judge.outcomes import stamp_sandbox
 
         return stamp_sandbox(result, runner.last) if runner.last is not None else result
     finally:
@@ -367,7 +367,7 @@ def _run_jobs(
     top,
     on_progress,
 ) -> ProfileReport:
-    from maxkernel.tpu_tools.judged.profile_candidate import CandidateSide
+    from maxkernel.tpu_tools.judged.timed_loop import CandidateSide
     from maxkernel.tpu_tools.profile.reference_side import SPECS_FILE, ReferenceSide, TimedSide
 
     staging, r1, r2 = private / "staging", private / "reference", private / "reference_repeat"
@@ -451,7 +451,7 @@ def _run_jobs(
     give_warmup(cand_dir)
     say("candidate: trace, compile, time")
     feed_c = _Feeder(_write_from(sets), cand_dir, private, n, say)
-    from maxkernel.tpu_tools.judge.evaluate import hide_paths_for
+    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for
 
     hide = [*hide_paths_for(reference, kernel_path), str(private)]
     mesh = ref.info.mesh if ref.info else None
@@ -498,7 +498,7 @@ def _run_jobs(
     report.candidate_not_measured_reason = cand.not_measured_reason
     report.warnings += cand.warnings
     # Integrity: the events the child streamed as they happened (a later lie cannot hide them), then its report.
-    from maxkernel.tpu_tools.judge.evaluate import integrity_evidence
+    from maxkernel.tpu_tools.judge.outcomes import integrity_evidence
 
     breach = integrity_evidence(outcome.progress)
     if breach is None and cand.reached:
