@@ -1,7 +1,7 @@
 """Run in a fresh process (4 CPU devices): validate/compile the multi-chip references and adversaries.
 
 Prints one JSON line per (task, kernel): correct, races, seconds, compile seconds. Used by
-tests/test_jaxbench_multichip.py; a separate process because the device count is fixed at backend start.
+tests/jaxbench/test_multichip.py; a separate process because the device count is fixed at backend start.
 """
 
 import json

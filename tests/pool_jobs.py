@@ -1,4 +1,4 @@
-"""Tiny job functions for tests/test_tpu_tools_pool.py; imported by name inside pool children."""
+"""Tiny job functions for tests/tpu_tools/pool/test_pool.py; imported by name inside pool children."""
 
 from __future__ import annotations
 

@@ -110,8 +110,8 @@ def clock_fingerprints() -> dict[str, str]:
     watched = {
         "time.perf_counter": time.perf_counter,
         "time.monotonic": time.monotonic,
-        "_clock": this._clock,
-        "run_timed_calls": this.run_timed_calls,
+        "timed_loop._clock": this._clock,
+        "timed_loop.run_timed_calls": this.run_timed_calls,
         "jax.block_until_ready": jax.block_until_ready,
         "ArrayImpl.block_until_ready": ArrayImpl.block_until_ready,
         "pool_child.report_progress": pool_child.report_progress,
