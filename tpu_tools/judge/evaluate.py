@@ -463,26 +463,19 @@ class Evaluator:
 
         kernel_path = str(Path(kernel_path).expanduser().resolve())
         report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
-        side, failure = self.reference_side(
-            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
-        )
-        if failure is not None or side is None:
-            report.failure = failure
-            return report
-        outcome = self._run(
+        outcome, failure = self._beside_reference_side(
             "maxkernel.tpu_tools.judged.estimate_jobs:estimate_job",
-            {
-                "kernel_path": kernel_path,
-                "reference_side": side.model_dump(mode="json"),
-                "target": target,
-                "size": size,
-            },
+            kernel_path,
+            reference,
+            target,
+            size,
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
-            hide_paths=hide_paths_for(abs_reference(reference), kernel_path),
         )
-        if outcome.status != "ok" or outcome.result is None:
+        if failure is not None or outcome is None:
+            report.failure = failure
+        elif outcome.status != "ok" or outcome.result is None:
             report.failure = outcome_failure(outcome, "estimate")
         elif not outcome.result.get("ok"):
             error = str(outcome.result.get("error", "unknown"))
@@ -513,29 +506,54 @@ class Evaluator:
 
         path = str(Path(kernel_path).expanduser().resolve())
         report = AnalysisReport(ok=False, tier="model", kernel_path=path, target=target, size=size)
+        outcome, failure = self._beside_reference_side(
+            "maxkernel.tpu_tools.judged.estimate_jobs:analyze_job",
+            path,
+            reference,
+            target,
+            size,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        if failure is not None or outcome is None:
+            report.failure = failure
+        elif outcome.status == "ok" and outcome.result is not None:
+            return AnalysisReport.model_validate(outcome.result)
+        else:
+            report.failure = outcome_failure(outcome, "analyze")
+        return report
+
+    def _beside_reference_side(
+        self,
+        job: str,
+        kernel_path: str,
+        reference: str,
+        target: str,
+        size: str | None,
+        *,
+        timeout_s: float | None,
+        on_progress: ProgressFn | None,
+        cancel: threading.Event | None,
+    ) -> tuple[JobOutcome | None, Failure | None]:
+        """A judged job that needs the reference's shapes: the reference-only child first, then the job
+        with that ReferenceSide and the reference hidden. (None, failure) when the reference failed."""
         side, failure = self.reference_side(
             reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
         if failure is not None or side is None:
-            report.failure = failure
-            return report
+            return None, failure
+        kwargs = {
+            "kernel_path": kernel_path,
+            "reference_side": side.model_dump(mode="json"),
+            "target": target,
+            "size": size,
+        }
+        hidden = hide_paths_for(abs_reference(reference), kernel_path)
         outcome = self._run(
-            "maxkernel.tpu_tools.judged.estimate_jobs:analyze_job",
-            {
-                "kernel_path": path,
-                "reference_side": side.model_dump(mode="json"),
-                "target": target,
-                "size": size,
-            },
-            timeout_s=timeout_s,
-            on_progress=on_progress,
-            cancel=cancel,
-            hide_paths=hide_paths_for(abs_reference(reference), path),
+            job, kwargs, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel, hide_paths=hidden
         )
-        if outcome.status == "ok" and outcome.result is not None:
-            return AnalysisReport.model_validate(outcome.result)
-        report.failure = outcome_failure(outcome, "analyze")
-        return report
+        return outcome, None
 
     def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:
         return summarize_trace(path, top)
