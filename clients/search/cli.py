@@ -37,6 +37,8 @@ class UsageError(BaseUsageError, ValueError):
 
 
 def register(sub: Any) -> None:
+    from maxkernel.clients.models.registry import add_model
+
     s = sub.add_parser("search", help="graph search over candidate kernels (parallel, beam, evolve)")
     cli_args.add_reference(s, positional_alias=True)
     s.add_argument(
@@ -62,7 +64,7 @@ def register(sub: Any) -> None:
         help="template: walk the reference's config space; model: ask --model "
         "(default: template if the reference has a space)",
     )
-    s.add_argument("--model", default="offline", help="model spec for --proposer model")
+    add_model(s, " for --proposer model")
     s.add_argument("--root", help="a kernel file to start from (model proposer)")
     cli_args.add_target(s)
     cli_args.add_size(s)
@@ -178,6 +180,7 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
         return TemplateProposer(space, initial)
     from maxkernel.clients.models import ModelConfigError, registry
 
+    args.model = args.model or registry.default_model_spec()  # saved resolved: a resume keeps the model
     try:
         model = registry.build_model(args.model)
     except ModelConfigError as e:

@@ -500,7 +500,7 @@ class Evaluator:
         self,
         kernel_path: str,
         reference: str,
-        target: str = "tpu-v5e",
+        target: str = "tpu-v6e",
         size: str = "small",
         *,
         timeout_s: float | None = None,
