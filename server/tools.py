@@ -161,6 +161,7 @@ async def validate_kernel(
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,
+            caller="mcp",
         ),
     )
     return finish(report, "validate_kernel")
