@@ -39,16 +39,15 @@ RUN_OPTIONS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from maxkernel.clients.models.registry import add_model
+
     p = cli_args.parser("maxkernel-orchestrate", __doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("auto", help="plan, implement, debug, validate and profile kernels for a reference")
     cli_args.add_reference(a)
     cli_args.add_target(a)
     cli_args.add_size(a)
-    a.add_argument(
-        "--model",
-        help="offline, gemini-<version> or openai:<model> (default: gemini if a key is set, else offline)",
-    )
+    add_model(a)
     a.add_argument("--iterations", type=int, default=5, help="plan -> ... -> analyze rounds")
     a.add_argument("--max-debug", type=int, default=3, help="debugger attempts per iteration")
     cli_args.add_seeds(a, offset=False)

@@ -54,19 +54,19 @@ async def find_examples(
     ctx: Context[AppState],
     query: Annotated[str, Field(description="free text, e.g. 'ragged paged attention'")] = "",
     operator: Annotated[
-        str, Field(description="an operator name, e.g. 'gqa_attention' or 'ragged_dot'")
-    ] = "",
+        str | None, Field(description="an operator name, e.g. 'gqa_attention' or 'ragged_dot'")
+    ] = None,
     primitives: Annotated[
         list[str], Field(description="primitives a reference uses, e.g. ['jnp.einsum', 'jax.nn.softmax']")
     ] = [],  # noqa: B006 (pydantic copies defaults)
-    error: Annotated[str, Field(description="a compiler error or failed verdict's text")] = "",
+    error: Annotated[str | None, Field(description="a compiler error or failed verdict's text")] = None,
     reference: Annotated[
-        str,
+        str | None,
         Field(
             description="a JaxBench task id or workspace reference path: its CONFIG operator and workload "
             "primitives become the query (the task's own Pallas reference is left out)"
         ),
-    ] = "",
+    ] = None,
     k: Annotated[int, Field(ge=1, le=10, description="how many examples")] = 3,
     budget_tokens: Annotated[
         int, Field(ge=100, le=20000, description="all excerpts together, estimated tokens (characters / 4)")
@@ -82,6 +82,8 @@ async def find_examples(
     for a query, an operator, a reference's primitives or an error message; top k with source excerpts
     within budget_tokens. Read a whole example at its uri (maxkernel://examples/{id}).
     """
+    # unset is None, as on the CLI (`maxkernel examples`)
+    operator, error, reference = operator or "", error or "", reference or ""
     if not any(x.strip() for x in (query, operator, error, reference)) and not primitives:
         raise ToolError("give at least one of query, operator, primitives, error or reference")
     st = ctx.request_context.lifespan_context

@@ -161,6 +161,7 @@ async def validate_kernel(
             timeout_s=timeout_s,
             on_progress=progress,
             cancel=cancel,
+            caller="mcp",
         ),
     )
     return finish(report, "validate_kernel")
@@ -328,7 +329,7 @@ async def estimate_kernel(
     kernel_path: KernelPath = None,
     target: CompileTarget = DEFAULT_TARGET,
     size: DefaultSize = DEFAULT_SIZE,
-    timeout_s: Timeout = 120.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> EstimateReport:
     """Static TPU performance estimate of a Pallas kernel (compile-only, no chip): time, bound, VMEM fit.
 
@@ -357,9 +358,9 @@ async def analyze_kernel(
     reference: Reference,
     kernel_source: KernelSource = None,
     kernel_path: KernelPath = None,
-    target: CompileTarget = "tpu-v5e",
+    target: CompileTarget = DEFAULT_TARGET,
     size: DefaultSize = DEFAULT_SIZE,
-    timeout_s: Timeout = 180.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> AnalysisReport:
     """What the TPU compiler made of a kernel (compile-only, from libtpu's LLO dump).
 
@@ -479,7 +480,7 @@ async def describe_reference(
     size: Annotated[
         Size | None, Field(description="default: small if the reference has it, else its only size")
     ] = None,
-    timeout_s: Timeout = 120.0,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> ProgramDescription:
     """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every
     equation (primitive, operands, output shapes, parameters as source) and a primitive census."""

@@ -169,3 +169,20 @@ def cpu_device_count() -> dict:
     import jax
 
     return {"devices": len(jax.devices("cpu"))}
+
+
+def read_paths(paths: list[str]) -> dict:
+    """What this job can read of each path. The paths come without their leading '/': a path named in a
+    job's arguments is shown to it as an input, and the question is what the job sees without that."""
+    out = {}
+    for rel in paths:
+        path = "/" + rel
+        try:
+            if os.path.isdir(path):
+                out[rel] = f"dir of {len(os.listdir(path))}"
+            else:
+                with open(path, "rb") as f:
+                    out[rel] = f"{len(f.read())} bytes"
+        except OSError as e:
+            out[rel] = type(e).__name__
+    return out

@@ -61,11 +61,9 @@ class ScriptedServer:
         if tool == "evaluate_kernel":
             if self.overfit and args.get("seed_offset"):
                 failure = {"kind": "wrong_result", "summary": "seed 70000: 3% of elements off"}
-                return {
-                    "ok": False,
-                    "stopped_at": "validate",
-                    "validation": {"ok": False, "failure": failure},
-                }
+                seeds = [{"seed": 70_000 + i, "ok": i != 0} for i in range(args.get("seeds") or 1)]
+                validation = {"ok": False, "size": args.get("size"), "per_seed": seeds, "failure": failure}
+                return {"ok": False, "stopped_at": "validate", "validation": validation}
             est = {"chip": target, "estimated_time_us": self._time_us(args["kernel_source"])}
             return {
                 "ok": True,
@@ -75,6 +73,11 @@ class ScriptedServer:
                     "static_estimate": est,
                     "reference_estimate": {"chip": target, "estimated_time_us": BASELINE_US},
                 },
+            }
+        if tool == "describe_reference":  # the shapes the report shows
+            return {
+                "inputs": [{"shape": [8, 128], "dtype": "float32"}],
+                "out_specs": [{"shape": [8], "dtype": "float32"}],
             }
         if tool == "validate_kernel":
             kind = self.case_verdicts.get((args.get("case") or {}).get("name"))

@@ -15,7 +15,6 @@ config comes back through compile -> validate -> test -> profile as one more att
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -46,9 +45,9 @@ from maxkernel.clients.models import (
     ModelError,
     TransientModelError,
 )
-from maxkernel.clients.offline.program_text import HEADING, program_section
 from maxkernel.clients.progress import NullReporter, Reporter
 from maxkernel.clients.run_store import RunStore
+from maxkernel.clients.task_text import task_text
 from maxkernel.subagents import (
     MAX_EXAMPLES,
     MIN_SCORE_RATIO,
@@ -153,16 +152,10 @@ class AutoLoop(RoleSteps):
     async def _prepare(self) -> None:
         """Task text and chip facts, fetched once through MCP and kept in the journal."""
         st, server = self.state, self.servers[0]
-        if not self.config.task_spec:
-            detail = await server.get_task(self.config.reference)
-            summary = json.dumps(detail.get("summary", {}), indent=2)
-            self.config.task_spec = f"{summary}\n\nReference (the kernel must match it):\n```python\n{detail.get('reference_source', '')}\n```"
-        if HEADING not in self.config.task_spec:  # what the reference is: its traced program
-            try:
-                program = await server.describe_reference(self.config.reference, self.config.size)
-                self.config.task_spec += "\n\n" + program_section(program)
-            except ServerToolError as e:
-                self.reporter.note(f"describe_reference failed, models see the source only: {str(e)[:300]}")
+        # what the reference is: its summary and source, then its traced program (as the search builds it)
+        self.config.task_spec = await task_text(
+            server, self.config.reference, self.config.size, self.config.task_spec, note=self.reporter.note
+        )
         if not st.chip:
             chips = await server.list_chips()
             name = self.config.target if self.config.target.startswith("tpu") else DESIGN_CHIP

@@ -67,6 +67,17 @@ def default_model_spec(env: Mapping[str, str] | None = None) -> str:
     return "offline"
 
 
+MODEL_DEFAULT_TEXT = "gemini if GEMINI_API_KEY (or Vertex) is set, else offline"
+
+
+def add_model(p: Any, what: str = "") -> None:
+    """`--model`, one meaning and one default in every orchestrator verb (auto, search, suite)."""
+    p.add_argument(
+        "--model",
+        help=f"offline, gemini-<version> or openai:<model>{what} (default: {MODEL_DEFAULT_TEXT})",
+    )
+
+
 def build_model(spec: str) -> Model:
     """The model behind `--model`, with transient-failure retries (tests replace this function)."""
     from maxkernel.clients.models.retry import with_retries

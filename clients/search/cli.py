@@ -37,6 +37,8 @@ class UsageError(BaseUsageError, ValueError):
 
 
 def register(sub: Any) -> None:
+    from maxkernel.clients.models.registry import add_model
+
     s = sub.add_parser("search", help="graph search over candidate kernels (parallel, beam, evolve)")
     cli_args.add_reference(s, positional_alias=True)
     s.add_argument(
@@ -62,7 +64,7 @@ def register(sub: Any) -> None:
         help="template: walk the reference's config space; model: ask --model "
         "(default: template if the reference has a space)",
     )
-    s.add_argument("--model", default="offline", help="model spec for --proposer model")
+    add_model(s, " for --proposer model")
     s.add_argument("--root", help="a kernel file to start from (model proposer)")
     cli_args.add_target(s)
     cli_args.add_size(s)
@@ -178,6 +180,7 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
         return TemplateProposer(space, initial)
     from maxkernel.clients.models import ModelConfigError, registry
 
+    args.model = args.model or registry.default_model_spec()  # saved resolved: a resume keeps the model
     try:
         model = registry.build_model(args.model)
     except ModelConfigError as e:
@@ -187,7 +190,7 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
     root = Path(args.root).read_text(encoding="utf-8") if args.root else None
     return ModelProposer(
         model,
-        task_spec=_reference_text(reference),
+        task_spec=_reference_text(reference),  # the task text proper comes in prepare_proposer
         chip=args.target,
         ledger=ledger,
         budget=budget,
@@ -196,13 +199,26 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
 
 
 def _reference_text(reference: str) -> str:
-    from maxkernel.jaxbench import registry
+    """A reference file's opening of the task text, as the Auto loop writes it; "" for a JaxBench id
+    (its summary and source come from get_task)."""
+    from maxkernel.clients.task_text import source_text
 
     path = Path(reference)
     if not path.exists():
-        path = registry.task_path(registry.resolve_id(reference))
+        return ""
     files = sorted(path.glob("*.py")) if path.is_dir() else [path]
-    return "\n\n".join(f.read_text(encoding="utf-8") for f in files)
+    return source_text("\n\n".join(f.read_text(encoding="utf-8") for f in files))
+
+
+async def prepare_proposer(proposer: Any, source: Any, reference: str, size: str | None) -> None:
+    """A model proposer starts from the task text the Auto loop builds (summary, source, traced program),
+    asked of `source`: the first evaluator's server, or this process for the estimate objective."""
+    from maxkernel.clients.search.proposer import ModelProposer
+
+    if isinstance(proposer, ModelProposer):
+        await proposer.prepare(
+            source, reference, size, note=lambda line: print(f"search: {line}", file=sys.stderr)
+        )
 
 
 def _stage(reference: str, workspace: Path) -> str:
@@ -384,6 +400,12 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
                     await stack.enter_async_context(MCPEvaluator(spec, **({"name": name} if name else {})))
                     for name, spec in specs
                 ]
+            if args.objective == "estimate":
+                from maxkernel.clients.task_text import LocalTaskSource
+
+                await prepare_proposer(proposer, LocalTaskSource(), local_reference, task.size)
+            else:
+                await prepare_proposer(proposer, evaluators[0], task.reference, task.size)
             dispatcher = Dispatcher(evaluators, args.concurrency)
             cached = CachedEvaluator(dispatcher, cache, ref_hash)
             live = SearchProgress(

@@ -106,6 +106,13 @@ class ModelProposer:
         self.model = MeteredModel(model, ledger, role="implementer", budget=budget)
         self.ledger, self.task_spec, self.chip, self.root_source = ledger, task_spec, chip, root_source
 
+    async def prepare(self, server: Any, reference: str, size: str | None, note=None) -> None:
+        """The task text the Auto loop's roles read (`task_text`: summary and source, and the traced
+        program), built through `server` (an evaluator's MCP connection, or `LocalTaskSource`)."""
+        from maxkernel.clients.task_text import task_text
+
+        self.task_spec = await task_text(server, reference, size, self.task_spec, note=note)
+
     async def _ask(self, plan: str, previous: str | None, feedback: str | None) -> Proposal | None:
         from maxkernel.subagents.parse import OutputParseError, parse_output
         from maxkernel.subagents.render import render_implement_prompt

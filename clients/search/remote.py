@@ -131,6 +131,20 @@ class MCPEvaluator:
                 report = {}
         return report.get("result", report) if set(report) == {"result"} else report
 
+    async def _read(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        from maxkernel.clients.mcp_client import ServerToolError
+
+        report = await self.call(tool, {k: v for k, v in arguments.items() if v is not None})
+        if "tool_error" in report and report.get("ok") is False:
+            raise ServerToolError(tool, report["tool_error"])
+        return report
+
+    async def get_task(self, task: str) -> dict[str, Any]:
+        return await self._read("get_task", {"task": task})
+
+    async def describe_reference(self, reference: str, size: str | None = None) -> dict[str, Any]:
+        return await self._read("describe_reference", {"reference": reference, "size": size})
+
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
         if self._client is None:
             raise EvaluatorDown(f"{self.name} is not connected")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,24 +27,30 @@ class NoServer(RuntimeError):
 
 
 def register(sub: Any) -> None:
+    from maxkernel.clients.models.registry import add_model
+    from maxkernel.tpu_tools.cli import args as cli_args
+
     s = sub.add_parser("suite", help="run auto or search over many JaxBench tasks and score them")
     s.add_argument("--reference", default="all", help="'all' or comma-separated task ids (8p,12p_RMSNorm,…)")
     s.add_argument("--mode", choices=["auto", "search"], default="auto")
-    s.add_argument("--model", default="offline", help="model spec (default offline)")
-    s.add_argument("--target", default="tpu-v6e")
-    s.add_argument("--size", choices=["small", "full"], default="small")
+    add_model(s)
+    cli_args.add_target(s)
+    cli_args.add_size(s)
     s.add_argument("--concurrency", type=int, default=2, help="tasks (and evaluations) in flight")
-    s.add_argument(
-        "--server", action="append", default=[], metavar="URL", help="a running server (repeatable)"
-    )
-    s.add_argument("--token", help="bearer token for --server (else env MAXKERNEL_TOKEN)")
-    s.add_argument("--run-dir", help="suite directory (default runs/suite-<time>)")
+    cli_args.add_server(s)
+    cli_args.add_run_dir(s, help_text="suite directory (default: runs/suite-<time>)")
     s.add_argument(
         "--resume", metavar="SUITE_DIR", help="continue a suite: finished tasks kept, none repeated"
     )
-    s.add_argument("--iterations", type=int, default=1, help="auto: iterations per task")
-    s.add_argument("--test-cases", type=int, default=2, help="auto: tester cases per task")
-    s.add_argument("--seeds", type=int, default=3)
+    # A suite runs every task: its per-task budgets are smaller than one `auto` run's on purpose
+    # (auto: --iterations 5, --test-cases 3; search: --max-evaluations 40), and --help says so.
+    s.add_argument(
+        "--iterations", type=int, default=1, help="auto: iterations per task (one `auto` run defaults to 5)"
+    )
+    s.add_argument(
+        "--test-cases", type=int, default=2, help="auto: tester cases per task (one `auto` run defaults to 3)"
+    )
+    cli_args.add_seeds(s, offset=False)
     s.add_argument("--verify-seeds", type=int, default=4, help="fresh seeds of the final re-verify")
     s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam")
     s.add_argument("--max-usd", type=float, help="whole suite")
@@ -53,8 +58,13 @@ def register(sub: Any) -> None:
     s.add_argument("--max-evaluations", type=int, help="whole suite")
     s.add_argument("--task-max-usd", type=float)
     s.add_argument("--task-max-minutes", type=float)
-    s.add_argument("--task-max-evaluations", type=int, default=12, help="search: per task")
-    s.add_argument("--json", action="store_true", help="print the score JSON to stdout")
+    s.add_argument(
+        "--task-max-evaluations",
+        type=int,
+        default=12,
+        help="search: per task (one `search` run's --max-evaluations defaults to 40)",
+    )
+    cli_args.add_json(s, "the score")
     s.add_argument("--quiet", action="store_true", help="no progress line or table")
     s.set_defaults(func=suite_main)
 
@@ -74,6 +84,7 @@ def _task_ids(spec: str) -> list[str]:
 
 
 def _settings(args: argparse.Namespace):
+    from maxkernel.clients.models.registry import default_model_spec
     from maxkernel.clients.suite.runner import SuiteSettings
     from maxkernel.tpu_tools.hardware.targets import TARGET_NAMES
 
@@ -90,9 +101,9 @@ def _settings(args: argparse.Namespace):
         return SuiteSettings(
             tasks=tasks,
             mode=args.mode,
-            model=args.model,
+            model=args.model or default_model_spec(),
             target=args.target,
-            size=args.size,
+            size=args.size or "small",  # the grammar's default size: small where a task has it (all do)
             concurrency=args.concurrency,
             iterations=args.iterations,
             test_cases=args.test_cases,
@@ -119,7 +130,9 @@ def _specs(args: argparse.Namespace, suite_dir: Path, concurrency: int) -> list[
     if not args.server:
         (suite_dir / "workspace").mkdir(parents=True, exist_ok=True)
         return [stdio_params(str(suite_dir / "workspace"), max_workers=max(1, concurrency))]
-    token = args.token or os.environ.get("MAXKERNEL_TOKEN")
+    from maxkernel.tpu_tools.cli import args as cli_args
+
+    token = cli_args.server_token(args)
     specs = []
     for url in args.server:
         if url.startswith(("http://", "https://")):

@@ -1,8 +1,10 @@
 """The suite's score table: printed (rich), and written as score.json, score.csv and report.html.
 
 The HTML page is self-contained (inline SVG, no scripts, no network): the summary per tier, one bar
-chart row per task (speedup vs the XLA baseline and vs the expert reference, log scale, 1x marked),
-and MaxKernel's ranking. Estimate rows are labeled as such wherever a number appears.
+chart row per task (speedup vs the XLA baseline and vs the expert reference, log scale, 1x marked; the
+target size and shapes, the sizes validation checked, the estimator's tier; for a task that is not
+correct, the failing case, its size, kind and summary; relative links to the scored kernel and its
+verdict JSON), and MaxKernel's ranking. Estimate rows are labeled as such wherever a number appears.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def write_all(suite_dir: Path, rows: list[TaskRow], sc: SuiteScore, meta: dict) 
         w.writeheader()
         for r in rows:
             d = r.model_dump(mode="json")
-            d["correct_evidence"] = "; ".join(d["correct_evidence"])
+            for key in ("correct_evidence", "check_sizes"):
+                d[key] = "; ".join(d[key])
+            for key in ("input_shapes", "output_shapes"):
+                d[key] = " ".join(d[key])
+            d["failed"] = _failed_text(r)
             w.writerow(d)
     paths["html"].write_text(render_html(rows, sc, meta), encoding="utf-8")
     return {k: str(v) for k, v in paths.items()}
@@ -46,6 +52,18 @@ def write_all(suite_dir: Path, rows: list[TaskRow], sc: SuiteScore, meta: dict) 
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
+
+
+def _tier(row: TaskRow) -> str:
+    """The row's tier, with the estimator's own tier (model or llo) for an estimate."""
+    if row.tier == "estimate" and row.estimate_tier:
+        return f"estimate/{row.estimate_tier}"
+    return row.tier or "-"
+
+
+def _failed_text(row: TaskRow) -> str:
+    f = row.failed
+    return "" if f is None else f"{f.case} at size {f.size or '?'}: {f.kind}: {f.summary}"
 
 
 def summary_lines(sc: SuiteScore) -> list[str]:
@@ -76,7 +94,7 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
             r.task,
             r.status,
             "yes" if r.correct else "no",
-            "est." if r.tier == "estimate" else (r.tier or "-"),
+            _tier(r).replace("estimate", "est."),
             _fmt(r.kernel_time_us),
             _fmt(r.baseline_time_us),
             _fmt(r.speedup_vs_baseline, ".2f"),
@@ -123,16 +141,50 @@ def _bar_svg(row: TaskRow, width: int = 420) -> str:
     return "".join(parts)
 
 
+def _size_cell(r: TaskRow) -> str:
+    e = html.escape
+    shapes = ""
+    if r.input_shapes or r.output_shapes:
+        shapes = (
+            f"<div class=shapes>{e(', '.join(r.input_shapes))} &rarr; {e(', '.join(r.output_shapes))}</div>"
+        )
+    return f"{e(r.size or '-')}{shapes}"
+
+
+def _why_cell(r: TaskRow) -> str:
+    """For a task that is not correct: the failing case, its size, kind and summary; then the links to
+    the scored kernel and its verdicts (relative to the page: the suite directory moves with them)."""
+    e = html.escape
+    parts = []
+    if r.failed is not None and not r.correct:
+        f = r.failed
+        parts.append(
+            f"<div class=failed><b>{e(f.case)}</b> at size <b>{e(f.size or '?')}</b>: "
+            f"<code>{e(f.kind)}</code> {e(f.summary[:300])}</div>"
+        )
+    elif r.note:
+        parts.append(f"<div>{e(r.note[:200])}</div>")
+    links = [
+        f'<a href="{e(path)}">{name}</a>'
+        for path, name in ((r.kernel_file, "kernel"), (r.verdict_file, "verdict JSON"))
+        if path
+    ]
+    if links:
+        parts.append("<div>" + " &middot; ".join(links) + "</div>")
+    return "".join(parts)
+
+
 def render_html(rows: list[TaskRow], sc: SuiteScore, meta: dict) -> str:
     e = html.escape
     trs = []
     for r in rows:
-        tier = r.tier or "-"
-        tier_cell = f'<span class="est">{tier}</span>' if tier == "estimate" else e(tier)
+        tier = _tier(r)
+        tier_cell = f'<span class="est">{e(tier)}</span>' if r.tier == "estimate" else e(tier)
         trs.append(
             f"<tr><td>{e(r.task)}</td><td>{e(r.status)}</td><td>{'yes' if r.correct else 'no'}</td>"
+            f"<td>{_size_cell(r)}</td><td>{e(', '.join(r.check_sizes) or '-')}</td>"
             f"<td>{tier_cell}</td><td>{_fmt(r.kernel_time_us)}</td><td>{_fmt(r.baseline_time_us)}</td>"
-            f"<td>{_fmt(r.expert_time_us)}</td><td>{_bar_svg(r)}</td><td class=note>{e(r.note[:200])}</td></tr>"
+            f"<td>{_fmt(r.expert_time_us)}</td><td>{_bar_svg(r)}</td><td class=note>{_why_cell(r)}</td></tr>"
         )
     ranked = "".join(
         f"<li>{e(x.task)}: {x.speedup_vs_baseline:.2f}x vs XLA ({e(x.tier)})"
@@ -147,15 +199,19 @@ def render_html(rows: list[TaskRow], sc: SuiteScore, meta: dict) -> str:
 <style>
 body {{ font-family: sans-serif; margin: 24px; }}
 table {{ border-collapse: collapse; }} td, th {{ border-bottom: 1px solid #ddd; padding: 3px 8px; font-size: 13px; }}
-.est {{ background: #fff3cd; padding: 1px 4px; }} .note {{ color: #666; max-width: 260px; font-size: 11px; }}
+.est {{ background: #fff3cd; padding: 1px 4px; }} .note {{ color: #666; max-width: 320px; font-size: 11px; }}
+.shapes {{ color: #666; font-size: 11px; }} .failed {{ color: #a12; }}
 </style></head><body>
 <h1>maxkernel suite: {e(str(meta.get("suite_dir", "")))}</h1>
 <p>Bars: speedup on a log axis (1/8x to 8x), the dashed line is 1x. <span class="est">estimate</span> rows are the
 static model's numbers for the target chip, not measurements; they never share a geomean with measured rows.</p>
 <h2>Summary</h2><ul>{summary}</ul>
 <h2>Per task</h2>
-<table><tr><th>task</th><th>status</th><th>correct</th><th>tier</th><th>kernel µs</th><th>XLA µs</th><th>expert µs</th>
-<th>speedup</th><th>note</th></tr>
+<p>Size: the target size (compiled, estimated and scored there) with the reference's input and output shapes;
+checked at: the sizes validation ran at (fresh seeds, then each tester case). Tier: measured, or the estimate
+with its estimator's tier (model or llo).</p>
+<table><tr><th>task</th><th>status</th><th>correct</th><th>size, shapes</th><th>checked at</th><th>tier</th>
+<th>kernel µs</th><th>XLA µs</th><th>expert µs</th><th>speedup</th><th>why / evidence</th></tr>
 {"".join(trs)}
 </table>
 <h2>Ranked (MaxKernel's report)</h2><ol>{ranked}</ol>

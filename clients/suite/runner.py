@@ -27,6 +27,7 @@ from maxkernel.clients.search.evaluator import Dispatcher, EvalTask, EvaluatorDo
 from maxkernel.clients.search.remote import verdict_from_report
 from maxkernel.clients.suite.store import SuiteStore
 from maxkernel.tpu_tools.profile.scoreboard import (
+    FailedCase,
     SuiteScore,
     TaskRow,
     reference_tier_time,
@@ -35,6 +36,7 @@ from maxkernel.tpu_tools.profile.scoreboard import (
     timed_row,
 )
 
+SCORED_KERNEL, SCORED_VERDICT = "scored_kernel.py", "scored_verdict.json"
 VERIFY_SEED_OFFSET = 70_000  # apart from validation (0..), Auto's fresh seeds (10_000) and re-verify (50_000)
 
 
@@ -230,6 +232,7 @@ class SuiteRunner:
             kernel_label=f"best of {self.s.mode}",
         )
         verdicts: dict[str, Any] = {"loop": loop["summary"]}
+        await self._shapes(task, row)
         if loop["source"] is None:
             row.note = f"no verified kernel: {loop['why']}"
         else:
@@ -299,7 +302,7 @@ class SuiteRunner:
 
         from maxkernel.clients.models import Ledger
         from maxkernel.clients.search.algorithms import Search, SearchSettings
-        from maxkernel.clients.search.cli import make_proposer, reference_hash
+        from maxkernel.clients.search.cli import make_proposer, prepare_proposer, reference_hash
         from maxkernel.clients.search.evaluator import CachedEvaluator
         from maxkernel.clients.search.store import EvalCache, GraphStore
         from maxkernel.clients.search.templates import space_for
@@ -321,6 +324,8 @@ class SuiteRunner:
                 proposer=None, model=self.s.model, target=self.s.target, size=self.s.size, root=None
             )
             proposer = make_proposer(ns, task, ledger, budget)
+            # a model proposer starts from the Auto loop's task text, asked of the pool's servers
+            await self.dispatcher.run(lambda ev: prepare_proposer(proposer, ev, task, self.s.size))
             cached = CachedEvaluator(self.dispatcher, cache, reference_hash(task))
             search = Search(
                 gs,
@@ -402,6 +407,24 @@ class SuiteRunner:
     async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         return await self.dispatcher.run(lambda ev: ev.call(tool, args))
 
+    async def _shapes(self, task: str, row: TaskRow) -> None:
+        """The reference's input and output shapes at the target size, as the server traces them."""
+        program = await self._call("describe_reference", {"reference": task, "size": self.s.size})
+        spec = lambda t: f"{t['dtype']}[{','.join(str(d) for d in t['shape'])}]"  # noqa: E731
+        row.input_shapes = [spec(t) for t in program.get("inputs") or []]
+        row.output_shapes = [spec(t) for t in program.get("out_specs") or []]  # none if it cannot trace
+
+    def _write_evidence(self, task: str, source: str, verdicts: dict[str, Any], row: TaskRow) -> None:
+        """The scored kernel and its verdicts beside the task's run, linked from the report (relative)."""
+        import json
+
+        task_dir = self.store.task_dir(task)
+        task_dir.mkdir(parents=True, exist_ok=True)
+        (task_dir / SCORED_KERNEL).write_text(source, encoding="utf-8")
+        (task_dir / SCORED_VERDICT).write_text(json.dumps(verdicts, indent=1, default=str), encoding="utf-8")
+        row.kernel_file = (task_dir / SCORED_KERNEL).relative_to(self.store.root).as_posix()
+        row.verdict_file = (task_dir / SCORED_VERDICT).relative_to(self.store.root).as_posix()
+
     async def _expert_time(self, task: str, row: TaskRow) -> tuple[float | None, str | None] | None:
         """The expert Pallas reference profiled as a candidate; why it has no time goes in the row."""
         source = expert_source(task)
@@ -441,11 +464,16 @@ class SuiteRunner:
             "time_us": v.time_us,
             "tier": v.time_label,
         }
+        scored: dict[str, Any] = {"evaluation": report, "cases": []}
         row.kernel_sha256 = report.get("kernel_sha256")
         evidence = ["the loop's own validation"]
         ok = v.status == "valid"
         if ok:
             evidence.append(f"re-verified in a fresh pool process on {self.s.verify_seeds} fresh seeds")
+        else:
+            row.failed = failed_stage(report, self.s.target, self.s.size)
+        validated_at = (report.get("validation") or {}).get("size")
+        row.check_sizes = [validated_at] if validated_at else []
         for case in cases:
             r = await self._call(
                 "validate_kernel",
@@ -459,18 +487,35 @@ class SuiteRunner:
                     "seed_offset": VERIFY_SEED_OFFSET,
                 },
             )
-            kind = (r.get("failure") or {}).get("kind")
+            failure = r.get("failure") or {}
+            kind = failure.get("kind")
             verdicts.setdefault("cases", []).append(
                 {"case": case.get("name"), "ok": r.get("ok"), "kind": kind}
             )
+            scored["cases"].append({"case": case, "verdict": r})
+            row.check_sizes.append(case_size(case, self.s.size))
             if r.get("ok"):
                 evidence.append(f"tester case {case.get('name')}")
             elif kind != "case_unusable":  # a case the reference cannot run blames nobody
+                if ok:
+                    row.failed = FailedCase(
+                        case=f"tester case {case.get('name')}",
+                        size=case_size(case, self.s.size),
+                        kind=kind or "",
+                        summary=failure.get("summary") or r.get("tool_error") or "",
+                    )
                 ok = False
+        row.check_sizes = list(dict.fromkeys(row.check_sizes))
         row.correct = ok
         row.correct_evidence = evidence if ok else []
+        self._write_evidence(task, source, scored, row)
         if not ok:
-            row.note = f"not correct: {v.failure or 'a tester case failed'}"[:1000]
+            f = row.failed
+            row.note = (
+                f"not correct: {f.case} at size {f.size or '?'}: {f.kind}: {f.summary}"
+                if f
+                else f"not correct: {v.failure}"
+            )[:1000]
             return
         # The baseline is the task's own workload as the judge ran it in this very report (never handed
         # to a candidate process, which may not import JaxBench): measured on the chip, else estimated.
@@ -485,6 +530,36 @@ class SuiteRunner:
             "baseline": list(baseline),
             "expert": expert,
         }
+
+
+def case_size(case: dict[str, Any], size: str) -> str:
+    """A tester case's size as a reader re-runs it: its base size, grown, with its overrides."""
+    text = str(case.get("base") or size)
+    if case.get("grow"):
+        text += f" x{case['grow']}"
+    if case.get("sizes"):
+        text += " (" + ", ".join(f"{k}={v}" for k, v in case["sizes"].items()) + ")"
+    return text
+
+
+def failed_stage(report: dict[str, Any], target: str, size: str) -> FailedCase:
+    """The first negative verdict of an evaluation report: its stage (for validation, its first failing
+    seed), the size it ran at, and the verdict's own kind and summary."""
+    stage = report.get("stopped_at") or ""
+    part = report.get({"validate": "validation"}.get(stage, stage)) or {}
+    failure = part.get("failure") or {}
+    case = {"compile": f"compile for {part.get('target') or target}", "profile": "profile"}.get(stage, stage)
+    if stage == "validate":
+        bad = [s for s in part.get("per_seed") or [] if not s.get("ok")]
+        case = f"seed {bad[0]['seed']}" if bad else "validation"
+        if part.get("case"):
+            case += f" of case {part['case'].get('name')}"
+    if not stage:
+        case = "evaluation"
+    summary = failure.get("summary") or report.get("tool_error") or ""
+    return FailedCase(
+        case=case, size=part.get("size") or size, kind=failure.get("kind") or "", summary=summary
+    )
 
 
 def score_rows(store: SuiteStore) -> tuple[list[TaskRow], SuiteScore]:

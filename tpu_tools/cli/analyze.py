@@ -82,9 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     from maxkernel.tpu_tools.cli.main import _add_eval_args
 
     p = sub.add_parser("analyze", help="compile with libtpu's LLO dump: bundles, units, spills, VMEM, DMAs")
-    _add_eval_args(p, "tpu-v5e")
+    _add_eval_args(p)
     p.set_defaults(func=cmd_analyze)
 
     p = sub.add_parser("estimate", help="static TPU time estimate (tier llo or model), never a timing")
-    _add_eval_args(p, "tpu-v5e")
+    _add_eval_args(p)
     p.set_defaults(func=cmd_estimate)

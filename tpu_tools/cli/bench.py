@@ -116,7 +116,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run JaxBench tasks: compile, validate the Pallas reference, profile")
     p.add_argument("--tasks", help="comma-separated ids, e.g. 8p_GEMM,12p_RMSNorm")
     p.add_argument("--all", action="store_true", help="all 50 tasks")
-    p.add_argument("--size", choices=["small", "full"], default="small", help="JaxBench size")
+    cli_args.add_size(p)
     cli_args.add_target(p)
     cli_args.add_run_dir(
         p,
@@ -124,6 +124,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help_text="results directory: results.json, results.csv (never inside the package)",
     )
     p.add_argument("--out", dest="run_dir", help=argparse.SUPPRESS)  # old spelling of --run-dir
-    cli_args.add_timeout(p, 600.0)
+    cli_args.add_timeout(p, cli_args.PROFILE_TIMEOUT_S)
     cli_args.add_json(p, "the results")
     p.set_defaults(func=cmd_bench)

@@ -71,6 +71,7 @@ def cmd_validate(args) -> int:
         rtol=args.rtol,
         allow_plain_jax=args.allow_plain_jax,
         allow_weak_check=args.allow_weak_check,
+        caller="cli",
     )
     _print_json(report) if args.json else render_validation(report)
     return _verdict_exit(report)

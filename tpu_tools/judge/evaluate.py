@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.judge.outcomes import (
@@ -243,8 +243,12 @@ class Evaluator:
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
+        caller: Literal["api", "cli", "mcp"] = "api",
     ) -> ValidationReport:
         """Validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at random if None).
+
+        `caller` spells the options a verdict tells its reader to pass (`--allow-weak-check` on the command
+        line, `allow_weak_check` over MCP and in Python).
 
         The reference child writes inputs and expected outputs; the candidate child, which never sees the
         reference, runs every set `repeats` times in a shuffled interleaved order; this process compares.
@@ -402,7 +406,19 @@ class Evaluator:
                 report.warnings.append(failure.summary)
                 failure = None
             elif failure is not None and failure.kind == "weak_check":
-                failure.summary += " (pass allow_weak_check to accept)"
+                flag = {"cli": "--allow-weak-check", "mcp": "allow_weak_check: true"}.get(
+                    caller, "allow_weak_check=True"
+                )
+                failure.summary += f" (pass {flag} to accept)"
+            if failure is not None and failure.kind == "output_mismatch" and "interpret" in report.execution:
+                nan = [r for r in report.per_seed if not r.ok and r.nan_count and not r.reference_nan_count]
+                if nan:  # the commonest cause, and one that only shows in interpret mode
+                    failure.summary += (
+                        f"; the kernel output NaN where the reference has numbers ({nan[0].nan_count} on seed "
+                        f"{nan[0].seed}): interpret mode fills uninitialised buffers with NaN, so an "
+                        "accumulator never initialised (e.g. under @pl.when(k == 0)) or an output block never "
+                        "written shows up as NaN"
+                    )
             report.ok = failure is None
             return finish(failure)
         finally:
@@ -493,7 +509,7 @@ class Evaluator:
         self,
         kernel_path: str,
         reference: str,
-        target: str = "tpu-v5e",
+        target: str = "tpu-v6e",
         size: str = "small",
         *,
         timeout_s: float | None = None,

@@ -10,6 +10,10 @@ from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.reports import Failure
 
 _ALLOC = re.compile(r"Allocation \(size=(\d+)\) would exceed memory \(size=(\d+)\)")
+# Mosaic's scoped-VMEM check, e.g. "Scoped allocation with size 33.82M and limit 32.00M exceeded ..."
+_SCOPED = re.compile(r"Scoped allocation with size ([\d.]+)([KMG]?)i?B? and limit ([\d.]+)([KMG]?)i?B?")
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}  # XLA prints byte sizes in binary units
+_REMOVED = re.compile(r"module '(jax[\w.]*)' has no attribute '(\w+)'")
 _BLOCK_RULE = "divisible by 8 and 128"
 
 
@@ -57,19 +61,53 @@ def _block_rule_detail(message: str) -> str:
     )
 
 
-def classify_exception(exc: BaseException, stage: str, candidate_path: Path | None = None) -> Failure:
-    """Map an exception raised while tracing/lowering/compiling/running the candidate to a Failure."""
+def _vmem_numbers(text: str) -> tuple[int | None, int | None, str]:
+    """(requested, limit, 'scoped' | 'memory' | '') from the compiler's VMEM message."""
+    if m := _ALLOC.search(text):
+        return int(m.group(1)), int(m.group(2)), "memory"
+    if m := _SCOPED.search(text):
+        return (
+            round(float(m.group(1)) * _UNITS[m.group(2)]),
+            round(float(m.group(3)) * _UNITS[m.group(4)]),
+            "scoped",
+        )
+    return None, None, ""
+
+
+def _vmem_advice(req: int | None, limit: int | None, which: str, physical: int | None) -> str:
+    """Raise the scoped limit where the chip's physical VMEM holds the request; else shrink."""
+    shrink = "use smaller blocks or fewer buffers"
+    if which == "scoped" and req and physical and req <= physical * 0.9:
+        want = min(physical, -(-int(req * 1.1) // (1 << 20)) * (1 << 20))
+        return (
+            f"; the chip has {physical / (1 << 20):.0f} MiB physical VMEM: raise the scoped limit with "
+            f"compiler_params=pltpu.CompilerParams(vmem_limit_bytes={want}), or {shrink}"
+        )
+    return f"; {shrink}"
+
+
+def classify_exception(
+    exc: BaseException,
+    stage: str,
+    candidate_path: Path | None = None,
+    *,
+    physical_vmem_bytes: int | None = None,
+) -> Failure:
+    """Map an exception raised while tracing/lowering/compiling/running the candidate to a Failure.
+
+    `physical_vmem_bytes` (the target chip's) lets a scoped-VMEM overshoot suggest `vmem_limit_bytes`."""
     text = f"{type(exc).__name__}: {exc}"
     full = "".join(traceback.format_exception(exc))
     line = _candidate_line(exc, candidate_path)
     where = f" (candidate line {line})" if line else ""
     lowered = text.lower()
 
-    alloc = _ALLOC.search(text)
-    for space, advice in (("vmem", "; use smaller blocks or fewer buffers"), ("smem", "")):
-        if "resource_exhausted" in lowered and space in lowered:
-            req, cap = (int(alloc.group(1)), int(alloc.group(2))) if alloc else (None, None)
-            nums = f": asked {req:,} bytes of {space.upper()}, capacity {cap:,}" if alloc else ""
+    req, cap, which = _vmem_numbers(text)
+    for space in ("vmem", "smem"):
+        if ("resource_exhausted" in lowered and space in lowered) or (space == "vmem" and which == "scoped"):
+            limit = "scoped limit" if which == "scoped" else "capacity"
+            nums = f": asked {req:,} bytes of {space.upper()}, {limit} {cap:,}" if req else ""
+            advice = _vmem_advice(req, cap, which, physical_vmem_bytes) if space == "vmem" else ""
             return Failure(
                 kind=f"{space}_exhausted",  # type: ignore[arg-type]
                 summary=f"{space.upper()} exhausted{nums}{advice}{where}",
@@ -113,6 +151,20 @@ def classify_exception(exc: BaseException, stage: str, candidate_path: Path | No
         return Failure(
             kind="oom",
             summary=f"host memory exhausted: {_first_line(text)}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
+    if isinstance(exc, AttributeError) and (m := _REMOVED.search(str(exc))):
+        import jax
+
+        return Failure(
+            kind="python_error",
+            summary=(
+                f"{m.group(1)}.{m.group(2)} does not exist in the installed jax {jax.__version__}: removed or "
+                f"renamed since the kernel was written; find the current spelling in jax's own Pallas ops "
+                f"(`maxkernel examples`){where}"
+            ),
             message=full,
             stage=stage,
             line=line,

@@ -173,7 +173,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             compiled = lowered.compile()
             report.times.compile_ms = _ms(t0)
         except Exception as e:
-            return finish(classify_exception(e, stage, path))
+            return finish(classify_exception(e, stage, path, physical_vmem_bytes=_physical_vmem(target_name)))
     if spec is not None and (what := mesh.xla_moves(compiled)) is not None:
         report.warnings.append(
             f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: XLA moves the "
@@ -231,3 +231,11 @@ def _ms(t0: float) -> float:
 
 def _fmt(specs: list[ArraySpec]) -> str:
     return ", ".join(f"{s.dtype}{s.shape}" for s in specs) or "nothing"
+
+
+def _physical_vmem(target: str) -> int | None:
+    """The target chip's physical VMEM (None off the TPU targets)."""
+    from maxkernel.tpu_tools.hardware.chips import CHIPS
+
+    chip = CHIPS.get(target)
+    return chip.vmem_bytes if chip is not None else None

@@ -172,7 +172,12 @@ def forked_main(
     if sandbox_plan is not None:
         try:
             sandbox_linux.enter_job(
-                scratch, sandbox_plan["hide"], sandbox_plan["tmp_size"], conn, sandbox_plan["inputs"]
+                scratch,
+                sandbox_plan["hide"],
+                sandbox_plan["tmp_size"],
+                conn,
+                sandbox_plan["inputs"],
+                sandbox_plan.get("runtime", ()),
             )
         except OSError as exc:  # fail closed: never run the job half-sandboxed
             conn.send(("error", "SandboxSetupError", f"sandbox setup failed: {exc}", traceback.format_exc()))

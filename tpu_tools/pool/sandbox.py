@@ -10,8 +10,10 @@ flags and dropped capabilities, not on a VM. Out of scope: kernel exploits, side
 exhaustion beyond the pool's timeout / memory cap / tmpfs sizes, and the job's own pipe (it may send
 any message; the judge's checks, not the sandbox, decide what a result is worth).
 
-Inputs the parent names in a job's arguments (a kernel file under /tmp) stay visible read-only, with
-their directory; the home directory's credential stores (~/.ssh, ~/.aws, ~/.config/gcloud, ...) and the
+The runtime (the interpreter, the venv, every sys.path entry and our package's own folders:
+`runtime_paths`) and the inputs the parent names in a job's arguments (a kernel file under /tmp) stay
+visible read-only wherever they are, /tmp included, the inputs with their directory; hidden paths under
+them are still masked; the home directory's credential stores (~/.ssh, ~/.aws, ~/.config/gcloud, ...) and the
 server's --token-file are masked in every job, besides the job's own hide_paths. /proc/sys is read-only
 (sysctl writes are checked by uid alone, and a job may run as a capability-less root).
 
@@ -281,23 +283,58 @@ def device_bwrap_argv(
     uid: int,
     writable: list[str],
     devices: list[tuple[str, str]],
+    readable: list[str] = (),
     libtpu_lock: str = "/tmp/libtpu_lockfile",
     libtpu_logs: str = "/tmp/tpu_logs",
 ) -> list[str]:
     """bwrap around the device-owning worker: its own PID namespace (the pool knows it by bwrap's pid),
-    the device nodes, libtpu's host lock file (so two servers never open one chip) and log dir."""
+    the device nodes, libtpu's host lock file (so two servers never open one chip) and log dir, and the
+    runtime folders (`readable`) that its private /tmp would hide."""
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid"]
     argv += ["--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if uid != 0:
         argv += ["--unshare-user", "--uid", str(uid), "--gid", str(os.getgid())]
     argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     argv += ["--bind", libtpu_lock, "/tmp/libtpu_lockfile", "--bind", libtpu_logs, "/tmp/tpu_logs"]
+    for path in sorted(set(readable), key=len):
+        if _in_private_tmp(path) and not any(_within(path, w) for w in writable):
+            argv += ["--ro-bind", path, path]
     for path in writable:
         argv += ["--bind", path, path]
     for src, dst in devices:
         argv += ["--dev-bind", src, dst]
     argv += _setenv(env) + ["--chdir", cwd, "--", sys.executable]
     return argv
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _in_private_tmp(path: str) -> bool:
+    return path != "/tmp" and _within(path, "/tmp")
+
+
+def visible_cwd(cwd: str, visible: list[str]) -> str:
+    """`cwd` if the device worker will see it (its /tmp is private), else /."""
+    if not _in_private_tmp(cwd) or any(_within(cwd, v) for v in visible if v != "/tmp"):
+        return cwd
+    return "/"
+
+
+def runtime_paths() -> list[str]:
+    """What every job must read to run at all, resolved: the interpreter's folder, its prefixes (the venv),
+    every sys.path entry and the folders of our own package (an editable install maps them from outside
+    sys.path). A job's private /tmp would otherwise hide any of these that live under /tmp (a clone in a
+    `mktemp -d`), and every module the forkserver had not imported yet would fail to load."""
+    raw = [os.path.dirname(sys.executable), os.path.dirname(os.path.realpath(sys.executable))]
+    raw += [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    raw += [p or os.getcwd() for p in sys.path]
+    for name, module in list(sys.modules.items()):
+        if name == "maxkernel" or name.startswith("maxkernel."):
+            raw += list(getattr(module, "__path__", None) or [])
+    out = {os.path.realpath(p) for p in raw if isinstance(p, str) and p}
+    return sorted((p for p in out if os.path.exists(p)), key=len)
 
 
 def write_launcher(argv: list[str], directory: str) -> str:

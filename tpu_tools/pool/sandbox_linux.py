@@ -198,11 +198,18 @@ def job_mount_plan(
     tmp_size_bytes: int,
     inputs: tuple[str, ...] | list[str] = (),
     *,
+    runtime: tuple[str, ...] | list[str] = (),
     exists=os.path.lexists,
     isdir=os.path.isdir,
 ) -> list[MountOp]:
-    """The mounts that make one job's view: private dirs, its inputs read-only, its scratch rw, hidden
-    paths masked, a fresh /proc.
+    """The mounts that make one job's view: private dirs, the runtime and its inputs read-only, its
+    scratch rw, hidden paths masked, a fresh /proc.
+
+    `runtime` is what any job needs to read to run at all (`sandbox.runtime_paths`: the interpreter, the
+    venv, every sys.path entry, our package's folders). Where one lies under a private dir (a clone or a
+    venv in /tmp) it is bound back read-only, whole: the job sees it as it would anywhere else on the
+    read-only root. A runtime folder that holds the job's scratch gets a fresh tmpfs over the scratch's
+    parent (other jobs' scratch dirs are siblings); the scratch is then bound back read-write.
 
     `inputs` are files the parent named in the job's arguments that live under a private dir (a kernel
     in /tmp): they stay visible read-only with their directory (a kernel imports helpers from beside
@@ -222,6 +229,20 @@ def job_mount_plan(
         # (a hidden file inside a shown directory is masked below)
         return not _under(scratch, (path,)) and not _under(path, tuple(hidden))
 
+    covers: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in runtime}, key=len):  # parents first
+        if path in PRIVATE_DIRS or not _under(path, PRIVATE_DIRS) or not exists(path):
+            continue
+        if _under(path, tuple(hidden)) or any(_under(path, (s,)) for s in shown):
+            continue
+        parent = os.path.dirname(scratch)
+        if _under(scratch, (path,)):
+            if not _under(parent, (path,)) or parent == path:
+                continue  # it would show other jobs' scratch dirs, and covering them would hide it all
+            covers.append(parent)
+        shown.append(path)
+        ops.append(MountOp("mkdir" if isdir(path) else "touch", path))
+        ops.append(MountOp("bind_ro", path, source=path))
     for raw in inputs:
         path = os.path.realpath(raw)
         if not exists(path) or _under(path, tuple(hidden)):
@@ -235,7 +256,9 @@ def job_mount_plan(
         shown.append(path)
         ops.append(MountOp("mkdir" if isdir(path) or path != os.path.realpath(raw) else "touch", path))
         ops.append(MountOp("bind_ro", path, source=path))
-    if _under(scratch, PRIVATE_DIRS):
+    for parent in dict.fromkeys(covers):
+        ops.append(MountOp("tmpfs", parent, options="mode=755,size=64k"))
+    if _under(scratch, PRIVATE_DIRS) or covers:
         ops.append(MountOp("mkdir", scratch))
     ops.append(MountOp("bind_rw", scratch, source=scratch))
     for path in hidden:
@@ -313,7 +336,12 @@ def enter_forkserver_namespaces(*, map_user: bool) -> None:
 
 # ---- job side ---------------------------------------------------------------------------------------
 def enter_job(
-    scratch_dir: str, hide_paths: list[str], tmp_size_bytes: int, conn, inputs: list[str] = ()
+    scratch_dir: str,
+    hide_paths: list[str],
+    tmp_size_bytes: int,
+    conn,
+    inputs: list[str] = (),
+    runtime: list[str] = (),
 ) -> None:
     """Turn this freshly forked child into a sandboxed job; returns in the job process.
 
@@ -331,7 +359,7 @@ def enter_job(
     scratch = os.path.realpath(scratch_dir)
     if not os.path.isdir(scratch):
         raise SandboxSetupError(errno.ENOENT, f"scratch dir {scratch} is not visible to the sandbox")
-    plan = job_mount_plan(scratch, tuple(hide_paths), tmp_size_bytes, tuple(inputs))
+    plan = job_mount_plan(scratch, tuple(hide_paths), tmp_size_bytes, tuple(inputs), runtime=tuple(runtime))
     unshare(CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Opened in the new mount namespace (a bind source must be one of its mounts), before /tmp is covered.
@@ -400,18 +428,21 @@ def _init_loop(job_pid: int, conn) -> None:
 
 def self_test(namespaces: bool) -> int:
     """Probe: can this host run the job sandbox? Exit 0 and print 'ok', or print the failing step."""
+    import sys
     import tempfile
 
     scratch = tempfile.mkdtemp(prefix="maxkernel-probe-")
     try:
         if namespaces:
             enter_forkserver_namespaces(map_user=os.getuid() != 0)
+        # the probe binds what a job binds: the interpreter and its library, wherever they are
+        runtime = [os.path.dirname(os.path.realpath(sys.executable)), sys.prefix, *filter(None, sys.path)]
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(read_end)
             try:
-                enter_job(scratch, [], 1 << 20, None)
+                enter_job(scratch, [], 1 << 20, None, runtime=runtime)
                 with open(os.path.join(scratch, "probe"), "w") as f:
                     f.write("ok")
                 os.write(write_end, b"ok")

@@ -276,6 +276,7 @@ class WorkerPool:
                 "hide": [*self.hide_paths, *spec.hide_paths],
                 "tmp_size": min(cap, 4 * GIB),
                 "inputs": _named_paths(spec.kwargs),
+                "runtime": sandbox.runtime_paths(),
             }
         env = dict(self._child_env)
         if spec.host_devices > 1:  # the child's backend starts after fork: jax's own config sets the count
@@ -424,12 +425,14 @@ class WorkerPool:
         if not os.path.exists(lock):
             open(lock, "a").close()
         os.makedirs(logs, exist_ok=True)
+        writable, readable = self._device_writable(), sandbox.runtime_paths()
         argv = sandbox.device_bwrap_argv(
             sandbox.bwrap_path() or "bwrap",
             {**env, sandbox.ROLE_ENV: "device:bwrap"},
-            os.getcwd(),
+            sandbox.visible_cwd(os.getcwd(), [*writable, *readable]),
             uid=os.getuid(),
-            writable=self._device_writable(),
+            writable=writable,
+            readable=readable,
             devices=sandbox.device_paths(),
             libtpu_lock=lock,
             libtpu_logs=logs,

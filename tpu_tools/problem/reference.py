@@ -295,10 +295,21 @@ def _load_maxkernel_task_dir(path: Path) -> Reference:
     computation = getattr(module, "computation", None) or getattr(module, "workload", None)
     if computation is None:
         raise ReferenceLoadError(f"{ref_file} lacks computation")
-    namespace: dict[str, Any] = {}
+    # input_gen_code is a fragment written beside reference.py: it sees the reference's own names
+    # (its imports) and jax, jnp and np, which MaxKernel's tasks use without importing (often in a
+    # default argument, evaluated when the code runs).
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    namespace: dict[str, Any] = {"jax": jax, "jnp": jnp, "np": np}
+    namespace.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
     code = task.get("input_gen_code")
     if code:
-        exec(compile(code, str(path / "kernel_task.yaml:input_gen_code"), "exec"), namespace)
+        try:
+            exec(compile(code, str(path / "kernel_task.yaml:input_gen_code"), "exec"), namespace)
+        except Exception as e:
+            raise reference_failure(e, path / "kernel_task.yaml", "input_gen_code") from None
     get_inputs = namespace.get("get_inputs") or getattr(module, "get_inputs", None)
     if get_inputs is None:
         raise ReferenceLoadError(f"{path}: neither input_gen_code nor reference.py defines get_inputs()")

@@ -19,6 +19,15 @@ Tier = Literal["measured", "estimate"]
 MATCH_EXPERT_RATIO = 0.95  # within 5% of the expert's time counts as a match (timing noise, estimate error)
 
 
+class FailedCase(BaseModel):
+    """The check a task failed, named so a reader can re-run it: which case, at which size, how."""
+
+    case: str = Field(description="'compile for tpu-v6e', 'seed 70001', 'tester case ragged_k', ...")
+    size: str = Field(default="", description="the size it ran at (a tester case: its base and overrides)")
+    kind: str = Field(default="", description="the verdict's failure kind")
+    summary: str = Field(default="", description="the verdict's own one-line summary")
+
+
 class TaskRow(BaseModel):
     """One task's result; `correct` and the speedups are what the score reads."""
 
@@ -30,7 +39,17 @@ class TaskRow(BaseModel):
         description="the verdicts behind `correct` (fresh seeds, tester cases, re-verify)",
     )
     target: str = ""
-    size: str = ""
+    size: str = Field(default="", description="the target size: compiled, estimated and scored at it")
+    input_shapes: list[str] = Field(default_factory=list, description="the reference's inputs at `size`")
+    output_shapes: list[str] = Field(default_factory=list, description="the reference's outputs at `size`")
+    check_sizes: list[str] = Field(
+        default_factory=list, description="the sizes validation ran at (seeds, then each tester case)"
+    )
+    failed: FailedCase | None = Field(default=None, description="why a finished task is not correct")
+    kernel_file: str | None = Field(default=None, description="the scored kernel, relative to the suite dir")
+    verdict_file: str | None = Field(
+        default=None, description="its verdicts (evaluation, tester cases) as JSON, relative to the suite dir"
+    )
     tier: Tier | None = Field(default=None, description="where kernel_time_us and baseline_time_us came from")
     estimate_tier: str | None = Field(
         default=None, description="the estimator's tier (model, llo) if estimate"

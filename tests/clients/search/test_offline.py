@@ -7,7 +7,18 @@ from maxkernel.clients.cli import main
 
 def test_beam_search_with_the_offline_model_improves_on_its_root(tmp_path, capsys):
     run = tmp_path / "run"
-    argv = ["search", "12p_RMSNorm", "--algorithm", "beam", "--objective", "estimate", "--proposer", "model"]
+    # The root is the Auto loop's first kernel (same task text). A task with room above it: 12p_RMSNorm's
+    # small size fits one block, already at the per-step floor, so no child there can beat its root.
+    argv = [
+        "search",
+        "20k_Gemm_Multiply_LeakyReLU",
+        "--algorithm",
+        "beam",
+        "--objective",
+        "estimate",
+        "--proposer",
+        "model",
+    ]
     argv += [
         "--model",
         "offline",

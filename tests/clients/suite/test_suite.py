@@ -5,6 +5,7 @@ two real in-memory servers."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -155,6 +156,21 @@ def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
     (r,) = out["rows"]
     assert not r["correct"] and r["correct_evidence"] == [] and "seed 70000" in r["note"]
     assert r["speedup_vs_baseline"] is None and out["score"]["by_tier"] == {}
+    # the report says which case, at which size, how, and links the kernel and its verdicts
+    assert r["failed"] == {
+        "case": "seed 70000",
+        "size": "small",
+        "kind": "wrong_result",
+        "summary": "seed 70000: 3% of elements off",
+    }
+    suite_dir = Path(out["suite_dir"])
+    kernel, verdict = suite_dir / r["kernel_file"], suite_dir / r["verdict_file"]
+    assert "pallas_call" in kernel.read_text() and r["kernel_file"].startswith("tasks/8p_GEMM/")
+    assert json.loads(verdict.read_text())["evaluation"]["validation"]["failure"]["kind"] == "wrong_result"
+    page = (suite_dir / "report.html").read_text()
+    assert f'href="{r["kernel_file"]}"' in page and f'href="{r["verdict_file"]}"' in page
+    assert "<b>seed 70000</b> at size <b>small</b>" in page and "float32[8,128]" in page
+    assert r["input_shapes"] == ["float32[8,128]"] and r["check_sizes"] == ["small"]
 
 
 def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
@@ -193,6 +209,13 @@ def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_can
     (r,) = out["rows"]
     assert r["correct"] is correct
     assert any(tool == "validate_kernel" for tool, _ in server.calls)  # the tester's cases were run
+    assert r["check_sizes"][0] == "small"  # the seeds' size, then each tester case's (once each)
+    if not correct:
+        failed = r["failed"]
+        assert (failed["case"], failed["kind"]) == ("tester case mixed_sign_large", kind)
+        assert failed["size"] in r["check_sizes"] and failed["size"].startswith("small")
+    else:
+        assert r["failed"] is None
 
 
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
@@ -257,15 +280,37 @@ def test_usage_errors_exit_2_with_one_line_and_nothing_on_disk(argv, message, ca
 @pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no chromium")
 def test_score_page_renders_in_headless_chromium(tmp_path):
     from maxkernel.clients.suite.report import write_all
+    from maxkernel.tpu_tools.profile.scoreboard import FailedCase
 
     rows = [
         row("8p", speedup=2.0, expert=1.1),
         row("12p", tier="estimate", speedup=0.7),
         row("9p", correct=False),
     ]
-    page = Path(write_all(tmp_path, rows, score(rows), {"suite_dir": "demo"})["html"])
+    rows[1].estimate_tier, rows[1].size, rows[1].check_sizes = "llo", "full", ["small", "small x2"]
+    rows[1].input_shapes, rows[1].output_shapes = ["bfloat16[4096,8192]"], ["bfloat16[4096,8192]"]
+    bad = rows[2]
+    bad.size, bad.kernel_file, bad.verdict_file = (
+        "small",
+        "tasks/9p/scored_kernel.py",
+        "tasks/9p/scored_verdict.json",
+    )
+    bad.failed = FailedCase(
+        case="tester case ragged_k", size="small (k=136)", kind="wrong_result", summary="4% off"
+    )
+    (tmp_path / "tasks" / "9p").mkdir(parents=True)
+    (tmp_path / bad.kernel_file).write_text("# kernel")
+    (tmp_path / bad.verdict_file).write_text("{}")
+    paths = write_all(tmp_path, rows, score(rows), {"suite_dir": "demo"})
+    page = Path(paths["html"])
     text = page.read_text()
     assert text.count("<svg") == 3 and "http://" not in text.replace("http://www.w3.org/2000/svg", "")
+    assert "estimate/llo" in text and "bfloat16[4096,8192]" in text and "small x2" in text
+    assert "<b>tester case ragged_k</b> at size <b>small (k=136)</b>" in text and "wrong_result" in text
+    for link in (bad.kernel_file, bad.verdict_file):  # relative, and there
+        assert f'href="{link}"' in text and (page.parent / link).is_file()
+    saved = json.loads(Path(paths["json"]).read_text())["rows"][2]
+    assert saved["failed"]["case"] == "tester case ragged_k" and saved["kernel_file"] == bad.kernel_file
     png = tmp_path / "out.png"
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     subprocess.run(

@@ -53,8 +53,18 @@ def test_zeros_kernel_is_caught_by_the_weak_check_guard(evaluator):
     assert not r.ok
     assert r.failure.kind == "weak_check" and r.weak_check
     assert "zeros" in r.failure.summary
+    assert "(pass allow_weak_check=True to accept)" in r.failure.summary  # the Python API's spelling
     allowed = evaluator.validate(kernel("zeros"), TINY_REF, "cpu", "small", seeds=2, allow_weak_check=True)
     assert allowed.ok and allowed.warnings
+    cli = evaluator.validate(kernel("zeros"), TINY_REF, "cpu", "small", seeds=1, caller="cli")
+    assert "(pass --allow-weak-check to accept)" in cli.failure.summary  # the command line's
+
+
+def test_nan_from_an_uninitialised_accumulator_says_interpret_mode_fills_buffers_with_nan(evaluator):
+    r = evaluator.validate(kernel("uninit_accumulator"), MATMUL_REF, "tpu-v6e", "small", seeds=1)
+    assert r.failure.kind == "output_mismatch" and r.per_seed[0].nan_count > 0, r.failure
+    assert "interpret mode fills uninitialised buffers with NaN" in r.failure.summary
+    assert "pl.when(k == 0)" in r.failure.summary
 
 
 def test_plain_jax_candidate_is_no_kernel_unless_allowed(evaluator):

@@ -525,6 +525,91 @@ def test_job_mount_plan_binds_scratch_and_inputs_and_masks_hidden_paths():
     assert plan[0].options == f"mode=1777,size={1 << 30}"
 
 
+def test_job_mount_plan_shows_a_runtime_under_tmp_and_still_masks_what_is_hidden_in_it():
+    """A clone and its venv in a `mktemp -d`: bound back read-only whole, the reference and the task
+    sources inside still masked, /tmp itself never shown, and nothing shown twice."""
+    clone = "/tmp/tmp.x/mk"
+    present = {clone, f"{clone}/.venv", f"{clone}/tpu_tools", f"{clone}/jaxbench/tasks", "/usr/lib/python3"}
+    present |= {f"{clone}/examples/ref.py", f"{clone}/examples/k.py", "/tmp/s/job", "/tmp/lib.zip"}
+    dirs = {p for p in present if not p.endswith((".py", ".zip"))}
+    plan = sandbox_linux.job_mount_plan(
+        "/tmp/s/job",
+        [f"{clone}/examples/ref.py", f"{clone}/jaxbench/tasks"],
+        1 << 20,
+        [f"{clone}/examples/k.py"],
+        runtime=[f"{clone}/tpu_tools", clone, f"{clone}/.venv", "/usr/lib/python3", "/tmp", "/tmp/lib.zip"],
+        exists=lambda p: p in present,
+        isdir=lambda p: p in dirs,
+    )
+    ops = [(op.kind, op.target) for op in plan if op.kind != "tmpfs"]
+    assert ops == [
+        ("touch", "/tmp/lib.zip"),  # a zip on sys.path: the file itself
+        ("bind_ro", "/tmp/lib.zip"),
+        ("mkdir", clone),  # its subfolders, the venv and the kernel's folder are inside: bound once
+        ("bind_ro", clone),
+        ("mkdir", "/tmp/s/job"),
+        ("bind_rw", "/tmp/s/job"),
+        ("mask_file", f"{clone}/examples/ref.py"),  # hidden inside a shown runtime folder: masked
+        ("mask_dir", f"{clone}/jaxbench/tasks"),
+        ("proc", "/proc"),
+    ]
+    assert all(op.source in (None, op.target) for op in plan)
+
+
+def test_job_mount_plan_covers_other_jobs_scratch_inside_a_shown_runtime_folder():
+    """TMPDIR inside the clone: the clone is shown, but the scratch's parent (where every job's scratch
+    lives) gets a fresh tmpfs first, so a job sees only its own scratch."""
+    present = {"/tmp/c", "/tmp/c/tmp/root/job-1", "/tmp/c/tmp/root"}
+    plan = sandbox_linux.job_mount_plan(
+        "/tmp/c/tmp/root/job-1", [], 1 << 20, runtime=["/tmp/c"], exists=present.__contains__, isdir=bool
+    )
+    ops = [(op.kind, op.target) for op in plan[4:]]
+    assert ops == [
+        ("mkdir", "/tmp/c"),
+        ("bind_ro", "/tmp/c"),
+        ("tmpfs", "/tmp/c/tmp/root"),
+        ("mkdir", "/tmp/c/tmp/root/job-1"),
+        ("bind_rw", "/tmp/c/tmp/root/job-1"),
+        ("proc", "/proc"),
+    ]
+    # a runtime folder that is the scratch's own parent is not shown: covering it would hide it all
+    plan = sandbox_linux.job_mount_plan(
+        "/tmp/c/job-1", [], 1 << 20, runtime=["/tmp/c"], exists=lambda p: True, isdir=bool
+    )
+    assert [(op.kind, op.target) for op in plan[4:]] == [
+        ("mkdir", "/tmp/c/job-1"),
+        ("bind_rw", "/tmp/c/job-1"),
+        ("proc", "/proc"),
+    ]
+
+
+def test_runtime_paths_name_the_interpreter_the_venv_and_our_package():
+    paths = sandbox.runtime_paths()
+    assert os.path.dirname(os.path.realpath(sys.executable)) in paths
+    assert os.path.realpath(sys.prefix) in paths
+    assert str(Path(sandbox.__file__).resolve().parents[1]) in paths  # tpu_tools, however it was installed
+    assert all(os.path.isabs(p) and os.path.exists(p) for p in paths)
+
+
+def test_device_worker_bwrap_plan_binds_a_runtime_under_tmp(monkeypatch):
+    argv = sandbox.device_bwrap_argv(
+        "bwrap",
+        {},
+        "/tmp/c",
+        uid=0,
+        writable=["/tmp/s"],
+        devices=[],
+        readable=["/usr/lib", "/tmp/c/.venv", "/tmp/c", "/tmp", "/tmp/s/x"],
+    )
+    binds = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1) if argv[i] in ("--ro-bind", "--bind")]
+    assert ("--ro-bind", "/tmp/c") in binds and ("--ro-bind", "/tmp/c/.venv") in binds
+    assert ("--ro-bind", "/tmp") not in binds and ("--ro-bind", "/tmp/s/x") not in binds
+    assert argv.index("--tmpfs") < argv.index("/tmp/c")  # bound after /tmp is made private
+    assert sandbox.visible_cwd("/tmp/c/sub", ["/tmp/c"]) == "/tmp/c/sub"
+    assert sandbox.visible_cwd("/tmp/elsewhere", ["/tmp/c", "/tmp"]) == "/"
+    assert sandbox.visible_cwd("/work", []) == "/work"
+
+
 def test_device_worker_bwrap_plan_binds_devices_lock_and_logs(monkeypatch):
     monkeypatch.setenv("MAXKERNEL_SANDBOX_DEVICES", "/fake/accel0=/dev/accel0:/fake/vfio=/dev/vfio")
     devices = sandbox.device_paths()

@@ -35,6 +35,23 @@ def test_maxkernel_task_dir_loads_with_tolerances():
     assert ref.workload(a, b).shape == (256, 256)
 
 
+def test_maxkernel_task_dir_whose_input_code_uses_jnp_unimported(tmp_path):
+    """MaxKernel's adapted tasks use jnp (e.g. in a default argument) without importing it."""
+    import shutil
+
+    task = tmp_path / "task"
+    shutil.copytree(REFS / "maxkernel_task", task)
+    (task / "kernel_task.yaml").write_text(
+        "task_id: unimported\ninput_gen_code: |\n"
+        "  def get_inputs(dtype=jnp.bfloat16):\n"
+        "      k1, k2 = jax.random.split(jax.random.key(7))\n"
+        "      return [jax.random.normal(k1, (128, 128), dtype), jax.random.normal(k2, (128, 128), dtype)]\n"
+    )
+    ref = load_reference(str(task))
+    a, b = ref.create_inputs("full", None)
+    assert str(a.dtype) == "bfloat16" and ref.workload(a, b).shape == (128, 128)
+
+
 def test_jaxbench_id_resolves():
     ref = load_reference("8p")
     assert ref.info.name == "8p_GEMM" and "small" in ref.info.sizes
