@@ -15,6 +15,7 @@ test) who wants the fleet's timeline on a shared filesystem.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import socket
@@ -91,14 +92,15 @@ def serve(tool: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
     """One tool call on this host: `{"host", "versions", "result", "started_at", "seconds"}`."""
     global _server
     host = host_name()
-    trace("start", call=call_id, tool=tool)
+    key = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    trace("start", call=call_id, tool=tool, args_key=key)
     started = time.time()
     with _lock:
         if _server is None:
             _server = HostServer()
     result = _server.call(tool, arguments)
     seconds = round(time.time() - started, 3)
-    trace("end", call=call_id, tool=tool, seconds=seconds)
+    trace("end", call=call_id, tool=tool, args_key=key, seconds=seconds)
     return {
         "host": host,
         "versions": _server.versions,

@@ -103,7 +103,15 @@ class RayEngine:
 
     # ---- the engine interface
     async def tool_versions(self) -> str:
-        return self._versions or "maxkernel-fleet"
+        """The hosts' server name-version, as a `--server` reports it (so the evaluation cache is shared)."""
+        if not self._versions:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                self._versions = f"maxkernel-{version('maxkernel')}"
+            except PackageNotFoundError:
+                self._versions = "maxkernel-0"
+        return self._versions
 
     async def call(self, tool: str, args: dict[str, Any], *, label: str = "") -> dict[str, Any]:
         """One tool call on a host Ray picks: `{"host", "versions", "result": CallToolResult JSON, ...}`."""
@@ -124,7 +132,6 @@ class RayEngine:
                 self.fleet()
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise NoEvaluators(f"Ray could not run {tool}: {first}") from None
-        self._versions = self._versions or out.get("versions", "")
         return out
 
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
