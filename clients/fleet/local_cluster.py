@@ -110,9 +110,13 @@ class LocalCluster:
             self.env,
         )
         self._wait_for(1, timeout_s)
-        for w in self.workers:
-            self.add(w)
-        self._wait_for(1 + len(self.workers), timeout_s)
+        for i, w in enumerate(self.workers):  # one at a time: on a loaded box a raylet may miss Ray's 30 s
+            for _ in range(3):
+                self.add(w)
+                if self._wait_for(2 + i, timeout_s, w):
+                    break
+            else:
+                raise TimeoutError(f"worker node {w.name} did not join in 3 tries: see {self.logs}")
         self.started_s = round(time.monotonic() - t0, 2)
         return self
 
@@ -126,7 +130,7 @@ class LocalCluster:
             [*argv, "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"], f"{w.name}.log", env
         )
 
-    def _wait_for(self, nodes: int, timeout_s: float) -> None:
+    def _wait_for(self, nodes: int, timeout_s: float, joining: Worker | None = None) -> bool:
         """Until `nodes` nodes are alive (asked through `ray` in a short child: this process stays no driver)."""
         probe = (
             "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
@@ -146,7 +150,9 @@ class LocalCluster:
                 and r.stdout.strip().splitlines()[-1:]
                 and int(r.stdout.split()[-1]) >= nodes
             ):
-                return
+                return True
+            if joining is not None and joining.proc is not None and joining.proc.poll() is not None:
+                return False  # its `ray start` gave up: the caller starts it again
             time.sleep(0.5)
         raise TimeoutError(
             f"the local Ray cluster did not reach {nodes} nodes in {timeout_s:.0f}s: see {self.logs}"
