@@ -144,3 +144,16 @@ def test_engine_flags_that_disagree_are_one_line_exit_2_and_nothing_on_disk(argv
     err = capsys.readouterr().err.strip()
     assert message in err and err.startswith(f"maxkernel-orchestrate {argv[0]}: ") and "\n" not in err, err
     assert not run_dir.exists()
+
+
+def test_the_suite_live_line_shows_hosts_up_and_busy():
+    from maxkernel.clients.suite.runner import SuiteProgress
+
+    class Fleet:
+        def fleet(self):
+            return FleetView(engine="ray", hosts_up=2, hosts_busy=1, hosts_lost=["host-2"])
+
+    line = SuiteProgress(3, 1, 1, enabled=False)
+    assert "|" not in line.line().split("ETA")[1]  # no engine yet: no fleet part
+    line.engine = Fleet()
+    assert line.line() == "1/3 done | correct 1 | ETA ? | ray: 2 hosts up, 1 busy, 1 lost"
