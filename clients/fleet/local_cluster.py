@@ -9,7 +9,7 @@ this refuses to start unless the process sees no network interface but `lo`. Run
 (`--unshare` re-executes itself that way). The head evaluates nothing (`--num-cpus 0`); each worker
 node is its own `ray start --block` process, in its own session, with its CPUs, its custom resources
 and its environment (`MAXKERNEL_HOST` names it in verdicts). `kill_worker(i)` SIGKILLs one node's
-process group, by its PID, as a lost host; every Ray process dies with the namespace's first process.
+process tree, by PID, as a lost host; every Ray process dies with the namespace's first process.
 """
 
 from __future__ import annotations
@@ -47,6 +47,26 @@ def in_private_namespace() -> bool:
 
 def bring_up_loopback() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc's parent links), children before grandchildren."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(0), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 @dataclass
@@ -159,10 +179,16 @@ class LocalCluster:
         )
 
     def kill_worker(self, name: str) -> float:
-        """SIGKILL one worker node's whole process group (its raylet and Ray workers), by PID; when."""
+        """SIGKILL one worker node as a lost host: its `ray start`, raylet and every Ray worker under it
+        (Ray puts workers in their own sessions, so the tree is walked by PID); returns when."""
         w = next(w for w in self.workers if w.name == name)
         assert w.proc is not None
-        os.killpg(w.proc.pid, signal.SIGKILL)
+        tree = descendants(w.proc.pid)
+        for pid in [w.proc.pid, *tree]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         at = time.time()
         w.proc.wait(timeout=30)
         return at
@@ -171,10 +197,11 @@ class LocalCluster:
         """Kill what this cluster started, by PID (the namespace takes any stray child with it)."""
         for p in [w.proc for w in self.workers] + [self.head]:
             if p is not None and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                for pid in [p.pid, *descendants(p.pid)]:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
                 p.wait(timeout=30)
 
     def __enter__(self) -> LocalCluster:

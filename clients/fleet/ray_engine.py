@@ -173,6 +173,24 @@ class RayEngine:
         return FleetView(engine="ray", hosts_up=len(up), hosts_busy=busy, hosts_lost=list(self.dead))
 
 
+def open_ray(args: Any, concurrency: int, *, profile_target: str) -> RayEngine:
+    """The engine for a command's `--engine ray` flags (`cli.args.add_engine`), connected, once some host
+    is known to take its evaluations; else RayUnavailable with one line, before the command creates
+    anything. Every orchestrator command (suite, search, model) opens its fleet here."""
+    engine = RayEngine(
+        getattr(args, "ray_address", "auto"),
+        concurrency=concurrency,
+        profile_on=getattr(args, "profile_on", "auto"),
+    )
+    engine.__enter__()
+    try:
+        engine.check("evaluate_kernel", {"profile_target": profile_target})
+    except NoHostFor as e:
+        engine.close()
+        raise RayUnavailable(str(e)) from None
+    return engine
+
+
 class RayConnection:
     """The `mcp.Client` surface the Auto loop uses (`call_tool`), each call a Ray task."""
 

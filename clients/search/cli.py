@@ -499,25 +499,12 @@ class SearchProgress:
 
 
 def _open_ray(args: argparse.Namespace) -> Any:
-    """The connected Ray engine, once some host is known to take the search's evaluations."""
-    from maxkernel.clients.fleet.placement import NoHostFor
-    from maxkernel.clients.fleet.ray_engine import RayEngine, RayUnavailable
+    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
 
-    engine = RayEngine(
-        getattr(args, "ray_address", "auto"),
-        concurrency=args.concurrency,
-        profile_on=getattr(args, "profile_on", "auto"),
-    )
     try:
-        engine.__enter__()
+        return open_ray(args, args.concurrency, profile_target=args.target)
     except RayUnavailable as e:
         raise ServerDown(str(e)) from None
-    try:
-        engine.check("evaluate_kernel", {"profile_target": args.target})
-    except NoHostFor as e:
-        engine.close()
-        raise ServerDown(str(e)) from None
-    return engine
 
 
 def _local_stdio(args: argparse.Namespace, workspace: Path) -> Any:

@@ -248,21 +248,12 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
 
 
 def _open_ray(args: argparse.Namespace, settings: Any) -> Any:
-    """The Ray engine, connected, after checking that some host can take the suite's evaluations."""
-    from maxkernel.clients.fleet.placement import NoHostFor
-    from maxkernel.clients.fleet.ray_engine import RayEngine, RayUnavailable
+    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
 
-    engine = RayEngine(args.ray_address, concurrency=settings.concurrency, profile_on=args.profile_on)
     try:
-        engine.__enter__()
+        return open_ray(args, settings.concurrency, profile_target=settings.target)
     except RayUnavailable as e:
         raise NoServer(str(e)) from None
-    try:
-        engine.check("evaluate_kernel", {"profile_target": settings.target})
-    except NoHostFor as e:
-        engine.close()
-        raise NoServer(str(e)) from None
-    return engine
 
 
 def suite_main(args: argparse.Namespace) -> int:
