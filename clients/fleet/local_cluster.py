@@ -28,7 +28,7 @@ from pathlib import Path
 
 PORT = 6379
 ADDRESS = f"127.0.0.1:{PORT}"
-UNSHARE = ["unshare", "--net", "--pid", "--fork", "--mount-proc"]
+UNSHARE = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
 
 class NotInNamespace(RuntimeError):

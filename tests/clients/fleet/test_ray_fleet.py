@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from maxkernel.clients.fleet.local_cluster import UNSHARE
+
 HERE = Path(__file__).resolve().parent
 EVALUATING = {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel", "estimate_kernel"}
 pytestmark = [
@@ -26,9 +28,7 @@ pytestmark = [
 
 
 def _can_unshare() -> bool:
-    r = subprocess.run(
-        ["unshare", "--net", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, timeout=30
-    )
+    r = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30)
     return r.returncode == 0
 
 
@@ -40,16 +40,16 @@ def fleet(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("fleet")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     proc = subprocess.Popen(
-        ["unshare", "--net", "--pid", "--fork", "--mount-proc", sys.executable, str(HERE / "fleet_scenarios.py"), str(out)],
+        [*UNSHARE, sys.executable, str(HERE / "fleet_scenarios.py"), str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
-    )  # fmt: skip
+    )
     try:
         log, _ = proc.communicate(timeout=1500)
     except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)  # unshare's child (the namespace's init) dies with it: --kill-child
+        os.kill(proc.pid, signal.SIGKILL)  # --kill-child: the namespace's init, and all in it, die too
         proc.wait()
         raise
     result = out / "result.json"
