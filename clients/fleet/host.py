@@ -15,6 +15,7 @@ test) who wants the fleet's timeline on a shared filesystem.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hashlib
 import json
 import os
@@ -69,6 +70,14 @@ class HostServer:
         self._stack = AsyncExitStack()
         self.client = self._run(self._open())
         self.versions = f"{self.client.server_info.name}-{self.client.server_info.version}"
+        atexit.register(self.close)  # a chip call's worker exits after it: its pool lets go of the device
+
+    def close(self) -> None:
+        """Close the server (its lifespan closes the pool, killing its children, the device worker too)."""
+        try:
+            asyncio.run_coroutine_threadsafe(self._stack.aclose(), self.loop).result(timeout=30)
+        except Exception:  # exiting anyway; nothing to save
+            pass
 
     def _run(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -101,8 +110,15 @@ def serve(tool: str, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
     result = _server.call(tool, arguments)
     seconds = round(time.time() - started, 3)
     trace("end", call=call_id, tool=tool, args_key=key, seconds=seconds)
+    try:
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+    except Exception:  # not inside Ray
+        node = ""
     return {
         "host": host,
+        "node": node,
         "versions": _server.versions,
         "result": result,
         "started_at": started,

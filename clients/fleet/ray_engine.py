@@ -55,7 +55,8 @@ class RayEngine:
         self.dead: list[str] = []  # hosts lost during the run (Ray moved their work)
         self._versions = ""
         self._resources: tuple[float, dict[str, float]] = (0.0, {})
-        self._seen_nodes: dict[str, str] = {}
+        self._seen_nodes: dict[str, str] = {}  # node id -> host name (from its calls), else ip:node
+        self._lost: set[str] = set()
         self.calls = 0
         self.retried_calls = 0
 
@@ -132,6 +133,8 @@ class RayEngine:
                 self.fleet()
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 raise NoEvaluators(f"Ray could not run {tool}: {first}") from None
+        if out.get("node"):
+            self._seen_nodes[out["node"]] = out["host"]  # a lost node is named by its host name
         return out
 
     async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
@@ -156,7 +159,8 @@ class RayEngine:
             if n.get("Alive"):
                 up[nid] = n
                 self._seen_nodes.setdefault(nid, f"{n.get('NodeManagerAddress', '?')}:{nid[:8]}")
-            elif nid in self._seen_nodes and not any(self._seen_nodes[nid] in d for d in self.dead):
+            elif nid in self._seen_nodes and nid not in self._lost:
+                self._lost.add(nid)
                 self.dead.append(f"{self._seen_nodes[nid]} (node lost; Ray re-ran its calls elsewhere)")
         busy: int | None = None
         try:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from maxkernel.clients.fleet.local_cluster import ADDRESS, LocalCluster, Worker
+from maxkernel.clients.search.store import GRAPH_FILE
 
 TASKS = "12p,41k,8p"
 HOST_KIND = {"accelerator_type:TPU-V4": 1}  # stands for the host kind: a v4 host, never a v6e one
@@ -107,7 +108,7 @@ def search_killed_and_resumed(out: Path, trace: Path, env: dict) -> dict:
     finished_before: list[dict] = []
     killed_at = None
     while proc.poll() is None:
-        db = run_dir / "graph.sqlite"
+        db = run_dir / GRAPH_FILE
         if db.is_file():
             try:
                 rows = (
@@ -161,14 +162,20 @@ def main() -> int:
     with LocalCluster(workers, temp_dir=str(out / "ray"), env=env) as cluster:
         result["cluster_start_s"] = cluster.started_s
         result["suite_ray"] = suite_with_a_host_lost(cluster, out, trace, env)
+        save(out, result, "partial.json")
         result["chip"] = chip_nobody_has(out, env)
         result["search"] = search_killed_and_resumed(out, trace, env)
         result["trace"] = trace_lines(trace)
+        save(out, result, "partial.json")
     local = run([*ORCH, "suite", *SUITE_FLAGS, "--run-dir", str(out / "suite-local")], env)
     result["suite_local"] = local | {"out": json.loads(local["stdout"]) if local["rc"] in (0, 1) else None}
     result["total_s"] = time.monotonic() - t0
-    (out / "result.json").write_text(json.dumps(result, indent=1, default=str))
+    save(out, result, "result.json")
     return 0
+
+
+def save(out: Path, result: dict, name: str) -> None:
+    (out / name).write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":
