@@ -11,6 +11,7 @@ one record (its writes are keyed by content, so a result seen twice is written o
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,7 @@ class RayEngine:
         self._resources: tuple[float, dict[str, float]] = (0.0, {})
         self._seen_nodes: dict[str, str] = {}  # node id -> host name (from its calls), else ip:node
         self._lost: set[str] = set()
+        self._stdout: Any = None
         self.calls = 0
         self.retried_calls = 0
 
@@ -77,6 +79,9 @@ class RayEngine:
         except Exception as e:  # ConnectionError, or no cluster at 'auto'
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise RayUnavailable(f"cannot connect to the Ray cluster at {self.address}: {first}") from None
+        # Ray's driver prints the cluster's error messages (a node died, a worker was killed) on stdout;
+        # they are diagnostics, so they go to stderr and `--json` stdout stays JSON.
+        self._stdout, sys.stdout = sys.stdout, sys.stderr
         self._serve = _remote_serve()
         self.fleet()  # the nodes up at start: a node lost later is named in `dead`
         return self
@@ -88,6 +93,8 @@ class RayEngine:
         import ray
 
         ray.shutdown()
+        if self._stdout is not None:
+            sys.stdout, self._stdout = self._stdout, None
 
     def cluster_resources(self) -> dict[str, float]:
         at, res = self._resources

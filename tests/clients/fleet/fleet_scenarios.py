@@ -83,6 +83,7 @@ def suite_with_a_host_lost(cluster: LocalCluster, out: Path, trace: Path, env: d
     return {
         "rc": proc.returncode,
         "out": json.loads(stdout) if stdout.strip().startswith("{") else None,
+        "stdout_head": stdout[:2000],
         "stderr": stderr[-4000:],
         "t0": t0,
         "killed_at": killed_at,
