@@ -416,6 +416,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             started = True
             with live:
                 result = await search.run()
+            fleet = dispatcher.fleet()  # while the engine is connected: the hosts lost during the run
     except (BaseUsageError, EvaluatorDown) as e:
         store.close()
         if engine is not None:
@@ -440,8 +441,8 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             record_best(
                 space, task.target, local_reference, task.size, b.config, b.time_us, b.time_label, "search"
             )
-    out["dead_servers"] = dispatcher.fleet().hosts_lost
-    out["engine"] = dispatcher.fleet().engine
+    out["dead_servers"] = fleet.hosts_lost
+    out["engine"] = fleet.engine
     out["requeued_on_start"] = result.requeued_on_start
     store.close()
     cache.close()

@@ -227,6 +227,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
             stopped = await runner.run()
         finally:
             watcher.cancel()
+        fleet = dispatcher.fleet()  # while the engine is connected: the hosts lost during the run
     rows, sc = score_rows(store)
     result = SuiteResult(
         suite_dir=str(suite_dir),
@@ -235,7 +236,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         score=sc,
         stopped=stopped,
         requeued_on_start=store.requeued,
-        dead_servers=dispatcher.fleet().hosts_lost + [f"{u} (at start)" for u in unreachable],
+        dead_servers=fleet.hosts_lost + [f"{u} (at start)" for u in unreachable],
         wall_time_s=round(time.monotonic() - started, 2),
     )
     meta = {"suite_dir": str(suite_dir), "settings": settings.model_dump(mode="json"), "stopped": stopped}
