@@ -160,15 +160,16 @@ class RayEngine:
             return FleetView(engine="ray", hosts_up=0, hosts_busy=None, hosts_lost=list(self.dead))
         up: dict[str, dict] = {}
         for n in nodes:
+            nid = n["NodeID"]
+            if not n.get("Alive"):  # a dead node lists no resources: known by the id we saw alive
+                if nid in self._seen_nodes and nid not in self._lost:
+                    self._lost.add(nid)
+                    self.dead.append(f"{self._seen_nodes[nid]} (node lost; Ray re-ran its calls elsewhere)")
+                continue
             if n.get("Resources", {}).get("CPU", 0) <= 0:  # a head with --num-cpus=0 evaluates nothing
                 continue
-            nid = n["NodeID"]
-            if n.get("Alive"):
-                up[nid] = n
-                self._seen_nodes.setdefault(nid, f"{n.get('NodeManagerAddress', '?')}:{nid[:8]}")
-            elif nid in self._seen_nodes and nid not in self._lost:
-                self._lost.add(nid)
-                self.dead.append(f"{self._seen_nodes[nid]} (node lost; Ray re-ran its calls elsewhere)")
+            up[nid] = n
+            self._seen_nodes.setdefault(nid, f"{n.get('NodeManagerAddress', '?')}:{nid[:8]}")
         busy: int | None = None
         try:
             from ray._private.state import available_resources_per_node
