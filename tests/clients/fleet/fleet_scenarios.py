@@ -129,7 +129,7 @@ def search_killed_and_resumed(out: Path, trace: Path, env: dict) -> dict:
     killed = {"rc": proc.returncode, "killed_at": killed_at}
     resumed = run([*ORCH, "search", "--resume", str(run_dir), "--quiet", "--json"], env)
     nodes = (
-        sqlite3.connect(run_dir / "graph.sqlite")
+        sqlite3.connect(run_dir / GRAPH_FILE)
         .execute("SELECT id, source_hash, status, attempts, cached, verdict FROM nodes")
         .fetchall()
     )
