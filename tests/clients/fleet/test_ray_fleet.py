@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 from maxkernel.clients.fleet.local_cluster import UNSHARE
 
 HERE = Path(__file__).resolve().parent
+RAY_CORE_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [IWE] \d+ \d+\] ")
 EVALUATING = {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel", "estimate_kernel"}
 pytestmark = [
     pytest.mark.slow,
@@ -35,6 +37,9 @@ def _can_unshare() -> bool:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory) -> dict:
     pytest.importorskip("ray")
+    done = os.environ.get("MAXKERNEL_FLEET_RESULT")  # re-check a finished scenario's result.json
+    if done:
+        return json.loads(Path(done).read_text())
     if not _can_unshare():
         pytest.skip("no permission for a private network + PID namespace (unshare)")
     out = tmp_path_factory.mktemp("fleet")
@@ -101,7 +106,8 @@ def test_the_fleet_rows_equal_a_local_runs_apart_from_times_and_hosts(fleet):
 def test_a_chip_kind_no_host_has_fails_at_once_with_one_line(fleet):
     c = fleet["chip"]
     assert c["rc"] == 1 and not c["run_dir_exists"], c
-    lines = c["stderr"].strip().splitlines()
+    # Ray's C++ core warns, in its own log format, that the namespace has no route out: not our line
+    lines = [ln for ln in c["stderr"].strip().splitlines() if not RAY_CORE_LOG.match(ln)]
     assert len(lines) == 1, c["stderr"]
     assert lines[0].startswith("maxkernel-orchestrate search: no host in the Ray cluster has a tpu-v6e chip")
     assert "chip kinds present: TPU-V4" in lines[0]
