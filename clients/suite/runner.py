@@ -293,8 +293,9 @@ class SuiteRunner:
                 )
                 loop = AutoLoop.start(model, [client], store, config)
             summary = await loop.run()
-            hosts = getattr(ev, "hosts", None)
-            self._hosts.setdefault(task, set()).update(hosts or [ev.name])
+            self._hosts.setdefault(task, set()).update(
+                getattr(ev, "hosts", None) or ()
+            )  # Ray: each call's host
             if str(summary.get("stop_reason", "")).startswith("server unavailable"):
                 raise EvaluatorDown(summary["stop_reason"])  # the dispatcher resumes it elsewhere
             return summary
@@ -359,9 +360,9 @@ class SuiteRunner:
                 dispatcher=self.dispatcher,
             )
             result = await search.run()
-            self._hosts.setdefault(task, set()).update(
-                n.verdict.server for n in gs.nodes() if n.verdict is not None and n.verdict.server
-            )
+            for n in gs.nodes():  # the hosts its verdicts name (a --server URL is not a host)
+                if n.verdict is not None:
+                    self._hosts.setdefault(task, set()).update(hosts_in(n.verdict.model_dump(mode="json")))
             best = result.best
             if best is not None and not result.reverified:
                 best = None
