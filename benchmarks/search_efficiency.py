@@ -14,8 +14,9 @@ import asyncio
 import statistics
 import tempfile
 
+from maxkernel.clients.fleet.servers import Dispatcher
 from maxkernel.clients.search.algorithms import Search, SearchSettings
-from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask
+from maxkernel.clients.search.evaluator import CachedEvaluator, EvalTask
 from maxkernel.clients.search.objective import EstimateEvaluator
 from maxkernel.clients.search.proposer import TemplateProposer
 from maxkernel.clients.search.store import GraphStore

@@ -63,6 +63,11 @@ class Environment(BaseModel):
     sandbox: SandboxInfo | None = Field(
         default=None, description="the OS sandbox the evaluation ran in (stamped by the parent, not the job)"
     )
+    host: str | None = Field(
+        default=None,
+        description="the machine that judged it ($MAXKERNEL_HOST, else its hostname; stamped "
+        "by the parent with the sandbox)",
+    )
 
 
 class StageTimes(BaseModel):

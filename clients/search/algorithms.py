@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.clients.fleet.engine import Engine
 from maxkernel.clients.models import Budget, BudgetExceeded, Ledger
-from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask, NoEvaluators
+from maxkernel.clients.search.evaluator import CachedEvaluator, EvalTask, NoEvaluators
 from maxkernel.clients.search.graph import Node, NodeVerdict, make_node, sha256_text
 from maxkernel.clients.search.proposer import Proposal, Proposer
 from maxkernel.clients.search.store import GraphStore
@@ -90,7 +91,7 @@ class Search:
         *,
         ledger: Ledger | None = None,
         budget: Budget | None = None,
-        dispatcher: Dispatcher | None = None,
+        dispatcher: Engine | None = None,
     ) -> None:
         self.store, self.evaluator, self.proposer, self.task, self.s = (
             store,

@@ -23,6 +23,9 @@ OPTIONS_META = "cli_options"  # every option the search started with: --resume r
 RESUME_MAY_CHANGE = (
     "server",
     "token",
+    "engine",
+    "ray_address",
+    "profile_on",
     "concurrency",
     "max_evaluations",
     "max_usd",
@@ -50,6 +53,7 @@ def register(sub: Any) -> None:
     s.add_argument("--algorithm", choices=["parallel", "beam", "evolve"], default="beam", help="search shape")
     s.add_argument("--strategy", action="append", default=[], help="catalogue name or free text (repeatable)")
     cli_args.add_server(s)
+    cli_args.add_engine(s)
     s.add_argument("--workspace", help="workspace of the local stdio server (default: RUN_DIR/workspace)")
     s.add_argument(
         "--objective",
@@ -310,9 +314,10 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     removes what it created (the run directory, a new cache file)."""
     from contextlib import AsyncExitStack
 
+    from maxkernel.clients.fleet.servers import Dispatcher
     from maxkernel.clients.models import Budget, Ledger
     from maxkernel.clients.search.algorithms import Search, SearchSettings
-    from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask, EvaluatorDown
+    from maxkernel.clients.search.evaluator import CachedEvaluator, EvalTask, EvaluatorDown
     from maxkernel.clients.search.remote import MCPEvaluator
     from maxkernel.clients.search.report import summary
     from maxkernel.clients.search.store import GRAPH_FILE, EvalCache, GraphStore
@@ -350,6 +355,12 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         cli_args.check_new_run_dir(run_dir)
         task = None
     _check_numbers(args)
+    cli_args.check_engine(args)
+    use_ray = getattr(args, "engine", "local") == "ray" and servers is None and args.objective != "estimate"
+    if use_ray and Path(local_reference).exists():
+        raise UsageError(
+            "--engine ray takes a JaxBench task id: a reference file here is not on the fleet's hosts"
+        )
     for spec in args.server:
         if not spec.startswith(("http://", "https://", "stdio:")):
             raise UsageError(
@@ -364,6 +375,9 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             from maxkernel.clients.connect import http_servers
 
             specs = http_servers(args.server, token)  # a refused token: one line, before anything exists
+    engine = (
+        _open_ray(args) if use_ray else None
+    )  # unreachable, or no host for the job: before anything exists
     ledger, budget = Ledger(), Budget(max_usd=args.max_usd, max_minutes=args.max_minutes)
     proposer = make_proposer(args, local_reference, ledger, budget)
     ref_hash = reference_hash(local_reference)
@@ -393,23 +407,32 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
                 from maxkernel.clients.search.objective import EstimateEvaluator
 
                 evaluators: list[Any] = [EstimateEvaluator(local_reference, task.target, task.size)]
-            else:
+            elif engine is None:
                 if not specs:
                     specs = [(None, _local_stdio(args, workspace))]
                 evaluators = [
                     await stack.enter_async_context(MCPEvaluator(spec, **({"name": name} if name else {})))
                     for name, spec in specs
                 ]
-            if args.objective == "estimate":
-                from maxkernel.clients.task_text import LocalTaskSource
+            if args.objective == "estimate" or engine is not None:
+                from maxkernel.clients.task_text import (
+                    LocalTaskSource,  # a Ray run takes a task id: known here too
+                )
 
                 await prepare_proposer(proposer, LocalTaskSource(), local_reference, task.size)
             else:
                 await prepare_proposer(proposer, evaluators[0], task.reference, task.size)
-            dispatcher = Dispatcher(evaluators, args.concurrency)
+            if engine is not None:
+                stack.callback(engine.close)
+                dispatcher: Any = engine
+            else:
+                dispatcher = Dispatcher(evaluators, args.concurrency)
             cached = CachedEvaluator(dispatcher, cache, ref_hash)
             live = SearchProgress(
-                cached, settings.max_evaluations, disable=args.json or getattr(args, "quiet", False)
+                cached,
+                settings.max_evaluations,
+                disable=args.json or getattr(args, "quiet", False),
+                engine=dispatcher,
             )
             search = Search(
                 store, live, proposer, task, settings, ledger=ledger, budget=budget, dispatcher=dispatcher
@@ -417,8 +440,11 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             started = True
             with live:
                 result = await search.run()
+            fleet = dispatcher.fleet()  # while the engine is connected: the hosts lost during the run
     except (BaseUsageError, EvaluatorDown) as e:
         store.close()
+        if engine is not None:
+            engine.close()
         if not started:  # nothing was searched: leave nothing behind
             for path in (created, new_cache):
                 if path is not None and path.is_dir():
@@ -439,7 +465,8 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             record_best(
                 space, task.target, local_reference, task.size, b.config, b.time_us, b.time_label, "search"
             )
-    out["dead_servers"] = dispatcher.dead
+    out["dead_servers"] = fleet.hosts_lost
+    out["engine"] = fleet.engine
     out["requeued_on_start"] = result.requeued_on_start
     store.close()
     cache.close()
@@ -462,10 +489,10 @@ def _connect_message(e: Exception) -> str:
 class SearchProgress:
     """The search's evaluator, wrapped to drive one live line: evaluations done/total, best, ETA."""
 
-    def __init__(self, inner: Any, total: int, *, disable: bool = False) -> None:
+    def __init__(self, inner: Any, total: int, *, disable: bool = False, engine: Any = None) -> None:
         from maxkernel.tpu_tools.cli.live import LiveLine
 
-        self._inner, self._best = inner, None
+        self._inner, self._best, self._engine = inner, None, engine
         self._line = LiveLine("search", total=total, disable=disable)
         self._done = self._hits = 0
 
@@ -489,8 +516,20 @@ class SearchProgress:
             if self._best is None or verdict.time_us < self._best[0]:
                 self._best = (verdict.time_us, verdict.time_label or "")
         best = f"{self._best[0]:.4g} us ({self._best[1]})" if self._best else "none yet"
-        self._line.update(done=self._done, best=best, detail=f"{self._hits} cache hits")
+        fleet = ""
+        if self._engine is not None and hasattr(self._engine, "fleet"):
+            fleet = f" | {self._engine.fleet().line()}"
+        self._line.update(done=self._done, best=best, detail=f"{self._hits} cache hits{fleet}")
         return verdict, cached
+
+
+def _open_ray(args: argparse.Namespace) -> Any:
+    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
+
+    try:
+        return open_ray(args, args.concurrency, profile_target=args.target)
+    except RayUnavailable as e:
+        raise ServerDown(str(e)) from None
 
 
 def _local_stdio(args: argparse.Namespace, workspace: Path) -> Any:

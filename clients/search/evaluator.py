@@ -2,22 +2,19 @@
 
 `Evaluator.evaluate(source, task) -> NodeVerdict` is all an algorithm needs; `remote.MCPEvaluator`
 implements it over an MCP server, `objective.EstimateEvaluator` with the static estimate alone (for
-benchmarks). `Dispatcher` spreads K evaluations in flight over several evaluators and re-queues the
-work of one that dies; `CachedEvaluator` makes sure the same kernel is never evaluated twice.
+benchmarks). Where the evaluations run (a list of servers, a Ray cluster) is an engine from
+`clients/fleet/`; `CachedEvaluator` makes sure the same kernel is never evaluated twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from maxkernel.clients.search.graph import NodeVerdict, source_hash
 from maxkernel.clients.search.store import EvalCache, cache_key
-
-T = TypeVar("T")
 
 
 class EvalTask(BaseModel):
@@ -53,49 +50,10 @@ class Evaluator(Protocol):
         ...
 
 
-class Dispatcher:
-    """K evaluations in flight over several evaluators; work of a dead one is re-queued on the others."""
-
-    def __init__(self, evaluators: Sequence[Evaluator], concurrency: int = 2) -> None:
-        if not evaluators:
-            raise ValueError("give at least one evaluator (--server)")
-        self.evaluators = list(evaluators)
-        self.alive = list(evaluators)
-        self.in_flight = {e.name: 0 for e in evaluators}
-        self.concurrency = max(1, concurrency)
-        self.slots = asyncio.Semaphore(self.concurrency)
-        self.dead: list[str] = []
-        self.name = "+".join(e.name for e in evaluators)
-
-    async def tool_versions(self) -> str:
-        versions = sorted({await e.tool_versions() for e in self.alive})
-        return ";".join(versions)
-
-    async def evaluate(self, source: str, task: EvalTask, *, seeds: int | None = None) -> NodeVerdict:
-        return await self.run(lambda ev: ev.evaluate(source, task, seeds=seeds))
-
-    async def run(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """`work(evaluator)` on the least-busy live evaluator; re-run on another if that one dies."""
-        async with self.slots:
-            while True:
-                if not self.alive:
-                    raise NoEvaluators(f"every evaluator died: {', '.join(self.dead)}")
-                ev = min(self.alive, key=lambda e: self.in_flight[e.name])
-                self.in_flight[ev.name] += 1
-                try:
-                    return await work(ev)
-                except EvaluatorDown as e:
-                    if ev in self.alive:
-                        self.alive.remove(ev)
-                        self.dead.append(f"{ev.name} ({e})")
-                finally:
-                    self.in_flight[ev.name] -= 1
-
-
 class CachedEvaluator:
     """Never evaluates one kernel twice: a shared on-disk cache plus de-duplication of work in flight."""
 
-    def __init__(self, inner: Evaluator | Dispatcher, cache: EvalCache | None, reference_hash: str) -> None:
+    def __init__(self, inner: Any, cache: EvalCache | None, reference_hash: str) -> None:
         self.inner, self.cache, self.reference_hash = inner, cache, reference_hash
         self.name = inner.name
         self._versions: str | None = None

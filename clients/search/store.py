@@ -339,9 +339,9 @@ class EvalCache:
     def put(self, key: str, parts: tuple[str, str, str, str, str], verdict: NodeVerdict) -> None:
         if verdict.status == "failed":
             return
-        with transaction(self.db):
+        with transaction(self.db):  # the first verdict for a key stands: one arriving twice is written once
             self.db.execute(
-                "INSERT OR REPLACE INTO evaluations VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR IGNORE INTO evaluations VALUES (?,?,?,?,?,?,?,?)",
                 (key, *parts, verdict.model_dump_json(), time.time()),
             )
 

@@ -9,11 +9,15 @@ Exit status: 0 every task finished and is correct, 1 some task is not, 2 usage e
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from maxkernel.tpu_tools.cli import args as cli_args
+from maxkernel.tpu_tools.errors import UsageError as BaseUsageError
 
 USAGE_EXIT, NOT_ALL_CORRECT_EXIT = 2, 1
 
@@ -38,6 +42,7 @@ def register(sub: Any) -> None:
     cli_args.add_size(s)
     s.add_argument("--concurrency", type=int, default=2, help="tasks (and evaluations) in flight")
     cli_args.add_server(s)
+    cli_args.add_engine(s)
     cli_args.add_run_dir(s, help_text="suite directory (default: runs/suite-<time>)")
     s.add_argument(
         "--resume", metavar="SUITE_DIR", help="continue a suite: finished tasks kept, none repeated"
@@ -149,9 +154,10 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
     evaluators). The servers are connected before a new suite directory is created."""
     from contextlib import AsyncExitStack
 
+    from maxkernel.clients.fleet.servers import Dispatcher
     from maxkernel.clients.mcp_client import _root_cause
     from maxkernel.clients.models import registry
-    from maxkernel.clients.search.evaluator import Dispatcher, EvaluatorDown
+    from maxkernel.clients.search.evaluator import EvaluatorDown
     from maxkernel.clients.search.remote import MCPEvaluator
     from maxkernel.clients.suite.report import print_table, write_all
     from maxkernel.clients.suite.runner import (
@@ -164,6 +170,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
     from maxkernel.clients.suite.store import SuiteStore
 
     started = time.monotonic()
+    cli_args.check_engine(args)
     if args.resume:
         suite_dir = Path(args.resume)
         if not SuiteStore.exists(suite_dir):
@@ -177,9 +184,20 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
     async with AsyncExitStack() as stack:
-        specs = servers if servers is not None else _specs(args, suite_dir, settings.concurrency)
+        ray_engine = getattr(args, "engine", "local") == "ray" and servers is None
+        specs = (
+            []
+            if ray_engine
+            else servers
+            if servers is not None
+            else _specs(args, suite_dir, settings.concurrency)
+        )
         evaluators: list[Any] = []
         unreachable: list[str] = []
+        dispatcher: Any = None
+        if ray_engine:
+            dispatcher = _open_ray(args, settings)
+            stack.callback(dispatcher.close)
         for spec in specs:
             if hasattr(spec, "evaluate") and hasattr(spec, "call"):  # already an evaluator (tests' fakes)
                 evaluators.append(spec)
@@ -190,7 +208,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
             except EvaluatorDown as e:
                 where = name or (spec if isinstance(spec, str) else "in-process server")
                 unreachable.append(f"{where}: {_root_cause(e.__cause__ or e)}")
-        if not evaluators:  # before a new suite directory exists: nothing is left on disk
+        if not evaluators and dispatcher is None:  # before a new suite directory exists: nothing on disk
             raise NoServer(f"no server reachable: {'; '.join(unreachable)}")
         store = SuiteStore(suite_dir)
         if not args.resume:
@@ -210,12 +228,19 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
             progress.note(
                 f"resumed: {store.requeued} task(s) left running by the killed suite go again from their journals"
             )
-        dispatcher = Dispatcher(evaluators, settings.concurrency)
+        if dispatcher is None:
+            dispatcher = Dispatcher(evaluators, settings.concurrency)
+        progress.engine = dispatcher
         runner = SuiteRunner(
             store, settings, dispatcher, model_factory=registry.build_model, progress=progress
         )
         progress.note(f"suite directory: {suite_dir}  ({len(store.pending())} task(s) to run)")
-        stopped = await runner.run()
+        watcher = asyncio.ensure_future(progress.watch_fleet())
+        try:
+            stopped = await runner.run()
+        finally:
+            watcher.cancel()
+        fleet = dispatcher.fleet()  # while the engine is connected: the hosts lost during the run
     rows, sc = score_rows(store)
     result = SuiteResult(
         suite_dir=str(suite_dir),
@@ -224,7 +249,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         score=sc,
         stopped=stopped,
         requeued_on_start=store.requeued,
-        dead_servers=dispatcher.dead + [f"{u} (at start)" for u in unreachable],
+        dead_servers=fleet.hosts_lost + [f"{u} (at start)" for u in unreachable],
         wall_time_s=round(time.monotonic() - started, 2),
     )
     meta = {"suite_dir": str(suite_dir), "settings": settings.model_dump(mode="json"), "stopped": stopped}
@@ -236,12 +261,21 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
     return result.model_dump(mode="json") | {"files": files}
 
 
+def _open_ray(args: argparse.Namespace, settings: Any) -> Any:
+    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
+
+    try:
+        return open_ray(args, settings.concurrency, profile_target=settings.target)
+    except RayUnavailable as e:
+        raise NoServer(str(e)) from None
+
+
 def suite_main(args: argparse.Namespace) -> int:
     import anyio
 
     try:
         out = anyio.run(run_suite, args)
-    except UsageError as e:
+    except (UsageError, BaseUsageError) as e:
         print(f"maxkernel-orchestrate suite: {e}", file=sys.stderr)
         return USAGE_EXIT
     except NoServer as e:

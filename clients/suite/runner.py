@@ -1,9 +1,10 @@
 """Run the Auto loop or a graph search over many JaxBench tasks, then score every task the same way.
 
-Tasks run `concurrency` at a time over one shared server pool: the search's `Dispatcher` of
-`MCPEvaluator`s (least-busy server first, a dead server's work re-queued on the others). An Auto loop
-holds one pool slot and talks to its server over the pool's own connection; if that server dies the
-task goes back to the dispatcher and resumes from its journal on another one. Every finished task is
+Tasks run `concurrency` at a time over one engine (`clients/fleet/`): the `--server` list's
+`Dispatcher` (least-busy server first, a dead server's work re-queued on the others), or a Ray cluster
+(Ray places and retries each call). An Auto loop holds one slot and talks through the engine's
+connection; if its server dies the task resumes from its journal on another one. Each row names the
+hosts that evaluated it. Every finished task is
 one row in `SUITE_DIR/suite.sqlite`; its run directory is `SUITE_DIR/tasks/<id>/`.
 
 Scoring (the same for both modes, through the same pool): the loop's best kernel is evaluated again
@@ -23,7 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.clients.search.evaluator import Dispatcher, EvalTask, EvaluatorDown, NoEvaluators
+from maxkernel.clients.fleet.engine import Engine, hosts_in
+from maxkernel.clients.search.evaluator import EvalTask, EvaluatorDown, NoEvaluators
 from maxkernel.clients.search.remote import verdict_from_report
 from maxkernel.clients.suite.store import SuiteStore
 from maxkernel.tpu_tools.profile.scoreboard import (
@@ -79,6 +81,7 @@ class SuiteProgress:
     def __init__(self, total: int, done: int, correct: int, *, enabled: bool = True) -> None:
         self.total, self.done, self.correct = total, done, correct
         self.started, self.done_here = time.monotonic(), 0
+        self.engine: Any = None  # set by the CLI: its fleet goes on the live line
         self._progress = None
         if enabled:
             from rich.console import Console
@@ -89,12 +92,13 @@ class SuiteProgress:
                 BarColumn(),
                 TextColumn(
                     "{task.completed}/{task.total} done | correct {task.fields[correct]} | ETA {task.fields[eta]}"
+                    "{task.fields[fleet]}"
                 ),
                 console=Console(stderr=True, highlight=False),
                 transient=False,
             )
             self._bar = self._progress.add_task(
-                "suite", total=total, completed=done, correct=correct, eta="?"
+                "suite", total=total, completed=done, correct=correct, eta="?", fleet=""
             )
 
     def __enter__(self) -> SuiteProgress:
@@ -112,10 +116,18 @@ class SuiteProgress:
             return None
         return (time.monotonic() - self.started) / self.done_here * (self.total - self.done)
 
+    def fleet_text(self) -> str:
+        if self.engine is None or not hasattr(self.engine, "fleet"):
+            return ""
+        try:
+            return f" | {self.engine.fleet().line()}"
+        except Exception:  # the view is a courtesy: never the end of a suite
+            return ""
+
     def line(self) -> str:
         eta = self.eta_s()
         eta_text = "?" if eta is None else f"{int(eta // 60)}m{int(eta % 60):02d}s"
-        return f"{self.done}/{self.total} done | correct {self.correct} | ETA {eta_text}"
+        return f"{self.done}/{self.total} done | correct {self.correct} | ETA {eta_text}{self.fleet_text()}"
 
     def finished(self, row: TaskRow, concurrency: int) -> None:
         self.done += 1
@@ -123,11 +135,21 @@ class SuiteProgress:
         self.correct += int(row.correct)
         if self._progress is not None:
             sp = f" {row.speedup_vs_baseline:.2f}x vs XLA ({row.tier})" if row.speedup_vs_baseline else ""
+            on = f" on {', '.join(row.hosts)}" if row.hosts else ""
             self._progress.console.print(
-                f"{row.task}: {'correct' if row.correct else row.status}{sp}  [{self.line()}]", markup=False
+                f"{row.task}: {'correct' if row.correct else row.status}{sp}{on}  [{self.line()}]",
+                markup=False,
             )
-            eta = self.line().rsplit("ETA ", 1)[-1]
-            self._progress.update(self._bar, completed=self.done, correct=self.correct, eta=eta)
+            eta = self.line().rsplit("ETA ", 1)[-1].split(" | ")[0]
+            self._progress.update(
+                self._bar, completed=self.done, correct=self.correct, eta=eta, fleet=self.fleet_text()
+            )
+
+    async def watch_fleet(self, every_s: float = 2.0) -> None:
+        """Refresh the fleet part of the live line while tasks run (hosts come and go between tasks)."""
+        while self._progress is not None and self.engine is not None:
+            self._progress.update(self._bar, fleet=self.fleet_text())
+            await asyncio.sleep(every_s)
 
     def note(self, text: str) -> None:
         if self._progress is not None:
@@ -152,7 +174,7 @@ class SuiteRunner:
         self,
         store: SuiteStore,
         settings: SuiteSettings,
-        dispatcher: Dispatcher,
+        dispatcher: Engine,
         *,
         model_factory: Callable[[str], Any],
         progress: SuiteProgress | None = None,
@@ -161,6 +183,7 @@ class SuiteRunner:
         self.model_factory = model_factory
         self.progress = progress
         self.stop_reason: str | None = None
+        self._hosts: dict[str, set[str]] = {}
 
     # ---- budgets over the whole suite
     def _over_budget(self) -> str | None:
@@ -238,6 +261,7 @@ class SuiteRunner:
         else:
             await self._score(task, loop["source"], loop["cases"], row, verdicts)
         row.wall_time_s = round(time.monotonic() - started, 3)
+        row.hosts = sorted(self._hosts.pop(task, set()))
         return row, verdicts
 
     def _budget(self):
@@ -272,6 +296,9 @@ class SuiteRunner:
                 )
                 loop = AutoLoop.start(model, [client], store, config)
             summary = await loop.run()
+            self._hosts.setdefault(task, set()).update(
+                getattr(ev, "hosts", None) or ()
+            )  # Ray: each call's host
             if str(summary.get("stop_reason", "")).startswith("server unavailable"):
                 raise EvaluatorDown(summary["stop_reason"])  # the dispatcher resumes it elsewhere
             return summary
@@ -338,6 +365,9 @@ class SuiteRunner:
                 dispatcher=self.dispatcher,
             )
             result = await search.run()
+            for n in gs.nodes():  # the hosts its verdicts name (a --server URL is not a host)
+                if n.verdict is not None:
+                    self._hosts.setdefault(task, set()).update(hosts_in(n.verdict.model_dump(mode="json")))
             best = result.best
             if best is not None and not result.reverified:
                 best = None
@@ -405,7 +435,11 @@ class SuiteRunner:
 
     # ---- scoring
     async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.dispatcher.run(lambda ev: ev.call(tool, args))
+        report = await self.dispatcher.run(lambda ev: ev.call(tool, args))
+        task = args.get("reference")
+        if task:
+            self._hosts.setdefault(task, set()).update(hosts_in(report))
+        return report
 
     async def _shapes(self, task: str, row: TaskRow) -> None:
         """The reference's input and output shapes at the target size, as the server traces them."""

@@ -103,10 +103,11 @@ class SuiteStore:
 
     def finish(self, row: TaskRow, verdicts: dict[str, Any]) -> None:
         status = row.status if row.status in FINISHED + ("skipped",) else "failed"
+        before = self.db.total_changes
         with transaction(self.db):
             self.db.execute(
                 "UPDATE tasks SET status=?, best_kernel_sha256=?, correct=?, verdicts=?, row=?, spend_usd=?, "
-                "evaluations=?, finished_at=? WHERE task=?",
+                "evaluations=?, finished_at=? WHERE task=? AND status NOT IN ('done','failed')",
                 (
                     status,
                     row.kernel_sha256,
@@ -119,6 +120,8 @@ class SuiteStore:
                     row.task,
                 ),
             )
+            if self.db.total_changes == before:  # already finished: the first row stands
+                return
             self._event("finished", row.task, {"status": status, "correct": row.correct})
 
     def release(self, task: str, reason: str) -> None:

@@ -240,6 +240,43 @@ def add_server(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help=f"bearer token for --server (default: env {TOKEN_ENV})", metavar="TOKEN")
 
 
+ENGINES = ("local", "ray")
+PROFILE_ON = ("auto", "chip", "any")
+
+
+def add_engine(p: argparse.ArgumentParser) -> None:
+    """`--engine local|ray`, `--ray-address`, `--profile-on`: where a run's evaluations go."""
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local: the --server list (default: a local stdio server); ray: a Ray cluster of hosts",
+    )
+    p.add_argument(
+        "--ray-address",
+        default="auto",
+        metavar="auto|HOST:PORT",
+        help="with --engine ray: the cluster's head ('auto': the cluster this machine joined)",
+    )
+    p.add_argument(
+        "--profile-on",
+        choices=PROFILE_ON,
+        default="auto",
+        help="with --engine ray: chip = time only on a host with the target's chip (fail at once if none "
+        "has it); any = any host (off the chip: a labeled estimate); auto = chip when the cluster has one",
+    )
+
+
+def check_engine(args: argparse.Namespace) -> None:
+    """The engine flags agree with each other (before anything is created)."""
+    if getattr(args, "engine", "local") != "ray":
+        if getattr(args, "ray_address", "auto") != "auto" or getattr(args, "profile_on", "auto") != "auto":
+            raise UsageError("--ray-address and --profile-on go with --engine ray")
+        return
+    if getattr(args, "server", None):
+        raise UsageError("give --engine ray or --server, not both: with Ray the cluster's hosts evaluate")
+
+
 def server_token(args: argparse.Namespace) -> str | None:
     return getattr(args, "token", None) or os.environ.get(TOKEN_ENV, "").strip() or None
 

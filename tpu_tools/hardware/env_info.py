@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import time
 from importlib import metadata
 from typing import TypeVar
@@ -30,6 +32,11 @@ def environment() -> Environment:
         platform=device.platform,
         device_kind=device.device_kind,
     )
+
+
+def host_name() -> str:
+    """The machine a verdict comes from: `$MAXKERNEL_HOST` (a fleet host's name), else the hostname."""
+    return os.environ.get("MAXKERNEL_HOST") or socket.gethostname()
 
 
 def host_environment() -> Environment:

@@ -101,15 +101,17 @@ UNSANDBOXED_WARNING = "sandbox: none - this evaluation ran unsandboxed ({note})"
 
 
 def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
-    """Every verdict names the sandbox its jobs ran in, as the pool (not the judged job) saw it."""
+    """Every verdict names the sandbox its jobs ran in and the host that judged it, as the pool (not the
+    judged job, whose hostname is its own UTS namespace's) saw them."""
+    from maxkernel.tpu_tools.hardware.env_info import host_environment, host_name
+
     info = outcome.sandbox
     if info is None or not hasattr(report, "environment"):
         return report
     if report.environment is None:  # type: ignore[attr-defined]
-        from maxkernel.tpu_tools.hardware.env_info import host_environment
-
         report.environment = host_environment()  # type: ignore[attr-defined]
     report.environment.sandbox = info  # type: ignore[attr-defined]
+    report.environment.host = host_name()  # type: ignore[attr-defined]
     warnings = getattr(report, "warnings", None)
     if info.tier == "none" and isinstance(warnings, list):
         line = UNSANDBOXED_WARNING.format(note=info.note or "no OS sandbox on this host")

@@ -64,6 +64,9 @@ class TaskRow(BaseModel):
     spend_usd: float = 0.0
     evaluations: int = 0
     wall_time_s: float = 0.0
+    hosts: list[str] = Field(
+        default_factory=list, description="the hosts (or servers) that evaluated this task's kernels"
+    )
     note: str = ""
 
 

@@ -49,8 +49,9 @@ class FormulaEvaluator:
 def make_search(
     run_dir, evaluators, *, algorithm="beam", max_evaluations=30, cache=None, concurrency=2, **kw
 ):
+    from maxkernel.clients.fleet.servers import Dispatcher
     from maxkernel.clients.search.algorithms import Search, SearchSettings
-    from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask
+    from maxkernel.clients.search.evaluator import CachedEvaluator, EvalTask
     from maxkernel.clients.search.proposer import TemplateProposer
     from maxkernel.clients.search.store import GraphStore
     from maxkernel.clients.search.templates import GEMM

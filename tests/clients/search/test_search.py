@@ -57,7 +57,8 @@ def test_beam_never_admits_an_invalid_node(tmp_path):
 
 
 def test_cache_prevents_reevaluating_a_duplicate_kernel(tmp_path):
-    from maxkernel.clients.search.evaluator import CachedEvaluator, Dispatcher, EvalTask
+    from maxkernel.clients.fleet.servers import Dispatcher
+    from maxkernel.clients.search.evaluator import CachedEvaluator, EvalTask
     from maxkernel.clients.search.store import EvalCache
     from maxkernel.clients.search.templates import GEMM
 

@@ -428,7 +428,22 @@ def test_no_message_or_doc_names_a_flag_that_does_not_exist():
         return out
 
     known = options(maxkernel()) | options(orchestrate()) | options(server())
-    other_tools = {"docs/ide.md": {"--scope", "--header"}}  # `claude mcp add` flags in the IDE guide
+    ray_and_unshare = {
+        "--head",
+        "--num-cpus",
+        "--address",
+        "--block",
+        "--net",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+    }
+    other_tools = {
+        "docs/ide.md": {"--scope", "--header"},  # `claude mcp add` flags in the IDE guide
+        "README.md": ray_and_unshare
+        | {"--unshare", "--workers"},  # `ray start`, and the local cluster script
+        "docs/architecture.md": ray_and_unshare,
+    }
     files = [
         p
         for d in ("tpu_tools", "clients", "server", "subagents", "jaxbench")
@@ -439,7 +454,10 @@ def test_no_message_or_doc_names_a_flag_that_does_not_exist():
     bwrap_argv = {
         "tpu_tools/pool/sandbox.py",
         "tpu_tools/pool/sandbox_linux.py",
-    }  # bubblewrap's flags, not ours
+        "clients/fleet/local_cluster.py",  # `ray start` and `unshare`, and the script's own flags
+        "clients/fleet/placement.py",
+        "clients/fleet/ray_engine.py",
+    }  # other programs' flags (bubblewrap, ray, unshare), not ours
     for f in files:
         rel = str(f.relative_to(ROOT))
         if rel in bwrap_argv:

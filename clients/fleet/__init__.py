@@ -1,0 +1,1 @@
+"""Past one machine: evaluation engines (the --server dispatcher, Ray) behind one interface."""
