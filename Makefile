@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint venv bench clean
+.PHONY: demo test test-cluster lint venv bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,13 @@ lint: $(STAMP)
 
 # Tests run in 4 xdist workers: on the 2-core box much of a test's wall time is a child process starting
 # or a server waiting, so more workers than cores still pays (pyproject prints the 15 slowest).
+# The Ray cluster scenarios (-m cluster: a head and two nodes in a private namespace, real suites) take
+# minutes on their own: `make test-cluster` runs them, and CI runs both.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -n 4 --dist worksteal
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not cluster"
+
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m cluster
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done

@@ -25,6 +25,7 @@ RAY_CORE_LOG = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+ [IWE] \d+ \d+\] ")
 EVALUATING = {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel", "estimate_kernel"}
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.cluster,
     pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare (util-linux)"),
 ]
 
