@@ -33,6 +33,7 @@ from maxkernel.tpu_tools.cost.block_schedule import (
     padded_bytes,
     round_up,
 )
+from maxkernel.tpu_tools.cost.fusions import FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
@@ -154,6 +155,9 @@ class StaticEstimate(BaseModel):
     padding_waste_fraction: float
     per_call: list[CallEstimate]
     outside_kernel: OutsideKernelCost | None = None
+    xla_fusions: FusionTable | None = Field(
+        default=None, description="plain JAX: the TPU-compiled program costed fusion by fusion"
+    )
     ignored_cost_estimates: list[str] = Field(
         default_factory=list, description="pl.CostEstimates ignored as far below the counted flops"
     )
