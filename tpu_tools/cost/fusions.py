@@ -27,14 +27,21 @@ from maxkernel.tpu_tools.hardware.megacore import cores_per_device
 
 __all__ = ["FusionCost", "FusionTable", "cost_fusions", "cost_hlo_text"]
 
-# Fixed cost of launching one TPU program (its top-level program's bookkeeping, the first DMA's latency),
-# and of starting each fusion in it (its pipeline's prologue and epilogue: a first window fetched and a last
-# one written back without overlap). See FIT_NOTES for the data they come from.
+# Fixed cost of launching one TPU program, and of starting each fusion in it (its pipeline's first window
+# fetched and last one written back without overlap). Not fitted (no device-time data of tiny programs
+# here): the v5e JAX docs' XLA 1024^3 bf16 matmul takes 119 us of `timeit`, of which ~100 us is host
+# dispatch (calibration README) and ~11 us its roofline, leaving a few us per program; one DMA round
+# trip (~1 us) per fusion is an assumption.
 PROGRAM_OVERHEAD_US = 5.0
 FUSION_OVERHEAD_US = 1.0
-# Fraction of the HBM bandwidth in the chip table that an XLA fusion streaming a large array reaches.
-XLA_HBM_EFFICIENCY = 1.0
-FIT_NOTES = "not fitted yet"
+# Fraction of the chip table's HBM bandwidth an XLA fusion streaming large arrays reaches. Fitted: the
+# geometric mean of (our estimate at 100%) / (published xprof time) over the six v6e `xla_plain_einsum_softmax`
+# rows of /work/shared/calibration/published_v6e.csv (ratios 0.749, 0.735, 0.897, 0.824, 0.927, 0.918 for
+# [2,8192,16,128] N/Y, [8,2048,16,128] Y, [4,4096,8,256] Y, [16,1024,8,256] N, [32,512,32,64] N) = 0.838.
+XLA_HBM_EFFICIENCY = 0.84
+FIT_NOTES = (
+    "XLA_HBM_EFFICIENCY fitted on the six v6e XLA attention rows of shared/calibration; the fixed costs not"
+)
 
 # VPU: element-ops per cycle (8 sublanes x 128 lanes x 2 useful ops), as estimate.py assumes for kernels.
 VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2

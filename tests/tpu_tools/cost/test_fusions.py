@@ -107,3 +107,14 @@ def test_tile_padding_counts_in_bytes():
     (s,) = parse_shapes("bf16[3,100]{1,0:T(8,128)(2,1)}")
     assert s.nbytes == 8 * 128 * 2
     assert parse_hlo("garbage\n").entry is None
+
+
+@pytest.mark.slow
+def test_published_v6e_xla_attention_within_25_percent():
+    """shared/calibration: XLA einsum -> f32 softmax -> einsum, bf16[2,8192,16,128], 21.369 ms (xprof)."""
+    shape = ((2, 8192, 16, 128), jnp.bfloat16)
+    table = cost_fusions(_compile(attention, [shape] * 3), "tpu-v6e")
+    published_us = 21369.0
+    assert 0.8 <= table.total_us / published_us <= 1.25, table.total_us
+    # The whole-program roofline shown beside it is the optimistic old baseline.
+    assert table.whole_program_roofline_us < table.total_us
