@@ -206,6 +206,17 @@ def estimate_one(
         est = estimate_pallas(
             calls, chip, total_flops=total_flops, program=program, llo=programs, llo_note=note
         )
+        if "compile_ms" in facts and "error" not in facts:
+            # VMEM from the compiler, always: it accepted every kernel at this shape under the limit that
+            # applies, so our own count never flags it (it stays in vmem_bytes_needed when no dump says more).
+            alloc = [p.vmem_allocated_bytes for p in programs if p.is_kernel and p.vmem_allocated_bytes]
+            est.fits_vmem, est.above_scoped_vmem_limit = True, False
+            if alloc:
+                est.vmem_bytes_needed = max(alloc)
+            est.assumptions.append(
+                "VMEM: the target's compiler accepted every kernel at this shape"
+                + (f" (its VMEM allocation {max(alloc)} B)" if alloc else "")
+            )
     elif table is not None:  # plain JAX: XLA's TPU program, fusion by fusion (the roofline beside it)
         from maxkernel.tpu_tools.cost.program_estimate import xla_estimate
 
