@@ -65,3 +65,28 @@ def test_a_compiler_vmem_rejection_is_retried_raised_or_pruned():
     assert _prune_by_estimate(r, res, can_raise=True) == 20 * MiB
     r2 = ConfigResult(config={"bm": 512, "vmem_limit_bytes": 20 * MiB}, status="not_run")
     assert _prune_by_estimate(r2, res, can_raise=True) is None and r2.pruned_reason == "vmem"
+
+
+@pytest.mark.parametrize("target", ["tpu-v5p", "tpu-v6e", "tpu-7x"])
+def test_each_chip_has_the_llo_tier_with_its_clock_and_source(evaluator, target):
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+
+    r = evaluator.estimate(kernel("good_matmul"), MATMUL_REF, target, "small")
+    assert r.ok and r.estimate is not None, r.failure
+    chip = get_chip(target)
+    assert r.estimate.tier == "llo", r.estimate.tier_note
+    assert f"{chip.clock_ghz} GHz" in r.estimate.tier_note and chip.clock_source in r.estimate.tier_note
+    assert all(c.bundles_per_step for c in r.estimate.per_call)
+
+
+def test_compiled_grids_pair_with_traced_ones_across_megacore_splits_and_dynamic_axes():
+    from maxkernel.tpu_tools.cost.estimate import DYNAMIC_BOUND, grids_pair
+
+    sem = ("parallel", "parallel", "arbitrary")
+    assert grids_pair((4, 4, 2), [2, 4, 2], sem, cores=2)  # v5p: the leading parallel axis, one core's share
+    assert grids_pair((5, 4, 2), [3, 4, 2], sem, cores=2)
+    assert not grids_pair((4, 4, 2), [4, 2, 1], sem, cores=2)
+    assert not grids_pair((4, 4, 2), [2, 4, 2], ("arbitrary",) * 3, cores=2)  # no parallel axis: no split
+    assert not grids_pair((4, 4, 2), [2, 4, 2], sem, cores=1)
+    assert grids_pair((4, None, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)  # a run-time axis (megablox gmm)
+    assert grids_pair((4, 8, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)
