@@ -163,11 +163,19 @@ def _limit_to_fit(need: int, capacity: int) -> int | None:
 
 
 def estimate_one(
-    fn: Any, args: list, calls: list, chip: Any, dump_root: Path | None, total_flops: float | None
+    fn: Any,
+    args: list,
+    calls: list,
+    chip: Any,
+    dump_root: Path | None,
+    total_flops: float | None,
+    traced: Any = None,
 ) -> tuple[StaticEstimate | None, list[ProgramLLO], dict[str, Any]]:
     """Estimate one traced candidate, compiling it with the dump when possible.
 
-    Returns (estimate, programs, facts) where facts has compile_ms, parse_ms, error, vmem_needed.
+    `traced` is jit(fn).trace(*args) when the caller has it (one trace serves the pallas_call scan,
+    the jaxpr count and the compile). Returns (estimate, programs, facts) where facts has compile_ms,
+    parse_ms, error, vmem_needed.
     """
     import jax
 
@@ -176,7 +184,9 @@ def estimate_one(
     from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, scoped_vmem_error
 
     facts: dict[str, Any] = {}
-    program = program_cost(jax.jit(fn).trace(*args).jaxpr)
+    if traced is None:
+        traced = jax.jit(fn).trace(*args)
+    program = program_cost(traced.jaxpr)
     programs: list[ProgramLLO] = []
     note = None
     cost: dict[str, float] = {}
@@ -185,7 +195,7 @@ def estimate_one(
         note = "the LLO dump could not be switched on in this process"
     else:
         try:
-            compiled, programs, times = compile_with_dump(fn, args, dump_root)
+            compiled, programs, times = compile_with_dump(fn, args, dump_root, traced)
             facts.update(times)
             if not calls:
                 from maxkernel.tpu_tools.cost.fusions import cost_fusions

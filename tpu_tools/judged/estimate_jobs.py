@@ -80,9 +80,12 @@ def run_analyze(
     try:
         args, scope = mesh.aot_args(target, in_shapes, side.reference.mesh if side.reference else None)
         with scope:
-            calls = find_pallas_calls(jax.jit(cand.workload).trace(*args).jaxpr)
+            traced = jax.jit(cand.workload).trace(*args)
+            calls = find_pallas_calls(traced.jaxpr)
             t0 = time.perf_counter()
-            est, programs, facts = estimate_one(cand.workload, args, calls, chip, dump_root, side.flops)
+            est, programs, facts = estimate_one(
+                cand.workload, args, calls, chip, dump_root, side.flops, traced=traced
+            )
     except Exception as e:
         report.failure = Failure(kind="python_error", summary=f"trace failed: {type(e).__name__}: {e}"[:300])
         return report
@@ -136,13 +139,16 @@ def _estimate_one(
 
     try:
         cand = load_candidate(kernel_path)
-        calls = find_pallas_calls(jax.jit(cand.workload).trace(*shapes).jaxpr)
+        traced = jax.jit(cand.workload).trace(*shapes)
+        calls = find_pallas_calls(traced.jaxpr)
     except Exception as e:  # the candidate's own failure: data for the sweep
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
     if not calls and not allow_plain:
         return {"ok": False, "error": "no pallas_call in the rendered kernel"}
     try:
-        est, _, facts = estimate_one(cand.workload, list(shapes), calls, chip, dump_root, flops)
+        est, _, facts = estimate_one(
+            cand.workload, list(shapes), calls, chip, dump_root, flops, traced=traced
+        )
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
     assert est is not None

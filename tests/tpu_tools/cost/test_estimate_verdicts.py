@@ -90,3 +90,15 @@ def test_compiled_grids_pair_with_traced_ones_across_megacore_splits_and_dynamic
     assert not grids_pair((4, 4, 2), [2, 4, 2], sem, cores=1)
     assert grids_pair((4, None, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)  # a run-time axis (megablox gmm)
     assert grids_pair((4, 8, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)
+
+
+@pytest.mark.slow
+def test_jax_flash_attention_is_estimated_at_its_production_shape(evaluator):
+    """The 1p task's full size (bf16 [4,64,4096,128], 262144 grid steps) finishes with the compiler's
+    schedule; benchmarks/estimate_speed.py measures what it costs against a compile (no timing here)."""
+    r = evaluator.estimate(kernel("jax_flash_attention"), "1p", "tpu-v5e", "full")
+    assert r.ok, r.failure
+    est = r.estimate
+    assert est.tier == "llo", est.tier_note
+    # At least the causal half of 4·B·H·S²·D at v5e's 197 TFLOP/s peak: a real time, not a default.
+    assert est.estimated_time_us > 0.5 * 4 * 4 * 64 * 4096**2 * 128 / 197e12 * 1e6
