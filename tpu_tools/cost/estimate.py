@@ -28,12 +28,13 @@ from maxkernel.tpu_tools.cost.block_schedule import (
     array_bytes,
     block_padded_bytes,
     block_schedule,
+    bounded_grid,
     itemsize,
     kernel_block_shape,
     padded_bytes,
     round_up,
 )
-from maxkernel.tpu_tools.cost.fusions import FusionTable
+from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
@@ -245,11 +246,8 @@ def _estimate_call(
     body_flops_per_step: float | None = None,
     llo: ProgramLLO | None = None,
 ) -> CallEstimate:
-    grid = tuple(int(g) if g is not None else 1 for g in call.grid)
+    grid, notes = bounded_grid(call)
     steps = max(1, math.prod(grid))
-    notes: list[str] = []
-    if any(g is None for g in call.grid):
-        notes.append("dynamic grid dimension counted as 1")
     sched = block_schedule(call, scalar_prefetch)
     notes += sched.notes
     bw = c.hbm_bytes_per_s
@@ -567,6 +565,11 @@ def estimate_pallas(
     if clamped:
         notes.append("model came in under the roofline: clamped to it")
         est = rl.time_us
+    if calls:
+        # The jitted program that runs the kernels is launched like any XLA program: the same fixed cost
+        # as the plain-JAX side (fusions.PROGRAM_OVERHEAD_US), so Pallas vs XLA compares like with like.
+        est += PROGRAM_OVERHEAD_US
+        notes.append(f"a fixed {PROGRAM_OVERHEAD_US:g} us per program (launch), as for XLA programs")
     outside = outside_cost(program, c) if program is not None else None
     if outside is not None:
         est += outside.time_us
