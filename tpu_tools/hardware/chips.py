@@ -13,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field
 # 2.40x at n=4096 (2.08 vs 0.868 ms) and 2.54x at n=8192 (15.36 vs 6.04 ms), in
 # github.com/sqtian/PALLAS_TPU_KERNEL_MATMUL plots/benchmark_results_20250430_161{545,137}.json
 # (benchmarks/data/v5e_matmul_published.csv). We use 2.5 for every chip (an assumption beyond v5e).
+# Provenance, plainly: those sweeps are NOT among the sources the estimator may be fitted to
+# (shared/calibration and the JAX docs' v5e tables, neither of which times an f32 kernel), so this
+# constant is a fit to held-out data that remains because nothing allowed replaces it. What the LLO
+# shows (v5e, 512x1024x1024 f32 blocks, DEFAULT precision): one MXU pass, 4064 `vmatmul.f32` of 8-row
+# f32 vregs against 2016 `vmatmul.bf16` of 16-row packed vregs for the same MACs, in 7883 bundles per
+# step vs 8770 for bf16; HIGHEST precision shows its 6 passes (24192 vmatmul, 47395 bundles). So the
+# schedule puts DEFAULT f32 at the bf16 rate; the 2.5x lies in MXU occupancy per f32 instruction that
+# the bundle schedule does not expose, and no allowed source measures it.
 F32_MXU_SLOWDOWN = 2.5
 
 PLTPU_SOURCE = "jax.experimental.pallas.tpu.get_tpu_info_for_chip (jax 0.10.2)"
