@@ -1,34 +1,35 @@
-"""How well the static estimate predicts published TPU timings: old model vs new model vs tier llo.
+"""How well the static estimate predicts published TPU timings, per chip: before (main) vs after (this tree).
 
-Reads the measured points in benchmarks/data/*.csv (each with its source URL), rebuilds each kernel
-from a template (`acc_scratch`: the JAX tutorial's matmul with an f32 VMEM accumulator; `acc_out`:
-accumulating into the output block), compiles it for a v5e compile-only device with libtpu's LLO
-dump on, and estimates it three ways:
+Points: benchmarks/data/*.csv (v5e Pallas matmuls: the JAX docs' tutorial table, and sqtian's sweeps,
+held out) and the XLA rows of /work/shared/calibration/published_v6e.csv (v6e einsum+softmax attention,
+which XLA_HBM_EFFICIENCY was fitted on, and linear+cross-entropy, held out). Each point is rebuilt
+(`acc_scratch`: the docs' matmul with an f32 VMEM accumulator; `acc_out`: accumulating into the output
+block; the XLA programs as the calibration README describes them), traced and compiled for its chip with
+libtpu's LLO dump, and estimated the way `maxkernel estimate` does (analyze.estimate_one):
 
-- old:   tpu_tools/cost/estimate.py as of OLD_REV (before the LLO tier), loaded from git;
-- model: today's estimate without the dump (tier `model`);
-- llo:   today's estimate from the compiler's schedule (tier `llo`).
+- before: the estimator of `--before` (default main), run in a child on `git archive` of that revision;
+- after:  this tree's estimator.
 
-The published points are `timeit` of a jitted call, so each includes host dispatch: we add a
-dispatch floor to every estimate, measured from the points whose kernel is tiny (n=1024, 512x1024x1024
-blocks: 2 grid steps), and say what it is. Per series (source, dtype, n) it prints Spearman,
-estimate/measured ratios and pick-loss (measured time of the estimate's pick / measured best - 1).
-Targets (issue #12): Spearman >= 0.9 for series whose fastest point is >= 0.5 ms, >= 90% of those
-points within [0.8, 1.25], pick-loss <= 2%.
+The docs' points are `timeit` of a jitted call, so each includes host dispatch: a dispatch floor is
+added to every estimate, measured from the points whose kernel runs in 2 grid steps, per estimator.
+The xprof rows are device times: no floor. Per series it prints Spearman, estimate/measured ratios and
+pick-loss (measured time of the estimate's pick / measured best - 1; only where a series is configs of
+one problem), and per chip: points within [0.8, 1.25], Spearman per series, worst pick-loss.
 
-    .venv/bin/python benchmarks/estimate_fidelity.py [--json OUT] [--old-rev REV]
+    .venv/bin/python benchmarks/estimate_fidelity.py [--json OUT] [--before REV]
 
-Compiles only (no chip). Kernels compile with vmem_limit_bytes=100 MiB: the published f32
-512x1024x1024 config ran, but needs more than today's 16 MiB default on v5e.
+Compiles only (no chip); about 20 minutes per estimator on 2 shared cores (the LLO dump makes big
+compiles several times slower). Kernels compile with vmem_limit_bytes=100 MiB: the published f32
+512x1024x1024 config ran, but needs more than v5e's 16 MiB default.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD_REV = "9df1c82"  # main before the LLO tier
+CALIBRATION = Path("/work/shared/calibration/published_v6e.csv")
 os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
 
 
@@ -50,23 +51,6 @@ def load_points(data_dir: Path) -> list[dict]:
             r[k] = int(r[k])
         r["measured_ms"] = float(r["measured_ms"])
     return rows
-
-
-def old_estimate_module(rev: str):
-    """tpu_tools/cost/estimate.py at `rev`, imported next to today's helpers (chips.py only gained fields)."""
-    src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:tpu_tools/cost/estimate.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = Path(tempfile.mkdtemp(prefix="mk-old-estimate-")) / "estimate_old.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location("maxkernel.tpu_tools._estimate_old", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # pydantic resolves the annotations through it
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def kernel_fn(kind: str, bm: int, bk: int, bn: int):
@@ -132,131 +116,253 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return num / den if den else None
 
 
-def estimate_points(points: list[dict], old_rev: str) -> float:
-    """Fill old_us / model_us / llo_us (kernel time, no dispatch) on each point; returns seconds spent."""
-    from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, enable_dump
+def _aot(chip: str):
+    from maxkernel.tpu_tools.hardware import execution
+    from maxkernel.tpu_tools.hardware.targets import parse_target
 
-    dump = enable_dump()
-    import time
+    tgt = parse_target(chip)
+    return execution.aot_sharding(tgt), execution.abstract_tpu_mesh(tgt)
 
+
+def _attention(causal: bool):
+    import jax.numpy as jnp
+
+    def attention(q, k, v):
+        """einsum -> f32 softmax -> einsum over [B,S,H,D] (the calibration README's xla_plain)."""
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) / q.shape[-1] ** 0.5
+        if causal:
+            s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+        e = jnp.exp(s - jnp.max(s, axis=-1, keepdims=True))
+        p = e / jnp.sum(e, axis=-1, keepdims=True)
+        o = jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32), preferred_element_type=jnp.float32)
+        return o.astype(q.dtype)
+
+    return attention
+
+
+def _xent(x, w, labels):
+    """Mean softmax cross-entropy of x @ w (f32 logits) against integer labels."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
-    from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from maxkernel.tpu_tools.cost.estimate import estimate_pallas
-    from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
+    logits = jnp.dot(x, w, preferred_element_type=jnp.float32)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    return jnp.mean(lse - jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0])
+
+
+def calibration_points(path: Path) -> list[dict]:
+    """The XLA rows of shared/calibration (v6e): attention (einsum+softmax) and linear+cross-entropy."""
+    rows = []
+    with path.open() as fh:
+        for r in csv.DictReader(fh):
+            nums = [int(x) for x in re.findall(r"\d+", r["shape"].split("=")[-1])]
+            if r["implementation"] == "xla_plain_einsum_softmax":
+                rows.append({"chip": r["chip"], "kernel": "xla_attention", "shape": nums[:4],
+                             "causal": r["causal"] == "Y", "measured_ms": float(r["published_ms"]),
+                             "fitted": True, "source": r["source"]})  # fmt: skip
+            elif r["op"].startswith("linear_softmax_xent") and r["implementation"] == "xla":
+                rows.append({"chip": r["chip"], "kernel": "xla_xent", "shape": nums[:3], "causal": False,
+                             "measured_ms": float(r["published_ms"]), "fitted": False, "source": r["source"]})  # fmt: skip
+    return rows
+
+
+def estimate_all(points: list[dict], cal: list[dict]) -> dict:
+    """{key: estimated us} for every point, with whatever estimator `maxkernel` resolves to in this process.
+
+    The same path a user's `estimate` takes (analyze.estimate_one: trace, compile with the LLO dump,
+    cost), so it runs unchanged against main's tree (the `before`) and this one (`after`).
+    """
+    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+
+    dump = enable_dump()
+    import jax
+    import jax.numpy as jnp
+
+    from maxkernel.tpu_tools.cost.analyze import estimate_one
     from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
-    old = old_estimate_module(old_rev)
-    topo = topologies.get_topology_desc("v5e:2x2", "tpu")
-    rep = NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
-    t0 = time.perf_counter()
-    cache: dict[tuple, tuple] = {}
-    for p in points:
-        key = (p["kernel"], p["dtype"], p["n"], p["bm"], p["bk"], p["bn"])
-        if key not in cache:
-            fn = kernel_fn(p["kernel"], p["bm"], p["bk"], p["bn"])
-            s = jax.ShapeDtypeStruct((p["n"], p["n"]), getattr(jnp, p["dtype"]), sharding=rep)
-            jaxpr = jax.jit(fn).trace(s, s).jaxpr
-            calls, prog = find_pallas_calls(jaxpr), program_cost(jaxpr)
+    out: dict[str, dict] = {}
+
+    def run(key, fn, shapes, chip):
+        sharding, scope = _aot(chip)
+        args = [jax.ShapeDtypeStruct(s, d, sharding=sharding) for s, d in shapes]
+        with scope:
+            calls = find_pallas_calls(jax.jit(fn).trace(*args).jaxpr)
             try:
-                _, llo, _ = compile_with_dump(fn, [s, s], dump)
-            except Exception as e:  # keep going: the point is reported without an llo estimate
-                print(f"compile failed for {key}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
-                llo = []
-            cache[key] = (
-                old.estimate_pallas(calls, "tpu-v5e").estimated_time_us,
-                estimate_pallas(calls, "tpu-v5e", program=prog).estimated_time_us,
-                estimate_pallas(calls, "tpu-v5e", program=prog, llo=llo),
+                est, _, facts = estimate_one(fn, args, calls, chip, dump, None)
+            except Exception as e:  # reported, never silently dropped
+                print(f"estimate failed for {key}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
+                return
+        if est is not None and "error" not in facts:
+            out[key] = {"us": est.estimated_time_us, "tier": est.tier}
+        else:
+            print(f"no estimate for {key}: {str(facts.get('error'))[:200]}", file=sys.stderr)
+
+    for p in points:
+        key = _key(p)
+        if key not in out:
+            dt = getattr(jnp, p["dtype"])
+            run(
+                key,
+                kernel_fn(p["kernel"], p["bm"], p["bk"], p["bn"]),
+                [((p["n"], p["n"]), dt)] * 2,
+                p["chip"],
             )
-        o, m, e = cache[key]
-        p["old_us"], p["model_us"] = o, m
-        p["llo_us"] = e.estimated_time_us if e.tier == "llo" else None
-    return time.perf_counter() - t0
+    for p in cal:
+        if p["kernel"] == "xla_attention":
+            b, s, h, d = p["shape"]
+            run(_key(p), _attention(p["causal"]), [((b, s, h, d), jnp.bfloat16)] * 3, p["chip"])
+        else:
+            n, h, v = p["shape"]
+            shapes = [((n, h), jnp.bfloat16), ((h, v), jnp.bfloat16), ((n,), jnp.int32)]
+            run(_key(p), _xent, shapes, p["chip"])
+    return out
 
 
-def dispatch_floor_ms(points: list[dict]) -> float:
-    """Median of measured - llo estimate over points whose kernel runs in 2 grid steps or fewer."""
+def _key(p: dict) -> str:
+    if "bm" in p:
+        return f"{p['chip']}|{p['kernel']}|{p['dtype']}|{p['n']}|{p['bm']}|{p['bk']}|{p['bn']}"
+    return f"{p['chip']}|{p['kernel']}|{p['shape']}|{p['causal']}"
+
+
+def estimate_at_rev(rev: str, data: str) -> dict:
+    """estimate_all run by this script in a child whose `maxkernel` is `git archive rev` (its venv's jax)."""
+    tree = Path(tempfile.mkdtemp(prefix="mk-fidelity-rev-"))
+    src = tree / "src"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    shim = tree / "shim"
+    shim.mkdir()
+    (shim / "maxkernel").symlink_to(src)
+    out = tree / "estimates.json"
+    env = dict(os.environ, PYTHONPATH=str(shim))
+    cmd = [sys.executable, __file__, "--data", data, "--emit", str(out)]
+    subprocess.run(cmd, env=env, check=True)
+    return json.loads(out.read_text())
+
+
+def dispatch_floor_ms(points: list[dict], col: str) -> float:
+    """Median of measured - estimate over the docs' points whose kernel runs in 2 grid steps or fewer."""
     tiny = [
-        p["measured_ms"] - p["llo_us"] / 1e3
+        p["measured_ms"] - p[col] / 1e3
         for p in points
-        if p["llo_us"] is not None and (p["n"] // p["bm"]) * (p["n"] // p["bn"]) * (p["n"] // p["bk"]) <= 2
+        if p.get(col) is not None
+        and "bm" in p
+        and (p["n"] // p["bm"]) * (p["n"] // p["bn"]) * (p["n"] // p["bk"]) <= 2
     ]
     return statistics.median(tiny) if tiny else 0.1
 
 
-def series_stats(points: list[dict], col: str, floor_ms: float) -> dict:
-    pts = [p for p in points if p.get(col) is not None]
+def series_stats(pts: list[dict], col: str, floor_ms: float, pick: bool) -> dict:
+    """Spearman, estimate/measured ratios, pick-loss (only where the points are configs of one problem)."""
+    pts = [p for p in pts if p.get(col) is not None]
     est = [p[col] / 1e3 + floor_ms for p in pts]
     meas = [p["measured_ms"] for p in pts]
     ratios = [e / m for e, m in zip(est, meas, strict=True)]
-    pick = min(range(len(est)), key=lambda i: est[i]) if est else None
-    loss = meas[pick] / min(meas) - 1 if pick is not None else None
+    best = min(range(len(est)), key=lambda i: est[i]) if est and pick else None
+    loss = meas[best] / min(meas) - 1 if best is not None else None
     return {"spearman": spearman(est, meas), "ratios": ratios, "pick_loss": loss}
 
 
 def _source_name(url: str) -> str:
-    """'docs.jax.dev matmul' or 'sqtian/PALLAS_TPU_KERNEL_MATMUL 161137': short and distinct."""
+    """'docs.jax.dev matmul' or 'openxla/tokamax': short and distinct."""
     parts = url.split("/")
     if "github.com" in url:
         return f"{parts[3]} {parts[-1].split('_')[-1].split('.')[0]}"
+    if "@" in url:
+        return url.split("@")[0]
     return f"{parts[2]} {parts[-1].split('.')[0]}"
+
+
+def _fmt(st: dict) -> str:
+    rho = "-" if st["spearman"] is None else f"{st['spearman']:.2f}"
+    rr = f"{min(st['ratios']):.2f}-{max(st['ratios']):.2f}" if st["ratios"] else "-"
+    loss = "-" if st["pick_loss"] is None else f"{st['pick_loss']:.0%}"
+    return f"{rho:>5} {rr:>9} {loss:>6}"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data"))
-    ap.add_argument("--old-rev", default=OLD_REV)
+    ap.add_argument("--calibration", default=str(CALIBRATION))
+    ap.add_argument("--before", default="main", help="git revision whose estimator is the `before` column")
     ap.add_argument("--json", help="write every point and series figure here")
+    ap.add_argument("--emit", help=argparse.SUPPRESS)  # child mode: estimates of this process's tree, as JSON
     args = ap.parse_args(argv)
     points = load_points(Path(args.data))
-    spent = estimate_points(points, args.old_rev)
-    floor = dispatch_floor_ms(points)
+    cal = calibration_points(Path(args.calibration)) if Path(args.calibration).is_file() else []
+    if args.emit:
+        Path(args.emit).write_text(json.dumps(estimate_all(points, cal)))
+        return 0
+    import time
+
+    t0 = time.perf_counter()
+    before = estimate_at_rev(args.before, args.data)
+    t1 = time.perf_counter()
+    after = estimate_all(points, cal)
+    t2 = time.perf_counter()
+    allp = points + cal
+    for p in allp:
+        k = _key(p)
+        p["before_us"] = before.get(k, {}).get("us")
+        p["after_us"] = after.get(k, {}).get("us")
+        p["after_tier"] = after.get(k, {}).get("tier")
+    cols = ("before_us", "after_us")
+    floors = {c: dispatch_floor_ms(points, c) for c in cols}
+    print(
+        f"{len(allp)} published points; before = {args.before}'s estimator ({t1 - t0:.0f} s), after = this tree ({t2 - t1:.0f} s)"
+    )
+    print("host dispatch floor added to the docs' timeit points: "
+          + ", ".join(f"{c[:-3]} {floors[c] * 1e3:.0f} us" for c in cols) + " (from their 2-step kernels); xprof rows: none")  # fmt: skip
     series: dict[tuple, list[dict]] = {}
-    for p in points:
-        series.setdefault((_source_name(p["source"]), p["dtype"], p["n"]), []).append(p)
-    cols = ("old_us", "model_us", "llo_us")
-    print(f"{len(points)} published points, {len(series)} series; estimated in {spent:.1f} s")
-    print(f"host dispatch floor added to every estimate: {floor * 1e3:.1f} us (from the 2-step kernels)\n")
-    head = f"{'series':<46} {'pts':>3} {'fastest':>8} | " + " | ".join(f"{c[:-3]:^22}" for c in cols)
-    print(head + "\n" + " " * 62 + " | ".join(f"{'rho':>5} {'ratios':>9} {'loss':>6}" for _ in cols))
-    summary = {c: {"in_band": 0, "n": 0, "min_rho": 1.0, "max_loss": 0.0} for c in cols}
+    for p in allp:
+        what = (
+            p["dtype"] + f" n={p['n']}"
+            if "bm" in p
+            else p["kernel"] + (" (fitted)" if p["fitted"] else " (held out)")
+        )
+        series.setdefault((p["chip"], _source_name(p["source"]), what), []).append(p)
+    head = f"{'chip':<8} {'series':<40} {'pts':>3} {'fastest':>8} | " + " | ".join(
+        f"{c[:-3]:^22}" for c in cols
+    )
+    print(head + "\n" + " " * 64 + " | ".join(f"{'rho':>5} {'ratios':>9} {'loss':>6}" for _ in cols))
+    summary: dict[str, dict] = {}
     out = []
     for key, pts in sorted(series.items()):
         fastest = min(p["measured_ms"] for p in pts)
-        cells, rec = [], {"series": list(key), "fastest_ms": fastest, "points": len(pts)}
+        configs = "bm" in pts[0]  # one problem, several configs: a pick among them means something
+        rec = {"series": list(key), "fastest_ms": fastest, "points": len(pts)}
+        cells = []
         for c in cols:
-            st = series_stats(pts, c, floor)
+            floor = floors[c] if configs else 0.0
+            st = series_stats(pts, c, floor, pick=configs)
             rec[c] = st
-            rho = "-" if st["spearman"] is None else f"{st['spearman']:.2f}"
-            rr = f"{min(st['ratios']):.2f}-{max(st['ratios']):.2f}" if st["ratios"] else "-"
-            loss = "-" if st["pick_loss"] is None else f"{st['pick_loss']:.0%}"
-            cells.append(f"{rho:>5} {rr:>9} {loss:>6}")
-            if fastest >= 0.5 and st["ratios"]:
-                s = summary[c]
+            cells.append(_fmt(st))
+            if (fastest >= 0.5 or not configs) and st["ratios"]:
+                s = summary.setdefault(
+                    f"{key[0]} {c[:-3]}", {"in_band": 0, "n": 0, "rhos": [], "max_loss": 0.0}
+                )
                 s["n"] += len(st["ratios"])
                 s["in_band"] += sum(0.8 <= r <= 1.25 for r in st["ratios"])
                 if st["spearman"] is not None:
-                    s["min_rho"] = min(s["min_rho"], st["spearman"])
+                    s["rhos"].append(round(st["spearman"], 2))
                 s["max_loss"] = max(s["max_loss"], st["pick_loss"] or 0.0)
         out.append(rec)
-        name = f"{key[0][:24]} {key[1]} n={key[2]}"
-        print(f"{name:<46} {len(pts):>3} {fastest:>7.3g}m | " + " | ".join(cells))
-    print("\nseries with fastest >= 0.5 ms (targets: rho >= 0.9, >= 90% within [0.8,1.25], pick-loss <= 2%):")
-    for c in cols:
-        s = summary[c]
+        print(
+            f"{key[0]:<8} {(key[1][:18] + ' ' + key[2])[:40]:<40} {len(pts):>3} {fastest:>7.3g}m | "
+            + " | ".join(cells)
+        )
+    print("\nper chip (docs series whose fastest point is >= 0.5 ms, every xprof row): within [0.8,1.25], "
+          "Spearman per series, worst pick-loss")  # fmt: skip
+    for name, s in sorted(summary.items()):
         frac = s["in_band"] / s["n"] if s["n"] else 0.0
         print(
-            f"  {c[:-3]:<6} within band {s['in_band']}/{s['n']} ({frac:.0%}), lowest rho {s['min_rho']:.2f}, "
-            f"worst pick-loss {s['max_loss']:.0%}"
+            f"  {name:<16} within {s['in_band']}/{s['n']} ({frac:.0%}), rho {s['rhos']}, worst pick-loss {s['max_loss']:.0%}"
         )
     if args.json:
         Path(args.json).write_text(
-            json.dumps(
-                {"dispatch_floor_ms": floor, "series": out, "summary": summary, "points": points}, indent=1
-            )
+            json.dumps({"floors_ms": floors, "series": out, "summary": summary, "points": allp}, indent=1)
         )
     return 0
 

@@ -54,17 +54,19 @@ def enable_dump(dump_dir: str | Path | None = None) -> Path | None:
 
 
 def compile_with_dump(
-    fn: Callable, args: Sequence[Any], dump_root: Path | None
+    fn: Callable, args: Sequence[Any], dump_root: Path | None, traced: Any = None
 ) -> tuple[Any, list[ProgramLLO], dict[str, float]]:
     """jit(fn).trace(*args).lower().compile(), then the programs that compile added to `dump_root`.
 
-    Returns (compiled, programs, times_ms). Compile errors propagate; a missing dump gives [].
+    `traced` (that jit(fn).trace(*args), when the caller already has it) is lowered as is: tracing a
+    production kernel is seconds, and an estimate traces it once. Returns (compiled, programs,
+    times_ms). Compile errors propagate; a missing dump gives [].
     """
     import jax
 
     before = {p.name for p in dump_root.iterdir()} if dump_root and dump_root.is_dir() else set()
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).trace(*args).lower().compile()
+    compiled = (traced if traced is not None else jax.jit(fn).trace(*args)).lower().compile()
     t1 = time.perf_counter()
     programs: list[ProgramLLO] = []
     if dump_root is not None and dump_root.is_dir():

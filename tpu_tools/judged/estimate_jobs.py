@@ -80,9 +80,12 @@ def run_analyze(
     try:
         args, scope = mesh.aot_args(target, in_shapes, side.reference.mesh if side.reference else None)
         with scope:
-            calls = find_pallas_calls(jax.jit(cand.workload).trace(*args).jaxpr)
+            traced = jax.jit(cand.workload).trace(*args)
+            calls = find_pallas_calls(traced.jaxpr)
             t0 = time.perf_counter()
-            est, programs, facts = estimate_one(cand.workload, args, calls, chip, dump_root, side.flops)
+            est, programs, facts = estimate_one(
+                cand.workload, args, calls, chip, dump_root, side.flops, traced=traced
+            )
     except Exception as e:
         report.failure = Failure(kind="python_error", summary=f"trace failed: {type(e).__name__}: {e}"[:300])
         return report
@@ -136,21 +139,33 @@ def _estimate_one(
 
     try:
         cand = load_candidate(kernel_path)
-        calls = find_pallas_calls(jax.jit(cand.workload).trace(*shapes).jaxpr)
+        traced = jax.jit(cand.workload).trace(*shapes)
+        calls = find_pallas_calls(traced.jaxpr)
     except Exception as e:  # the candidate's own failure: data for the sweep
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]}
     if not calls and not allow_plain:
         return {"ok": False, "error": "no pallas_call in the rendered kernel"}
     try:
-        est, _, facts = estimate_one(cand.workload, list(shapes), calls, chip, dump_root, flops)
+        est, _, facts = estimate_one(
+            cand.workload, list(shapes), calls, chip, dump_root, flops, traced=traced
+        )
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
     assert est is not None
+    if "error" in facts:
+        # The target's compiler rejected it: a failed estimate with the compiler's message, never a time.
+        out = {
+            "ok": False,
+            "error": f"the {est.chip} compiler rejected it: {facts['error']}"[:4000],
+            "compile_error": facts["error"],
+            "vmem_capacity_bytes": est.vmem_capacity_bytes,
+            "layout_problems": layout_problems(calls),
+        }
+        if "vmem_needed" in facts:
+            out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
+        return out
     out = {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
-    if "vmem_needed" in facts:
-        out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
-    elif "error" in facts:
-        out["compile_error"] = facts["error"]
+    out["compiled"] = "compile_ms" in facts  # the compiler accepted it: its VMEM verdict stands
     return out
 
 

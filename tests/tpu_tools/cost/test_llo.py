@@ -16,6 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 from maxkernel.tpu_tools.cost.analyze import AnalysisReport, _program, summarize
 from maxkernel.tpu_tools.cost.autotune import ConfigResult, _prune_by_estimate, render
 from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US
 from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
 from maxkernel.tpu_tools.cost.llo_dump import scoped_vmem_error
 from maxkernel.tpu_tools.cost.llo_parse import parse_dump_dir
@@ -99,8 +100,9 @@ def test_llo_tier_uses_the_compilers_bundles():
     assert e.tier == "llo" and e.per_call[0].bundles_per_step == 185
     model = estimate_pallas(calls, "tpu-v5e", program=prog)
     assert model.tier == "model" and "no LLO dump" in model.tier_note
-    # 64 steps at the 0.35 us step floor (185 bundles / 1.5 GHz = 0.12 us of compute per step)
-    assert e.estimated_time_us == pytest.approx(64 * 0.35, rel=0.15)
+    # 64 steps at the 0.35 us step floor (185 bundles / 1.5 GHz = 0.12 us of compute per step), plus the
+    # fixed per-program cost every program pays, Pallas or XLA.
+    assert e.estimated_time_us == pytest.approx(64 * 0.35 + PROGRAM_OVERHEAD_US, rel=0.15)
 
 
 def test_missing_or_garbled_dump_falls_back_to_the_model_with_its_label(tmp_path):
