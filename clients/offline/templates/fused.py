@@ -322,6 +322,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
             return matmul_epilogue.build(program, plan, sp, sym)
+    if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
+        one = plans[:1]
+        smallest = {BLOCK_NAMES[0]: min(_legal_blocks(program, one, sym)[0])}
+        if _vmem_fn(program, one, sym)(smallest, {}) <= _INITIAL_VMEM:
+            plans = one
     parts = _source_parts(program, plans, sym, plan.why or "rows are not separable")
     if sym.unsolved:
         raise ValueError(
