@@ -230,3 +230,36 @@ class Symbolic:
 def shape_source(elems: Sequence[str]) -> str:
     """`(a, b)` / `(a,)` from element expressions."""
     return "(" + ", ".join(elems) + ("," if len(elems) == 1 else "") + ")"
+
+
+def program_at(program: Program, size: str) -> dict[str, Any]:
+    """The program as traced at `size` (the base trace with that variant's shapes, params and literals).
+
+    Which axes tile is decided on the target's trace: at a small size a batch of 1 or a dim that happens
+    to equal another makes coincidences a larger size does not have.
+    """
+    variant = (program.get("variants") or {}).get(size)
+    if size == program.get("size") or not variant or variant.get("mismatch"):
+        return dict(program)
+
+    def get(part: str, i: int) -> Any:
+        table = variant.get(part) or {}
+        return table.get(str(i), table.get(i))
+
+    eqns = []
+    for i, e in enumerate(program["equations"]):
+        params = {**e["params"], **(get("params", i) or {})}
+        lits = get("literals", i) or {}
+        inputs = [lits.get(str(j), lits.get(j, a)) for j, a in enumerate(e["inputs"])]
+        shapes = get("shapes", i)
+        specs = (
+            [{**s, "shape": shapes[k]} for k, s in enumerate(e["out_specs"])] if shapes else e["out_specs"]
+        )
+        eqns.append({**e, "params": params, "inputs": inputs, "out_specs": specs})
+    return {
+        **program,
+        "size": size,
+        "inputs": variant["inputs"],
+        "out_specs": variant["out_specs"],
+        "equations": eqns,
+    }

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from maxkernel.clients.offline.dims import Symbolic, shape_source
+from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan, analyse
 from maxkernel.clients.offline.templates import MiB, Template
@@ -315,7 +315,7 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         raise ValueError(
             f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})"
         )
-    plans = plans_of(program, plan)
+    plans = plans_of(program_at(program, sym.target), plan)
     if kind == "matmul":
         from maxkernel.clients.offline.templates import matmul_epilogue
 

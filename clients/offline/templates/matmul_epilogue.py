@@ -248,7 +248,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         )
     at = sym.at(sym.target)
     m_t, k_t = at["inputs"][names.index(sp.lhs)]["shape"]
-    n_t = at["out_specs"][0]["shape"][1] if len(at["out_specs"][0]["shape"]) > 1 else sp.n
+    n_t = sym.eqn_shapes_at(sym.target)[sp.dot][0][1]  # the dot's (M, N) at the target
     row_blocks = _legal_blocks(program, [plan], sym)[0]
     k_blocks = _k_blocks(k_t)
     fixed["target"] = f"{sym.target}: M={m_t}, K={k_t}, N={n_t}"
