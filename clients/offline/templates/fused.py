@@ -316,6 +316,12 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
             f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})"
         )
     plans = plans_of(program_at(program, sym.target), plan)
+    if kind == "attention":
+        from maxkernel.clients.offline.templates import flash_program
+
+        flash = flash_program.build(program, sym)
+        if flash is not None:
+            return flash
     if kind == "matmul":
         from maxkernel.clients.offline.templates import matmul_epilogue
 
