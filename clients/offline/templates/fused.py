@@ -328,6 +328,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
             return matmul_epilogue.build(program, plan, sp, sym)
+        from maxkernel.clients.offline.templates import mlp_chain
+
+        mlp = mlp_chain.build(program, sym)
+        if mlp is not None:
+            return mlp
     if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
         one = plans[:1]
         smallest = {BLOCK_NAMES[0]: min(_legal_blocks(program, one, sym)[0])}
