@@ -333,6 +333,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         mlp = mlp_chain.build(program, sym)
         if mlp is not None:
             return mlp
+        from maxkernel.clients.offline.templates import batched_matmul
+
+        bmm = batched_matmul.build(program, sym)
+        if bmm is not None:
+            return bmm
     if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
         one = plans[:1]
         smallest = {BLOCK_NAMES[0]: min(_legal_blocks(program, one, sym)[0])}
