@@ -176,8 +176,8 @@ def recognise(program: Program) -> dict[str, Any] | None:
     for a, b in zip(lb, rb, strict=True):
         right[b] = left[a] = ("B", a)
     lab = {e1["outputs"][0]: _dot_labels(e1, left, right, g)}
-    scale, mask, cur, q_label = None, None, e1["outputs"][0], None
-    while True:  # the score chain: transposes, casts, one literal scale, one constant mask
+    scale, mask, cur, q_label, bias, ops = None, None, e1["outputs"][0], None, None, []
+    while True:  # the score chain: transposes, casts, one literal scale, one input bias, one constant mask
         users = [u for u in g.users.get(cur, []) if u > d1]
         if len(users) == 2 and any(eqns[u]["primitive"] == "reduce_max" for u in users):
             break
@@ -196,6 +196,25 @@ def recognise(program: Program) -> dict[str, Any] | None:
             prim == "mul" and scale is None and len(ins) == 2 and sum(a.startswith("lit:") for a in ins) == 1
         ):
             scale = (i, next(j for j, a in enumerate(ins) if a.startswith("lit:")))
+            ops.append("scale")
+            lab[out] = lab[cur]
+        elif prim == "add" and bias is None and len(ins) == 2 and cur in ins and ins[0] != ins[1]:
+            other = ins[1 - ins.index(cur)]  # an input broadcast onto the scores (a relative-position bias)
+            be = eqns[g.producer[other]] if other in g.producer else None
+            if (
+                be is None
+                or be["primitive"] != "broadcast_in_dim"
+                or be["inputs"][0] not in g.p["input_names"]
+            ):
+                return None
+            src = be["inputs"][0]
+            bdims = ast.literal_eval(be["params"]["broadcast_dimensions"])
+            if [g.shape(src)[a] for a in range(len(bdims))] != [g.shape(cur)[d] for d in bdims]:
+                return None  # a size-1 axis broadcast along a score axis: not handled
+            if len(g.users.get(other, [])) != 1 or len(g.users.get(src, [])) != 1:
+                return None
+            bias = {"input": src, "labels": [lab[cur][d] for d in bdims], "eq": g.producer[other]}
+            ops.append("bias")
             lab[out] = lab[cur]
         elif prim == "select_n" and mask is None and len(ins) == 3 and ins[2] == cur:
             pred, fill = ins[0], ins[1]
@@ -205,9 +224,9 @@ def recognise(program: Program) -> dict[str, Any] | None:
             if pe is None or pe["primitive"] != "broadcast_in_dim":
                 return None
             bdims = ast.literal_eval(pe["params"]["broadcast_dimensions"])
-            m = g.evaluate(pe["inputs"][0])
-            if m is None or m.ndim != 2 or len(bdims) != 2:
-                return None
+            m, f = g.evaluate(pe["inputs"][0]), g.evaluate(fill)
+            if m is None or m.ndim != 2 or len(bdims) != 2 or f is None or np.max(f) > -1e4:
+                return None  # a fill that is not far below every score would still carry weight
             if not np.array_equal(m.astype(bool), np.tril(np.ones(m.shape, bool))):
                 if not m.astype(bool).all():
                     return None
@@ -306,6 +325,17 @@ def recognise(program: Program) -> dict[str, Any] | None:
         out_name = e["outputs"][0]
     if out_name != program["outputs"][0]:
         return None
+    bias_out = None
+    if bias is not None:
+        bl = bias["labels"]
+        in_batch = [x for x in bl if x in batch_labels]
+        suffix = batch_labels[len(batch_labels) - len(in_batch) :]
+        if sorted(map(str, in_batch)) != sorted(map(str, suffix)) or len(bl) != len(in_batch) + 2:
+            return None  # the bias must vary over the trailing batch axes only (plus q and kv)
+        if (q_side, q_seq) not in bl or kv_label not in bl:
+            return None
+        perm = [bl.index(x) for x in suffix] + [bl.index((q_side, q_seq)), bl.index(kv_label)]
+        bias_out = {"input": bias["input"], "perm": perm}
     used = prefix | set(range(d1, d2 + 1)) | set(tail)
     if any(i not in used for i in range(len(eqns))):
         return None  # an equation outside the recognised pattern
@@ -321,7 +351,7 @@ def recognise(program: Program) -> dict[str, Any] | None:
         "scale": scale, "causal": mask == "causal",
         "score_dtype": e1["out_specs"][0]["dtype"],
         "out_dtype": e2["out_specs"][0]["dtype"],
-        "d1": d1,
+        "d1": d1, "bias": bias_out, "ops": ops,
     }  # fmt: skip
 
 
@@ -362,7 +392,7 @@ def _last_kv(qi, block_q, block_kv, nk):
     return jnp.minimum((qi * block_q + block_q - 1) // block_kv, nk - 1)
 
 
-def _kernel(q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, s_kv, nk):
+def _kernel(q_ref, k_ref, v_ref, ${bias_ref}o_ref, m_ref, l_ref, acc_ref, *, s_kv, nk):
     qi, ki = pl.program_id(2), pl.program_id(3)
     block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
     last = _last_kv(qi, block_q, block_kv, nk)
@@ -410,6 +440,7 @@ ${prefix}
     nb, gs = q.shape[:${n_batch}], q.shape[${n_batch}:${n_lead}]
     n, g = math.prod(nb), math.prod(gs)
     s_q, d, s_kv, dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+${bias_prep}
     q = q.reshape(n, g, s_q, d)
     k = k.reshape(n, s_kv, d)
     v = v.reshape(n, s_kv, dv)
@@ -422,6 +453,7 @@ ${prefix}
     def kv_map(i, j, qi, ki):  # clamped: skipped steps past the diagonal fetch nothing new
         return i, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk)), 0
 
+${bias_map}
     sq = pl.Squeezed()
     out = pl.pallas_call(
         functools.partial(_kernel, s_kv=s_kv, nk=nk),
@@ -430,7 +462,7 @@ ${prefix}
         in_specs=[
             pl.BlockSpec((sq, sq, bq, d), q_map),
             pl.BlockSpec((sq, bkv, d), kv_map),
-            pl.BlockSpec((sq, bkv, dv), kv_map),
+            pl.BlockSpec((sq, bkv, dv), kv_map),${bias_spec}
         ],
         out_specs=pl.BlockSpec((sq, sq, bq, dv), q_map),
         scratch_shapes=[
@@ -444,7 +476,7 @@ ${prefix}
         ),
         interpret=False,
         name="offline_flash_program",
-    )(q, k, v)
+    )(q, k, v${bias_arg})
     ${dot2_out} = jnp.transpose(out.reshape(nb + gs + (s_q, dv)), ${out_perm})
 ${tail}
     return ${result}
@@ -464,12 +496,32 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         sub = {**program, "equations": [eqns[i] for i in idx]}
         return "\n".join(f"    {ln}" for ln in body_lines(sub, None, None, sym)) or "    # (none)"
 
-    scale_line = "        # (no scale)"
-    if r["scale"] is not None:
-        e = eqns[r["scale"][0]]
-        scale_line = (
-            f"        s = s * {operand(sym.literal(e, r['scale'][1]))}  # the reference's scale, in its dtype"
-        )
+    score_lines = []
+    for op in r["ops"]:  # in the reference's order
+        if op == "scale":
+            e = eqns[r["scale"][0]]
+            lit = operand(sym.literal(e, r["scale"][1]))
+            score_lines.append(f"        s = s * {lit}  # the reference's scale, in its dtype")
+        else:
+            score_lines.append("        s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
+    scale_line = "\n".join(score_lines) or "        # (no scale)"
+    b = r["bias"]
+    bias_parts = {"bias_ref": "", "bias_prep": "", "bias_spec": "", "bias_arg": "", "bias_map": ""}
+    if b is not None:
+        bias_parts = {
+            "bias_ref": "bias_ref, ",
+            "bias_prep": (
+                f"    bias = jnp.transpose({b['input']}, {tuple(b['perm'])})  # [its batch axes..., S_q, S_kv]\n"
+                f"    bias = bias.reshape((-1,) + bias.shape[-2:])\n"
+                f"    nbias = bias.shape[0]  # the trailing batch axes it varies over: n % nbias"
+            ),
+            "bias_spec": "\n            pl.BlockSpec((sq, bq, bkv), bias_map),",
+            "bias_arg": ", bias",
+            "bias_map": (
+                "    def bias_map(i, j, qi, ki):  # the bias tile of q block qi, kv block ki\n"
+                "        return i % nbias, qi, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk))\n"
+            ),
+        }
     prefix, tail = lines(r["prefix"]), lines(r["tail"])
     if sym.unsolved:
         return None
@@ -490,6 +542,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "causal": str(r["causal"]),
         "causal_note": " Causal: kv blocks above the diagonal are skipped." if r["causal"] else "",
         "scale_line": scale_line,
+        **bias_parts,
         "score_dtype": r["score_dtype"], "out_dtype": r["out_dtype"],
         "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }  # fmt: skip

@@ -47,6 +47,7 @@ def workload(q, k, v):
 """
 CAUSAL = "scores = jnp.where(jnp.tril(jnp.ones((s, s), dtype=bool)), scores, -1e9)"
 PLAIN = "pass"
+ZERO_FILL = "scores = jnp.where(jnp.tril(jnp.ones((s, s), dtype=bool)), scores, 0.0)"
 WINDOW = (
     "i = jnp.arange(s)\n    keep = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < 64)\n"
     "    scores = jnp.where(keep, scores, -1e9)"
@@ -73,6 +74,17 @@ def test_a_mask_that_is_not_exactly_causal_is_not_taken_for_causal(tmp_path):
     assert recognise(program) is None and build(program, Symbolic(program)) is None
     plain = recognise(describe(str(write(tmp_path, "plain", PLAIN))).model_dump(mode="json"))
     assert plain is not None and not plain["causal"]
+
+
+def test_a_mask_whose_fill_still_carries_weight_is_refused(tmp_path):
+    program = describe(str(write(tmp_path, "zero", ZERO_FILL))).model_dump(mode="json")
+    assert recognise(program) is None  # exp(0 - max) is not 0: skipping those blocks would be wrong
+
+
+def test_a_score_bias_input_is_tiled_with_the_scores():
+    flex = recognise(describe(str(TASKS / "5p_Flex_Attention.py")).model_dump(mode="json"))
+    # rel_pos_bias [H, S, S] added to scores [B, H, S, S]: it varies over the trailing batch axis (H)
+    assert flex["bias"] == {"input": "x3", "perm": [0, 1, 2]} and flex["ops"] == ["scale", "bias"]
 
 
 @pytest.fixture(scope="module")
