@@ -111,6 +111,8 @@ def _nbytes(shape: Sequence[int], dtype: str) -> int:
 
 def _align(rank: int, axis: int, dtype: str) -> int:
     """The multiple a block along `axis` must be (unless it is the whole dim): lanes, sublanes, or free."""
+    if rank == 1:  # Mosaic's rank-1 rule: a power of 2 at least 128 lanes x the dtype's packing
+        return 128 * max(1, 4 // _itemsize(dtype))
     if axis == rank - 1:
         return 128
     if axis == rank - 2:
