@@ -7,6 +7,8 @@ a multiple of 8 x 128, or a power of 2 of at least 128 lanes x the dtype's packi
 
 from __future__ import annotations
 
+import pytest
+
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
@@ -31,6 +33,7 @@ def workload(x):
 """
 
 
+@pytest.mark.slow  # a compile at full: about 35 s on a shared CPU
 def test_a_rank1_bf16_output_block_compiles_at_full(tmp_path):
     ref = tmp_path / "rowsum_ref.py"
     ref.write_text(ROWSUM)
