@@ -11,7 +11,15 @@ last iteration's outcome, cut to its kind).
 Results go to one JSON file per reference under --out, so an interrupted run resumes where it stopped
 (--redo forgets them); --shard I/N splits the list between processes.
 
+`--size full` adds a column: the best kernel compiled (compile-only, for tpu-v6e) at the reference's
+production size, the shape the kernel is for. `--first-kernel` skips the Auto loop: the offline
+model's first kernel (planner + implementer on the traced program, in-process) is validated at `small`
+(interpret), compiled for tpu-v6e at `small` and at `--size`, and with `--larger` validated at a size
+between small and full that is not a multiple of small (each dim that changes grows by half, capped at
+full; a case the reference cannot build is reported as unusable, not as the kernel's failure).
+
     .venv/bin/python benchmarks/offline_coverage.py [--tasks 8p,12p] [--iterations 1] [--target cpu]
+    .venv/bin/python benchmarks/offline_coverage.py --first-kernel --size full --larger --no-own
 """
 
 from __future__ import annotations
@@ -117,6 +125,7 @@ def run_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path) -> di
             summary = None
         ok = bool(summary and summary.get("best"))
         its = (summary or {}).get("iterations") or []
+        at_size = _compile_best(tmp / "runs", ref, args) if ok and args.size else None
         record = {
             "name": name,
             "ok": ok,
@@ -127,6 +136,8 @@ def run_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path) -> di
             "stop_reason": summary.get("stop_reason") if summary else None,
             "outcome": its[-1]["outcome"] if its else None,
             "stderr_tail": None if summary else proc.stderr.strip()[-300:],
+            "size": args.size,
+            "compiles_at_size": at_size,
         }
     except subprocess.TimeoutExpired:
         record = {"name": name, "ok": False, "rc": None, "outcome": f"timeout after {args.timeout_s:.0f} s"}
@@ -136,6 +147,32 @@ def run_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path) -> di
     return record
 
 
+def _compile_best(runs: Path, ref: Path, args: argparse.Namespace) -> str:
+    """'ok', or the failure kind, of `maxkernel compile best_kernel.py --size SIZE --target tpu-v6e`."""
+    best = next(iter(sorted(runs.glob("*/best_kernel.py"))), None)
+    if best is None:
+        return "no best_kernel.py"
+    exe = str(Path(sys.executable).parent / "maxkernel")
+    cmd = [
+        exe,
+        "compile",
+        str(best),
+        "--reference",
+        str(ref),
+        "--size",
+        args.size,
+        "--target",
+        "tpu-v6e",
+        "--json",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=runs)
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        return f"rc {proc.returncode}: {proc.stderr.strip()[-120:]}"
+    return "ok" if report.get("ok") else (report.get("failure") or {}).get("kind", "failed")
+
+
 def _template_of(runs: Path) -> str | None:
     """The offline template named by the run's last kernel (its offline-config marker)."""
     for k in sorted(runs.glob("*/iter-*/kernel.py"), reverse=True):
@@ -143,6 +180,105 @@ def _template_of(runs: Path) -> str | None:
         if m:
             return m.group(1)
     return None
+
+
+def larger_case(ref: Path) -> dict[str, int] | None:
+    """Sizes between small and full, not multiples of small: each int dim that changes grows by half."""
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    table = load_reference(str(ref)).sizes_table
+    small, full = table.get("small"), table.get("full")
+    if not small or not full:
+        return None
+    out = {}
+    for k, v in small.items():
+        w = full.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and isinstance(w, int) and w != v:
+            out[k] = min(w, v + max(1, v // 2)) if w > v else v
+    return out or None
+
+
+def _verdict(report) -> str:
+    if report.ok:
+        return "ok"
+    return report.failure.kind if report.failure else "failed"
+
+
+def first_kernel_one(name: str, src: Path, args: argparse.Namespace, out_dir: Path, evaluator) -> dict:
+    """The offline model's first kernel for `src`: validate at small, compile small/--size for v6e."""
+    from maxkernel.clients.offline.first_kernel import NoKernel, first_kernel
+    from maxkernel.clients.offline.model import NoTemplateFits
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+    from maxkernel.tpu_tools.problem.input_cases import InputCase
+    from maxkernel.tpu_tools.problem.program import describe
+
+    started = time.perf_counter()
+    record: dict = {"name": name, "mode": "first-kernel", "size": args.size}
+    try:
+        source = first_kernel(describe(str(src)).model_dump(mode="json"), get_chip("tpu-v6e"))
+    except (NoKernel, NoTemplateFits) as e:
+        record |= {"ok": False, "outcome": f"no kernel: {str(e)[:200]}"}
+        (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
+        return record
+    kernel = out_dir / f"{name}.kernel.py"
+    kernel.write_text(source)
+    m = re.search(r"offline-config: template=(\w+)", source)
+    record["template"] = m.group(1) if m else None
+    record["compile_small"] = _verdict(evaluator.compile(str(kernel), str(src), "tpu-v6e", "small"))
+    full = evaluator.compile(str(kernel), str(src), "tpu-v6e", args.size, timeout_s=args.compile_timeout_s)
+    record["compile_at_size"] = _verdict(full)
+    if not full.ok and full.failure:
+        record["compile_failure"] = full.failure.message[-300:]
+    val = evaluator.validate(str(kernel), str(src), "cpu", "small", seeds=args.seeds)
+    record["validate_small"] = _verdict(val)
+    if args.larger:
+        case = larger_case(src)
+        if case is None:
+            record["validate_larger"] = "no larger size"
+        else:
+            record["larger_sizes"] = case
+            report = evaluator.validate(
+                str(kernel), str(src), "cpu", "small", seeds=1, case=InputCase(name="larger", sizes=case)
+            )
+            record["validate_larger"] = _verdict(report)
+    record["ok"] = record["validate_small"] == "ok"
+    record["wall_s"] = round(time.perf_counter() - started, 1)
+    (out_dir / f"{name}.json").write_text(json.dumps(record, indent=2))
+    return record
+
+
+def report_first_kernels(results: list[dict], size: str) -> None:
+    """Counts per column, then the kernels that validate at small but fail at the target, by reason."""
+    runs = [r for r in results if r.get("mode") == "first-kernel"]
+    wrote = [r for r in runs if "validate_small" in r]
+    valid = [r for r in wrote if r["validate_small"] == "ok"]
+    print(f"\nfirst kernels of the offline model over {len(runs)} references (compiles are for tpu-v6e)")
+    print(f"  wrote a kernel:                 {len(wrote)}")
+    print(f"  validate at small (interpret):  {len(valid)}")
+    print(f"  compile at small:               {sum(r['compile_small'] == 'ok' for r in wrote)}")
+    print(f"  compile at {size:<20s} {sum(r['compile_at_size'] == 'ok' for r in wrote)}")
+    both = [r for r in valid if r["compile_at_size"] == "ok"]
+    print(f"  validate at small AND compile at {size}: {len(both)}")
+    larger = [r for r in wrote if "validate_larger" in r]
+    if larger:
+        print(
+            f"  validate at a larger non-multiple size: {sum(r['validate_larger'] == 'ok' for r in larger)} of {len(larger)}"
+        )
+    groups: dict[str, list[str]] = collections.defaultdict(list)
+    for r in valid:
+        if r["compile_at_size"] != "ok":
+            why = r.get("compile_failure", r["compile_at_size"])
+            for pattern in BOILERPLATE:
+                why = re.sub(pattern, "", why)
+            why = re.sub(r"\s+", " ", why.strip().splitlines()[-1] if why.strip() else why)[:100]
+            groups[f"{r['compile_at_size']}: {why}"].append(r["name"])
+    for r in runs:
+        if "validate_small" not in r:
+            groups[r.get("outcome", "no kernel")[:110]].append(r["name"])
+    if groups:
+        print("not validated-and-compiled, by reason:")
+        for why, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {len(names):2d}  {why}: {', '.join(names)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,18 +295,50 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redo", action="store_true", help="ignore saved results")
     p.add_argument("--no-own", action="store_true", help="JaxBench tasks only")
     p.add_argument("--report-only", action="store_true", help="print the saved results, run nothing")
+    p.add_argument(
+        "--size", default=None, help="also compile each kernel for tpu-v6e at this size (e.g. full)"
+    )
+    p.add_argument("--first-kernel", action="store_true", help="judge the first kernel only, no Auto loop")
+    p.add_argument("--compile-timeout-s", type=float, default=240.0, help="--first-kernel: per compile")
+    p.add_argument(
+        "--larger", action="store_true", help="--first-kernel: validate at a larger non-multiple size"
+    )
     args = p.parse_args(argv)
-    out_dir = Path(args.out or ROOT / ".bench" / f"offline_coverage-{args.target}")
+    if args.first_kernel:
+        args.size = args.size or "full"
+    mode = "first" if args.first_kernel else args.target
+    out_dir = Path(args.out or ROOT / ".bench" / f"offline_coverage-{mode}")
     out_dir.mkdir(parents=True, exist_ok=True)
     refs = references(args.tasks, own=not args.no_own)
     i, n = (int(x) for x in args.shard.split("/"))
     results = []
+    pool = evaluator = None
+    if args.first_kernel and not args.report_only:
+        from maxkernel.tpu_tools.judge.evaluate import Evaluator
+        from maxkernel.tpu_tools.pool.workers import WorkerPool
+
+        pool = WorkerPool(max_workers=2)
+        evaluator = Evaluator(pool, timeout_s=args.timeout_s)
     for k, (name, src) in enumerate(refs):
         saved = out_dir / f"{name}.json"
         if saved.exists() and not args.redo:
             results.append(json.loads(saved.read_text()))
             continue
         if args.report_only or k % n != i:
+            continue
+        if args.first_kernel:
+            rec = first_kernel_one(name, src, args, out_dir, evaluator)
+            results.append(rec)
+            cols = [
+                rec.get(c, "-")
+                for c in ("validate_small", "compile_small", "compile_at_size", "validate_larger")
+            ]
+            print(
+                f"{name:60s} {rec.get('template') or '-':12s} "
+                + " ".join(f"{c!s:14s}" for c in cols)
+                + (rec.get("outcome") or ""),
+                flush=True,
+            )
             continue
         rec = run_one(name, src, args, out_dir)
         results.append(rec)
@@ -179,10 +347,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:60s} {rec.get('template') or '-':12s} {rec.get('wall_s', '-')!s:>7s} s  {status}",
             flush=True,
         )
+    if pool is not None:
+        pool.close()
+    if args.first_kernel:
+        report_first_kernels(results, args.size)
+        return 0
     tasks = [r for r in results if re.match(r"\d+[pk]_", r["name"])]
     own = [r for r in results if r not in tasks]
     print(f"\ntarget {args.target}, {args.iterations} iteration(s), references copied out (no task id)")
     print(f"JaxBench tasks validated: {sum(r['ok'] for r in tasks)} of {len(tasks)} run")
+    if args.size:
+        fine = sum(r.get("compiles_at_size") == "ok" for r in tasks)
+        print(f"  of which the best kernel compiles at {args.size} for tpu-v6e: {fine}")
     if own:
         print(f"own references validated: {sum(r['ok'] for r in own)} of {len(own)}")
     groups: dict[str, list[str]] = collections.defaultdict(list)

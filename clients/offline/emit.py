@@ -1,9 +1,10 @@
 """Re-emit a traced reference program (tpu_tools/problem/program.py's description) as Python source.
 
 Each equation becomes one `jax.lax` call with the reference's own parameters, so a kernel body built
-from it computes what the reference computes, rounding step by rounding step. Shapes along the tiled
-row axis are written as `BLOCK_ROWS`, so one body serves every block size. Primitives without a public
-`lax` form here are reported, never guessed.
+from it computes what the reference computes, rounding step by rounding step. Shapes along a tiled axis
+are written as its block size and every other number that follows the reference's size is written from
+the input shapes (clients/offline/dims.py), so one body serves every block size and every input size.
+Primitives without a public `lax` form here are reported, never guessed.
 """
 
 from __future__ import annotations
@@ -160,15 +161,21 @@ def body_lines(
     program: Program,
     shape_of: Callable[[dict, str], str] | None = None,
     extra: Callable[[dict, str], str] | None = None,
+    sym: Any = None,
 ) -> list[str]:
     """One `outs = lax.<prim>(...)` line per equation.
 
     `shape_of(eqn, param)` may rewrite a shape parameter (tiling); `extra(eqn, expr)` may rewrite a
-    whole expression (an iota offset by the block's first row).
+    whole expression (an iota offset by the block's first row); `sym` (clients/offline/dims.py's
+    `Symbolic`) writes every parameter and literal that follows the size from the input shapes.
     """
     lines = []
     for e in program["equations"]:
         params = dict(e["params"])
+        if sym is not None:
+            params = {k: sym.param(e, k) for k in params}
+            lits = [sym.literal(e, j) if a.startswith("lit:") else a for j, a in enumerate(e["inputs"])]
+            e = {**e, "inputs": lits}
         if shape_of is not None and e["primitive"] in SHAPE_PARAMS:
             key = SHAPE_PARAMS[e["primitive"]]
             params[key] = shape_of(e, key)

@@ -310,6 +310,7 @@ class OfflineModel(Model):
     def _program_walk(self, program: dict[str, Any]) -> Walk:
         """The walk of a traced program: its class picks the template, its shapes size it."""
         from maxkernel.clients.offline.classify import classify
+        from maxkernel.clients.offline.dims import Symbolic, program_at
         from maxkernel.clients.offline.rows import analyse
         from maxkernel.clients.offline.templates.fused import build
 
@@ -322,13 +323,13 @@ class OfflineModel(Model):
                 f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
                 "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
             )
-        plan = analyse(program)
+        sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
+        plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
         try:
-            template = build(program, plan, found.kind)
+            template = build(program, plan, found.kind, sym)
         except ValueError as e:
             raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
-        size = str(program.get("size") or "small")
-        self.walks[key] = Walk(template=template, operator="program", dims={size: {"R": plan.rows}})
+        self.walks[key] = Walk(template=template, operator="program", dims={sym.target: {"R": plan.rows}})
         return self.walks[key]
 
     @staticmethod

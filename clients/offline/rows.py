@@ -28,6 +28,7 @@ class RowPlan:
     rows: int
     tiled: bool
     input_axes: list[Axis]
+    out_axis: int = 0  # which axis of the outputs these rows are
     axes: dict[str, Axis] = field(default_factory=dict)
     offset_iotas: set[int] = field(default_factory=set)  # equation indices whose iota counts rows
     why: str = ""
@@ -58,14 +59,14 @@ def _conv_specs(text: str) -> tuple[tuple, tuple, tuple]:
     return got.get("lhs_spec", ()), got.get("rhs_spec", ()), got.get("out_spec", ())
 
 
-def _walk(program: Program, rows: int, seeds: list[Axis]) -> RowPlan:
+def _walk(program: Program, rows: int, seeds: list[Axis], out_axis: int = 0) -> RowPlan:
     axes: dict[str, Axis] = {}
     src: dict[str, set[str]] = {}
     specs: dict[str, list[int]] = {}
     for name, spec, ax in zip(program["input_names"], program["inputs"], seeds, strict=True):
         axes[name], specs[name] = ax, spec["shape"]
         src[name] = {name} if ax is not None else set()
-    plan = RowPlan(rows=rows, tiled=True, input_axes=list(seeds), axes=axes)
+    plan = RowPlan(rows=rows, tiled=True, input_axes=list(seeds), axes=axes, out_axis=out_axis)
 
     def ax_of(a: str) -> Axis:
         return None if a.startswith("lit:") else axes[a]
@@ -85,14 +86,14 @@ def _walk(program: Program, rows: int, seeds: list[Axis]) -> RowPlan:
         if not row_ins:
             if (
                 prim == "broadcast_in_dim"
-                and shape
-                and shape[0] == rows
-                and 0 not in _t(p["broadcast_dimensions"])
+                and len(shape) > out_axis
+                and shape[out_axis] == rows
+                and out_axis not in _t(p["broadcast_dimensions"])
             ):
-                out = 0  # the same value on every row: emitted at block size
-            elif prim == "iota" and shape and shape[0] == rows:
-                out = 0
-                if int(p["dimension"]) == 0:
+                out = out_axis  # the same value on every row: emitted at block size
+            elif prim == "iota" and len(shape) > out_axis and shape[out_axis] == rows:
+                out = out_axis
+                if int(p["dimension"]) == out_axis:
                     plan.offset_iotas.add(idx)  # counts rows: offset by the block's first row
         elif prim in ELEMENTWISE:
             found = {ax_of(a) for a in row_ins}
@@ -198,31 +199,32 @@ def _walk(program: Program, rows: int, seeds: list[Axis]) -> RowPlan:
         if out is not None and _shape(e)[out] != rows:
             raise mixes(f"its row axis has size {_shape(e)[out]}, not {rows}")
     for o in program["outputs"]:
-        if o.startswith("lit:") or axes[o] != 0:
+        if o.startswith("lit:") or axes[o] != out_axis:
             inputs = sorted(src.get(o, set()), key=lambda s: int(s[1:]))
-            raise _Mixes(f"output {o} does not keep rows on axis 0", inputs[-1] if inputs else None)
+            raise _Mixes(f"output {o} does not keep rows on axis {out_axis}", inputs[-1] if inputs else None)
     return plan
 
 
-def analyse(program: Program) -> RowPlan:
-    """The row plan of `program`: tiled over the output's axis 0 when separable, else one whole block."""
+def analyse(program: Program, out_axis: int = 0) -> RowPlan:
+    """The row plan of `program`: tiled over the outputs' axis `out_axis` when separable, else one whole
+    block. Axis 1 is tried as a second grid axis (a [batch, seq, hidden] norm tiles batch and seq)."""
     outs = program["out_specs"]
     n = len(program["inputs"])
-    whole = RowPlan(rows=1, tiled=False, input_axes=[None] * n)
-    if not outs or any(not o["shape"] for o in outs):
-        whole.why = "an output is a scalar"
+    whole = RowPlan(rows=1, tiled=False, input_axes=[None] * n, out_axis=out_axis)
+    if not outs or any(len(o["shape"]) <= out_axis for o in outs):
+        whole.why = "an output is a scalar" if out_axis == 0 else f"an output has no axis {out_axis}"
         return whole
-    rows = outs[0]["shape"][0]
-    if any(o["shape"][0] != rows for o in outs):
-        whole.why = "outputs disagree on their leading size"
+    rows = outs[0]["shape"][out_axis]
+    if any(o["shape"][out_axis] != rows for o in outs):
+        whole.why = f"outputs disagree on their size along axis {out_axis}"
         return whole
-    seeds: list[Axis] = [0 if s["shape"] and s["shape"][0] == rows else None for s in program["inputs"]]
+    seeds: list[Axis] = [_seed(s["shape"], rows, out_axis) for s in program["inputs"]]
     why = ""
     for _ in range(n + 1):
         if not any(a is not None for a in seeds):
             break
         try:
-            return _walk(program, rows, seeds)
+            return _walk(program, rows, seeds, out_axis)
         except _Mixes as e:
             why = str(e)
             culprit = e.culprit
@@ -236,3 +238,10 @@ def analyse(program: Program) -> RowPlan:
     whole.rows = rows
     whole.why = why or "no input carries the output's rows"
     return whole
+
+
+def _seed(shape: list[int], rows: int, out_axis: int) -> Axis:
+    """The axis an input's rows are first guessed on: the output's axis when its size there matches."""
+    if len(shape) > out_axis and shape[out_axis] == rows:
+        return out_axis
+    return None

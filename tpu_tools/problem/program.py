@@ -42,6 +42,29 @@ class Equation(BaseModel):
     params: dict[str, str] = Field(default_factory=dict, description="parameter -> Python source text")
 
 
+class SizeVariant(BaseModel):
+    """The same program traced at another of the reference's sizes: only what differs from the main trace.
+
+    A model writing a shape-generic kernel reads which numbers follow the sizes (a broadcast's shape, a
+    mean's divisor) and which stay fixed; keys are equation indices in the main trace.
+    """
+
+    inputs: list[TensorSpec]
+    out_specs: list[TensorSpec]
+    params: dict[int, dict[str, str]] = Field(
+        default_factory=dict, description="equation index -> parameter -> source text, where it differs"
+    )
+    literals: dict[int, dict[int, str]] = Field(
+        default_factory=dict, description="equation index -> operand position -> literal, where it differs"
+    )
+    shapes: dict[int, list[list[int]]] = Field(
+        default_factory=dict, description="equation index -> output shapes, where they differ"
+    )
+    mismatch: str | None = Field(
+        default=None, description="why the equations do not line up: the program's structure depends on size"
+    )
+
+
 class ProgramDescription(BaseModel):
     """The reference's workload traced at one size: inputs, equations, outputs, primitive census."""
 
@@ -60,6 +83,10 @@ class ProgramDescription(BaseModel):
         default=None,
         description="multi-chip: the kernel gets these global arrays sharded by in_specs over this mesh "
         "and runs under jax.set_mesh (shard_map + remote DMAs inside); the program above is the global one",
+    )
+    variants: dict[str, SizeVariant] = Field(
+        default_factory=dict,
+        description="the reference's other sizes (SIZES order): what differs when it is traced there",
     )
 
 
@@ -210,10 +237,52 @@ class _Flattener:
         return [self.operand(a, env) for a in jaxpr.outvars]
 
 
-def describe(reference: str, size: str | None = None) -> ProgramDescription:
-    """Trace `reference`'s workload at `size` (default: small if it has one, else its first size)."""
+def _trace(ref: Any, size: str) -> tuple[list, Any, _Flattener, list[str], list[str], bool]:
+    """(input leaves, closed jaxpr, flattened equations, input names, output names, nested?) at `size`."""
     import jax
 
+    shapes = ref.input_shapes(size)
+    leaves = jax.tree_util.tree_leaves(shapes)
+    closed = jax.make_jaxpr(ref.workload)(*shapes)
+    flat = _Flattener()
+    names = [f"x{i}" for i in range(len(leaves))]
+    outs = flat.walk(closed.jaxpr, list(closed.consts), names)
+    return leaves, closed, flat, names, outs, len(leaves) != len(shapes)
+
+
+def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> SizeVariant:
+    """What differs between the main trace and another size's trace of the same program."""
+    out = SizeVariant(
+        inputs=[_spec(s) for s in leaves], out_specs=[_spec(v.aval) for v in closed.jaxpr.outvars]
+    )
+    a, b = main.eqns, flat.eqns
+    if len(a) != len(b) or any(x.primitive != y.primitive for x, y in zip(a, b, strict=True)):
+        first = next(
+            (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x.primitive != y.primitive),
+            min(len(a), len(b)),
+        )
+        out.mismatch = f"{len(b)} equations vs {len(a)}; they first differ at equation {first}"
+        return out
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        params = {k: v for k, v in y.params.items() if x.params.get(k) != v}
+        lits = {
+            j: q
+            for j, (p, q) in enumerate(zip(x.inputs, y.inputs, strict=True))
+            if p != q and q.startswith("lit:")
+        }
+        shapes = [s.shape for s in y.out_specs]
+        if params:
+            out.params[i] = params
+        if lits:
+            out.literals[i] = lits
+        if shapes != [s.shape for s in x.out_specs]:
+            out.shapes[i] = shapes
+    return out
+
+
+def describe(reference: str, size: str | None = None) -> ProgramDescription:
+    """Trace `reference`'s workload at `size` (default: small if it has one, else its first size), and at
+    its other sizes for `variants` (tracing never allocates, so production sizes are cheap)."""
     from maxkernel.tpu_tools.problem.reference import load_reference
 
     ref = load_reference(reference)
@@ -221,20 +290,19 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
         size = "small" if "small" in ref.info.sizes else ref.info.sizes[0]
     if size not in ref.info.sizes:
         raise UsageError(f"reference {ref.info.name!r} has no size {size!r}; it has {ref.info.sizes}")
-    shapes = ref.input_shapes(size)
-    leaves = jax.tree_util.tree_leaves(shapes)
-    closed = jax.make_jaxpr(ref.workload)(*shapes)
-    flat = _Flattener()
-    names = [f"x{i}" for i in range(len(leaves))]
+    leaves, closed, flat, names, outs, nested = _trace(ref, size)
+    variants = {}
+    for other in ref.info.sizes:
+        if other != size:
+            variants[other] = _variant(flat, *_trace(ref, other)[:3])
     notes = []
-    if len(leaves) != len(shapes):
+    if nested:
         notes.append("inputs are nested pytrees; names follow their flattened leaves")
     if ref.info.mesh is not None:
         notes.append(
             f"multi-chip: write jax.shard_map over the mesh {ref.info.mesh.describe()} with the pallas_call "
             "inside; move data between chips with remote DMAs, not XLA collectives (validate refuses those)"
         )
-    outs = flat.walk(closed.jaxpr, list(closed.consts), names)
     return ProgramDescription(
         reference=ref.info.name,
         size=size,
@@ -247,6 +315,7 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
         unrenderable=sorted(flat.unrenderable),
         notes=notes,
         mesh=ref.info.mesh,
+        variants=variants,
     )
 
 

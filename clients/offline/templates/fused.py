@@ -11,19 +11,27 @@ holds the whole problem (fine at small sizes, too big for VMEM at production siz
 
 from __future__ import annotations
 
-import ast
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.emit import Program, body_lines, operand
-from maxkernel.clients.offline.rows import RowPlan
+from maxkernel.clients.offline.rows import RowPlan, analyse
 from maxkernel.clients.offline.templates import MiB, Template
 
 SOURCE = '''"""${title} (offline template `${name}`), generated from the reference's traced program.
 
 ${about}
+
+Shape-generic: every shape is read from the inputs when the kernel is traced (`sh`), the block sizes
+were chosen for the target size (${target}) and clamp to smaller inputs, and a last block that runs
+past the edge is partial: its rows are independent, and Pallas drops the out-of-range part on store.
 """
+
+import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -32,34 +40,33 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 ${config_marker}${config_json}
-BLOCK_ROWS = ${block_rows}
-ROWS = ${rows}  # the output's leading axis${tiling_note}
+${block_consts}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
 
-def _program(${args}, row0):
-    """The reference's equations on one block (row0: the block's first row)."""
+def _program(${args}, *, sh, ${tile_kw}):
+    """The reference's equations on one block (b*: block sizes, r*: the block's first index)."""
 ${body}
     return ${outs}
 
 
-def _kernel(${refs}):
-    outs = _program(${loads}, pl.program_id(0) * BLOCK_ROWS)
+def _kernel(${refs}, *, sh, ${block_kw}):
+    outs = _program(${loads}, sh=sh, ${tile_call})
 ${stores}
 
 
 def workload(${args}):
-    if ROWS % BLOCK_ROWS:
-        raise ValueError(f"rows={ROWS} should be divisible by BLOCK_ROWS={BLOCK_ROWS}")
+    sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
+${extents}
 ${maps}
     out = pl.pallas_call(
-        _kernel,
+        functools.partial(_kernel, sh=sh, ${block_pass}),
         out_shape=[${out_shapes}],
-        grid=(ROWS // BLOCK_ROWS,),
+        grid=(${grid}),
         in_specs=[${in_specs}],
         out_specs=[${out_specs}],
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT_BYTES
+            dimension_semantics=(${semantics}), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
         interpret=False,
         name="offline_${name}",
@@ -85,6 +92,8 @@ TITLE = {
     "fused": "Fused program",
 }
 _ALIGN = {4: 8, 2: 16, 1: 32}  # sublane multiple of a block's second-to-last dim, by itemsize
+BLOCK_NAMES = ("block_rows", "block_axis1")  # the tunable of grid axis k (the outputs' axis k)
+_INITIAL_VMEM = 24 * MiB  # the first proposal leaves room for the compiler's own scratch
 
 
 def _itemsize(dtype: str) -> int:
@@ -96,47 +105,82 @@ def _itemsize(dtype: str) -> int:
         return 2 if "16" in dtype else 4
 
 
-def _nbytes(shape: list[int], dtype: str) -> int:
+def _nbytes(shape: Sequence[int], dtype: str) -> int:
     return math.prod(shape) * _itemsize(dtype)
 
 
-def _row_shape(shape: list[int], axis: int | None) -> str:
-    dims = ["BLOCK_ROWS" if i == axis else str(d) for i, d in enumerate(shape)]
-    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+def _align(rank: int, axis: int, dtype: str) -> int:
+    """The multiple a block along `axis` must be (unless it is the whole dim): lanes, sublanes, or free."""
+    if rank == 1:  # Mosaic's rank-1 rule: a power of 2 at least 128 lanes x the dtype's packing
+        return 128 * max(1, 4 // _itemsize(dtype))
+    if axis == rank - 1:
+        return 128
+    if axis == rank - 2:
+        return _ALIGN.get(_itemsize(dtype), 8)
+    return 1
 
 
-def row_body(program: Program, plan: RowPlan, equations: list[dict] | None = None) -> str:
-    """The program's equations (or the subset `equations`) as indented source, shapes along rows tiled."""
-    axes = plan.axes
-    eqns = program["equations"]
+def tiled_axes(plans: Sequence[RowPlan], name: str) -> dict[int, int]:
+    """{axis of value `name`: grid axis k} over the tiling plans."""
+    return {ax: k for k, p in enumerate(plans) if (ax := p.axes.get(name)) is not None}
+
+
+def plans_of(program: Program, plan: RowPlan) -> list[RowPlan]:
+    """The grid's axes: the outputs' rows, and their axis 1 as well when it tiles independently (a
+    [batch, seq, hidden] program whose batch alone is too few, too large rows)."""
+    if not plan.tiled:
+        return []
+    plans = [plan]
+    if all(len(o["shape"]) >= 3 for o in program["out_specs"]):
+        second = analyse(program, 1)
+        names = set(plan.axes) & set(second.axes)
+        clash = any(plan.axes[n] is not None and plan.axes[n] == second.axes[n] for n in names)
+        if second.tiled and not clash:
+            plans.append(second)
+    return plans
+
+
+def row_body(
+    program: Program, plans: Sequence[RowPlan], sym: Symbolic, equations: list[dict] | None = None
+) -> str:
+    """The program's equations (or the subset `equations`) as indented source: shapes along a tiled axis
+    are its block size `b<k>`, every other number that follows the size is written from `sh`."""
+    offsets = {program["equations"][i]["outputs"][0]: k for k, p in enumerate(plans) for i in p.offset_iotas}
 
     def shape_of(e: dict, key: str) -> str:
-        out_ax = axes.get(e["outputs"][0]) if plan.tiled else None
-        if out_ax is None:
-            return e["params"][key]
-        if e["primitive"] == "slice":
-            limit = list(ast.literal_eval(e["params"]["limit_indices"]))
-            return _row_shape(limit, out_ax)
-        return _row_shape(list(ast.literal_eval(e["params"][key])), out_ax)
-
-    offsets = {id(eqns[i]) for i in plan.offset_iotas} if plan.tiled else set()
+        elems = sym.shape_elems(e, key)
+        for ax, k in tiled_axes(plans, e["outputs"][0]).items():
+            elems[ax] = f"b{k}"
+        return shape_source(elems)
 
     def extra(e: dict, expr: str) -> str:
-        if id(e) in offsets:
-            dtype = e["params"]["dtype"]
-            return f"lax.add({expr}, lax.convert_element_type(row0, {dtype}))"
+        k = offsets.get(e["outputs"][0])
+        if k is not None:
+            return f"lax.add({expr}, lax.convert_element_type(r{k}, {e['params']['dtype']}))"
         return expr
 
     sub = program if equations is None else {**program, "equations": equations}
-    return "\n".join(f"    {line}" for line in body_lines(sub, shape_of, extra))
+    return "\n".join(f"    {line}" for line in body_lines(sub, shape_of, extra, sym))
 
 
-def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
+def _index(rank: int, axes: Mapping[int, int], ngrid: int) -> tuple[str, str]:
+    """(index-map args, its return value) for a block tiled on `axes` ({array axis: grid axis})."""
+    args = ", ".join(f"i{k}" for k in range(max(ngrid, 1)))
+    idx = ", ".join(f"i{axes[d]}" if d in axes else "0" for d in range(rank)) + ("," if rank == 1 else "")
+    return args, idx
+
+
+def _block(rank: int, axes: Mapping[int, int], whole: Sequence[str]) -> str:
+    return shape_source([f"b{axes[d]}" if d in axes else whole[d] for d in range(rank)])
+
+
+def _source_parts(program: Program, plans: Sequence[RowPlan], sym: Symbolic, why: str) -> dict[str, str]:
     names = program["input_names"]
     ins = program["inputs"]
     if any(not s["shape"] for s in ins):
         raise ValueError("a rank-0 input (a scalar array) has no block form here")
-    body = row_body(program, plan)
+    ngrid = len(plans)
+    body = row_body(program, plans, sym)
     outs = [operand(o) for o in program["outputs"]]
     n_out = len(outs)
     refs = [f"{n}_ref" for n in names] + [f"o{i}_ref" for i in range(n_out)]
@@ -148,32 +192,51 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
         for i, r in enumerate(out_ranks)
     )
     maps, in_specs = [], []
-    for n, s, ax in zip(names, ins, plan.input_axes, strict=True):
+    for i, (n, s) in enumerate(zip(names, ins, strict=True)):
         rank = len(s["shape"])
-        tiled = plan.tiled and ax is not None
-        idx = ", ".join(["i" if (tiled and d == 0) else "0" for d in range(rank)]) + (
-            "," if rank == 1 else ""
+        axes = {p.input_axes[i]: k for k, p in enumerate(plans) if p.input_axes[i] is not None}
+        args, idx = _index(rank, axes, ngrid)
+        what = (
+            "the block " + ", ".join(f"i{k} along axis {d}" for d, k in sorted(axes.items()))
+            if axes
+            else "the whole array, fetched once"
         )
-        what = "row block i" if tiled else "the whole array, fetched once"
-        maps.append(f"    # {n} is {tuple(s['shape'])}: {what}\n    def {n}_map(i):\n        return {idx}\n")
-        block = _row_shape(s["shape"], 0 if tiled else None)
-        in_specs.append(f"pl.BlockSpec({block}, {n}_map)")
+        maps.append(
+            f"    # {n} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n    def {n}_map({args}):\n        return {idx}\n"
+        )
+        in_specs.append(
+            f"pl.BlockSpec({_block(rank, axes, [f'sh[{i}][{d}]' for d in range(rank)])}, {n}_map)"
+        )
     out_specs, out_shapes = [], []
     for i, s in enumerate(program["out_specs"]):
+        args = ", ".join(f"i{k}" for k in range(max(ngrid, 1)))
         if not s["shape"]:
             maps.append(
-                f"    # output {i} is a scalar, stored as (1, 1)\n    def o{i}_map(i):\n        return 0, 0\n"
+                f"    # output {i} is a scalar, stored as (1, 1)\n    def o{i}_map({args}):\n        return 0, 0\n"
             )
             out_specs.append(f"pl.BlockSpec((1, 1), o{i}_map)")
             out_shapes.append(f"jax.ShapeDtypeStruct((1, 1), jnp.{s['dtype']})")
             continue
         rank = len(s["shape"])
-        idx = ", ".join(["i" if (plan.tiled and d == 0) else "0" for d in range(rank)]) + (
-            "," if rank == 1 else ""
+        whole = sym.output_shape(i)
+        axes = {k: k for k in range(ngrid)}
+        _, idx = _index(rank, axes, ngrid)
+        maps.append(
+            f"    # output {i} is {tuple(s['shape'])} at {sym.sizes[0]}\n    def o{i}_map({args}):\n        return {idx}\n"
         )
-        maps.append(f"    # output {i} is {tuple(s['shape'])}\n    def o{i}_map(i):\n        return {idx}\n")
-        out_specs.append(f"pl.BlockSpec({_row_shape(s['shape'], 0 if plan.tiled else None)}, o{i}_map)")
-        out_shapes.append(f"jax.ShapeDtypeStruct({tuple(s['shape'])}, jnp.{s['dtype']})")
+        out_specs.append(f"pl.BlockSpec({_block(rank, axes, whole)}, o{i}_map)")
+        out_shapes.append(f"jax.ShapeDtypeStruct({shape_source(whole)}, jnp.{s['dtype']})")
+    first = sym.output_shape(0) if program["out_specs"] and program["out_specs"][0]["shape"] else []
+    extents = [
+        f"    n{k} = {first[k]}  # the outputs' axis {k}\n    b{k} = min({BLOCK_NAMES[k].upper()}, n{k})"
+        for k in range(ngrid)
+    ]
+    consts = [
+        f"{BLOCK_NAMES[k].upper()} = ${{{BLOCK_NAMES[k]}}}  # along the outputs' axis {k}"
+        for k in range(ngrid)
+    ]
+    if not plans:
+        consts = [f"BLOCK_ROWS = ${{block_rows}}  # unused: not tiled ({why}), one block holds everything"]
     return {
         "args": ", ".join(names),
         "body": body,
@@ -186,12 +249,16 @@ def _source_parts(program: Program, plan: RowPlan) -> dict[str, str]:
         "out_specs": ", ".join(out_specs),
         "out_shapes": ", ".join(out_shapes),
         "result": _result(out_ranks),
-        "rows": str(plan.rows),
-        "tiling_note": (
-            ", tiled by BLOCK_ROWS; row-carrying inputs are blocked with it, the rest stay whole"
-            if plan.tiled
-            else f"; not tiled: {plan.why or 'rows are not separable'} (one block holds everything)"
-        ),
+        "shapes": ", ".join(f"{n}.shape" for n in names) + ("," if len(names) == 1 else ""),
+        "extents": "\n".join(extents) if extents else "    # not tiled: one grid step",
+        "block_consts": "\n".join(consts),
+        "tile_kw": ", ".join(f"b{k}, r{k}" for k in range(ngrid)) or "_unused=None",
+        "block_kw": ", ".join(f"b{k}" for k in range(ngrid)) or "_unused=None",
+        "tile_call": ", ".join(f"b{k}=b{k}, r{k}=pl.program_id({k}) * b{k}" for k in range(ngrid)),
+        "block_pass": ", ".join(f"b{k}=b{k}" for k in range(ngrid)),
+        "grid": ", ".join(f"pl.cdiv(n{k}, b{k})" for k in range(ngrid)) + ("," if ngrid == 1 else "") or "1,",
+        "semantics": ", ".join('"parallel"' for _ in range(ngrid)) + ("," if ngrid == 1 else "")
+        or '"arbitrary",',
     }
 
 
@@ -200,94 +267,138 @@ def _result(ranks: list[int]) -> str:
     return items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
 
 
-def _legal_blocks(program: Program, plan: RowPlan) -> tuple[int, ...]:
-    rows = plan.rows
-    if not plan.tiled:
-        return (rows,)
-    blocked = [s for s, ax in zip(program["inputs"], plan.input_axes, strict=True) if ax is not None]
-    blocked += list(program["out_specs"])
+def _legal_blocks(program: Program, plans: Sequence[RowPlan], sym: Symbolic) -> list[tuple[int, ...]]:
+    """Per grid axis, the block sizes that are legal at the target: multiples of every blocked array's
+    alignment along it (a block at or past the dim clamps to the whole dim, which is always legal)."""
+    at = sym.at(sym.target)
     out = []
-    cands = sorted({*(1 << k for k in range(rows.bit_length())), rows})
-    for b in cands:
-        if rows % b:
-            continue
-        ok = True
-        for s in blocked:
-            rank = len(s["shape"])
-            align = 128 if rank == 1 else _ALIGN.get(_itemsize(s["dtype"]), 8) if rank == 2 else 1
-            if b != rows and b % align:
-                ok = False
-        if ok:
-            out.append(b)
-    return tuple(out)
+    for k, p in enumerate(plans):
+        n = at["out_specs"][0]["shape"][k]
+        arrays = [(s, a) for s, a in zip(at["inputs"], p.input_axes, strict=True) if a is not None]
+        arrays += [(s, k) for s in at["out_specs"]]
+        align = max(_align(len(s["shape"]), a, s["dtype"]) for s, a in arrays)
+        top = max(align, 1 << max(n - 1, 0).bit_length())
+        out.append(tuple(b for b in (1 << j for j in range(top.bit_length())) if b % align == 0))
+    return out
 
 
-def _vmem_fn(program: Program, plan: RowPlan):
-    tiled_in = [
-        (s, plan.tiled and ax is not None) for s, ax in zip(program["inputs"], plan.input_axes, strict=True)
+def _vmem_fn(program: Program, plans: Sequence[RowPlan], sym: Symbolic):
+    """VMEM a config needs at the target size: blocks double-buffered, plus f32 temporaries."""
+    at = sym.at(sym.target)
+    eqn_shapes = sym.eqn_shapes_at(sym.target)
+    ins = [
+        (s, {p.input_axes[i]: k for k, p in enumerate(plans) if p.input_axes[i] is not None})
+        for i, s in enumerate(at["inputs"])
     ]
-    biggest = max(
-        [_nbytes(s["shape"], "float32") for e in program["equations"] for s in e["out_specs"]] or [0]
-    )
+    values = [
+        (shape, tiled_axes(plans, name))
+        for e, shapes in zip(program["equations"], eqn_shapes, strict=True)
+        for name, shape in zip(e["outputs"], shapes, strict=True)
+    ]
+
+    def blocked(shape: Sequence[int], axes: Mapping[int, int], c: Mapping[str, Any]) -> list[int]:
+        return [min(int(c[BLOCK_NAMES[axes[d]]]), x) if d in axes else x for d, x in enumerate(shape)]
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        frac = int(c["block_rows"]) / max(plan.rows, 1)
-        total = 0.0
-        for s, t in tiled_in:
-            total += 2 * _nbytes(s["shape"], s["dtype"]) * (frac if t else 1.0)
-        for s in program["out_specs"]:
-            total += 2 * _nbytes(s["shape"], s["dtype"]) * (frac if plan.tiled else 1.0)
-        total += 3 * biggest * (frac if plan.tiled else 1.0)
+        total = sum(2 * _nbytes(blocked(s["shape"], ax, c), s["dtype"]) for s, ax in ins)
+        outs = {k: k for k in range(len(plans))}
+        total += sum(2 * _nbytes(blocked(s["shape"], outs, c), s["dtype"]) for s in at["out_specs"])
+        total += 3 * max([_nbytes(blocked(sh, ax, c), "float32") for sh, ax in values] or [0])
         return int(total)
 
     return vmem
 
 
-def build(program: Program, plan: RowPlan, kind: str) -> Template:
+def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = None) -> Template:
     """The template of `program` in class `kind`: a k-tiled matmul when its dot allows, else the fused
-    program with one tunable, `block_rows`, over the legal row blocks."""
-    blocks = _legal_blocks(program, plan)
+    program tiled along the outputs' rows (and axis 1 when it tiles too), blocks sized for the target."""
+    sym = sym or Symbolic(program)
+    if sym.mismatch:
+        raise ValueError(
+            f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})"
+        )
+    plans = plans_of(program_at(program, sym.target), plan)
+    if kind == "attention":
+        from maxkernel.clients.offline.templates import flash_program
+
+        flash = flash_program.build(program, sym)
+        if flash is not None:
+            return flash
     if kind == "matmul":
         from maxkernel.clients.offline.templates import matmul_epilogue
 
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
-            return matmul_epilogue.build(
-                program, plan, sp, blocks, lambda sub: row_body(program, plan, sub["equations"])
-            )
-    parts = _source_parts(program, plan)
-    vmem = _vmem_fn(program, plan)
-    hbm = sum(_nbytes(s["shape"], s["dtype"]) for s in program["inputs"] + program["out_specs"])
+            return matmul_epilogue.build(program, plan, sp, sym)
+        from maxkernel.clients.offline.templates import mlp_chain
+
+        mlp = mlp_chain.build(program, sym)
+        if mlp is not None:
+            return mlp
+        from maxkernel.clients.offline.templates import batched_matmul
+
+        bmm = batched_matmul.build(program, sym)
+        if bmm is not None:
+            return bmm
+    if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
+        one = plans[:1]
+        smallest = {BLOCK_NAMES[0]: min(_legal_blocks(program, one, sym)[0])}
+        if _vmem_fn(program, one, sym)(smallest, {}) <= _INITIAL_VMEM:
+            plans = one
+    parts = _source_parts(program, plans, sym, plan.why or "rows are not separable")
+    if sym.unsolved:
+        raise ValueError(
+            "numbers that follow the size in no way it can write: " + "; ".join(sym.unsolved[:3])
+        )
+    at = sym.at(sym.target)
+    blocks = _legal_blocks(program, plans, sym) if plans else [(1,)]
+    names = BLOCK_NAMES[: len(plans)] if plans else ("block_rows",)
+    vmem = _vmem_fn(program, plans, sym)
+    hbm = sum(_nbytes(s["shape"], s["dtype"]) for s in at["inputs"] + at["out_specs"])
+    extents = [at["out_specs"][0]["shape"][k] for k in range(len(plans))]
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
-        b = int(c["block_rows"])
-        return [] if b in blocks else [f"block_rows={b} is not one of the legal row blocks {list(blocks)}"]
+        return [
+            f"{n}={c[n]} is not one of the legal blocks {list(b)}"
+            for n, b in zip(names, blocks, strict=True)
+            if int(c[n]) not in b
+        ]
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        steps = plan.rows // int(c["block_rows"])
+        steps = math.prod(-(-x // int(c[n])) for n, x in zip(names, extents, strict=False))
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return hbm / 1.6e12 * 1e6 + 0.35 * steps + penalty
 
-    fitting = [b for b in blocks if vmem({"block_rows": b}, {}) <= 16 * MiB and b <= 256]
-    initial = max(fitting) if fitting else min(blocks)
+    configs = [dict(zip(names, vals, strict=True)) for vals in itertools.product(*blocks)]
+    fitting = [c for c in configs if vmem(c, {}) <= _INITIAL_VMEM]
+    # the first proposal: the largest fitting blocks (fewest steps), favouring the later axes
+    initial = (
+        max(fitting, key=lambda c: (math.prod(c.values()), list(c.values())[::-1]))
+        if fitting
+        else {n: min(b) for n, b in zip(names, blocks, strict=True)}
+    )
     fixed = {
-        **parts,
+        **{k: v for k, v in parts.items() if k != "block_consts"},
         "name": kind,
         "title": TITLE[kind],
         "about": ABOUT[kind],
+        "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }
     return Template(
         name=kind,
         operators=("program",),
-        source=SOURCE,
-        tunables={"block_rows": blocks},
+        source=SOURCE.replace("${block_consts}", parts.pop("block_consts")),
+        tunables=dict(zip(names, blocks, strict=True)),
         dims_of=lambda sizes: {"R": plan.rows},
         problems=problems,
         vmem_bytes=vmem,
         cost_us=cost,
-        initial={"block_rows": initial},
+        initial=initial,
         fixed=lambda op: fixed,
-        constraints=(f"block_rows in {list(blocks)} (divides the {plan.rows} rows, (8,128)-aligned blocks)",),
-        grid_axes=lambda c: ["rows"],
-        semantics=lambda c: ["parallel"],
+        constraints=tuple(
+            f"{n} in {list(b)} (aligned at the target {sym.target})"
+            for n, b in zip(names, blocks, strict=True)
+        ),
+        grid_axes=lambda c: ["rows", "axis1"][: len(plans)] or ["whole"],
+        semantics=lambda c: ["parallel"] * len(plans) or ["arbitrary"],
     )

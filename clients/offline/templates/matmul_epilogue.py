@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates import MiB, Template
@@ -26,7 +27,15 @@ SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), g
 Grid (row blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed on the first
 k-step; on the last, the reference's own epilogue runs on it (rounded to the dot's output dtype, as
 the reference rounds) and each output block is written to HBM once. Columns stay whole.
+
+Shape-generic: M, K, N and every epilogue shape are read from the inputs when the kernel is traced
+(`sh`); the blocks were chosen for the target size (${target}) and clamp to smaller inputs. A last row
+block past M is partial (rows are independent; the store drops the rest); a last k-step past K is
+masked to zeros on both operands, so it adds nothing.
 """
+
+import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -37,42 +46,47 @@ from jax.experimental.pallas import tpu as pltpu
 ${config_marker}${config_json}
 BLOCK_ROWS = ${block_rows}
 BLOCK_K = ${block_k}
-ROWS = ${rows}  # M, the output's leading axis
-K = ${k}  # the contracted axis
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
 
-def _epilogue(${epi_args}, row0):
+def _epilogue(${epi_args}, *, sh, b0, r0):
     """The reference's equations after its dot_general, on one block of rows."""
 ${body}
     return ${outs}
 
 
-def _kernel(${refs}, acc_ref):
+def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total):
     k = pl.program_id(1)
 
     @pl.when(k == 0)
     def _init():
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    acc_ref[...] += lax.dot_general(
-        lhs_ref[...], rhs_ref[...], ${dims}, preferred_element_type=jnp.float32
-    )
+    lhs = lhs_ref[...]  # [b0, bk]
+    rhs = rhs_ref[...]  # ${rhs_what}
+    if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
+        left = k_total - k * bk
+        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
+    acc_ref[...] += lax.dot_general(lhs, rhs, ${dims}, preferred_element_type=jnp.float32)
 
     @pl.when(k == pl.num_programs(1) - 1)
     def _store():
         dot = acc_ref[...].astype(jnp.${dot_dtype})
-        outs = _epilogue(${epi_loads}, pl.program_id(0) * BLOCK_ROWS)
+        outs = _epilogue(${epi_loads}, sh=sh, b0=b0, r0=pl.program_id(0) * b0)
 ${stores}
 
 
 def workload(${args}):
-    if ROWS % BLOCK_ROWS or K % BLOCK_K:
-        raise ValueError(f"M={ROWS}, K={K} should be divisible by BLOCK_ROWS={BLOCK_ROWS}, BLOCK_K={BLOCK_K}")
+    sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
 ${hoisted}
     lhs = ${lhs}
+    m, k_total = lhs.shape  # M rows, K contracted
+    n = ${n}  # N, the output's columns (whole in every block)
+    b0 = min(BLOCK_ROWS, m)
+    bk = min(BLOCK_K, k_total)
 
-    # lhs is (M, K): the [BLOCK_ROWS, BLOCK_K] tile of row block i at k-step k
+    # lhs is (M, K): the [b0, bk] tile of row block i at k-step k
     def lhs_map(i, k):
         return i, k
 
@@ -82,12 +96,12 @@ ${hoisted}
 
 ${maps}
     out = pl.pallas_call(
-        _kernel,
+        functools.partial(_kernel, sh=sh, b0=b0, bk=bk, k_total=k_total),
         out_shape=[${out_shapes}],
-        grid=(ROWS // BLOCK_ROWS, K // BLOCK_K),
-        in_specs=[pl.BlockSpec((BLOCK_ROWS, BLOCK_K), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],
+        grid=(pl.cdiv(m, b0), pl.cdiv(k_total, bk)),
+        in_specs=[pl.BlockSpec((b0, bk), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],
         out_specs=[${out_specs}],
-        scratch_shapes=[pltpu.VMEM((BLOCK_ROWS, ${n}), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((b0, n), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
@@ -161,24 +175,23 @@ def _folded(eqns: list[dict], sp: Split) -> list[int]:
 
 
 def _k_blocks(k: int) -> tuple[int, ...]:
-    out = [b for b in (128, 256, 512, 1024, 2048, 4096) if b < k and k % b == 0]
-    return (*out, k)
+    """Block sizes along K at the target: lane multiples up to K (one past K clamps to the whole K)."""
+    top = max(128, 1 << max(k - 1, 0).bit_length())
+    return tuple(b for b in (128, 256, 512, 1024, 2048, 4096) if b <= top)
 
 
-def build(
-    program: Program, plan: RowPlan, sp: Split, row_blocks: tuple[int, ...], fused_parts: Any
-) -> Template:
-    """The template for a program `split` accepted; `fused_parts` renders the epilogue's row-tiled body."""
+def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template:
+    """The template for a program `split` accepted: rows and K blocked for the target size."""
+    from maxkernel.clients.offline.templates.fused import _legal_blocks, _nbytes, row_body
+
     eqns = program["equations"]
     names = program["input_names"]
     hoist = set(sp.chain) | set(_folded(eqns, sp))
     epi = [e for i, e in enumerate(eqns) if i != sp.dot and i not in hoist]
     dot_var = eqns[sp.dot]["outputs"][0]
     others = [n for n in names if n not in (sp.lhs, sp.rhs_root)]
-    sub = {**program, "equations": epi}
-    body = fused_parts(sub)
-    chain_prog = {"equations": [eqns[i] for i in sp.chain]}
-    hoisted = body_lines(chain_prog)
+    body = row_body(program, [plan], sym, epi)
+    hoisted = body_lines({"equations": [eqns[i] for i in sp.chain]}, sym=sym)
     rhs_var = eqns[sp.dot]["inputs"][1]
     hoisted_src = "\n".join(f"    {line}  # layout only" for line in hoisted)
     hoisted_src += f"\n    rhs = {rhs_var}" if hoisted else f"\n    rhs = {sp.rhs_root}"
@@ -186,22 +199,23 @@ def build(
     o_spec = program["out_specs"][0]
     maps, in_specs = [], []
     for n in others:
-        s = program["inputs"][names.index(n)]
+        i = names.index(n)
+        s = program["inputs"][i]
         rank = len(s["shape"])
-        tiled = plan.input_axes[names.index(n)] is not None
+        tiled = plan.input_axes[i] is not None
         idx = ", ".join("i" if (tiled and d == 0) else "0" for d in range(rank)) + ("," if rank == 1 else "")
         what = "row block i" if tiled else "the whole array, fetched once"
         maps.append(
-            f"    # {n} is {tuple(s['shape'])}: {what}\n    def {n}_map(i, k):\n        return {idx}\n"
+            f"    # {n} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n    def {n}_map(i, k):\n        return {idx}\n"
         )
-        dims = ["BLOCK_ROWS" if (tiled and d == 0) else str(x) for d, x in enumerate(s["shape"])]
-        in_specs.append(f", pl.BlockSpec(({', '.join(dims)}{',' if rank == 1 else ''}), {n}_map)")
+        dims = ["b0" if (tiled and d == 0) else f"sh[{i}][{d}]" for d in range(rank)]
+        in_specs.append(f", pl.BlockSpec({shape_source(dims)}, {n}_map)")
     rank = len(o_spec["shape"])
     o_idx = ", ".join("i" if d == 0 else "0" for d in range(rank)) + ("," if rank == 1 else "")
-    maps.append(f"    # the output is {tuple(o_spec['shape'])}: row block i, resident across k\n"
+    maps.append(f"    # the output is {tuple(o_spec['shape'])} at {sym.sizes[0]}: row block i, resident across k\n"
                 f"    def o0_map(i, k):\n        return {o_idx}\n")  # fmt: skip
-    o_dims = ["BLOCK_ROWS" if d == 0 else str(x) for d, x in enumerate(o_spec["shape"])]
-    rhs_block = "(BLOCK_K, N)" if sp.rhs_contract == 0 else "(N, BLOCK_K)"
+    whole = sym.output_shape(0)
+    o_dims = ["b0" if d == 0 else whole[d] for d in range(rank)]
     fixed = {
         "epi_args": ", ".join([dot_var, *others]),
         "body": body,
@@ -212,31 +226,40 @@ def build(
         "epi_loads": ", ".join(["dot", *[f"{n}_ref[...]" for n in others]]),
         "stores": "        o0_ref[...] = outs[0].astype(o0_ref.dtype)",
         "args": ", ".join(names),
+        "shapes": ", ".join(f"{n}.shape" for n in names) + ("," if len(names) == 1 else ""),
         "hoisted": hoisted_src,
         "lhs": sp.lhs,
-        "rhs_shape": f"({sp.k}, {sp.n})" if sp.rhs_contract == 0 else f"({sp.n}, {sp.k})",
-        "rhs_what": "[BLOCK_K, N]" if sp.rhs_contract == 0 else "[N, BLOCK_K]",
+        "n": f"rhs.shape[{1 - sp.rhs_contract}]",
+        "rhs_shape": "(K, N)" if sp.rhs_contract == 0 else "(N, K)",
+        "rhs_what": "[bk, N]" if sp.rhs_contract == 0 else "[N, bk]",
+        "rhs_k_axis": str(sp.rhs_contract),
         "rhs_index": "k, 0" if sp.rhs_contract == 0 else "0, k",
-        "rhs_block": rhs_block.replace("N", str(sp.n)),
+        "rhs_block": "(bk, n)" if sp.rhs_contract == 0 else "(n, bk)",
         "maps": "\n".join(maps).rstrip("\n"),
         "in_specs": "".join(in_specs),
-        "out_specs": f"pl.BlockSpec(({', '.join(o_dims)}{',' if rank == 1 else ''}), o0_map)",
-        "out_shapes": f"jax.ShapeDtypeStruct({tuple(o_spec['shape'])}, jnp.{o_spec['dtype']})",
+        "out_specs": f"pl.BlockSpec({shape_source(o_dims)}, o0_map)",
+        "out_shapes": f"jax.ShapeDtypeStruct({shape_source(whole)}, jnp.{o_spec['dtype']})",
         "call_args": "".join(f", {n}" for n in others),
         "result": "out[0]",
-        "rows": str(plan.rows),
-        "k": str(sp.k),
-        "n": str(sp.n),
     }
-    k_blocks = _k_blocks(sp.k)
-    item = 2 if "16" in program["inputs"][names.index(sp.lhs)]["dtype"] else 4
+    if sym.unsolved:
+        raise ValueError(
+            "numbers that follow the size in no way it can write: " + "; ".join(sym.unsolved[:3])
+        )
+    at = sym.at(sym.target)
+    m_t, k_t = at["inputs"][names.index(sp.lhs)]["shape"]
+    n_t = sym.eqn_shapes_at(sym.target)[sp.dot][0][1]  # the dot's (M, N) at the target
+    row_blocks = _legal_blocks(program, [plan], sym)[0]
+    k_blocks = _k_blocks(k_t)
+    fixed["target"] = f"{sym.target}: M={m_t}, K={k_t}, N={n_t}"
+    item = 2 if "16" in at["inputs"][names.index(sp.lhs)]["dtype"] else 4
     other_bytes = sum(
-        2 * _size(program["inputs"][names.index(n)]["shape"]) * 4 for n in others
+        2 * _nbytes(at["inputs"][names.index(n)]["shape"], "float32") for n in others
     )  # upper bound: whole, f32
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        bm, bk = int(c["block_rows"]), int(c["block_k"])
-        return int(2 * item * (bm * bk + bk * sp.n) + 4 * bm * sp.n * 4 + other_bytes)
+        bm, bk = min(int(c["block_rows"]), m_t), min(int(c["block_k"]), k_t)
+        return int(2 * item * (bm * bk + bk * n_t) + 4 * bm * n_t * 4 + other_bytes)
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
         out = []
@@ -247,10 +270,11 @@ def build(
         return out
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        bm, bk = int(c["block_rows"]), int(c["block_k"])
-        steps = (plan.rows // bm) * (sp.k // bk)
-        hbm = item * (plan.rows * sp.k + sp.k * sp.n * (plan.rows // bm) + plan.rows * sp.n)
-        compute = 2 * plan.rows * sp.n * sp.k / (900e12 * min(bm, 256) / 256) * 1e6
+        bm, bk = min(int(c["block_rows"]), m_t), min(int(c["block_k"]), k_t)
+        row_steps = -(-m_t // bm)
+        steps = row_steps * -(-k_t // bk)
+        hbm = item * (m_t * k_t + k_t * n_t * row_steps + m_t * n_t)
+        compute = 2 * m_t * n_t * k_t / (900e12 * min(bm, 256) / 256) * 1e6
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + penalty
 
@@ -258,7 +282,7 @@ def build(
         (bm, bk)
         for bm in row_blocks
         for bk in k_blocks
-        if bm <= 256 and bk <= 512 and vmem({"block_rows": bm, "block_k": bk}, {}) <= 16 * MiB
+        if bm <= 256 and bk <= 512 and vmem({"block_rows": bm, "block_k": bk}, {}) <= 24 * MiB
     ]
     bm0, bk0 = max(fits) if fits else (min(row_blocks), min(k_blocks))
     return Template(
@@ -266,20 +290,16 @@ def build(
         operators=("program",),
         source=SOURCE,
         tunables={"block_rows": row_blocks, "block_k": k_blocks},
-        dims_of=lambda sizes: {"M": plan.rows, "K": sp.k, "N": sp.n},
+        dims_of=lambda sizes: {"M": m_t, "K": k_t, "N": n_t},
         problems=problems,
         vmem_bytes=vmem,
         cost_us=cost,
         initial={"block_rows": bm0, "block_k": bk0},
         fixed=lambda op: fixed,
-        constraints=(f"block_rows in {list(row_blocks)}", f"block_k in {list(k_blocks)} (divides K={sp.k})"),
+        constraints=(
+            f"block_rows in {list(row_blocks)}",
+            f"block_k in {list(k_blocks)} (a last k-step past K={k_t} is masked)",
+        ),
         grid_axes=lambda c: ["rows", "k"],
         semantics=lambda c: ["parallel", "arbitrary"],
     )
-
-
-def _size(shape: list[int]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out

@@ -1,0 +1,186 @@
+"""A (batched) matmul from a traced program, tiled on M, N and K: no operand is held whole.
+
+The row-tiled `matmul` class keeps the right operand whole per row block (14p_Ragged_Dot at full: a
+4096 x 14336 weight per group, VMEM exhausted). This serves a program that is one dot_general of two
+inputs sharing leading batch axes ([B..., M, K] x [B..., K, N] or [B..., N, K]), whose result is the
+output (casts aside): grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary", an f32
+accumulator in VMEM, a K tail masked to zeros. Anything else returns None.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.emit import Program
+from maxkernel.clients.offline.templates import MiB, Template
+
+SOURCE = '''"""Batched matmul (offline template `batched_matmul`), generated from the reference's traced program.
+
+Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator is
+zeroed on the first K step and rounded to the reference's dtype on the last, one store per block.
+
+Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
+for the target size (${target}) and clamp to smaller inputs. Partial M / N blocks only touch rows and
+columns that the store drops; a last K step past K is masked to zeros on both operands.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+${config_marker}${config_json}
+BLOCK_M = ${block_m}
+BLOCK_N = ${block_n}
+BLOCK_K = ${block_k}
+VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+RHS_NK = ${rhs_nk}  # the right operand is [N, K] (else [K, N])
+
+
+def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total):
+    kk = pl.program_id(3)
+
+    @pl.when(kk == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    lhs, rhs = lhs_ref[...], rhs_ref[...]
+    bk = lhs.shape[1]
+    if k_total % bk:  # the last K step runs past K: zero both operands there (garbage * 0 may be NaN)
+        left = k_total - kk * bk
+        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
+    dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
+    acc_ref[...] += lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32)
+
+    @pl.when(kk == pl.num_programs(3) - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def workload(${lhs}, ${rhs}):
+    batch = ${lhs}.shape[:${nb}]
+    lhs = ${lhs}.reshape((-1,) + ${lhs}.shape[${nb}:])  # [B, M, K]: the batch axes merged
+    rhs = ${rhs}.reshape((-1,) + ${rhs}.shape[${nb}:])
+    b, m, k_total = lhs.shape
+    n = rhs.shape[1] if RHS_NK else rhs.shape[2]
+    bm, bn, bk = min(BLOCK_M, m), min(BLOCK_N, n), min(BLOCK_K, k_total)
+
+    def lhs_map(g, i, j, kk):
+        return g, i, kk
+
+    def rhs_map(g, i, j, kk):
+        return (g, j, kk) if RHS_NK else (g, kk, j)
+
+    def o_map(g, i, j, kk):
+        return g, i, j
+
+    sq = pl.Squeezed()
+    out = pl.pallas_call(
+        functools.partial(_kernel, k_total=k_total),
+        out_shape=jax.ShapeDtypeStruct((b, m, n), jnp.${out_dtype}),
+        grid=(b, pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k_total, bk)),
+        in_specs=[
+            pl.BlockSpec((sq, bm, bk), lhs_map),
+            pl.BlockSpec((sq, bn, bk) if RHS_NK else (sq, bk, bn), rhs_map),
+        ],
+        out_specs=pl.BlockSpec((sq, bm, bn), o_map),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=VMEM_LIMIT_BYTES,
+        ),
+        interpret=False,
+        name="offline_batched_matmul",
+    )(lhs, rhs)
+    return out.reshape(batch + (m, n))
+'''
+BLOCKS = (128, 256, 512, 1024)
+PASS = {"convert_element_type"}
+
+
+def recognise(program: Program) -> dict[str, Any] | None:
+    """The operands of a program that is one batched dot_general of two inputs, or None."""
+    eqns, names = program["equations"], program["input_names"]
+    if len(names) != 2 or not eqns or eqns[0]["primitive"] != "dot_general" or len(program["outputs"]) != 1:
+        return None
+    e = eqns[0]
+    lhs, rhs = e["inputs"]
+    if lhs not in names or rhs not in names or lhs == rhs:
+        return None
+    (lc, rc), (lb, rb) = ast.literal_eval(e["params"]["dimension_numbers"])
+    nb = len(lb)
+    lrank = len(program["inputs"][names.index(lhs)]["shape"])
+    rrank = len(program["inputs"][names.index(rhs)]["shape"])
+    if nb == 0 or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
+        return None
+    if lrank != nb + 2 or rrank != nb + 2 or tuple(lc) != (nb + 1,) or tuple(rc) not in ((nb,), (nb + 1,)):
+        return None
+    cur = e["outputs"][0]
+    for t in eqns[1:]:  # casts only after the dot
+        if t["primitive"] not in PASS or t["inputs"] != [cur]:
+            return None
+        cur = t["outputs"][0]
+    if cur != program["outputs"][0]:
+        return None
+    return {"lhs": lhs, "rhs": rhs, "nb": nb, "rhs_nk": tuple(rc) == (nb + 1,),
+            "out_dtype": program["out_specs"][0]["dtype"]}  # fmt: skip
+
+
+def build(program: Program, sym: Symbolic) -> Template | None:
+    r = recognise(program)
+    if r is None:
+        return None
+    names = program["input_names"]
+    at = sym.at(sym.target)
+    ls = at["inputs"][names.index(r["lhs"])]["shape"]
+    rs = at["inputs"][names.index(r["rhs"])]["shape"]
+    nb = r["nb"]
+    b_t, m_t, k_t = math.prod(ls[:nb]), ls[nb], ls[nb + 1]
+    n_t = rs[nb] if r["rhs_nk"] else rs[nb + 1]
+    item = 2 if "16" in at["inputs"][0]["dtype"] else 4
+    fixed = {
+        "lhs": r["lhs"], "rhs": r["rhs"], "nb": str(nb), "rhs_nk": str(r["rhs_nk"]),
+        "out_dtype": r["out_dtype"],
+        "target": f"{sym.target}: B={b_t}, M={m_t}, K={k_t}, N={n_t}",
+    }  # fmt: skip
+
+    def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
+        bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
+        return int(2 * item * (bm * bk + bk * bn + bm * bn) + 4 * bm * bn * 2)
+
+    def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
+        return [
+            f"{k}={c[k]} is not one of {list(BLOCKS)}"
+            for k in ("block_m", "block_n", "block_k")
+            if c[k] not in BLOCKS
+        ]
+
+    def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
+        bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
+        steps = b_t * -(-m_t // bm) * -(-n_t // bn) * -(-k_t // bk)
+        hbm = item * b_t * (m_t * k_t * -(-n_t // bn) + k_t * n_t * -(-m_t // bm) + m_t * n_t)
+        return hbm / 1.6e12 * 1e6 + 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
+
+    return Template(
+        name="batched_matmul",
+        operators=("program",),
+        source=SOURCE,
+        tunables={"block_m": BLOCKS, "block_n": BLOCKS, "block_k": BLOCKS},
+        dims_of=lambda sizes: {"B": b_t, "M": m_t, "K": k_t, "N": n_t},
+        problems=problems,
+        vmem_bytes=vmem,
+        cost_us=cost,
+        initial={"block_m": 512, "block_n": 512, "block_k": 512},
+        fixed=lambda op: fixed,
+        constraints=("block_m, block_n, block_k multiples of 128 (clamped; a K tail is masked)",),
+        grid_axes=lambda c: ["batch", "m", "n", "k"],
+        semantics=lambda c: ["parallel", "parallel", "parallel", "arbitrary"],
+    )

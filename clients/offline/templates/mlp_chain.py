@@ -1,0 +1,252 @@
+"""A gated MLP from a traced program: up-projections, an elementwise chain, a down-projection, tiled
+over the hidden axis so no step holds a whole weight.
+
+The row-tiled `matmul` class keeps every weight whole in VMEM, which cannot hold a production MLP
+(8192 x 28672 per weight). This serves a program whose dot_generals are: one or more up-projections
+of the same row input x ([..., E] @ [E, H]), elementwise ops only (SwiGLU's silu and product) that
+combine them into h [..., H], and one down-projection h @ [H, E'] that is the output. The grid is
+(row blocks, hidden blocks), hidden innermost and "arbitrary": each step computes its [rows, bh] slice
+of h with the reference's own ops and adds h_slice @ W_down[slice] to an f32 accumulator; the output
+block is written on the last hidden step. Anything else returns None.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.emit import ELEMENTWISE, Program, body_lines
+from maxkernel.clients.offline.templates import MiB, Template
+
+SOURCE = '''"""Gated MLP (offline template `mlp_chain`), generated from the reference's traced program.
+
+Grid (row blocks, hidden blocks), hidden innermost and "arbitrary": each step computes its slice of
+the hidden activation with the reference's own elementwise ops (each up-projection accumulated in
+f32 and rounded to the reference's dtype, as it rounds) and adds slice @ W_down[slice] to an f32
+accumulator; the output block is stored once, on the last hidden step. No weight is held whole.
+
+Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
+for the target size (${target}) and clamp to smaller inputs. A last row block past M is partial (rows
+are independent); a last hidden block past H is masked (its h columns and W_down rows are zeroed).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+${config_marker}${config_json}
+BLOCK_ROWS = ${block_rows}
+BLOCK_HIDDEN = ${block_hidden}
+VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+
+
+def _hidden(${x}, ${ups}):
+    """The reference's equations from the up-projections to the hidden activation, on one block."""
+${chain}
+    return ${h}
+
+
+def _kernel(x_ref, ${up_refs}, down_ref, o_ref, acc_ref, *, h_total):
+    j = pl.program_id(1)
+    bh = down_ref.shape[0]
+
+    @pl.when(j == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    x = x_ref[...]
+${up_dots}
+    h = _hidden(x, ${up_names})
+    down = down_ref[...]
+    if h_total % bh:  # the last hidden block runs past H: zero its h columns and W_down rows
+        left = h_total - j * bh
+        h = jnp.where(lax.broadcasted_iota(jnp.int32, h.shape, 1) < left, h, jnp.zeros_like(h))
+        down = jnp.where(lax.broadcasted_iota(jnp.int32, down.shape, 0) < left, down, jnp.zeros_like(down))
+    acc_ref[...] += jnp.dot(h, down, preferred_element_type=jnp.float32)
+
+    @pl.when(j == pl.num_programs(1) - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def workload(${args}):
+    lead = ${x}.shape[:-1]
+    rows_x = ${x}.reshape(-1, ${x}.shape[-1])  # [M, E]: the row axes merged
+    m, e = rows_x.shape
+    h_total, e_out = ${down}.shape
+    b0, bh = min(BLOCK_ROWS, m), min(BLOCK_HIDDEN, h_total)
+
+    def x_map(i, j):
+        return i, 0
+
+    def up_map(i, j):  # [E, bh]: the hidden block j, all of E
+        return 0, j
+
+    def down_map(i, j):  # [bh, E_out]: the hidden block j's rows
+        return j, 0
+
+    def o_map(i, j):
+        return i, 0
+
+    out = pl.pallas_call(
+        functools.partial(_kernel, h_total=h_total),
+        out_shape=jax.ShapeDtypeStruct((m, e_out), jnp.${out_dtype}),
+        grid=(pl.cdiv(m, b0), pl.cdiv(h_total, bh)),
+        in_specs=[pl.BlockSpec((b0, e), x_map), ${up_specs}, pl.BlockSpec((bh, e_out), down_map)],
+        out_specs=pl.BlockSpec((b0, e_out), o_map),
+        scratch_shapes=[pltpu.VMEM((b0, e_out), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
+        ),
+        interpret=False,
+        name="offline_mlp_chain",
+    )(rows_x, ${up_args}, ${down})
+    return out.reshape(lead + (e_out,))
+'''
+
+
+def _dims(e: dict) -> tuple:
+    (lc, rc), (lb, rb) = ast.literal_eval(e["params"]["dimension_numbers"])
+    return tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+
+
+def recognise(program: Program) -> dict[str, Any] | None:
+    """The roles (x, up-projections, chain, down-projection) of a gated-MLP program, or None."""
+    eqns, names = program["equations"], program["input_names"]
+    shape = {n: s["shape"] for n, s in zip(names, program["inputs"], strict=True)}
+    dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general"]
+    if len(dots) < 2 or len(program["outputs"]) != 1:
+        return None
+    *ups, down = dots
+    x = eqns[ups[0]]["inputs"][0]
+    if x not in names:
+        return None
+    rank = len(shape[x])
+    for i in ups:
+        lhs, rhs = eqns[i]["inputs"]
+        if (
+            lhs != x
+            or rhs not in names
+            or len(shape[rhs]) != 2
+            or _dims(eqns[i]) != ((rank - 1,), (0,), (), ())
+        ):
+            return None
+    ed = eqns[down]
+    h, w = ed["inputs"]
+    if w not in names or len(shape[w]) != 2 or _dims(ed) != ((rank - 1,), (0,), (), ()):
+        return None
+    if program["outputs"][0] != ed["outputs"][0] or down != len(eqns) - 1:
+        return None
+    up_outs = {eqns[i]["outputs"][0] for i in ups}
+    known = set(up_outs)
+    chain = []
+    for i, e in enumerate(eqns):
+        if i in dots:
+            continue
+        if e["primitive"] not in ELEMENTWISE or len(e["outputs"]) != 1:
+            return None
+        if any(not (a.startswith("lit:") or a in known) for a in e["inputs"]):
+            return None  # uses an input or a value outside the chain
+        known.add(e["outputs"][0])
+        chain.append(i)
+    if h not in known or h == x:
+        return None
+    users = [a for i in range(len(eqns)) if i not in dots for a in eqns[i]["inputs"]]
+    if x in users:
+        return None  # x used elsewhere than the up-projections
+    return {"x": x, "ups": ups, "down": down, "chain": chain, "h": h, "w_down": w}
+
+
+def build(program: Program, sym: Symbolic) -> Template | None:
+    """The hidden-tiled template of a gated-MLP program, or None (the caller keeps its own)."""
+    r = recognise(program)
+    if r is None:
+        return None
+    eqns, names = program["equations"], program["input_names"]
+    chain = body_lines({**program, "equations": [eqns[i] for i in r["chain"]]}, None, None, sym)
+    if sym.unsolved:
+        return None
+    up_outs = [eqns[i]["outputs"][0] for i in r["ups"]]
+    up_w = [eqns[i]["inputs"][1] for i in r["ups"]]
+    up_dots = "\n".join(
+        f"    {o} = jnp.dot(x, {w}_ref[...], preferred_element_type=jnp.float32).astype(jnp.{eqns[i]['out_specs'][0]['dtype']})"
+        for o, w, i in zip(up_outs, up_w, r["ups"], strict=True)
+    )
+    at = sym.at(sym.target)
+    tshape = {n: s["shape"] for n, s in zip(names, at["inputs"], strict=True)}
+    m_t = math.prod(tshape[r["x"]][:-1])
+    e_t = tshape[r["x"]][-1]
+    h_t, eo_t = tshape[r["w_down"]]
+    item = 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4
+    n_up = len(up_w)
+    fixed = {
+        "x": r["x"],
+        "ups": ", ".join(up_outs),
+        "chain": "\n".join(f"    {ln}" for ln in chain) or "    pass",
+        "h": r["h"],
+        "up_refs": ", ".join(f"{w}_ref" for w in up_w),
+        "up_dots": up_dots,
+        "up_names": ", ".join(up_outs),
+        "args": ", ".join(names),
+        "down": r["w_down"],
+        "out_dtype": eqns[r["down"]]["out_specs"][0]["dtype"],
+        "up_specs": ", ".join("pl.BlockSpec((e, bh), up_map)" for _ in up_w),
+        "up_args": ", ".join(up_w),
+        "target": f"{sym.target}: M={m_t}, E={e_t}, H={h_t}, E_out={eo_t}",
+    }
+    rows = (8, 16, 32, 64, 128, 256, 512) if item == 4 else (16, 32, 64, 128, 256, 512)
+    hidden = (128, 256, 512, 1024)
+
+    def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
+        b0, bh = min(int(c["block_rows"]), m_t), min(int(c["block_hidden"]), h_t)
+        blocks = b0 * e_t + n_up * e_t * bh + bh * eo_t + b0 * eo_t
+        return int(2 * item * blocks + 4 * b0 * eo_t + 4 * 4 * b0 * bh * (n_up + 1))
+
+    def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
+        out = []
+        if int(c["block_rows"]) not in rows:
+            out.append(f"block_rows={c['block_rows']} is not one of {list(rows)}")
+        if int(c["block_hidden"]) not in hidden:
+            out.append(f"block_hidden={c['block_hidden']} is not one of {list(hidden)}")
+        return out
+
+    def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
+        b0, bh = min(int(c["block_rows"]), m_t), min(int(c["block_hidden"]), h_t)
+        row_steps = -(-m_t // b0)
+        steps = row_steps * -(-h_t // bh)
+        hbm = item * (m_t * e_t + row_steps * (n_up * e_t * h_t + h_t * eo_t) + m_t * eo_t)
+        penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
+        return hbm / 1.6e12 * 1e6 + 0.35 * steps + penalty
+
+    fits = [
+        (b0, bh)
+        for b0 in rows
+        for bh in hidden
+        if vmem({"block_rows": b0, "block_hidden": bh}, {}) <= 40 * MiB
+    ]
+    b00, bh0 = max(fits, key=lambda t: (t[0] * t[1], t[0])) if fits else (min(rows), min(hidden))
+    return Template(
+        name="mlp_chain",
+        operators=("program",),
+        source=SOURCE,
+        tunables={"block_rows": rows, "block_hidden": hidden},
+        dims_of=lambda sizes: {"M": m_t, "E": e_t, "H": h_t},
+        problems=problems,
+        vmem_bytes=vmem,
+        cost_us=cost,
+        initial={"block_rows": b00, "block_hidden": bh0},
+        fixed=lambda op: fixed,
+        constraints=(
+            f"block_rows in {list(rows)}",
+            f"block_hidden in {list(hidden)} (a last block past H is masked)",
+        ),
+        grid_axes=lambda c: ["rows", "hidden"],
+        semantics=lambda c: ["parallel", "arbitrary"],
+    )

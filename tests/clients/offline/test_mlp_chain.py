@@ -1,0 +1,81 @@
+"""A gated MLP program is tiled over its hidden axis: no step holds a whole weight.
+
+The row-tiled matmul class keeps every weight whole in VMEM (9p_SwiGLU_MLP at full: three 8192 x
+28672 weights, a compile that never ends). The adversary: a program that looks like an MLP but uses x
+again after the down-projection (a residual), or mixes hidden columns (a norm over the hidden axis),
+must not be taken for one: the hidden-tiled kernel would drop that term silently.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from maxkernel.clients.offline.first_kernel import first_kernel
+from maxkernel.clients.offline.templates.mlp_chain import recognise
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.program import describe
+
+CHIP = get_chip("tpu-v6e")
+TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
+MLP = """
+import jax
+import jax.numpy as jnp
+
+SIZES = {"full": {"m": 4096, "e": 2048, "h": 8192}, "small": {"m": 64, "e": 256, "h": 512}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    key = jax.random.key(0 if key is None else key) if not isinstance(key, jax.Array) else key
+    k = jax.random.split(key, 4)
+    f = lambda kk, shape, sc: (jax.random.normal(kk, shape) * sc).astype(jnp.bfloat16)
+    return (f(k[0], (s["m"], s["e"]), 1.0), f(k[1], (s["e"], s["h"]), 0.05),
+            f(k[2], (s["e"], s["h"]), 0.05), f(k[3], (s["h"], s["e"]), 0.05))
+
+
+def workload(x, wg, wu, wd):
+    return BODY
+"""
+GATED = "(jax.nn.silu(x @ wg) * (x @ wu)) @ wd"
+RESIDUAL = "x + (jax.nn.silu(x @ wg) * (x @ wu)) @ wd"
+NORMED = "jax.nn.softmax(jax.nn.silu(x @ wg) * (x @ wu), axis=-1) @ wd"
+
+
+def program(tmp_path: Path, body: str) -> tuple[Path, dict]:
+    path = tmp_path / "mlp_ref.py"
+    path.write_text(MLP.replace("BODY", body))
+    return path, describe(str(path)).model_dump(mode="json")
+
+
+def test_the_gated_mlp_roles_come_from_the_program(tmp_path):
+    r = recognise(describe(str(TASKS / "9p_SwiGLU_MLP" / "__init__.py")).model_dump(mode="json"))
+    assert r is not None and len(r["ups"]) == 2 and r["x"] == "x0" and r["w_down"] == "x3"
+    assert recognise(program(tmp_path, GATED)[1]) is not None
+
+
+@pytest.mark.parametrize("body", [RESIDUAL, NORMED])
+def test_an_mlp_with_more_than_a_hidden_wise_chain_is_not_taken_for_one(body, tmp_path):
+    assert recognise(program(tmp_path, body)[1]) is None
+
+
+@pytest.mark.slow
+def test_one_source_validates_at_small_and_partial_blocks_and_compiles_at_full(tmp_path):
+    ref, prog = program(tmp_path, GATED)
+    source = first_kernel(prog, CHIP)
+    assert "template=mlp_chain" in source
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(source)
+    bh = int(source.split("BLOCK_HIDDEN = ")[1].split()[0])
+    case = {"m": 100, "e": 256, "h": 3 * bh + 64}  # a partial row block and a partial hidden block
+    with WorkerPool(max_workers=1) as pool:
+        ev = Evaluator(pool, timeout_s=600)
+        for c in (None, InputCase(name="partial", sizes=case)):
+            report = ev.validate(str(kernel), str(ref), "cpu", "small", seeds=1, case=c)
+            assert report.ok, report.failure
+        full = ev.compile(str(kernel), str(ref), "tpu-v6e", "full")
+        assert full.ok, full.failure

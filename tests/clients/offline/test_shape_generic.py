@@ -1,0 +1,204 @@
+"""The offline model's kernels are shape-generic: written for the target size, right at every size.
+
+Its kernels read every shape from their inputs when traced, choose blocks for the target (`full`),
+clamp them for smaller inputs and handle a partial last block. The adversary here is the model itself:
+a kernel that hard-codes the size it was traced at validates at `small` and fails everywhere else.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from maxkernel.clients.offline.dims import Symbolic, target_size
+from maxkernel.clients.offline.first_kernel import first_kernel
+from maxkernel.clients.offline.model import NoTemplateFits
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.program import describe
+
+CHIP = get_chip("tpu-v6e")
+HEADER = """
+import jax
+import jax.numpy as jnp
+
+
+def _key(key):
+    return jax.random.key(0 if key is None else key) if not isinstance(key, jax.Array) else key
+"""
+NORM = (
+    HEADER
+    + """
+SIZES = {"full": {"rows": 4096, "d": 1024}, "small": {"rows": 64, "d": 256}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    k1, k2 = jax.random.split(_key(key))
+    return jax.random.normal(k1, (s["rows"], s["d"])), jax.random.normal(k2, (s["d"],))
+
+
+def workload(x, w):
+    ms = jnp.mean(x * x, axis=-1, keepdims=True)
+    return x * jax.lax.rsqrt(ms + 1e-6) * w * x.shape[-1] ** -0.5  # a scale that is a Python float
+"""
+)
+MATMUL = (
+    HEADER
+    + """
+SIZES = {"full": {"m": 2048, "k": 4096, "n": 1024}, "small": {"m": 64, "k": 256, "n": 128}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    k1, k2, k3 = jax.random.split(_key(key), 3)
+    return (jax.random.normal(k1, (s["m"], s["k"])), jax.random.normal(k2, (s["k"], s["n"])) / 16,
+            jax.random.normal(k3, (s["n"],)))
+
+
+def workload(x, w, b):
+    return jax.nn.gelu(x @ w + b)
+"""
+)
+ODD = (
+    HEADER
+    + """
+SIZES = {"full": {"rows": 256, "d": 512}, "small": {"rows": 64, "d": 128}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    return (jax.random.normal(_key(key), (s["rows"], s["d"])),)
+
+
+def workload(x):
+    return x * (x.shape[0] ** 3 / 7.0)  # a number that follows the size, but as no shape does
+"""
+)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / f"{name}_ref.py"
+    path.write_text(text)
+    return path
+
+
+# where each call takes a shape: (positional index, keyword)
+SHAPE_ARGS = {"BlockSpec": (0, "block_shape"), "ShapeDtypeStruct": (0, "shape"), "VMEM": (0, "shape")}
+
+
+def shape_literals(source: str) -> set[int]:
+    """Integer literals where a kernel states its shapes: grid, BlockSpecs, out_shape, scratch."""
+    found: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        pos, kw = SHAPE_ARGS.get(name, (None, None))
+        parts = [node.args[pos]] if pos is not None and len(node.args) > pos else []
+        parts += [k.value for k in node.keywords if k.arg == "grid" or (kw and k.arg == kw)]
+        for part in parts:
+            found |= _ints(part)
+    return found
+
+
+def _ints(node: ast.AST) -> set[int]:
+    """Integer constants in an expression, not counting subscripts (`sh[0][2]` names a dim, states none)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return {node.value}
+    if isinstance(node, ast.Subscript):
+        return _ints(node.value)
+    return set().union(*(_ints(c) for c in ast.iter_child_nodes(node)))
+
+
+def code_of(source: str) -> str:
+    """The source without comments and layout (its docstrings stay)."""
+    return ast.unparse(ast.parse(source))
+
+
+def same_kernel_from_either_trace(reference: str) -> str:
+    """The kernel written from the `small` trace; it must be the one written from the `full` trace, so
+    nothing in it depends on the size the model read (the body's broadcasts, reshapes, divisors)."""
+    small = first_kernel(describe(reference, "small").model_dump(mode="json"), CHIP)
+    full = first_kernel(describe(reference, "full").model_dump(mode="json"), CHIP)
+    assert code_of(small) == code_of(full)
+    return small
+
+
+def changing_dims(program: dict) -> set[int]:
+    """The traced size's dims that are different at another size and equal no dim that stays the same (a
+    literal 128 is a head_dim's when some input keeps 128 at every size; the exact check is that the
+    kernel written from either trace is the same source)."""
+    changing, fixed = set(), set()
+    for variant in program["variants"].values():
+        for a, b in zip(program["inputs"], variant["inputs"], strict=True):
+            for x, y in zip(a["shape"], b["shape"], strict=True):
+                (changing if x != y else fixed).add(x)
+    return changing - fixed - {0, 1}
+
+
+def test_numbers_that_follow_the_size_are_written_from_the_input_shapes(tmp_path):
+    program = describe(str(write(tmp_path, "norm", NORM))).model_dump(mode="json")
+    assert program["size"] == "small" and target_size(program) == "full"
+    sym = Symbolic(program)
+    div = next(
+        e for e in program["equations"] if e["primitive"] == "div" and e["inputs"][1].startswith("lit:")
+    )
+    assert sym.literal(div, 1) == "lit:jnp.asarray(float(sh[0][1]), jnp.float32)"  # the mean's 1/d
+    scale = [
+        sym.literal(e, j)
+        for e in program["equations"]
+        for j, a in enumerate(e["inputs"])
+        if a.startswith("lit:") and "sqrt" in sym.literal(e, j)
+    ]
+    assert scale == ["lit:jnp.asarray(1.0 / math.sqrt(sh[0][1]), jnp.float32)"]  # d ** -0.5
+    bcast = next(e for e in program["equations"] if e["primitive"] == "broadcast_in_dim")
+    assert sym.shape_elems(bcast, "shape") == ["sh[0][0]", "1"] and not sym.unsolved
+
+    source = same_kernel_from_either_trace(str(write(tmp_path, "norm", NORM)))
+    assert not shape_literals(source) & changing_dims(program), source
+    assert "grid=(pl.cdiv(n0, b0)," in source
+
+
+def test_a_number_no_shape_explains_is_refused_not_hard_coded(tmp_path):
+    program = describe(str(write(tmp_path, "odd", ODD))).model_dump(mode="json")
+    with pytest.raises(NoTemplateFits, match=r"follow the size in no way it can write: mul v\d operand 1"):
+        first_kernel(program, CHIP)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with WorkerPool(max_workers=1) as pool:
+        yield Evaluator(pool, timeout_s=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "text", "case"),
+    [
+        ("norm", NORM, {"rows": 520}),  # 520 rows: blocks of 512 and a partial last one of 8
+        ("matmul", MATMUL, {"m": 300, "k": 640}),  # a partial row block and a K tail (640 = 512 + 128)
+    ],
+)
+def test_one_source_validates_at_small_and_a_larger_non_multiple_size_and_compiles_at_full(
+    name, text, case, tmp_path, evaluator
+):
+    ref = write(tmp_path, name, text)
+    source = first_kernel(describe(str(ref)).model_dump(mode="json"), CHIP)
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(source)
+    block = int(source.split("BLOCK_ROWS = ")[1].split()[0])
+    rows = next(iter(case.values()))
+    assert block < rows and rows % block, f"the case should end in a partial block (BLOCK_ROWS={block})"
+    small = evaluator.validate(str(kernel), str(ref), "cpu", "small", seeds=1)
+    assert small.ok, small.failure
+    larger = evaluator.validate(
+        str(kernel), str(ref), "cpu", "small", seeds=1, case=InputCase(name="non_multiple", sizes=case)
+    )
+    assert larger.ok, larger.failure
+    full = evaluator.compile(str(kernel), str(ref), "tpu-v6e", "full")
+    assert full.ok, full.failure
