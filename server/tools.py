@@ -69,6 +69,7 @@ from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 from maxkernel.tpu_tools.cost.autotune import AutotuneReport
 from maxkernel.tpu_tools.cost.estimate import EstimateReport
 from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.model.hotspots import HotspotReport
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.program import ProgramDescription
 from maxkernel.tpu_tools.problem.tasks import TaskSummary
@@ -503,6 +504,46 @@ async def describe_reference(
     return result
 
 
+async def find_hotspots(
+    ctx: Context[AppState],
+    model: Annotated[
+        str,
+        Field(
+            description="a model reference: a JaxBench model id ('llama3_8b_layer') or a reference module "
+            "path inside the workspace whose workload is one model step"
+        ),
+    ],
+    target: CompileTarget = "tpu-v5e",
+    size: Annotated[
+        Size, Field(description="input sizes from the model's SIZES (production: full)")
+    ] = "full",
+    timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit for the child")] = 1800.0,
+) -> HotspotReport:
+    """Where a model step's time goes on a TPU target: its regions (the user's named scopes and functions,
+    else attention / matmul+epilogue / norm ... found by pattern), each with flops, HBM bytes, estimated
+    time and tier, share of the step, bound and headroom against its roofline; identical regions merged
+    with a count. Compile-only (no chip): every number is a static estimate, labeled with its tier."""
+    from maxkernel.tpu_tools.errors import UsageError
+    from maxkernel.tpu_tools.model.hotspots import hotspots_in_child
+
+    st = state_of(ctx)
+    ref = resolve_reference(st.workspace, model)
+    target = check_target(target)
+
+    def run(progress: ProgressFn, cancel: threading.Event) -> HotspotReport | str:
+        try:
+            return hotspots_in_child(
+                st.evaluator, ref, target, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            )
+        except UsageError as e:  # returned, not raised: the task group would wrap it
+            return str(e)
+
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -524,6 +565,7 @@ def register(server: MCPServer) -> None:
         (list_tasks, "List the JaxBench tasks"),
         (get_task, "Get a JaxBench task"),
         (describe_reference, "Describe a reference's traced program"),
+        (find_hotspots, "Find a model step's hot regions on a TPU (static estimate)"),
         (list_chips, "List TPU chips"),
     ]:
         server.tool(title=title, annotations=READS)(fn)

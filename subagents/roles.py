@@ -35,6 +35,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "summarize_trace",
     "autotune_kernel",
     "find_examples",
+    "find_hotspots",
 )
 
 

@@ -34,6 +34,7 @@ SERVER_TOOLS = {
     "describe_reference",
     "list_chips",
     "find_examples",
+    "find_hotspots",
 }
 
 
@@ -386,3 +387,16 @@ async def test_analyze_kernel_reports_the_compilers_schedule(client):
         "analyze_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py", "target": "cpu"}
     )
     assert bad.is_error and "TPU target" in text(bad)
+
+
+@pytest.mark.anyio
+async def test_find_hotspots_costs_a_model_step_and_refuses_an_unknown_model(client):
+    result = await client.call_tool(
+        "find_hotspots", {"model": "llama3_8b_layer", "target": "tpu-v5e", "size": "small"}
+    )
+    report = result.structured_content
+    assert report["kind"] == "hotspots" and report["target"] == "tpu-v5e"
+    assert any(r["region"]["id"] == "attention.sdpa" for r in report["regions"])
+    assert "estimate" in report["tier"] or report["tier"] in ("llo", "model", "region-roofline")
+    bad = await client.call_tool("find_hotspots", {"model": "no_such_model"})
+    assert bad.is_error and "no_such_model" in text(bad)
