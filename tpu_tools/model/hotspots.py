@@ -274,7 +274,9 @@ def _regions_compiled_alone(compiled, chip, flat, insts, merged, tgt):
     )
     return (
         {"fusions": fusions, "total_us": step.time_us, "program_overhead_us": 0.0,
-         "sum_note": "regions compiled alone cannot fuse across their boundaries (the whole step can)"},
+         "sum_note": "the step's estimate is one roofline over all its flops and bytes, which lets "
+                     "memory-bound regions hide under compute-bound ones, and regions compiled alone cannot "
+                     "fuse across their boundaries (the whole step can); per-fusion costs remove both"},
         "region-roofline",
         [note],
     )  # fmt: skip
