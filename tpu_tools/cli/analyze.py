@@ -70,6 +70,20 @@ def render_estimate(r) -> None:
             highlight=False,
         )
         console.print(f"  {e.tier_note}", markup=False, highlight=False)
+        if e.xla_fusions is not None:
+            t = e.xla_fusions
+            console.print(
+                f"  XLA program, {len(t.fusions)} ops: {t.total_us:.4g} us fusion by fusion "
+                f"(whole-program roofline {e.roofline_time_us:.4g} us); the slowest:",
+                highlight=False,
+            )
+            for f in t.top(6):
+                where = f" {f.op_names[0]}" if f.op_names else ""
+                console.print(
+                    f"    {f.name:<28} {f.estimated_time_us:>10.4g} us {f.bound:<8} {f.tier}{where}",
+                    markup=False,
+                    highlight=False,
+                )
         for p in r.layout_problems:
             console.print(f"  [yellow]layout:[/] {p}", highlight=False)
     else:

@@ -180,6 +180,7 @@ def estimate_one(
     programs: list[ProgramLLO] = []
     note = None
     cost: dict[str, float] = {}
+    table = None
     if dump_root is None:
         note = "the LLO dump could not be switched on in this process"
     else:
@@ -187,9 +188,11 @@ def estimate_one(
             compiled, programs, times = compile_with_dump(fn, args, dump_root)
             facts.update(times)
             if not calls:
+                from maxkernel.tpu_tools.cost.fusions import cost_fusions
                 from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
 
                 cost = cost_analysis_of(compiled)
+                table = cost_fusions(compiled, chip, programs)
             if not any(p.is_kernel for p in programs) and calls:
                 note = "the compile wrote no readable kernel dump"
         except Exception as e:
@@ -203,6 +206,24 @@ def estimate_one(
         est = estimate_pallas(
             calls, chip, total_flops=total_flops, program=program, llo=programs, llo_note=note
         )
+        if "compile_ms" in facts and "error" not in facts:
+            # VMEM from the compiler, always: it accepted every kernel at this shape under the limit that
+            # applies, so our own count never flags it (it stays in vmem_bytes_needed when no dump says more).
+            alloc = [p.vmem_allocated_bytes for p in programs if p.is_kernel and p.vmem_allocated_bytes]
+            est.fits_vmem, est.above_scoped_vmem_limit = True, False
+            if alloc:
+                est.vmem_bytes_needed = max(alloc)
+            est.assumptions.append(
+                "VMEM: the target's compiler accepted every kernel at this shape"
+                + (f" (its VMEM allocation {max(alloc)} B)" if alloc else "")
+            )
+    elif table is not None:  # plain JAX: XLA's TPU program, fusion by fusion (the roofline beside it)
+        from maxkernel.tpu_tools.cost.program_estimate import xla_estimate
+
+        old = estimate_pallas(
+            [], chip, total_flops=cost.get("flops", 0.0), total_bytes=cost.get("bytes accessed", 0.0)
+        )
+        est = xla_estimate(table, chip, old_roofline_us=old.roofline_time_us)
     elif "flops" in cost and "bytes accessed" in cost:  # plain JAX: XLA's cost analysis on the TPU target
         est = estimate_pallas([], chip, total_flops=cost["flops"], total_bytes=cost["bytes accessed"])
     else:  # no compile: the jaxpr's own count

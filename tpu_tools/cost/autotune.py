@@ -114,22 +114,22 @@ def _prune_by_estimate(r: ConfigResult, res: dict, can_raise: bool) -> int | Non
     VMEM is judged by the compiler when it ran (tier llo: its 'exceeded scoped vmem limit' error or a
     clean compile), by the model only when it did not.
     """
-    if not res.get("ok"):
-        r.status, r.pruned_reason, r.failure = "pruned", "trace", res.get("error")
-        return None
-    est = res["estimate"]
-    r.estimate_us = float(est["estimated_time_us"])
-    r.estimate_bound = est["bound"]
-    r.vmem_bytes_needed = int(res.get("compiler_vmem_bytes") or est["vmem_bytes_needed"])
-    compiled = est.get("tier") == "llo" or "compiler_vmem_bytes" in res or "compile_error" in res
-    capacity = int(est["vmem_capacity_bytes"])
-    if res["layout_problems"]:
+    if res.get("layout_problems"):
         r.status, r.pruned_reason, r.failure = "pruned", "layout", "; ".join(res["layout_problems"][:3])
         return None
-    if "compile_error" in res:
-        r.status, r.pruned_reason = "pruned", "compile"
-        r.failure = str(res["compile_error"]).splitlines()[0][:500]
+    if not res.get("ok") and "compiler_vmem_bytes" not in res:
+        kind = "compile" if "compile_error" in res else "trace"
+        r.status, r.pruned_reason = "pruned", kind
+        r.failure = str(res.get("compile_error") or res.get("error")).splitlines()[0][:500]
         return None
+    est = res.get("estimate") or {}
+    if est:
+        r.estimate_us = float(est["estimated_time_us"])
+        r.estimate_bound = est["bound"]
+    r.vmem_bytes_needed = int(res.get("compiler_vmem_bytes") or est["vmem_bytes_needed"])
+    # The compiler's verdict, whenever it ran: a config it accepts is never pruned by our own count.
+    compiled = bool(res.get("compiled")) or est.get("tier") == "llo" or "compiler_vmem_bytes" in res
+    capacity = int(res.get("vmem_capacity_bytes") or est["vmem_capacity_bytes"])
     over_scoped = "compiler_vmem_bytes" in res or (not compiled and est["above_scoped_vmem_limit"])
     if not over_scoped and (compiled or est["fits_vmem"]):
         return None

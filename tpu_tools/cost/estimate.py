@@ -33,10 +33,11 @@ from maxkernel.tpu_tools.cost.block_schedule import (
     padded_bytes,
     round_up,
 )
+from maxkernel.tpu_tools.cost.fusions import FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
-from maxkernel.tpu_tools.hardware.megacore import core_split, cores_per_device
+from maxkernel.tpu_tools.hardware.megacore import core_split, cores_per_device, parallel_prefix
 from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
 from maxkernel.tpu_tools.reports import Failure
 
@@ -154,6 +155,9 @@ class StaticEstimate(BaseModel):
     padding_waste_fraction: float
     per_call: list[CallEstimate]
     outside_kernel: OutsideKernelCost | None = None
+    xla_fusions: FusionTable | None = Field(
+        default=None, description="plain JAX: the TPU-compiled program costed fusion by fusion"
+    )
     ignored_cost_estimates: list[str] = Field(
         default_factory=list, description="pl.CostEstimates ignored as far below the counted flops"
     )
@@ -170,11 +174,11 @@ def default_scoped_vmem_bytes(chip: str | ChipSpec) -> int:
     return DEFAULT_SCOPED_VMEM_BYTES.get(c.generation, 16 * MiB)
 
 
-def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec) -> RooflineEstimate:
-    """Time = max(flops / peak bf16, bytes / HBM bandwidth)."""
+def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec, cores: int = 1) -> RooflineEstimate:
+    """Time = max(flops / peak bf16, bytes / HBM bandwidth), over `cores` TensorCores (megacore: 2)."""
     c = _chip(chip)
-    t_c = flops / c.peak_bf16_flops_per_s * 1e6
-    t_m = bytes_accessed / c.hbm_bytes_per_s * 1e6
+    t_c = flops / (c.peak_bf16_flops_per_s * cores) * 1e6
+    t_m = bytes_accessed / (c.hbm_bytes_per_s * cores) * 1e6
     return RooflineEstimate(
         chip=c.name,
         flops=float(flops),
@@ -424,7 +428,7 @@ def _fmt_bytes(n: float) -> str:
 
 
 def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
-    rl = roofline(flops, nbytes, c)
+    rl = roofline(flops, nbytes, c, cores_per_device(c.name))  # XLA splits its work over a megacore's cores
     rate = (
         f"{_fmt_bytes(nbytes)} at {c.hbm_gbps:.0f} GB/s"
         if rl.bound == "memory"
@@ -473,17 +477,41 @@ def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
     )
 
 
-def match_kernels(calls: Sequence[PallasCallInfo], programs: Sequence[ProgramLLO]) -> list[ProgramLLO | None]:
-    """Pair each pallas_call with its compiled kernel program (in order; grids must agree)."""
+# A grid axis known only at run time compiles to this bound (e.g. megablox gmm's m-tile count).
+DYNAMIC_BOUND = 2**31 - 1
+
+
+def grids_pair(
+    traced: Sequence[int | None], compiled: Sequence[int], dimension_semantics, cores: int
+) -> bool:
+    """Whether a compiled kernel's grid is the traced one: equal, or a dynamic axis on either side, or on a
+    megacore chip a leading parallel axis cut to one core's share (ceil(n / cores))."""
+    if not compiled or not traced:
+        return True
+    if len(compiled) != len(traced):
+        return False
+    n_par = parallel_prefix(dimension_semantics) if cores > 1 else 0
+    for i, (t, k) in enumerate(zip(traced, compiled, strict=True)):
+        if t is None or k >= DYNAMIC_BOUND or t == k:
+            continue
+        if i < n_par and k == -(-int(t) // cores):
+            continue
+        return False
+    return True
+
+
+def match_kernels(
+    calls: Sequence[PallasCallInfo], programs: Sequence[ProgramLLO], chip: str | None = None
+) -> list[ProgramLLO | None]:
+    """Pair each pallas_call with its compiled kernel program (in order; grids must pair, see grids_pair)."""
     kernels = [p for p in programs if p.is_kernel]
     if len(kernels) != len(calls):
         return [None] * len(calls)
-    out: list[ProgramLLO | None] = []
-    for call, prog in zip(calls, kernels, strict=True):
-        grid = [int(g) if g is not None else 1 for g in call.grid]
-        ok = not prog.iteration_bounds or [g for g in prog.iteration_bounds] == grid or not grid
-        out.append(prog if ok else None)
-    return out
+    cores = cores_per_device(chip)
+    return [
+        prog if grids_pair(call.grid, prog.iteration_bounds, call.dimension_semantics, cores) else None
+        for call, prog in zip(calls, kernels, strict=True)
+    ]
 
 
 def estimate_pallas(
@@ -517,7 +545,7 @@ def estimate_pallas(
         if program and len(program.kernel_flops_per_step) == len(calls)
         else None
     )
-    matched = match_kernels(calls, llo) if llo else [None] * len(calls)
+    matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
     per = [
         _estimate_call(
             call,
@@ -531,7 +559,8 @@ def estimate_pallas(
     ]
     flops = sum(p.flops for p in per)
     min_bytes = sum(p.min_hbm_bytes for p in per)
-    rl = roofline(flops, min_bytes, c)
+    # The lower bound: over both TensorCores when some kernel splits its grid across a megacore's cores.
+    rl = roofline(flops, min_bytes, c, max(p.cores for p in per))
     est = sum(p.estimated_time_us for p in per)
     notes = [n for p in per for n in p.notes]
     clamped = est < rl.time_us
@@ -545,12 +574,19 @@ def estimate_pallas(
     tiers = {p.tier for p in per}
     tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} else "model"
     if tier == "llo":
-        tier_note = f"compute from the compiler's LLO schedule at {c.clock_ghz} GHz"
+        tier_note = f"compute from the compiler's LLO schedule at {c.clock_ghz} GHz (clock: {c.clock_source})"
     elif "llo" in tiers:
         tier_note = "mixed: some kernels matched no compiled program, so the whole estimate is labeled model"
     elif llo and not c.clock_ghz:
         tier_note = (
             f"model: LLO dump read, but {c.name} has no clock figure we trust to turn bundles into time"
+        )
+    elif llo and any(p.is_kernel for p in llo):
+        kernels = [p for p in llo if p.is_kernel]
+        tier_note = (
+            f"model: LLO dump read ({len(kernels)} kernel program(s) for {len(calls)} pallas_call(s)), but their "
+            f"compiled grids {[p.iteration_bounds for p in kernels]} did not pair with the traced "
+            f"{[list(x.grid) for x in calls]}"
         )
     else:
         tier_note = "model: " + (llo_note or "no LLO dump (trace-only estimate)")

@@ -32,6 +32,8 @@ _FILE = re.compile(r"^(\d+)-(.+)-(\d\d)-(.+?)\.(txt|html)$")
 _BRANCH = re.compile(r"sbr\.rel\s*\(([^)]*)\)\s*target\s*=\s*\$region(\d+)")
 _REGION_START = re.compile(r"Start(?:/End empty)? region (\d+)\b")
 _DMA = re.compile(r"\bdma\.([a-z_]+)\b[^;]*?size_in_granules=\*/\s*(\d+)")
+# The outer loop's exit test: `%p = scmp.ge.s32.totalorder %s14_s16, 26 /* loop exit test */`.
+_EXIT = re.compile(r"scmp\.(?:ge|gt)\.s32\S*\s+%\w+,\s*(\d+)\s*/\*[^*]*loop exit test")
 _ITER = re.compile(r"iteration_bounds:\s*\(([\d,\s]+)\)")
 _ALLOC = re.compile(r"#allocation\d+(?=\s*\[)")
 _SIZE = re.compile(r"size\s*=\s*(0x[0-9a-fA-F]+|\d+)")
@@ -68,6 +70,9 @@ class ProgramLLO(BaseModel):
         default_factory=list, description="bundles a taken forward branch skips, per branch in the loop"
     )
     inner_loop_bundles: int = Field(0, description="loop bundles nested deeper (their trip count is unknown)")
+    loop_trip_count: int | None = Field(
+        default=None, description="the grid loop's trip count, from its exit test (pipeline stages included)"
+    )
     iteration_bounds: list[int] = Field(default_factory=list, description="the grid, as the compiler saw it")
     loop_units: dict[str, UnitUse] = Field(default_factory=dict, description="unit use over the loop body")
     all_units: dict[str, UnitUse] = Field(default_factory=dict, description="unit use over every bundle")
@@ -128,6 +133,9 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     else:
         first, last, loop = len(rows), -1, range(0)
     out.loop_bundles = len(loop)
+    exits = [int(m.group(1)) for i in loop for m in [_EXIT.search(rows[i][2])] if m and depths[i] == 1]
+    if exits:
+        out.loop_trip_count = exits[-1]
     out.straight_line_bundles = len(rows) - len(loop)
     out.inner_loop_bundles = sum(1 for i in loop if depths[i] >= 2)
     if out.total_bundles is None:

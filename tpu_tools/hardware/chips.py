@@ -177,16 +177,37 @@ CHIPS: dict[str, ChipSpec] = {
         ),
     ]
 }
-# Clock = peak bf16 / (2 x MXU rows x columns x MXUs), from the table above. Only v5e is checked: a
-# 512x1024x1024 bf16 block's loop is 8759 bundles (our libtpu compile), and 1024 steps x 8759 / 1.50 GHz
-# = 5.98 ms against the 6.04 ms published in docs.jax.dev/en/latest/pallas/tpu/matmul.html. v4/v5p use
-# the same derivation unchecked; v6e/7x give 3.5 GHz that way, which no public figure supports, so they
-# have none and their estimates stay on the model tier.
+# Clock (the rate LLO bundles issue) = peak bf16 / (2 x MXU rows x columns x MXUs), per TensorCore.
+# - v5e: 4 MXUs of 128x128 (jax's TPU info) -> 1.503 GHz. Checked: a 512x1024x1024 bf16 block's loop is
+#   8759 bundles (our libtpu compile); 1024 steps x 8759 / 1.503 GHz = 5.98 ms vs 6.04 ms published in
+#   docs.jax.dev/en/latest/pallas/tpu/matmul.html.
+# - v4, v5p: the same derivation (4 MXUs of 128x128): 1.049 / 1.751 GHz, not checked against a measurement.
+# - v6e: jax's TPU info says 2 MXUs of 256x256 (-> 3.51 GHz); a revision of cloud.google.com/tpu/docs/v6e
+#   says 4 MXUs per TensorCore (-> 1.751 GHz). Checked on shared/calibration: jax's splash attention at
+#   bf16[2,8192,16,128], non-causal, blocks 2048/2048/512 (the published tokamax splash config) compiles to
+#   12863 bundles x 512 grid steps; at 1.751 GHz that is 3.76 ms vs tokamax's 3.554 ms published (1.06x),
+#   at 3.51 GHz 1.88 ms (0.53x). So 4 MXUs / 1.751 GHz.
+# - 7x: the LLO issues the same 2 MXU slots per bundle on 256x256 arrays as v6e, so the same flops per
+#   bundle at peak: 1155 TFLOP/s / (918e12 / 1.751e9 per bundle) = 2.20 GHz (4 MXUs per TensorCore by the
+#   v6e analogy). Not checked against a measurement (the 7x data are kept for an independent check).
 _DERIVED = "derived: peak bf16 / (2 x MXU rows x cols x MXUs) of " + PLTPU_SOURCE
 CLOCKS = {
     "tpu-v5e": (1.503, _DERIVED + "; checked against docs.jax.dev Pallas TPU matmul (6.04 ms at n=8192)"),
     "tpu-v4": (1.049, _DERIVED + "; not checked against a measurement"),
     "tpu-v5p": (1.751, _DERIVED + "; not checked against a measurement"),
+    "tpu-v6e": (
+        1.751,
+        "derived: 918 TFLOP/s / (2 x 256 x 256 x 4 MXUs), 4 MXUs per TensorCore per cloud.google.com/tpu/docs/v6e "
+        "(jax's TPU info says 2, which puts jax's splash attention at 0.53x tokamax's published v6e time, "
+        "4 at 1.06x: shared/calibration/published_v6e.csv)",
+    ),
+    "tpu-7x": (
+        2.20,
+        "derived: 1155 TFLOP/s per TensorCore ("
+        + PLTPU_SOURCE
+        + ") at v6e's flops per bundle (the same 2 MXU "
+        "slots of 256x256 per LLO bundle); not checked against a measurement",
+    ),
 }
 CHIPS = {
     k: c.model_copy(update={"clock_ghz": CLOCKS[k][0], "clock_source": CLOCKS[k][1]}) if k in CLOCKS else c

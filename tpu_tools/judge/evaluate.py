@@ -485,11 +485,31 @@ class Evaluator:
         if outcome.status != "ok" or outcome.result is None:
             report.failure = outcome_failure(outcome, "estimate")
         elif not outcome.result.get("ok"):
-            error = str(outcome.result.get("error", "unknown"))
-            kind = "tampered" if error.startswith("tampered") else "python_error"
-            report.failure = Failure(
-                kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
-            )
+            res = outcome.result
+            error = str(res.get("error", "unknown"))
+            if "compiler_vmem_bytes" in res:
+                need, limit = int(res["compiler_vmem_bytes"]), int(res["compiler_vmem_limit"])
+                report.failure = Failure(
+                    kind="vmem_exhausted",
+                    summary=f"no estimate: the compiler needs {need} B of VMEM, over its {limit} B limit",
+                    message=str(res.get("compile_error") or error),
+                    stage="compile",
+                    requested_bytes=need,
+                    capacity_bytes=limit,
+                )
+            elif "compile_error" in res:
+                report.failure = Failure(
+                    kind="compile_error",
+                    summary=f"no estimate: {error.splitlines()[0][:300]}",
+                    message=str(res["compile_error"]),
+                    stage="compile",
+                )
+            else:
+                kind = "tampered" if error.startswith("tampered") else "python_error"
+                report.failure = Failure(
+                    kind=kind, summary=f"no estimate: {error.splitlines()[0][:300]}", message=error
+                )
+            report.layout_problems = list(res.get("layout_problems") or [])
         else:
             report.ok = True
             report.estimate = StaticEstimate.model_validate(outcome.result["estimate"])

@@ -146,11 +146,20 @@ def _estimate_one(
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
     assert est is not None
+    if "error" in facts:
+        # The target's compiler rejected it: a failed estimate with the compiler's message, never a time.
+        out = {
+            "ok": False,
+            "error": f"the {est.chip} compiler rejected it: {facts['error']}"[:4000],
+            "compile_error": facts["error"],
+            "vmem_capacity_bytes": est.vmem_capacity_bytes,
+            "layout_problems": layout_problems(calls),
+        }
+        if "vmem_needed" in facts:
+            out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
+        return out
     out = {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
-    if "vmem_needed" in facts:
-        out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
-    elif "error" in facts:
-        out["compile_error"] = facts["error"]
+    out["compiled"] = "compile_ms" in facts  # the compiler accepted it: its VMEM verdict stands
     return out
 
 

@@ -163,7 +163,7 @@ def _run(
 ) -> Failure | None:
     import jax
 
-    from maxkernel.tpu_tools.cost.program_estimate import estimate_program, tpu_cost
+    from maxkernel.tpu_tools.cost.program_estimate import estimate_program, xla_program_cost
     from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
     from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
     from maxkernel.tpu_tools.hardware.chips import chip_for_device_kind
@@ -268,10 +268,10 @@ def _run(
             if est_chip is None:
                 return
             try:
-                cost = (
-                    tpu_cost(cand.workload, base_shapes, tgt, mesh_spec)
+                cost, fusions = (
+                    xla_program_cost(cand.workload, base_shapes, tgt, mesh_spec)
                     if not calls and tgt.kind == "tpu"
-                    else None
+                    else ({}, None)
                 )
                 side.static_estimate = estimate_program(
                     jaxpr,
@@ -280,7 +280,8 @@ def _run(
                     reference_flops=reference_flops,
                     xla_flops=side.xla_flops,
                     io_bytes=io_bytes,
-                    xla_tpu_cost=cost,
+                    xla_tpu_cost=cost or None,
+                    xla_fusions=fusions,
                 )
             except Exception as e:
                 side.warnings.append(f"no static estimate: {type(e).__name__}: {e}")

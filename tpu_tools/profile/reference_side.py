@@ -166,7 +166,7 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
     import jax
     import numpy as np
 
-    from maxkernel.tpu_tools.cost.program_estimate import estimate_program, tpu_cost
+    from maxkernel.tpu_tools.cost.program_estimate import estimate_program, xla_program_cost
     from maxkernel.tpu_tools.hardware import execution
     from maxkernel.tpu_tools.hardware.chips import chip_for_device_kind
     from maxkernel.tpu_tools.hardware.targets import parse_target
@@ -188,6 +188,12 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         mesh = ref.info.mesh
         share = mesh.share if mesh else (lambda x: x)  # noqa: E731
         calls = find_pallas_calls(jaxpr)
+        # XLA's own HBM traffic for the program compiled for the chip (per chip over a mesh), fusion by fusion
+        tpu, fusions = (
+            xla_program_cost(ref.workload, shapes, tgt, ref.info.mesh)
+            if not calls and tgt.kind == "tpu"
+            else ({}, None)
+        )
         side.static_estimate = estimate_program(
             jaxpr,
             calls,
@@ -195,10 +201,8 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
             reference_flops=share(side.flops),
             xla_flops=share(xla_flops),
             io_bytes=share(side.set_bytes + out_bytes),
-            # XLA's own HBM traffic for the program compiled for the chip (per chip over a mesh)
-            xla_tpu_cost=tpu_cost(ref.workload, shapes, tgt, ref.info.mesh)
-            if not calls and tgt.kind == "tpu"
-            else None,
+            xla_tpu_cost=tpu or None,
+            xla_fusions=fusions,
         )
         if mesh and mesh.device_count > 1:
             side.static_estimate.assumptions.append(

@@ -1,0 +1,92 @@
+"""An estimate never outlives the compiler's verdict: a rejected compile is a failed estimate, and a config
+the compiler accepts is never pruned by our own VMEM count."""
+
+from __future__ import annotations
+
+import pytest
+from conftest_paths import MATMUL_REF, kernel
+
+from maxkernel.tpu_tools.cli.main import _verdict_exit
+from maxkernel.tpu_tools.cost.autotune import ConfigResult, _prune_by_estimate
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with WorkerPool(max_workers=1) as pool:
+        yield Evaluator(pool, timeout_s=240)
+
+
+def test_a_kernel_the_compiler_rejects_gets_no_estimate(evaluator):
+    r = evaluator.estimate(kernel("vmem_1gib"), MATMUL_REF, "tpu-v5e", "small")
+    assert not r.ok and r.estimate is None
+    assert r.failure is not None and r.failure.kind == "vmem_exhausted", r.failure
+    assert r.failure.stage == "compile" and r.failure.message  # the compiler's own words
+    assert r.failure.requested_bytes and r.failure.requested_bytes > 128 * MiB
+    assert _verdict_exit(r) == 1
+
+
+def _res(compiled: bool, tier: str = "model") -> dict:
+    est = {
+        "estimated_time_us": 100.0,
+        "bound": "compute",
+        "tier": tier,
+        "vmem_bytes_needed": 18 * MiB,  # our count: above v5e's 16 MiB default
+        "vmem_capacity_bytes": 128 * MiB,
+        "above_scoped_vmem_limit": True,
+        "fits_vmem": True,
+    }
+    return {"ok": True, "estimate": est, "layout_problems": [], "compiled": compiled}
+
+
+def test_a_config_the_compiler_accepts_at_18_mib_is_kept():
+    r = ConfigResult(config={"bm": 512}, status="not_run")
+    assert _prune_by_estimate(r, _res(compiled=True), can_raise=True) is None
+    assert r.status != "pruned" and r.estimate_us == 100.0
+    # Without a compile (no libtpu), our count is all there is: the config is retried with a raised limit.
+    r2 = ConfigResult(config={"bm": 512}, status="not_run")
+    assert _prune_by_estimate(r2, _res(compiled=False), can_raise=True) == 20 * MiB
+
+
+def test_a_compiler_vmem_rejection_is_retried_raised_or_pruned():
+    res = {
+        "ok": False,
+        "error": "rejected",
+        "compile_error": "Scoped allocation with size 18.00M and limit 16.00M exceeded scoped vmem limit",
+        "compiler_vmem_bytes": 18 * MiB,
+        "compiler_vmem_limit": 16 * MiB,
+        "vmem_capacity_bytes": 128 * MiB,
+        "layout_problems": [],
+    }
+    r = ConfigResult(config={"bm": 512}, status="not_run")
+    assert _prune_by_estimate(r, res, can_raise=True) == 20 * MiB
+    r2 = ConfigResult(config={"bm": 512, "vmem_limit_bytes": 20 * MiB}, status="not_run")
+    assert _prune_by_estimate(r2, res, can_raise=True) is None and r2.pruned_reason == "vmem"
+
+
+@pytest.mark.parametrize("target", ["tpu-v5p", "tpu-v6e", "tpu-7x"])
+def test_each_chip_has_the_llo_tier_with_its_clock_and_source(evaluator, target):
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+
+    r = evaluator.estimate(kernel("good_matmul"), MATMUL_REF, target, "small")
+    assert r.ok and r.estimate is not None, r.failure
+    chip = get_chip(target)
+    assert r.estimate.tier == "llo", r.estimate.tier_note
+    assert f"{chip.clock_ghz} GHz" in r.estimate.tier_note and chip.clock_source in r.estimate.tier_note
+    assert all(c.bundles_per_step for c in r.estimate.per_call)
+
+
+def test_compiled_grids_pair_with_traced_ones_across_megacore_splits_and_dynamic_axes():
+    from maxkernel.tpu_tools.cost.estimate import DYNAMIC_BOUND, grids_pair
+
+    sem = ("parallel", "parallel", "arbitrary")
+    assert grids_pair((4, 4, 2), [2, 4, 2], sem, cores=2)  # v5p: the leading parallel axis, one core's share
+    assert grids_pair((5, 4, 2), [3, 4, 2], sem, cores=2)
+    assert not grids_pair((4, 4, 2), [4, 2, 1], sem, cores=2)
+    assert not grids_pair((4, 4, 2), [2, 4, 2], ("arbitrary",) * 3, cores=2)  # no parallel axis: no split
+    assert not grids_pair((4, 4, 2), [2, 4, 2], sem, cores=1)
+    assert grids_pair((4, None, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)  # a run-time axis (megablox gmm)
+    assert grids_pair((4, 8, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)

@@ -1,0 +1,549 @@
+"""An XLA program costed fusion by fusion: what XLA emitted for the TPU, each piece bound on its own.
+
+A plain-JAX program on TPU is a chain of fusions (and copies, reductions, collectives) that run one
+after another. Each is bound by its own work: a matmul fusion by the MXU, a softmax pass by HBM, a
+reduce-window by the VPU. The roofline of the whole program's flops and bytes hides that (attention's
+scores pass through HBM several times while the matmuls are cheap), so the XLA baseline and every
+region of a model's profile are costed here: one `FusionCost` per top-level op of the TPU-compiled
+HLO, its flops and bytes read from the HLO itself (shapes, tile padding, buffers XLA keeps in VMEM),
+its time the slowest of MXU, VPU and HBM, and the compiler's own schedule (LLO bundles x the loop's
+trip count / clock) where the dump has that program and the chip a clock. A while loop's body is
+costed once per known trip. The program adds a fixed launch cost. Every constant says where it is from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.cost.hlo_text import HloComputation, HloInstruction, HloModule, Shape, parse_hlo
+from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
+from maxkernel.tpu_tools.hardware.megacore import cores_per_device
+
+__all__ = ["FusionCost", "FusionTable", "cost_fusions", "cost_hlo_text"]
+
+# Fixed cost of launching one TPU program, and of starting each fusion in it (its pipeline's first window
+# fetched and last one written back without overlap). Not fitted (no device-time data of tiny programs
+# here): the v5e JAX docs' XLA 1024^3 bf16 matmul takes 119 us of `timeit`, of which ~100 us is host
+# dispatch (calibration README) and ~11 us its roofline, leaving a few us per program; one DMA round
+# trip (~1 us) per fusion is an assumption.
+PROGRAM_OVERHEAD_US = 5.0
+FUSION_OVERHEAD_US = 1.0
+# Fraction of the chip table's HBM bandwidth an XLA fusion streaming large arrays reaches. Fitted: the
+# geometric mean of (our estimate at 100%) / (published xprof time) over the six v6e `xla_plain_einsum_softmax`
+# rows of /work/shared/calibration/published_v6e.csv (ratios 0.749, 0.735, 0.897, 0.824, 0.927, 0.918 for
+# [2,8192,16,128] N/Y, [8,2048,16,128] Y, [4,4096,8,256] Y, [16,1024,8,256] N, [32,512,32,64] N) = 0.838.
+XLA_HBM_EFFICIENCY = 0.84
+FIT_NOTES = (
+    "XLA_HBM_EFFICIENCY fitted on the six v6e XLA attention rows of shared/calibration; the fixed costs not"
+)
+
+# VPU: element-ops per cycle (8 sublanes x 128 lanes x 2 useful ops), as estimate.py assumes for kernels.
+VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2
+TRANSCENDENTAL_VPU_OPS = 4
+
+FREE_OPS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "partition-id",
+            "replica-id", "opt-barrier", "add-dependency", "copy-done", "domain", "iota"}  # fmt: skip
+TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "logistic", "rsqrt",
+                  "sqrt", "cbrt", "power", "sine", "cosine", "tan", "atan2", "erf"}  # fmt: skip
+# Ops inside a fusion that move or reinterpret data without VPU arithmetic.
+NO_VPU = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "broadcast", "reshape", "slice",
+          "dynamic-slice", "iota", "transpose", "copy", "concatenate", "pad", "reverse"}  # fmt: skip
+COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all",
+               "all-reduce-start", "all-gather-start", "collective-permute-start", "ragged-all-to-all"}  # fmt: skip
+
+
+class FusionCost(BaseModel):
+    """One top-level op of the compiled program (a fusion, copy, convolution, loop ...), costed on its own."""
+
+    name: str = Field(description="HLO instruction name, e.g. 'fusion.12'")
+    opcode: str
+    fusion_kind: str | None = Field(default=None, description="kLoop | kInput | kOutput | kCustom")
+    op_names: list[str] = Field(
+        default_factory=list, description="jax name stacks of the instructions inside (metadata op_name)"
+    )
+    source: list[str] = Field(default_factory=list, description="'file:line' of those instructions")
+    output_shapes: list[str] = Field(default_factory=list)
+    flops: float = Field(description="MXU flops (dot/convolution) inside")
+    vpu_ops: float = Field(0.0, description="element-ops of the elementwise/reduction work inside")
+    bytes_accessed: float = Field(description="HBM bytes read and written (VMEM-resident buffers excluded)")
+    transcendentals: float = 0.0
+    count: int = Field(1, description="times it runs (a while body's trip count)")
+    mxu_time_us: float = 0.0
+    vpu_time_us: float = 0.0
+    hbm_time_us: float = 0.0
+    llo_time_us: float | None = Field(default=None, description="compiler's bundles x trip count / clock")
+    estimated_time_us: float = Field(description="all `count` runs, with the per-fusion fixed cost")
+    tier: Literal["llo", "model"] = "model"
+    bound: Literal["compute", "memory", "overhead"]
+    notes: list[str] = Field(default_factory=list)
+
+
+class FusionTable(BaseModel):
+    """The compiled program's fusions, each costed on its own, and their sum plus the per-program cost."""
+
+    chip: str
+    fusions: list[FusionCost]
+    program_overhead_us: float
+    total_us: float = Field(description="sum of the fusions' times + the per-program cost")
+    tier: Literal["llo", "model"] = Field(description="llo only when every costed fusion is")
+    note: str = ""
+    whole_program_roofline_us: float = Field(
+        description="the old baseline: roofline of the program's total flops and bytes (shown beside it)"
+    )
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    assumptions: list[str] = Field(default_factory=list)
+
+    def top(self, n: int = 8) -> list[FusionCost]:
+        return sorted(self.fusions, key=lambda f: -f.estimated_time_us)[:n]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Work inside one computation
+
+
+def _symbols(comp: HloComputation) -> dict[str, HloInstruction]:
+    return comp.by_name()
+
+
+def _dims_attr(ins: HloInstruction, key: str) -> list[int]:
+    m = re.search(rf"\b{key}=\{{([\d,]*)\}}", ins.attrs)
+    return [int(x) for x in m.group(1).split(",") if x] if m else []
+
+
+def _dot_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
+    out = ins.shapes[0].elements if ins.shapes else 0
+    lhs = table.get(ins.operands[0]) if ins.operands else None
+    if lhs is None or not lhs.shapes:
+        return 0.0
+    contract = math.prod(
+        lhs.shapes[0].dims[d] for d in _dims_attr(ins, "lhs_contracting_dims") if d < len(lhs.shapes[0].dims)
+    )
+    return 2.0 * out * contract
+
+
+def _conv_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
+    """2 x outputs x input features x the window taps that land on real (undilated) input."""
+    out = ins.shapes[0].elements if ins.shapes else 0
+    rhs = table.get(ins.operands[1]) if len(ins.operands) > 1 else None
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
+    if rhs is None or not rhs.shapes or not labels:
+        return 0.0
+    kernel = labels.group(2)
+    i_dim = kernel.find("i")
+    feat = rhs.shapes[0].dims[i_dim] if 0 <= i_dim < len(rhs.shapes[0].dims) else 1
+    taps = 1
+    win = re.search(r"window=\{([^}]*)\}", ins.attrs)
+    if win:
+        size = re.search(r"size=([\dx]+)", win.group(1))
+        dil = re.search(r"lhs_dilate=([\dx]+)", win.group(1))
+        sizes = [int(x) for x in size.group(1).split("x")] if size else []
+        dils = [int(x) for x in dil.group(1).split("x")] if dil else [1] * len(sizes)
+        for s, d in zip(sizes, dils + [1] * (len(sizes) - len(dils)), strict=False):
+            taps *= -(-s // max(d, 1))
+    return 2.0 * out * feat * taps
+
+
+def _passes(ins: HloInstruction) -> int:
+    """MXU passes per matmul: f32 at HIGHEST precision is 6 bf16 passes, HIGH 3, DEFAULT 1 (XLA on TPU)."""
+    a = ins.attrs.lower()
+    if "highest" in a or "f32_f32_f32" in a or "_x6" in a:
+        return 6
+    if re.search(r"operand_precision=\{high", a) or "_x3" in a:
+        return 3
+    return 1
+
+
+def _matmul_dtype(ins: HloInstruction, table: dict[str, HloInstruction]) -> str:
+    ops = [table[o].shapes[0].dtype for o in ins.operands[:2] if o in table and table[o].shapes]
+    if ops and all(d in ("s8", "u8") for d in ops):
+        return "int8"
+    return "bfloat16"
+
+
+class _Work:
+    __slots__ = ("dtype", "flops", "mxu_flops_bf16", "op_names", "sources", "trans", "vpu")
+
+    def __init__(self) -> None:
+        self.flops = 0.0
+        self.mxu_flops_bf16 = 0.0  # flops x passes at the operands' MXU rate, in bf16-equivalent flops
+        self.vpu = 0.0
+        self.trans = 0.0
+        self.op_names: list[str] = []
+        self.sources: list[str] = []
+        self.dtype = "bfloat16"
+
+
+def _walk(
+    module: HloModule,
+    comp: HloComputation,
+    work: _Work,
+    depth: int = 0,
+    table: dict[str, HloInstruction] | None = None,
+) -> None:
+    """Accumulate the arithmetic inside a fused computation (nested fusions included)."""
+    table = table if table is not None else _symbols(comp)
+    for ins in comp.instructions:
+        if ins.op_name and ins.op_name not in work.op_names and ins.opcode != "parameter":
+            work.op_names.append(ins.op_name)
+        if ins.source and ins.source not in work.sources:
+            work.sources.append(ins.source)
+        op = ins.opcode
+        out = sum(s.elements for s in ins.shapes)
+        if op == "fusion" and depth < 8:
+            for c in ins.calls:
+                if c in module.computations:
+                    _walk(module, module.computations[c], work, depth + 1)
+        elif op in ("dot", "convolution"):
+            f = _dot_flops(ins, table) if op == "dot" else _conv_flops(ins, table)
+            work.flops += f
+            work.mxu_flops_bf16 += f * _passes(ins)
+            work.dtype = _matmul_dtype(ins, table)
+        elif op in TRANSCENDENTAL:
+            work.trans += out
+        elif op in ("reduce", "reduce-window"):
+            src = table.get(ins.operands[0]) if ins.operands else None
+            n_in = src.shapes[0].elements if src is not None and src.shapes else out
+            if op == "reduce-window":
+                size = re.search(r"window=\{size=([\dx]+)", ins.attrs)
+                win = math.prod(int(x) for x in size.group(1).split("x")) if size else 1
+                n_in = out * max(1, math.ceil(math.log2(max(win, 2))))  # a log-depth scan, not win x out
+            work.vpu += n_in
+        elif op not in NO_VPU:
+            work.vpu += out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bytes one top-level op moves between HBM and the core
+
+
+def _hbm(shapes: Sequence[Shape]) -> int:
+    return sum(s.nbytes for s in shapes if s.memory_space != 1)
+
+
+def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
+    """Bytes the fusion reads of each operand: the slice it takes when it only slices it, else all of it."""
+    fused = module.computations.get(ins.calls[0]) if ins.calls else None
+    sliced: dict[int, float] = {}
+    skipped: set[int] = set()
+    if fused is not None:
+        params = {i.name: i.parameter_number for i in fused.instructions if i.parameter_number is not None}
+        users: dict[str, list[HloInstruction]] = {}
+        for i in fused.instructions:
+            for o in i.operands:
+                users.setdefault(o, []).append(i)
+        for name, pos in params.items():
+            us = users.get(name, [])
+            if us and all(u.opcode in ("slice", "dynamic-slice", "gather") for u in us):
+                sliced[pos] = float(sum(_hbm(u.shapes) for u in us))
+            # An in-place update: the buffer XLA writes into is aliased, not read.
+            if us and all(u.opcode == "dynamic-update-slice" and u.operands[0] == name for u in us):
+                skipped.add(pos)
+    total = 0.0
+    for pos, o in enumerate(ins.operands):
+        src = table.get(o)
+        if src is None or pos in skipped:
+            continue
+        full = float(_hbm(src.shapes if src.opcode != "get-tuple-element" else src.shapes[:1]))
+        total += min(full, sliced.get(pos, full))
+    return total
+
+
+def _writes(module: HloModule, ins: HloInstruction) -> float:
+    """Bytes written: an in-place dynamic-update-slice root writes only its update."""
+    fused = module.computations.get(ins.calls[0]) if ins.calls else None
+    if fused is not None:
+        root = next((i for i in fused.instructions if i.is_root), None)
+        if root is not None and root.opcode == "dynamic-update-slice":
+            upd = fused.by_name().get(root.operands[1]) if len(root.operands) > 1 else None
+            if upd is not None:
+                return float(_hbm(upd.shapes))
+    return float(_hbm(ins.shapes))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Time
+
+
+def _clock_hz(c: ChipSpec) -> float:
+    return (
+        (c.clock_ghz * 1e9)
+        if c.clock_ghz
+        else c.peak_bf16_flops_per_s / (2 * c.mxu_shape[0] * c.mxu_shape[1] * c.num_mxus)
+    )
+
+
+def _llo_by_name(programs: Sequence[ProgramLLO] | None) -> dict[str, ProgramLLO]:
+    return {p.program: p for p in programs or () if not p.is_kernel}
+
+
+def _llo_bundles(p: ProgramLLO) -> int | None:
+    """Bundles the program issues: straight-line + loop body x the loop's trip count (None if unknown)."""
+    if not p.loop_bundles:
+        return p.straight_line_bundles or p.total_bundles
+    trips = getattr(p, "loop_trip_count", None)
+    if not trips:
+        return None
+    return p.straight_line_bundles + p.loop_bundles * trips
+
+
+def _cost_op(
+    module: HloModule,
+    ins: HloInstruction,
+    table: dict[str, HloInstruction],
+    c: ChipSpec,
+    cores: int,
+    llo: dict[str, ProgramLLO],
+    count: int,
+) -> FusionCost:
+    work = _Work()
+    if ins.opcode == "fusion":
+        for cname in ins.calls:
+            if cname in module.computations:
+                _walk(module, module.computations[cname], work)
+    else:
+        # A lone op (copy, convolution, reduce ...): its own work, its operands' shapes from the caller.
+        _walk(module, HloComputation(name=ins.name, instructions=[ins]), work, table=table)
+        work.op_names = [ins.op_name] if ins.op_name else []
+        work.sources = [ins.source] if ins.source else []
+    reads = (
+        _param_reads(module, ins, table)
+        if ins.opcode == "fusion"
+        else float(sum(_hbm(table[o].shapes[:1]) for o in ins.operands if o in table))
+    )
+    # An async copy into VMEM (copy-start: a prefetch) reads HBM and writes VMEM; charged as if not overlapped.
+    nbytes = reads + (0.0 if ins.opcode == "copy-start" else _writes(module, ins))
+    notes: list[str] = []
+    # XLA runs a fusion on every TensorCore of a megacore device (v4/v5p): the chip table is per core.
+    mxu_rate = c.mxu_flops_per_s("int8" if work.dtype == "int8" else "bfloat16") * cores
+    mxu_s = work.mxu_flops_bf16 / mxu_rate
+    vpu_s = (work.vpu + work.trans * TRANSCENDENTAL_VPU_OPS) / (
+        _clock_hz(c) * VPU_ELEMENT_OPS_PER_CYCLE * cores
+    )
+    hbm_s = nbytes / (c.hbm_bytes_per_s * cores * XLA_HBM_EFFICIENCY)
+    if ins.opcode in COLLECTIVES:
+        if c.ici_link_gbps:
+            hbm_s = max(hbm_s, _hbm(ins.shapes) / (c.ici_link_gbps * 1e9))
+            notes.append(f"collective: its output bytes over one ICI link at {c.ici_link_gbps:g} GB/s")
+        else:
+            notes.append(f"collective: no ICI bandwidth known for {c.name}, costed as HBM traffic only")
+    tier: Literal["llo", "model"] = "model"
+    llo_s = None
+    prog = llo.get(ins.name)
+    if prog is not None and c.clock_ghz:
+        bundles = _llo_bundles(prog)
+        if bundles:
+            llo_s = bundles / (c.clock_ghz * 1e9)
+            tier = "llo"
+        else:
+            notes.append("LLO read, but its loop's trip count was not found: model tier")
+    compute_s = max(mxu_s, llo_s if llo_s is not None else vpu_s)
+    fixed_s = FUSION_OVERHEAD_US * 1e-6
+    busy = max(compute_s, hbm_s)
+    bound: Literal["compute", "memory", "overhead"] = (
+        "overhead" if fixed_s > busy else ("compute" if compute_s >= hbm_s else "memory")
+    )
+    per_run = busy + fixed_s
+    return FusionCost(
+        name=ins.name,
+        opcode=ins.opcode,
+        fusion_kind=ins.fusion_kind,
+        op_names=work.op_names,
+        source=work.sources,
+        output_shapes=[str(s) for s in ins.shapes],
+        flops=work.flops * count,
+        vpu_ops=work.vpu * count,
+        bytes_accessed=nbytes * count,
+        transcendentals=work.trans * count,
+        count=count,
+        mxu_time_us=mxu_s * 1e6 * count,
+        vpu_time_us=vpu_s * 1e6 * count,
+        hbm_time_us=hbm_s * 1e6 * count,
+        llo_time_us=llo_s * 1e6 * count if llo_s is not None else None,
+        estimated_time_us=per_run * 1e6 * count,
+        tier=tier,
+        bound=bound,
+        notes=notes,
+    )
+
+
+def _int_value(ins: HloInstruction | None, table: dict[str, HloInstruction]) -> int | None:
+    """The integer a scalar constant (through copies) holds."""
+    for _ in range(4):
+        if ins is None:
+            return None
+        if ins.opcode == "constant" and ins.literal is not None:
+            try:
+                return int(ins.literal)
+            except ValueError:
+                return None
+        if ins.opcode not in ("copy", "bitcast", "convert") or not ins.operands:
+            return None
+        ins = table.get(ins.operands[0])
+    return None
+
+
+def _trip_count(module: HloModule, ins: HloInstruction, table: dict[str, HloInstruction]) -> int | None:
+    """A while loop's trip count: XLA's `known_trip_count`, else `i < N` in its condition from i's start."""
+    cfg = ins.backend_config()
+    n = (cfg.get("known_trip_count") or {}).get("n") if isinstance(cfg, dict) else None
+    if n is not None:
+        try:
+            return int(n)
+        except (TypeError, ValueError):
+            pass
+    cond_name = re.search(r"\bcondition=%([\w.\-]+)", ins.attrs)
+    cond = module.computations.get(cond_name.group(1)) if cond_name else None
+    if cond is None:
+        return None
+    ctab = cond.by_name()
+    root = next((i for i in cond.instructions if i.is_root), None)
+    direction = re.search(r"direction=(\w+)", root.attrs) if root is not None else None
+    if root is None or root.opcode != "compare" or not direction or len(root.operands) != 2:
+        return None
+    a, b = (ctab.get(o) for o in root.operands)
+    if a is None or b is None or a.opcode != "get-tuple-element":
+        return None
+    bound = _int_value(b, ctab)
+    idx = re.search(r"\bindex=(\d+)", a.attrs)
+    init_tuple = table.get(ins.operands[0]) if ins.operands else None
+    start = 0
+    if (
+        idx
+        and init_tuple is not None
+        and init_tuple.opcode == "tuple"
+        and int(idx.group(1)) < len(init_tuple.operands)
+    ):
+        start = _int_value(table.get(init_tuple.operands[int(idx.group(1))]), table) or 0
+    if bound is None:
+        return None
+    trips = {"LT": bound - start, "LE": bound - start + 1, "NE": bound - start}.get(direction.group(1))
+    return trips if trips is not None and trips > 0 else None
+
+
+def _cost_computation(
+    module: HloModule,
+    comp: HloComputation,
+    c: ChipSpec,
+    cores: int,
+    llo: dict[str, ProgramLLO],
+    count: int,
+    notes: list[str],
+    depth: int = 0,
+) -> list[FusionCost]:
+    table = _symbols(comp)
+    out: list[FusionCost] = []
+    for ins in comp.instructions:
+        op = ins.opcode
+        if op in FREE_OPS or op.endswith("-done"):
+            continue
+        if op == "while" and depth < 6:
+            trips = _trip_count(module, ins, table)
+            if trips is None:
+                notes.append(f"{ins.name}: while loop with no known trip count, its body costed once")
+            body = re.search(r"\bbody=%([\w.\-]+)", ins.attrs)
+            if body and body.group(1) in module.computations:
+                out += _cost_computation(
+                    module,
+                    module.computations[body.group(1)],
+                    c,
+                    cores,
+                    llo,
+                    count * (trips or 1),
+                    notes,
+                    depth + 1,
+                )
+            continue
+        if op == "conditional" and depth < 6:
+            branches = [
+                _cost_computation(module, module.computations[b], c, cores, llo, count, notes, depth + 1)
+                for b in ins.calls
+                if b in module.computations
+            ]
+            if branches:
+                out += max(branches, key=lambda fs: sum(f.estimated_time_us for f in fs))
+                notes.append(f"{ins.name}: conditional costed as its slowest branch")
+            continue
+        if op == "call" and depth < 6:
+            for b in ins.calls:
+                if b in module.computations:
+                    out += _cost_computation(
+                        module, module.computations[b], c, cores, llo, count, notes, depth + 1
+                    )
+            continue
+        out.append(_cost_op(module, ins, table, c, cores, llo, count))
+    return out
+
+
+def cost_hlo_text(
+    text: str, chip: str | ChipSpec, llo_programs: Sequence[ProgramLLO] | None = None
+) -> FusionTable:
+    """The FusionTable of a compiled program's HLO text (see `cost_fusions`)."""
+    c = chip if isinstance(chip, ChipSpec) else get_chip(chip)
+    cores = cores_per_device(c.name)
+    module = parse_hlo(text)
+    notes: list[str] = []
+    entry = module.entry_computation
+    if entry is None:
+        raise ValueError("no ENTRY computation in the HLO text")
+    llo = _llo_by_name(llo_programs)
+    fusions = _cost_computation(module, entry, c, cores, llo, 1, notes)
+    flops = sum(f.flops for f in fusions)
+    nbytes = sum(f.bytes_accessed for f in fusions)
+    total = sum(f.estimated_time_us for f in fusions) + PROGRAM_OVERHEAD_US
+    tiers = {f.tier for f in fusions}
+    tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} else "model"
+    if tier == "llo":
+        note = f"llo: every fusion's compute from the compiler's schedule at {c.clock_ghz} GHz"
+    elif "llo" in tiers:
+        note = "model: some fusions had no LLO program (or trip count); those are costed from the HLO"
+    elif llo_programs and not c.clock_ghz:
+        note = f"model: LLO dump read, but {c.name} has no clock to turn bundles into time"
+    else:
+        note = "model: flops and bytes from the HLO of each fusion" + (
+            "" if llo_programs else " (no LLO dump)"
+        )
+    if module.skipped_lines:
+        notes.append(f"{module.skipped_lines} HLO lines not understood (skipped)")
+    # The old baseline as it was: the roofline of the program's totals at one core's peak.
+    whole_us = max(flops / c.peak_bf16_flops_per_s, nbytes / c.hbm_bytes_per_s) * 1e6
+    return FusionTable(
+        chip=c.name,
+        fusions=fusions,
+        program_overhead_us=PROGRAM_OVERHEAD_US,
+        total_us=total,
+        tier=tier,
+        note=note,
+        whole_program_roofline_us=whole_us,
+        flops=flops,
+        bytes_accessed=nbytes,
+        assumptions=[
+            f"each top-level op of the compiled HLO runs alone: time = max(MXU, VPU or LLO bundles, HBM bytes at "
+            f"{XLA_HBM_EFFICIENCY:.0%} of {c.hbm_gbps:g} GB/s per core) + {FUSION_OVERHEAD_US} us",
+            f"{PROGRAM_OVERHEAD_US} us per program launch ({FIT_NOTES})",
+            "buffers XLA placed in VMEM (S(1)) cost no HBM bytes; an async copy into VMEM (copy-start) is charged "
+            "its HBM read as if it did not overlap other work",
+            "f32 matmuls at DEFAULT precision run as one bf16 MXU pass (XLA on TPU); HIGHEST as 6",
+            f"megacore ({c.name}): {cores} TensorCore(s) per device, XLA splits every fusion across them",
+            *notes,
+        ],
+    )
+
+
+def cost_fusions(
+    compiled, chip: str | ChipSpec, llo_programs: Sequence[ProgramLLO] | None = None
+) -> FusionTable:
+    """Cost a jax `Compiled` for a TPU target fusion by fusion (its HLO text; the LLO where dumped).
+
+    `compiled` may also be the HLO text itself. `llo_programs`: the programs libtpu dumped for this
+    compile (`llo_dump.compile_with_dump`); a fusion whose program is there and whose loop trip count
+    is found is costed from the compiler's schedule (tier `llo`) on a chip with a clock.
+    """
+    text = compiled if isinstance(compiled, str) else compiled.as_text()
+    return cost_hlo_text(text, chip, llo_programs)
