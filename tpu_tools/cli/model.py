@@ -99,7 +99,8 @@ def render_hotspots(r, html_path: str | None = None) -> None:
         g = c.region
         t.add_row(
             g.id, g.kind, str(g.count), f"{c.time_us:.4g}", f"{c.total_us:.4g}", f"{100 * c.share:.1f}%",
-            c.bound, f"{c.headroom:.2f}x", f"{c.flops / 1e9:.3g}", f"{c.hbm_bytes / 2**20:.4g}",
+            f"fused into {', '.join(c.fused_into)}" if not c.fusions and c.fused_into else c.bound,
+            f"{c.headroom:.2f}x", f"{c.flops / 1e9:.3g}", f"{c.hbm_bytes / 2**20:.4g}",
         )  # fmt: skip
     console.print(t)
     mark = "[green]✓[/]" if r.sum_ok else "[yellow]![/]"

@@ -43,6 +43,10 @@ class RegionCost(BaseModel):
         description="per instance: max(its jaxpr flops at peak, its inputs+outputs once through HBM)"
     )
     headroom: float = Field(description="time_us / roofline_us: what a perfect kernel could win, at most")
+    fused_into: list[str] = Field(
+        default_factory=list,
+        description="regions whose fusions XLA put some of this one's ops in (costed there, not here)",
+    )
     measured_us: float | None = Field(default=None, description="from a profile of the step on a chip")
 
 
@@ -55,7 +59,9 @@ class HotspotReport(BaseModel):
     shapes: list[str] = Field(description="the step's input shapes")
     compile_time_ms: float
     analysis_time_ms: float = Field(description="tracing, regions, fusion costs (not the compile)")
-    tier: str = Field(description="the estimate's tier: llo | model (per fusion), or region-roofline")
+    tier: str = Field(
+        description="the per-fusion estimate's tier: llo (compiler schedule) | model (fusion roofline)"
+    )
     step_us: float = Field(description="the whole step's estimate")
     regions_us: float = Field(description="sum of every region's total_us")
     program_overhead_us: float = 0.0
@@ -74,25 +80,60 @@ class HotspotReport(BaseModel):
         raise UsageError(f"no region {rid!r} in {self.model}; its regions are: {known}")
 
 
-class _Fusion(BaseModel):
-    """The part of issue-25's FusionCost this module reads."""
-
-    name: str
-    op_names: list[str] = []
-    flops: float = 0.0
-    bytes_accessed: float = 0.0
-    estimated_time_us: float = 0.0
-    tier: str = "model"
-    bound: str = "memory"
-
-
 def _owner(op_names: Sequence[str]) -> int | None:
-    """The region instance most of a fusion's ops came from (ties: the later one, its consumer)."""
-    votes = collections.Counter(int(m.group(1)) for n in op_names for m in [_TAG_RE.search(n)] if m)
+    """The region instance a fusion's matmul came from, else the one most of its ops came from (ties: the
+    later one, its consumer). A matmul fused with the next region's prologue is still the matmul's."""
+    votes: collections.Counter[int] = collections.Counter()
+    for n in op_names:
+        if m := _TAG_RE.search(n):
+            votes[int(m.group(1))] += 1000 if n.endswith(("dot_general", "conv_general_dilated")) else 1
     if not votes:
         return None
     top = max(votes.values())
     return max(k for k, v in votes.items() if v == top)
+
+
+def _owners(fusions: Sequence[Any], hlo_text: str) -> dict[str, tuple[int | None, str]]:
+    """Each costed op's region instance, and how it was found: `ops` (its own op_names), `reader` (XLA's
+    own op, a prefetch or layout copy, given to the first region that reads its result), `writer` (else
+    the region that made its operand), or (None, "none")."""
+    from maxkernel.tpu_tools.cost.hlo_text import parse_hlo
+
+    own = {f.name: _owner(f.op_names) for f in fusions}
+    users: dict[str, list[str]] = collections.defaultdict(list)
+    operands: dict[str, list[str]] = {}
+    for comp in parse_hlo(hlo_text).computations.values():
+        for ins in comp.instructions:
+            operands[ins.name] = list(ins.operands)
+            for o in ins.operands:
+                users[o].append(ins.name)
+
+    def search(start: str, edges: dict[str, list[str]]) -> int | None:
+        seen, frontier = {start}, [start]
+        while frontier:
+            nxt = []
+            for n in frontier:
+                for u in edges.get(n, ()):
+                    if u in seen:
+                        continue
+                    seen.add(u)
+                    if own.get(u) is not None:
+                        return own[u]
+                    nxt.append(u)
+            frontier = nxt
+        return None
+
+    out: dict[str, tuple[int | None, str]] = {}
+    for name, o in own.items():
+        if o is not None:
+            out[name] = (o, "ops")
+        elif (r := search(name, users)) is not None:
+            out[name] = (r, "reader")
+        elif (w := search(name, operands)) is not None:
+            out[name] = (w, "writer")
+        else:
+            out[name] = (None, "none")
+    return out
 
 
 def _region_roofline(region: Region, chip) -> float:
@@ -142,15 +183,26 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     with scope:
         compiled = jax.jit(lambda *xs: evaluate(flat, xs, scopes=scopes)).trace(*args).lower().compile()
     compile_ms = (time.perf_counter() - t_compile) * 1e3
-    table, tier, notes = _fusion_table(compiled, chip, flat, insts, merged, tgt)
-    per_inst: dict[int, list[_Fusion]] = collections.defaultdict(list)
-    unattributed = 0.0
+    table, tier, notes = _fusion_table(compiled, chip)
+    per_inst: dict[int, list[Any]] = collections.defaultdict(list)
+    unattributed = by_neighbour = 0.0
+    owners = _owners(table["fusions"], compiled.as_text())
     for f in table["fusions"]:
-        owner = _owner(f.op_names)
+        owner, how = owners[f.name]
         if owner is None:
             unattributed += f.estimated_time_us
         else:
             per_inst[owner].append(f)
+            if how != "ops":
+                by_neighbour += f.estimated_time_us
+    # which instances' ops each costed op carries: a region fused into a neighbour's fusion shows it
+    carried: dict[int, set[int]] = collections.defaultdict(set)
+    for f in table["fusions"]:
+        owner = owners[f.name][0]
+        for n in f.op_names:
+            if (m := _TAG_RE.search(n)) and owner is not None and int(m.group(1)) != owner:
+                carried[int(m.group(1))].add(owner)
+    inst_region = {i: reg.id for reg in merged for i in reg.instances}
     rows = []
     step_us = float(table["total_us"])
     for reg in merged:
@@ -177,6 +229,7 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
                 bound=bounds.most_common(1)[0][0] if bounds else "none",  # type: ignore[arg-type]
                 roofline_us=roof,
                 headroom=per / roof if roof > 0 else 1.0,
+                fused_into=sorted({inst_region[o] for i in reg.instances for o in carried[i]} - {reg.id}),
             )
         )
     rows.sort(key=lambda r: -r.total_us)
@@ -187,10 +240,12 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     if overhead:
         why.append(f"{overhead:.1f} us of fixed program cost belongs to no region")
     if unattributed:
-        why.append(f"{unattributed:.1f} us of fusions carry no region's ops (XLA's own copies and layouts)")
-    extra = table.get("sum_note")
-    if extra:
-        why.append(extra)
+        why.append(f"{unattributed:.1f} us of compiled ops reach no region's ops in either direction")
+    if by_neighbour:
+        notes.append(
+            f"{by_neighbour:.1f} us of XLA's own ops (prefetches, layout copies: no op_name) are counted in "
+            "the region that reads their result (else the one that made their operand)"
+        )
     ok = gap <= SUM_TOLERANCE
     note = f"regions add up to {regions_us:.1f} us of the step's {step_us:.1f} us ({100 * (1 - gap) if regions_us <= step_us else 100 * (1 + gap):.1f}%)"
     if why:
@@ -216,70 +271,23 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     )
 
 
-def _fusion_table(compiled, chip, flat, insts, merged, tgt) -> tuple[dict, str, list[str]]:
-    """The compiled step costed fusion by fusion (tpu_tools/cost/fusions.py, issue 25).
+def _fusion_table(compiled, chip) -> tuple[dict, str, list[str]]:
+    """The compiled step costed fusion by fusion (tpu_tools/cost/fusions.py)."""
+    from maxkernel.tpu_tools.cost.fusions import cost_fusions
 
-    TEMPORARY until that module lands: each region compiled alone for the target and costed as XLA's
-    cost analysis at the roofline (program_estimate.tpu_cost + estimate.roofline; no estimator of our
-    own), the whole step likewise; fusion across region boundaries is what the sum check then shows."""
-    try:
-        from maxkernel.tpu_tools.cost.fusions import cost_fusions  # type: ignore[import-not-found]
-    except ImportError:
-        cost_fusions = None
-    if cost_fusions is not None:
-        t = cost_fusions(compiled, chip)
-        fusions = [_Fusion.model_validate(f.model_dump()) for f in t.fusions]
-        return (
-            {"fusions": fusions, "total_us": t.total_us, "program_overhead_us": t.program_overhead_us},
-            str(getattr(t, "tier", "model")),
-            [t.note] if getattr(t, "note", "") else [],
-        )
-    return _regions_compiled_alone(compiled, chip, flat, insts, merged, tgt)
-
-
-def _regions_compiled_alone(compiled, chip, flat, insts, merged, tgt):
-    import jax
-
-    from maxkernel.tpu_tools.cost.estimate import roofline
-    from maxkernel.tpu_tools.cost.program_estimate import tpu_cost
-    from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
-    from maxkernel.tpu_tools.model.flat import range_fn
-    from maxkernel.tpu_tools.model.regions import _specs
-
-    whole = cost_analysis_of(compiled)
-    step = roofline(whole.get("flops", 0.0), whole.get("bytes accessed", 0.0), chip)
-    specs = _specs(flat)
-    fusions = []
-    for reg in merged:
-        inst = insts[reg.instances[0]]
-        fn = range_fn(flat, inst.start, inst.stop, inst.inputs, inst.outputs)
-        shapes = [jax.ShapeDtypeStruct(tuple(specs[n].shape), specs[n].dtype) for n in inst.inputs]
-        cost = tpu_cost(fn, shapes, tgt) if inst.inputs else {}
-        est = roofline(cost.get("flops", reg.flops), cost.get("bytes accessed", float(reg.io_bytes)), chip)
-        for i in reg.instances:
-            fusions.append(
-                _Fusion(
-                    name=f"{reg.id} (compiled alone)",
-                    op_names=[f"{TAG}{i}"],
-                    flops=est.flops,
-                    bytes_accessed=est.bytes_accessed,
-                    estimated_time_us=est.time_us,
-                    tier="roofline",
-                    bound=est.bound,
-                )
-            )
-    note = (
-        "each region compiled alone and costed at its roofline (XLA's flops and bytes); per-fusion "
-        "costs of the whole step are not available in this build"
-    )
+    t = cost_fusions(compiled, chip)
+    notes = [t.note] if t.note else []
+    notes += t.assumptions
     return (
-        {"fusions": fusions, "total_us": step.time_us, "program_overhead_us": 0.0,
-         "sum_note": "the step's estimate is one roofline over all its flops and bytes, which lets "
-                     "memory-bound regions hide under compute-bound ones, and regions compiled alone cannot "
-                     "fuse across their boundaries (the whole step can); per-fusion costs remove both"},
-        "region-roofline",
-        [note],
-    )  # fmt: skip
+        {
+            "fusions": list(t.fusions),
+            "total_us": t.total_us,
+            "program_overhead_us": t.program_overhead_us,
+            "whole_roofline_us": t.whole_program_roofline_us,
+        },
+        t.tier,
+        notes,
+    )
 
 
 def hotspots_job(reference: str, target: str, size: str | None = None) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """Re-emit a traced reference program (tpu_tools/problem/program.py's description) as Python source.
 
-Each equation becomes one `jax.lax` call with the reference's own parameters, so a kernel body built
-from it computes what the reference computes, rounding step by rounding step. Shapes along the tiled
-row axis are written as `BLOCK_ROWS`, so one body serves every block size. Primitives without a public
-`lax` form here are reported, never guessed.
+Each equation becomes one `jax.lax` call with the reference's own parameters, so code built from it
+computes what the reference computes, rounding step by rounding step: the offline model's kernel bodies
+(`mosaic=True`: rewrites Mosaic needs, shapes along the tiled row axis written as `BLOCK_ROWS`) and an
+extracted model region's plain-JAX reference (`mosaic=False`: the equations as they were). Primitives
+without a public `lax` form here are reported, never guessed.
 """
 
 from __future__ import annotations
@@ -160,11 +161,14 @@ def body_lines(
     program: Program,
     shape_of: Callable[[dict, str], str] | None = None,
     extra: Callable[[dict, str], str] | None = None,
+    *,
+    mosaic: bool = True,
 ) -> list[str]:
     """One `outs = lax.<prim>(...)` line per equation.
 
     `shape_of(eqn, param)` may rewrite a shape parameter (tiling); `extra(eqn, expr)` may rewrite a
-    whole expression (an iota offset by the block's first row).
+    whole expression (an iota offset by the block's first row). `mosaic=False` keeps every equation as
+    traced (plain JAX, bit for bit); True rewrites the ones Mosaic cannot lower as they are.
     """
     lines = []
     for e in program["equations"]:
@@ -175,11 +179,13 @@ def body_lines(
         if shape_of is not None and e["primitive"] == "slice":
             params["limit_indices"] = shape_of(e, "limit_indices")
         out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
-        merged = _merged_batch(e, params)
+        merged = _merged_batch(e, params) if mosaic else None
         if merged is not None:
             lines.extend(merged[0])
             e = {**e, "inputs": merged[1]}
-        if e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
+        if not mosaic:
+            expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
+        elif e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
             # exact in f32, and spares Mosaic a 32-bit mask relayout to 16-bit tiles
             cases = [f"lax.convert_element_type({operand(a)}, jnp.float32)" for a in e["inputs"][1:]]
             inner = _call("select_n", [operand(e["inputs"][0]), *cases], params)

@@ -16,9 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 SOURCE = '''"""${title} (offline template `${name}`), generated from the reference's traced program.
 

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 LAYOUT = ("transpose", "convert_element_type", "reshape")
 

@@ -31,7 +31,11 @@ def test_llama_regions_follow_the_named_scopes_and_carry_the_step(llama):
     assert llama.sum_ok, llama.sum_note
     assert abs(llama.regions_us - llama.step_us) <= 0.1 * llama.step_us
     for r in llama.regions:
-        assert r.time_us > 0 and r.roofline_us > 0 and r.headroom >= 0.99 and r.tier == llama.tier
+        assert r.roofline_us > 0 and r.tier == llama.tier
+        # a region costs time of its own, or XLA fused its ops into a neighbour's fusions (costed there)
+        assert r.time_us > 0 or r.fused_into, r
+        if not r.fused_into:  # alone in its fusions: never faster than its own roofline
+            assert r.headroom >= 0.99, r
         assert r.region.origin and any(".py:" in o for o in r.region.origin)
     sdpa = next(r for r in llama.regions if r.region.id == "attention.sdpa")
     assert sdpa.region.flops == 2 * 2 * 4 * 128 * 128 * 128  # QK^T and PV, 4 heads, s=128, d=128
