@@ -69,6 +69,7 @@ from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 from maxkernel.tpu_tools.cost.autotune import AutotuneReport
 from maxkernel.tpu_tools.cost.estimate import EstimateReport
 from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.model.extract import ExtractReport
 from maxkernel.tpu_tools.model.hotspots import HotspotReport
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.program import ProgramDescription
@@ -83,6 +84,9 @@ EVALUATES = ToolAnnotations(  # writes only content-addressed files: same input,
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 READS = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(  # writes one new workspace file, never overwrites one
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 
 
 async def compile_kernel(
@@ -544,6 +548,55 @@ async def find_hotspots(
     return result
 
 
+async def extract_region(
+    ctx: Context[AppState],
+    model: Annotated[
+        str,
+        Field(
+            description="a model reference: a JaxBench model id or a reference module path in the workspace"
+        ),
+    ],
+    region: Annotated[str, Field(description="a region id from find_hotspots")],
+    out: Annotated[
+        str | None,
+        Field(description="workspace path of the new reference file (default extracted/MODEL.REGION.py)"),
+    ] = None,
+    timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit for the child")] = 1800.0,
+) -> ExtractReport:
+    """Write one region of a model step as a standalone reference (plain JAX re-emitted from the jaxpr,
+    SIZES full/small at the model's shapes, inputs drawn with the statistics the region sees in the model,
+    tolerance from the dtype), checked on creation: spliced back into the model at small size, the model's
+    outputs are bit-identical. Nothing is written when a check fails."""
+    from pathlib import Path
+
+    from maxkernel.server.workspace import WorkspaceError
+    from maxkernel.tpu_tools.errors import UsageError
+    from maxkernel.tpu_tools.model.extract import extract_in_child
+
+    st = state_of(ctx)
+    ref = resolve_reference(st.workspace, model)
+    rel = out or f"extracted/{Path(ref).stem}.{region}.py"
+    try:
+        path = st.workspace.resolve(rel, kind="output", must_exist=False)
+    except WorkspaceError as e:
+        raise ToolError(str(e)) from None
+    if path.exists():
+        raise ToolError(f"{rel} exists in the workspace; extract writes a new file")
+
+    def run(progress: ProgressFn, cancel: threading.Event) -> ExtractReport | str:
+        try:
+            return extract_in_child(
+                st.evaluator, ref, region, str(path), timeout_s=timeout_s, on_progress=progress, cancel=cancel
+            )
+        except UsageError as e:
+            return str(e)
+
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -569,3 +622,4 @@ def register(server: MCPServer) -> None:
         (list_chips, "List TPU chips"),
     ]:
         server.tool(title=title, annotations=READS)(fn)
+    server.tool(title="Extract a model region as a reference", annotations=WRITES)(extract_region)

@@ -36,6 +36,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "autotune_kernel",
     "find_examples",
     "find_hotspots",
+    "extract_region",
 )
 
 

@@ -35,6 +35,7 @@ SERVER_TOOLS = {
     "list_chips",
     "find_examples",
     "find_hotspots",
+    "extract_region",
 }
 
 
@@ -397,6 +398,20 @@ async def test_find_hotspots_costs_a_model_step_and_refuses_an_unknown_model(cli
     report = result.structured_content
     assert report["kind"] == "hotspots" and report["target"] == "tpu-v5e"
     assert any(r["region"]["id"] == "attention.sdpa" for r in report["regions"])
-    assert "estimate" in report["tier"] or report["tier"] in ("llo", "model", "region-roofline")
+    assert report["tier"] in ("llo", "model")
     bad = await client.call_tool("find_hotspots", {"model": "no_such_model"})
     assert bad.is_error and "no_such_model" in text(bad)
+
+
+@pytest.mark.anyio
+async def test_extract_region_writes_a_checked_reference_and_refuses_an_unknown_region(client, ws):
+    bad = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "no_such_region"})
+    assert bad.is_error and "no region 'no_such_region'" in text(bad) and "attention.sdpa" in text(bad)
+    assert not (ws / "extracted").exists() or not any((ws / "extracted").iterdir())
+    result = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "attention"})
+    report = result.structured_content
+    path = Path(report["path"])
+    assert path.is_file() and path.parent == ws.resolve() / "extracted"
+    assert any("bit-identical" in c for c in report["checks"])
+    again = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "attention"})
+    assert again.is_error and "exists" in text(again)

@@ -111,6 +111,47 @@ def render_hotspots(r, html_path: str | None = None) -> None:
         console.print(f"  picture: {html_path}", markup=False, highlight=False)
 
 
+def cmd_extract(args) -> int:
+    from maxkernel.tpu_tools.cli.main import _print_json
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.model.extract import extract_in_child
+
+    args.model = cli_args.check_reference(args.model)
+    if not args.region or not args.region.strip():
+        raise UsageError("--region is empty: give a region id from `maxkernel hotspots MODEL`")
+    out = args.out or f"{Path(args.model).stem}.{args.region}.py"
+    _check_new_file(out, "--out")
+    if Path(out).exists():
+        raise UsageError(f"--out {out} exists; extract writes a new file")
+    report = extract_in_child(
+        Evaluator(timeout_s=args.timeout), args.model, args.region, out, on_progress=_live(args)
+    )
+    if args.json:
+        _print_json(report)
+        return 0
+    from maxkernel.tpu_tools.cli.render import console
+
+    console.print(
+        f"[bold]extract[/] {report.model} region [bold]{report.region}[/] (x{report.count}, "
+        f"{report.equations} equations) -> {report.path}",
+        highlight=False,
+    )
+    for s in report.inputs:
+        what = (
+            f"p(true)={s.p_true:.3g}" if s.kind == "bool"
+            else f"mean {s.mean:.3g} std {s.std:.3g} in [{s.min:.3g}, {s.max:.3g}]"
+        )  # fmt: skip
+        console.print(f"  {s.name} {s.dtype}{s.shape_full}: {what}", markup=False, highlight=False)
+    console.print(
+        f"  tolerance atol {report.tolerance.atol:g} rtol {report.tolerance.rtol:g} ({report.tolerance.source})",
+        markup=False,
+        highlight=False,
+    )
+    for c in report.checks:
+        console.print(f"[green]✓[/] {c}", highlight=False)
+    return 0
+
+
 def register(sub) -> None:
     p = cli_args.subparser(
         sub, "hotspots", help="a model step's regions and their estimated cost on a target"
@@ -122,3 +163,15 @@ def register(sub) -> None:
     cli_args.add_json(p)
     p.add_argument("--html", metavar="PATH", help="also write the picture (a bar per region) to PATH")
     p.set_defaults(func=cmd_hotspots)
+
+    p = cli_args.subparser(
+        sub, "extract", help="one region of a model step as a standalone reference file, checked by splicing"
+    )
+    _model_arg(p)
+    p.add_argument("--region", required=True, metavar="ID", help="a region id from `maxkernel hotspots`")
+    p.add_argument(
+        "--out", metavar="PATH", help="the file to write (default: MODEL.ID.py here; must not exist)"
+    )
+    cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
+    cli_args.add_json(p)
+    p.set_defaults(func=cmd_extract)

@@ -119,6 +119,8 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
         return f"lax.dot_general({a[0]}, {a[1]}, {p['dimension_numbers']}{_kw(p, 'precision', 'preferred_element_type')})"
     if prim == "slice":
         return f"lax.slice({a[0]}, {p['start_indices']}, {p['limit_indices']}{_kw(p, 'strides')})"
+    if prim == "split":
+        return f"lax.split({a[0]}, {p['sizes']}, {p['axis']})"
     if prim == "concatenate":
         return f"lax.concatenate([{', '.join(a)}], {p['dimension']})"
     if prim == "pad":
@@ -139,7 +141,7 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
 EMITTABLE = (
     ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
     | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
-       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
+       "pad", "rev", "split", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
        "reduce_window", "scatter", "scatter-add", "ragged_dot_general"}
 )  # fmt: skip
 
