@@ -69,6 +69,7 @@ from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 from maxkernel.tpu_tools.cost.autotune import AutotuneReport
 from maxkernel.tpu_tools.cost.estimate import EstimateReport
 from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
+from maxkernel.tpu_tools.model.compose import ComposeReport
 from maxkernel.tpu_tools.model.extract import ExtractReport
 from maxkernel.tpu_tools.model.hotspots import HotspotReport
 from maxkernel.tpu_tools.problem.input_cases import InputCase
@@ -597,6 +598,62 @@ async def extract_region(
     return result
 
 
+async def compose_kernels(
+    ctx: Context[AppState],
+    model: Annotated[
+        str,
+        Field(
+            description="a model reference: a JaxBench model id or a reference module path in the workspace"
+        ),
+    ],
+    kernels: Annotated[
+        dict[str, str],
+        Field(description="region id (from find_hotspots) -> kernel file path in the workspace"),
+    ],
+    out: Annotated[
+        str | None,
+        Field(description="new workspace directory for the composed step (default composed/MODEL)"),
+    ] = None,
+    target: CompileTarget = "tpu-v6e",
+    size: Annotated[Size, Field(description="the check size the composed step is validated at")] = "small",
+    seeds: Annotated[int, Field(ge=1, le=64, description="fresh input seeds")] = 3,
+    timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit")] = 1800.0,
+) -> ComposeReport:
+    """The model step with kernels in place of their regions (the model's other equations re-emitted as
+    plain JAX, never importing the model), validated end to end against the model under the judge's rules:
+    fresh seeds, the check size, the sandbox, no reference access. A kernel whose outputs do not have its
+    region's shapes is an error; nothing is written then."""
+    from pathlib import Path
+
+    from maxkernel.server.workspace import WorkspaceError
+    from maxkernel.tpu_tools.errors import UsageError
+    from maxkernel.tpu_tools.model.compose import compose, parse_kernels
+
+    st = state_of(ctx)
+    ref = resolve_reference(st.workspace, model)
+    target = check_target(target)
+    try:
+        paths = {rid: str(st.workspace.resolve(p, kind="kernel")) for rid, p in kernels.items()}
+        out_dir = st.workspace.resolve(out or f"composed/{Path(ref).stem}", kind="output", must_exist=False)
+    except WorkspaceError as e:
+        raise ToolError(str(e)) from None
+
+    def run(progress: ProgressFn, cancel: threading.Event) -> ComposeReport | str:
+        try:
+            specs = [f"{rid}={p}" for rid, p in paths.items()]
+            return compose(
+                st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size, seeds=seeds,
+                timeout_s=timeout_s, on_progress=progress, cancel=cancel,
+            )  # fmt: skip
+        except UsageError as e:
+            return str(e)
+
+    result = await run_blocking(ctx, run)
+    if isinstance(result, str):
+        raise ToolError(result)
+    return result
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -623,3 +680,4 @@ def register(server: MCPServer) -> None:
     ]:
         server.tool(title=title, annotations=READS)(fn)
     server.tool(title="Extract a model region as a reference", annotations=WRITES)(extract_region)
+    server.tool(title="Compose kernels into a model and validate it", annotations=WRITES)(compose_kernels)

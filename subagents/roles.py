@@ -37,6 +37,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "find_examples",
     "find_hotspots",
     "extract_region",
+    "compose_kernels",
 )
 
 

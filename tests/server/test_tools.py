@@ -36,6 +36,7 @@ SERVER_TOOLS = {
     "find_examples",
     "find_hotspots",
     "extract_region",
+    "compose_kernels",
 }
 
 
@@ -415,3 +416,15 @@ async def test_extract_region_writes_a_checked_reference_and_refuses_an_unknown_
     assert any("bit-identical" in c for c in report["checks"])
     again = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "attention"})
     assert again.is_error and "exists" in text(again)
+
+
+@pytest.mark.anyio
+async def test_compose_kernels_refuses_an_unknown_region_and_writes_nothing(client, ws):
+    (ws / "k.py").write_text("def workload(q, k, v):\n    return q\n")
+    bad = await client.call_tool("compose_kernels", {"model": "llama3_8b_layer", "kernels": {"nope": "k.py"}})
+    assert bad.is_error and "no region 'nope' in llama3_8b_layer" in text(bad)
+    assert not (ws / "composed").exists()
+    outside = await client.call_tool(
+        "compose_kernels", {"model": "llama3_8b_layer", "kernels": {"mlp": "../k.py"}}
+    )
+    assert outside.is_error and "outside the workspace" in text(outside)

@@ -152,6 +152,32 @@ def cmd_extract(args) -> int:
     return 0
 
 
+def cmd_compose(args) -> int:
+    from maxkernel.tpu_tools.cli.main import _print_json
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.model.compose import compose, parse_kernels
+
+    _check_model(args)
+    kernels = parse_kernels(args.region_kernels or [])
+    out = args.out or f"{Path(args.model).stem}.composed"
+    if Path(out).exists():
+        raise UsageError(f"--out {out} exists; compose writes a new directory")
+    report = compose(
+        Evaluator(timeout_s=args.timeout), args.model, kernels, out, target=args.target, size=args.size,
+        seeds=args.seeds, seed_offset=args.seed_offset, on_progress=_live(args),
+    )  # fmt: skip
+    if args.json:
+        _print_json(report)
+    else:
+        from maxkernel.tpu_tools.cli.render import console
+
+        mark = "[green]✓[/]" if report.ok else "[red]✗[/]"
+        console.print(f"{mark} compose {report.model}: {report.verdict}", highlight=False)
+        console.print(f"  composed step: {report.composed_path}", markup=False, highlight=False)
+        console.print(f"  tolerance: {report.tolerance_note}", markup=False, highlight=False)
+    return 0 if report.ok else 1
+
+
 def register(sub) -> None:
     p = cli_args.subparser(
         sub, "hotspots", help="a model step's regions and their estimated cost on a target"
@@ -175,3 +201,24 @@ def register(sub) -> None:
     cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
     cli_args.add_json(p)
     p.set_defaults(func=cmd_extract)
+
+    p = cli_args.subparser(
+        sub, "compose", help="the model with kernels in place of regions, validated end to end as a candidate"
+    )
+    _model_arg(p)
+    p.add_argument(
+        "--kernel",
+        action="append",
+        dest="region_kernels",
+        metavar="ID=kernel.py",
+        help="a kernel file for region ID (repeat for more)",
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="the new directory for the composed step (default MODEL.composed)"
+    )
+    cli_args.add_target(p)
+    cli_args.add_size(p, "small")
+    cli_args.add_seeds(p)
+    cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
+    cli_args.add_json(p)
+    p.set_defaults(func=cmd_compose)
