@@ -76,7 +76,7 @@ def _step_body(flat, insts, replaced: dict[int, str], fn_name: str) -> list[str]
             j += 1
         eqns = flat.equations[i:j]
         program = {"equations": [e.model_dump() for e in eqns], "census": {e.primitive: 1 for e in eqns}}
-        if bad := unsupported_ops(program):
+        if bad := unsupported_ops(program, mosaic=False):
             raise ComposeFailure(f"the emitter has no plain-JAX form for {', '.join(bad)}")
         lines += ["    " + ln for ln in body_lines(program, mosaic=False)]
         i = j

@@ -132,7 +132,7 @@ def _body(flat, inst, fn_name: str) -> list[str]:
 
     eqns = flat.equations[inst.start : inst.stop]
     program = {"equations": [e.model_dump() for e in eqns], "census": {e.primitive: 1 for e in eqns}}
-    bad = unsupported_ops(program)
+    bad = unsupported_ops(program, mosaic=False)
     if bad:
         raise ExtractFailure(f"the emitter has no plain-JAX form for {', '.join(bad)}")
     lines = [f"def {fn_name}({', '.join(inst.inputs)}):"]

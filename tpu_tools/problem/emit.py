@@ -119,6 +119,9 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
         return f"lax.dot_general({a[0]}, {a[1]}, {p['dimension_numbers']}{_kw(p, 'precision', 'preferred_element_type')})"
     if prim == "slice":
         return f"lax.slice({a[0]}, {p['start_indices']}, {p['limit_indices']}{_kw(p, 'strides')})"
+    if prim == "sort":  # one operand: an array; several (keys first): a tuple, one per output
+        ops = a[0] if len(a) == 1 else f"({', '.join(a)},)"
+        return f"lax.sort({ops}, dimension={p['dimension']}, is_stable={p['is_stable']}, num_keys={p['num_keys']})"
     if prim == "split":
         return f"lax.split({a[0]}, {p['sizes']}, {p['axis']})"
     if prim == "concatenate":
@@ -146,9 +149,14 @@ EMITTABLE = (
 )  # fmt: skip
 
 
-def unsupported_ops(program: Program) -> list[str]:
+# Written only as plain JAX (an extracted region, a composed step): never offered to a Pallas body.
+PLAIN_ONLY = {"sort"}
+
+
+def unsupported_ops(program: Program, *, mosaic: bool = True) -> list[str]:
     """Primitives of `program` this emitter cannot write (sorted, unique), its unrenderable params included."""
-    bad = {p for p in program.get("census", {}) if p not in EMITTABLE}
+    known = EMITTABLE if mosaic else EMITTABLE | PLAIN_ONLY
+    bad = {p for p in program.get("census", {}) if p not in known}
     bad |= set(program.get("unrenderable", []))
     if program.get("error"):
         bad.add("untraceable")
