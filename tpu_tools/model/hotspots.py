@@ -233,6 +233,15 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
             )
         )
     rows.sort(key=lambda r: -r.total_us)
+    from maxkernel.tpu_tools.cost.estimate import roofline
+
+    for r in rows:  # a region costed below its own matmul floor: the per-fusion cost missed work
+        floor = roofline(r.region.flops, 0.0, chip).time_us
+        if not r.fused_into and floor > 0 and r.time_us < 0.9 * floor:
+            notes.append(
+                f"{r.region.id}: estimated {r.time_us:.4g} us, below its own matmul floor of {floor:.4g} us "
+                f"({r.region.flops:.3g} jaxpr flops at peak): the per-fusion cost misses some of its work"
+            )
     regions_us = sum(r.total_us for r in rows)
     overhead = float(table.get("program_overhead_us", 0.0))
     gap = abs(step_us - regions_us) / step_us if step_us else 0.0
