@@ -8,6 +8,8 @@ from pathlib import Path
 from types import ModuleType
 
 TASKS_DIR = Path(__file__).parent / "tasks"
+MODELS_DIR = Path(__file__).parent / "models"
+_MODEL_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _ID_RE = re.compile(r"^(\d+)([pkm])_\w+$")  # p: production, k: KernelBench-style, m: multi-chip
 
 
@@ -79,3 +81,31 @@ def load_pallas_reference(task_id: str) -> ModuleType | None:
 def pallas_reference_path(task_id: str) -> Path | None:
     path = TASKS_DIR / resolve_id(task_id) / "pallas_reference.py"
     return path if path.exists() else None
+
+
+# ------------------------------------------------------------------ model references (whole layers)
+
+
+def list_model_ids() -> list[str]:
+    """The model references (``llama3_8b_layer`` …): whole layers for ``maxkernel hotspots``."""
+    return sorted(p.stem for p in MODELS_DIR.glob("*.py") if p.stem != "__init__" and _MODEL_RE.match(p.stem))
+
+
+def resolve_model(name: str) -> str:
+    """A model id, exact or by a unique prefix (``llama3`` -> ``llama3_8b_layer``)."""
+    ids = list_model_ids()
+    if name in ids:
+        return name
+    matches = [i for i in ids if i.startswith(name.lower())]
+    if len(matches) == 1:
+        return matches[0]
+    hint = f"; did you mean one of {matches}?" if matches else f"; the models are {ids}"
+    raise UnknownTaskError(f"unknown JaxBench model {name!r}{hint}")
+
+
+def model_path(model_id: str) -> Path:
+    return MODELS_DIR / f"{resolve_model(model_id)}.py"
+
+
+def load_model(model_id: str) -> ModuleType:
+    return importlib.import_module(f"{__package__}.models.{resolve_model(model_id)}")

@@ -77,6 +77,12 @@ def resolve_reference(ws: Workspace, reference: str) -> str:
     try:
         return resolve_id(ref)
     except UnknownTaskError as e:
+        from maxkernel.jaxbench.registry import resolve_model
+
+        try:  # a model reference (whole layers for find_hotspots)
+            return resolve_model(ref)
+        except UnknownTaskError:
+            pass
         raise ToolError(f"{mcp_hint(e)} (or give a reference module path inside the workspace)") from None
 
 

@@ -35,6 +35,9 @@ TOOL_NAMES: tuple[str, ...] = (
     "summarize_trace",
     "autotune_kernel",
     "find_examples",
+    "find_hotspots",
+    "extract_region",
+    "compose_kernels",
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from maxkernel.clients.offline.emit import ELEMENTWISE, REDUCE, Program, unsupported_ops
+from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, REDUCE, Program, unsupported_ops
 
 SOFTMAX = ("reduce_max", "exp", "reduce_sum")
 SHAPE_OPS = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "iota", "slice",

@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from maxkernel.clients.offline.emit import CUMULATIVE, ELEMENTWISE, REDUCE, Program
+from maxkernel.tpu_tools.problem.emit import CUMULATIVE, ELEMENTWISE, REDUCE, Program
 
 Axis = int | None  # the row axis of a value, None when it does not depend on rows
 

@@ -34,6 +34,9 @@ SERVER_TOOLS = {
     "describe_reference",
     "list_chips",
     "find_examples",
+    "find_hotspots",
+    "extract_region",
+    "compose_kernels",
 }
 
 
@@ -386,3 +389,42 @@ async def test_analyze_kernel_reports_the_compilers_schedule(client):
         "analyze_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py", "target": "cpu"}
     )
     assert bad.is_error and "TPU target" in text(bad)
+
+
+@pytest.mark.anyio
+async def test_find_hotspots_costs_a_model_step_and_refuses_an_unknown_model(client):
+    result = await client.call_tool(
+        "find_hotspots", {"model": "llama3_8b_layer", "target": "tpu-v5e", "size": "small"}
+    )
+    report = result.structured_content
+    assert report["kind"] == "hotspots" and report["target"] == "tpu-v5e"
+    assert any(r["region"]["id"] == "attention.sdpa" for r in report["regions"])
+    assert report["tier"] in ("llo", "model")
+    bad = await client.call_tool("find_hotspots", {"model": "no_such_model"})
+    assert bad.is_error and "no_such_model" in text(bad)
+
+
+@pytest.mark.anyio
+async def test_extract_region_writes_a_checked_reference_and_refuses_an_unknown_region(client, ws):
+    bad = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "no_such_region"})
+    assert bad.is_error and "no region 'no_such_region'" in text(bad) and "attention.sdpa" in text(bad)
+    assert not (ws / "extracted").exists() or not any((ws / "extracted").iterdir())
+    result = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "attention"})
+    report = result.structured_content
+    path = Path(report["path"])
+    assert path.is_file() and path.parent == ws.resolve() / "extracted"
+    assert any("bit-identical" in c for c in report["checks"])
+    again = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "attention"})
+    assert again.is_error and "exists" in text(again)
+
+
+@pytest.mark.anyio
+async def test_compose_kernels_refuses_an_unknown_region_and_writes_nothing(client, ws):
+    (ws / "k.py").write_text("def workload(q, k, v):\n    return q\n")
+    bad = await client.call_tool("compose_kernels", {"model": "llama3_8b_layer", "kernels": {"nope": "k.py"}})
+    assert bad.is_error and "no region 'nope' in llama3_8b_layer" in text(bad)
+    assert not (ws / "composed").exists()
+    outside = await client.call_tool(
+        "compose_kernels", {"model": "llama3_8b_layer", "kernels": {"mlp": "../k.py"}}
+    )
+    assert outside.is_error and "outside the workspace" in text(outside)

@@ -175,7 +175,7 @@ def check_reference(reference: str, *, remote: bool = False) -> str:
     anything is created. With `remote`, a path that is not here is left for the server to resolve."""
     from pathlib import Path
 
-    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id
+    from maxkernel.jaxbench.registry import UnknownTaskError, resolve_id, resolve_model
 
     if Path(reference).expanduser().exists():
         return reference
@@ -186,7 +186,10 @@ def check_reference(reference: str, *, remote: bool = False) -> str:
     try:
         return resolve_id(reference)
     except UnknownTaskError as e:
-        raise UsageError(str(e)) from None
+        try:
+            return resolve_model(reference)
+        except UnknownTaskError:
+            raise UsageError(str(e)) from None
 
 
 def add_target(p: argparse.ArgumentParser, default: str = DEFAULT_TARGET) -> None:

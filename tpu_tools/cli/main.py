@@ -156,6 +156,7 @@ def _extensions():
         "maxkernel.tpu_tools.cli.bench",
         "maxkernel.tpu_tools.cli.examples",
         "maxkernel.tpu_tools.cli.analyze",
+        "maxkernel.tpu_tools.cli.model",
     ):
         try:
             module = importlib.import_module(name)

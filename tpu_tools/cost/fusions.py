@@ -129,8 +129,13 @@ def _dot_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
 
 
 def _conv_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
-    """2 x outputs x input features x the window taps that land on real (undilated) input."""
+    """2 x outputs x input features x the window taps that land on real (undilated, unpadded) input.
+
+    XLA on TPU writes some matmuls as convolutions whose window mostly covers padding (a GQA projection:
+    window size=32 pad=31_31 over a size-1 spatial axis; attention's grouped heads: lhs_dilate=8): only
+    the taps on real input are work, counted exactly per spatial axis (separable: the product of sums)."""
     out = ins.shapes[0].elements if ins.shapes else 0
+    lhs = table.get(ins.operands[0]) if ins.operands else None
     rhs = table.get(ins.operands[1]) if len(ins.operands) > 1 else None
     labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
     if rhs is None or not rhs.shapes or not labels:
@@ -138,16 +143,40 @@ def _conv_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
     kernel = labels.group(2)
     i_dim = kernel.find("i")
     feat = rhs.shapes[0].dims[i_dim] if 0 <= i_dim < len(rhs.shapes[0].dims) else 1
-    taps = 1
     win = re.search(r"window=\{([^}]*)\}", ins.attrs)
-    if win:
-        size = re.search(r"size=([\dx]+)", win.group(1))
-        dil = re.search(r"lhs_dilate=([\dx]+)", win.group(1))
-        sizes = [int(x) for x in size.group(1).split("x")] if size else []
-        dils = [int(x) for x in dil.group(1).split("x")] if dil else [1] * len(sizes)
-        for s, d in zip(sizes, dils + [1] * (len(sizes) - len(dils)), strict=False):
-            taps *= -(-s // max(d, 1))
-    return 2.0 * out * feat * taps
+    if not win:
+        return 2.0 * out * feat
+
+    def field(key: str, n: int, default: int) -> list[int]:
+        m = re.search(rf"\b{key}=([\dx]+)", win.group(1))
+        vals = [int(x) for x in m.group(1).split("x")] if m else []
+        return vals + [default] * (n - len(vals))
+
+    size_m = re.search(r"\bsize=([\dx]+)", win.group(1))
+    sizes = [int(x) for x in size_m.group(1).split("x")] if size_m else []
+    n = len(sizes)
+    strides, dils, wdils = field("stride", n, 1), field("lhs_dilate", n, 1), field("rhs_dilate", n, 1)
+    pad_m = re.search(r"\bpad=([\d_x-]+)", win.group(1))
+    pads = [tuple(int(v) for v in p.split("_")) for p in pad_m.group(1).split("x")] if pad_m else []
+    pads += [(0, 0)] * (n - len(pads))
+    in_labels, out_labels = labels.group(1), labels.group(3)
+    out_dims = ins.shapes[0].dims if ins.shapes else ()
+    real, positions = 1, 1
+    for k in range(n):
+        li, lo_ = in_labels.find(str(k)), out_labels.find(str(k))
+        if lhs is None or not lhs.shapes or li < 0 or lo_ < 0 or lo_ >= len(out_dims):
+            real, positions = real * -(-sizes[k] // max(dils[k], 1)), positions  # old bound
+            continue
+        n_in, m_out, d = lhs.shapes[0].dims[li], out_dims[lo_], max(dils[k], 1)
+        span = (n_in - 1) * d  # last real position of the dilated input
+        count = 0
+        for o in range(m_out):
+            for t in range(sizes[k]):
+                p = o * strides[k] + t * wdils[k] - pads[k][0]
+                count += 0 <= p <= span and p % d == 0
+        real *= count
+        positions *= m_out
+    return 2.0 * (out / max(positions, 1)) * feat * real
 
 
 def _passes(ins: HloInstruction) -> int:

@@ -40,6 +40,11 @@ class Equation(BaseModel):
     outputs: list[str]
     out_specs: list[TensorSpec]
     params: dict[str, str] = Field(default_factory=dict, description="parameter -> Python source text")
+    scope: str = Field(
+        default="",
+        description="the user's boundaries around it: named scopes and user functions (jit, custom_vjp)",
+    )
+    source: str = Field(default="", description="file:line (function) of the user code that made it")
 
 
 class SizeVariant(BaseModel):
@@ -167,13 +172,24 @@ def _spec(aval: Any) -> TensorSpec:
 
 
 class _Flattener:
-    """Walks a jaxpr, inlining nested calls, naming every variable uniquely (v0, v1, ...)."""
+    """Walks a jaxpr, inlining nested calls, naming every variable uniquely (v0, v1, ...).
 
-    def __init__(self) -> None:
+    Each equation records its scope: the named scopes around it plus the user functions it was inlined
+    from (a nested `jax.jit` or custom_jvp/vjp defined outside jax; jax's own jitted helpers are
+    transparent). With `keep`, `raw` holds each equation's jax object, its operands (("var", name) or
+    ("const", value)) and its call path (one number per user call it sits in), so the flat program can
+    be evaluated again (tpu_tools/model/flat.py).
+    """
+
+    def __init__(self, keep: bool = False) -> None:
         self.eqns: list[Equation] = []
         self.census: collections.Counter[str] = collections.Counter()
         self.unrenderable: set[str] = set()
         self.counter = 0
+        self.keep = keep
+        self.raw: list[tuple[Any, list[tuple[str, Any]], tuple[int, ...]]] = []
+        self.const_values: dict[str, Any] = {}
+        self.calls = 0
 
     def fresh(self) -> str:
         self.counter += 1
@@ -190,11 +206,33 @@ class _Flattener:
                 return "lit:None"
         return env[atom]
 
-    def walk(self, jaxpr: Any, consts: list, args: list[str]) -> list[str]:
+    def raw_operand(self, atom: Any, env: dict, consts: dict) -> tuple[str, Any]:
+        from jax.extend.core import Literal
+
+        if isinstance(atom, Literal):
+            return ("const", atom.val)
+        if atom in consts:
+            return ("const", consts[atom])
+        return ("var", env[atom])
+
+    def walk(
+        self,
+        jaxpr: Any,
+        consts: list,
+        args: list[str],
+        scope: tuple[str, ...] = (),
+        path: tuple[int, ...] = (),
+        raw_args: list[tuple[str, Any]] | None = None,
+        library: bool = False,
+    ) -> list[str]:
         env: dict = {}
+        const_of: dict = {}
         for var, name in zip(jaxpr.invars, args, strict=True):
             env[var] = name
+        if raw_args is not None:  # an inlined call's operands that were constants stay constants
+            const_of.update({v: a[1] for v, a in zip(jaxpr.invars, raw_args, strict=True) if a[0] == "const"})
         for var, c in zip(jaxpr.constvars, consts, strict=True):
+            const_of[var] = c
             try:
                 env[var] = "lit:" + _literal_source(c, c.dtype)
             except (_Unrenderable, AttributeError):
@@ -202,12 +240,23 @@ class _Flattener:
                 env[var] = "lit:None"
         for e in jaxpr.eqns:
             ins = [self.operand(a, env) for a in e.invars]
+            raw_ins = [self.raw_operand(a, env, const_of) for a in e.invars] if self.keep else None
             name = e.primitive.name
+            here = (
+                scope if library else scope + _name_stack(e)
+            )  # jax's own scopes (einsum's) are not the user's
             inner = e.params.get("jaxpr", e.params.get("call_jaxpr", e.params.get("fun_jaxpr")))
             if name in _INLINE and inner is not None:
                 closed_consts = list(getattr(inner, "consts", []))
                 body = getattr(inner, "jaxpr", inner)
-                outs = self.walk(body, closed_consts, ins)
+                user_fn = _user_function(body)
+                inner_scope, inner_path = here, path
+                if user_fn is not None:  # the user's own function: a boundary they drew
+                    self.calls += 1
+                    inner_scope, inner_path = here + (user_fn,), path + (self.calls,)
+                outs = self.walk(
+                    body, closed_consts, ins, inner_scope, inner_path, raw_ins, library=user_fn is None
+                )
                 for var, o in zip(e.outvars, outs, strict=True):
                     env[var] = o
                 continue
@@ -232,9 +281,60 @@ class _Flattener:
                     outputs=out_names,
                     out_specs=[_spec(v.aval) for v in e.outvars],
                     params=params,
+                    scope="/".join(here),
+                    source=_user_source(e),
                 )
             )
-        return [self.operand(a, env) for a in jaxpr.outvars]
+            if self.keep:
+                self.raw.append((e, raw_ins, path))
+        outs = [self.operand(a, env) for a in jaxpr.outvars]
+        if self.keep:
+            for a in jaxpr.outvars:  # an output that is a constant: remember its value by its text
+                r = self.raw_operand(a, env, const_of)
+                if r[0] == "const":
+                    self.const_values[self.operand(a, env)] = r[1]
+        return outs
+
+
+def _name_stack(eqn: Any) -> tuple[str, ...]:
+    """The named scopes around `eqn` inside its own jaxpr ("attention/sdpa" -> ("attention", "sdpa"))."""
+    text = str(getattr(eqn.source_info, "name_stack", "") or "")
+    return tuple(p for p in text.split("/") if p and "->" not in p)  # jnp.einsum scopes itself by its spec
+
+
+def _jax_dir() -> str:
+    import os
+
+    import jax
+
+    return os.path.dirname(os.path.abspath(jax.__file__))
+
+
+def _user_function(body: Any) -> str | None:
+    """The name of the function a nested call traced, when the user wrote it (not jax's own helpers)."""
+    info = getattr(body, "debug_info", None)
+    src = getattr(info, "func_src_info", None) or ""
+    if not src or " at " not in src:
+        return None
+    fn, _, where = src.partition(" at ")
+    import os
+
+    if os.path.abspath(where.rsplit(":", 1)[0]).startswith(_jax_dir()):
+        return None
+    return fn.strip() or None
+
+
+def _user_source(eqn: Any) -> str:
+    """ "file:line (function)" of the user frame that made `eqn` ("" when jax cannot say)."""
+    try:
+        from jax._src import source_info_util
+
+        frame = source_info_util.user_frame(eqn.source_info.traceback)
+    except Exception:
+        return ""
+    if frame is None:
+        return ""
+    return f"{frame.file_name}:{frame.start_line} ({frame.function_name})"
 
 
 def _trace(ref: Any, size: str) -> tuple[list, Any, _Flattener, list[str], list[str], bool]:

@@ -108,7 +108,10 @@ def _resolve_reference_path(spec: str) -> tuple[Path, str | None]:
     except registry.UnknownTaskError as e:
         if any(c in spec for c in "/\\") or spec.endswith(".py"):
             raise ReferenceLoadError(f"reference file not found: {spec}") from None
-        raise ReferenceLoadError(str(e)) from None
+        try:  # a model reference (jaxbench/models): a whole layer, named by its id
+            return registry.model_path(spec), None
+        except registry.UnknownTaskError:
+            raise ReferenceLoadError(str(e)) from None
     return registry.task_path(task_id), task_id
 
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from maxkernel.clients.offline.dims import Symbolic
-from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 PASS = {"convert_element_type", "stop_gradient"}  # value-preserving for the axis labels
 _MASK_PRIMS = {"iota", "add", "sub", "ge", "gt", "le", "lt", "eq", "ne", "and", "or", "not",

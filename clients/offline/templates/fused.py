@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
-from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan, analyse
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 SOURCE = '''"""${title} (offline template `${name}`), generated from the reference's traced program.
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, shape_source
-from maxkernel.clients.offline.emit import Program, body_lines, operand
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 LAYOUT = ("transpose", "convert_element_type", "reshape")
 

@@ -118,3 +118,21 @@ def test_published_v6e_xla_attention_within_25_percent():
     assert 0.8 <= table.total_us / published_us <= 1.25, table.total_us
     # The whole-program roofline shown beside it is the optimistic old baseline.
     assert table.whole_program_roofline_us < table.total_us
+
+
+GQA_PROJECTION_AS_CONV = """HloModule m
+
+ENTRY %main (p0: bf16[8192,4096,1], p1: bf16[32,128,4096]) -> bf16[8192,32,128] {
+  %p0 = bf16[8192,4096,1]{1,0,2} parameter(0)
+  %p1 = bf16[32,128,4096]{2,1,0} parameter(1)
+  ROOT %convolution.10 = bf16[8192,32,128]{0,2,1} convolution(%p0, %p1), window={size=32 pad=31_31 rhs_reversal=1}, dim_labels=bf0_0oi->b0f
+}
+"""
+
+
+def test_a_matmul_written_as_a_mostly_padding_convolution_counts_only_real_taps():
+    """XLA on TPU writes Llama's q projection (x @ wq, reshaped to 32 heads) as this convolution: of its
+    32 window taps per output, 31 land on padding. Counting them all made it 32x the matmul."""
+    t = cost_hlo_text(GQA_PROJECTION_AS_CONV, "v5e")
+    (conv,) = [f for f in t.fusions if f.opcode == "convolution"]
+    assert conv.flops == 2 * 8192 * 32 * 128 * 4096

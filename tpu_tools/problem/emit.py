@@ -1,9 +1,10 @@
 """Re-emit a traced reference program (tpu_tools/problem/program.py's description) as Python source.
 
-Each equation becomes one `jax.lax` call with the reference's own parameters, so a kernel body built
-from it computes what the reference computes, rounding step by rounding step. Shapes along a tiled axis
-are written as its block size and every other number that follows the reference's size is written from
-the input shapes (clients/offline/dims.py), so one body serves every block size and every input size.
+Each equation becomes one `jax.lax` call with the reference's own parameters, so code built from it
+computes what the reference computes, rounding step by rounding step: the offline model's kernel bodies
+(`mosaic=True`: rewrites Mosaic needs; shapes along a tiled axis written as its block size and every
+other number that follows the reference's size written from the input shapes, clients/offline/dims.py)
+and an extracted model region's plain-JAX reference (`mosaic=False`: the equations as they were).
 Primitives without a public `lax` form here are reported, never guessed.
 """
 
@@ -119,6 +120,11 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
         return f"lax.dot_general({a[0]}, {a[1]}, {p['dimension_numbers']}{_kw(p, 'precision', 'preferred_element_type')})"
     if prim == "slice":
         return f"lax.slice({a[0]}, {p['start_indices']}, {p['limit_indices']}{_kw(p, 'strides')})"
+    if prim == "sort":  # one operand: an array; several (keys first): a tuple, one per output
+        ops = a[0] if len(a) == 1 else f"({', '.join(a)},)"
+        return f"lax.sort({ops}, dimension={p['dimension']}, is_stable={p['is_stable']}, num_keys={p['num_keys']})"
+    if prim == "split":
+        return f"lax.split({a[0]}, {p['sizes']}, {p['axis']})"
     if prim == "concatenate":
         return f"lax.concatenate([{', '.join(a)}], {p['dimension']})"
     if prim == "pad":
@@ -139,14 +145,19 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
 EMITTABLE = (
     ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
     | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
-       "pad", "rev", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
+       "pad", "rev", "split", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
        "reduce_window", "scatter", "scatter-add", "ragged_dot_general"}
 )  # fmt: skip
 
 
-def unsupported_ops(program: Program) -> list[str]:
+# Written only as plain JAX (an extracted region, a composed step): never offered to a Pallas body.
+PLAIN_ONLY = {"sort"}
+
+
+def unsupported_ops(program: Program, *, mosaic: bool = True) -> list[str]:
     """Primitives of `program` this emitter cannot write (sorted, unique), its unrenderable params included."""
-    bad = {p for p in program.get("census", {}) if p not in EMITTABLE}
+    known = EMITTABLE if mosaic else EMITTABLE | PLAIN_ONLY
+    bad = {p for p in program.get("census", {}) if p not in known}
     bad |= set(program.get("unrenderable", []))
     if program.get("error"):
         bad.add("untraceable")
@@ -162,12 +173,15 @@ def body_lines(
     shape_of: Callable[[dict, str], str] | None = None,
     extra: Callable[[dict, str], str] | None = None,
     sym: Any = None,
+    *,
+    mosaic: bool = True,
 ) -> list[str]:
     """One `outs = lax.<prim>(...)` line per equation.
 
     `shape_of(eqn, param)` may rewrite a shape parameter (tiling); `extra(eqn, expr)` may rewrite a
-    whole expression (an iota offset by the block's first row); `sym` (clients/offline/dims.py's
-    `Symbolic`) writes every parameter and literal that follows the size from the input shapes.
+    whole expression (an iota offset by the block's first row); `sym` (the offline model's `Symbolic`)
+    writes every parameter and literal that follows the size from the input shapes. `mosaic=False` keeps
+    every equation as traced (plain JAX, bit for bit); True rewrites the ones Mosaic cannot lower as they are.
     """
     lines = []
     for e in program["equations"]:
@@ -182,11 +196,13 @@ def body_lines(
         if shape_of is not None and e["primitive"] == "slice":
             params["limit_indices"] = shape_of(e, "limit_indices")
         out_dtype = e["out_specs"][0]["dtype"] if e["out_specs"] else ""
-        merged = _merged_batch(e, params)
+        merged = _merged_batch(e, params) if mosaic else None
         if merged is not None:
             lines.extend(merged[0])
             e = {**e, "inputs": merged[1]}
-        if e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
+        if not mosaic:
+            expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
+        elif e["primitive"] == "select_n" and out_dtype in ("bfloat16", "float16"):
             # exact in f32, and spares Mosaic a 32-bit mask relayout to 16-bit tiles
             cases = [f"lax.convert_element_type({operand(a)}, jnp.float32)" for a in e["inputs"][1:]]
             inner = _call("select_n", [operand(e["inputs"][0]), *cases], params)

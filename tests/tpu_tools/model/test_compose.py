@@ -1,0 +1,93 @@
+"""Compose kernels into a model step, validated end to end as a candidate (small check size)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.model.compose import compose, parse_kernels
+
+# A hand-written attention for the Llama layer's `attention.sdpa` region (its inputs: q, k, v after RoPE).
+SDPA = """
+import jax
+import jax.numpy as jnp
+
+
+def workload(q, k, v):
+    b, s, h, d = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, s, kv, h // kv, d)
+    scores = jnp.einsum("bskgd,btkd->bkgst", qg, k, preferred_element_type=jnp.float32) * d**-0.5
+    if CAUSAL:
+        scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, -jnp.inf)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgst,btkd->bskgd", probs, v).reshape(b, s, h * d).astype(OUT)
+"""
+
+
+def kernel(tmp_path, name, causal=True, out="v.dtype"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(SDPA.replace("CAUSAL", str(causal)).replace("OUT", out))
+    return parse_kernels([f"attention.sdpa={path}"])
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    return Evaluator(timeout_s=600)
+
+
+def test_a_correct_kernel_composes_and_matches_the_model(tmp_path, evaluator):
+    r = compose(evaluator, "llama3_8b_layer", kernel(tmp_path, "ok"), str(tmp_path / "out"), target="cpu")
+    assert r.ok, r.verdict
+    assert "matches the model on seeds" in r.verdict and r.validation["size"] == "small"
+    text = (tmp_path / "out" / "composed.py").read_text()
+    assert (
+        "_kernel('attention.sdpa'" in text and "llama3_8b_layer import" not in text and "jaxbench" not in text
+    )
+
+
+def test_a_kernel_wrong_only_without_the_causal_mask_fails_end_to_end(tmp_path, evaluator):
+    r = compose(
+        evaluator,
+        "llama3_8b_layer",
+        kernel(tmp_path, "nomask", causal=False),
+        str(tmp_path / "out"),
+        target="cpu",
+    )
+    assert not r.ok and "does not match the model" in r.verdict and "outside atol" in r.verdict
+
+
+def test_bad_input_is_one_usage_error_and_nothing_is_written(tmp_path, evaluator):
+    out = tmp_path / "out"
+    with pytest.raises(UsageError, match=r"returns \[\(\[1, 128, 512\], 'float32'\)\]; the region makes"):
+        compose(
+            evaluator, "llama3_8b_layer", kernel(tmp_path, "f32", out="jnp.float32"), str(out), target="cpu"
+        )
+    assert not out.exists()
+    with pytest.raises(UsageError, match=r"no region 'nope' in llama3_8b_layer"):
+        compose(evaluator, "llama3_8b_layer", {"nope": str(tmp_path / "f32.py")}, str(out), target="cpu")
+    assert not out.exists()
+    with pytest.raises(UsageError, match="expected ID=kernel.py"):
+        parse_kernels(["attention.sdpa"])
+
+
+def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
+    k = tmp_path / "k.py"
+    k.write_text(SDPA.replace("CAUSAL", "True").replace("OUT", "v.dtype"))
+    cases = [
+        (["--kernel", f"nope={k}"], "no region 'nope'"),
+        (["--kernel", f"attention.sdpa={tmp_path / 'missing.py'}"], "kernel file not found"),
+    ]
+    for argv, message in cases:
+        p = subprocess.run(
+            [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "compose", "llama3_8b_layer", *argv,
+             "--target", "cpu", "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("maxkernel")]
+        assert p.returncode == 2 and len(lines) == 1 and message in lines[0], (argv, p.stderr[-2000:])
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,138 @@
+"""Hotspots of a model step, compiled for a TPU target off the chip (small sizes: seconds, not minutes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.model.hotspots import find_hotspots
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return find_hotspots("llama3_8b_layer", "tpu-v5e", "small")
+
+
+def test_llama_regions_follow_the_named_scopes_and_carry_the_step(llama):
+    ids = {r.region.id for r in llama.regions}
+    assert {"attention.sdpa", "attention.qkv_proj", "attention.rope", "attention.out_proj", "mlp"} <= ids
+    kinds = {r.region.id: r.region.kind for r in llama.regions}
+    assert kinds["attention.sdpa"] == "attention" and kinds["mlp"] == "matmul_epilogue"
+    attn_mlp = sum(r.total_us for r in llama.regions if r.region.id.startswith(("attention", "mlp")))
+    assert attn_mlp / llama.step_us > 0.8
+    # the two RMSNorms have one signature: one region x 2
+    norm = next(r for r in llama.regions if r.region.kind == "norm")
+    assert norm.region.count == 2 and "attention_norm" in norm.region.name and "mlp_norm" in norm.region.name
+    assert llama.sum_ok, llama.sum_note
+    assert abs(llama.regions_us - llama.step_us) <= 0.1 * llama.step_us
+    for r in llama.regions:
+        assert r.roofline_us > 0 and r.tier == llama.tier
+        # a region costs time of its own, or XLA fused its ops into a neighbour's fusions (costed there)
+        assert r.time_us > 0 or r.fused_into, r
+        if not r.fused_into:  # alone in its fusions: never faster than its own roofline
+            assert r.headroom >= 0.99, r
+        assert r.region.origin and any(".py:" in o for o in r.region.origin)
+    sdpa = next(r for r in llama.regions if r.region.id == "attention.sdpa")
+    assert sdpa.region.flops == 2 * 2 * 4 * 128 * 128 * 128  # QK^T and PV, 4 heads, s=128, d=128
+
+
+def test_every_equation_is_in_exactly_one_instance(llama):
+    spans = sorted((i.start, i.stop) for i in llama.instances)
+    assert spans[0][0] == 0 and all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+TWO_LAYERS = """
+import jax
+from maxkernel.jaxbench.models import llama3_8b_layer as m
+
+SIZES = m.SIZES
+CONFIG = {"name": "two_llama_layers"}
+create_inputs = m.create_inputs
+
+@jax.jit
+def layer(*args):
+    return m.workload(*args)
+
+def workload(x, *params):
+    return layer(layer(x, *params), *params)
+"""
+
+
+def test_two_identical_layers_merge_with_count_two(tmp_path):
+    path = tmp_path / "two_layers.py"
+    path.write_text(TWO_LAYERS)
+    r = find_hotspots(str(path), "tpu-v5e", "small")
+    sdpa = next(c for c in r.regions if c.region.kind == "attention")
+    assert sdpa.region.count == 2 and sdpa.region.name == "layer/attention/sdpa"
+    assert all(c.region.count in (2, 4) for c in r.regions)  # the norms: 2 per layer
+
+
+def test_vit_without_scopes_is_grouped_by_pattern():
+    r = find_hotspots("vit_l16_block", "tpu-v6e", "small")
+    kinds = [c.region.kind for c in r.regions]
+    assert kinds.count("attention") == 1 and "norm" in kinds and kinds.count("matmul_epilogue") >= 3
+    assert all(c.region.boundary == "pattern" for c in r.regions)
+
+
+def test_a_model_that_does_not_trace_is_a_usage_error(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        textwrap.dedent(
+            """
+            import jax.numpy as jnp
+            SIZES = {"full": {"n": 8}}
+            def create_inputs(dtype=None, *, key=None, size="full"):
+                return (jnp.ones((8, 8)),)
+            def workload(x):
+                return x @ jnp.ones((3, 3))
+            """
+        )
+    )
+    with pytest.raises(UsageError, match="does not trace"):
+        find_hotspots(str(bad), "tpu-v5e", "full")
+
+
+def test_cli_bad_inputs_exit_2_with_one_line(tmp_path):
+    cases = [
+        ["nosuch_model", "--target", "tpu-v5e"],
+        ["llama3_8b_layer", "--target", "cpu"],
+        ["llama3_8b_layer", "--target", "tpu-v5e", "--size", "huge"],
+    ]
+    for argv in cases:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "maxkernel.tpu_tools.cli.main",
+                "hotspots",
+                *argv,
+                "--html",
+                str(tmp_path / "h.html"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("maxkernel")]
+        assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, (argv, p.stderr[-2000:])
+    assert not (tmp_path / "h.html").exists()
+
+
+@pytest.mark.slow
+def test_cli_json_and_picture(tmp_path):
+    html = tmp_path / "h.html"
+    p = subprocess.run(
+        [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "hotspots", "llama3_8b_layer", "--target",
+         "tpu-v5e", "--size", "small", "--json", "--html", str(html)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    report = json.loads(p.stdout)
+    assert report["kind"] == "hotspots" and report["regions"]
+    page = html.read_text()
+    assert "<svg" in page and "attention.sdpa" in page and "estimate" in page

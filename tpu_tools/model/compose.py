@@ -1,0 +1,263 @@
+"""A model step with kernels in place of some of its regions, validated end to end as a candidate.
+
+The composed step is written as one candidate file: the model's other equations re-emitted as plain JAX
+(problem/emit.py, mosaic=False, one body per size), each replaced region instance a call of its kernel
+file's `workload` (copied beside it), with the region's output shapes and dtypes checked at the call.
+That file never imports the model: it is validated against the model under the judge's rules like any
+candidate (Evaluator.validate: fresh random seeds, the small check size, the sandbox, the candidate child
+never sees the reference). Plain JAX is allowed in it (the model's own equations are plain JAX); each
+kernel's own Pallas checks belong to its region's suite, not here.
+
+Tolerance: the model's own (from its output dtype), not grown with depth: a composed step that drifts past
+the single-op bound fails and says so (seam: a depth-scaled bound, once measured on a chip).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.errors import MaxkernelError, ReferenceFailure, UsageError
+
+_ID_RE = re.compile(r"[^0-9A-Za-z_]")
+
+
+class ComposeFailure(MaxkernelError):
+    """The composed step could not be written (an equation the emitter has no form for)."""
+
+
+def kernel_module(region_id: str) -> str:
+    return "k_" + _ID_RE.sub("_", region_id)
+
+
+def parse_kernels(specs: list[str]) -> dict[str, str]:
+    """`ID=kernel.py` pairs as {region id: absolute path}; UsageError on a malformed or missing one."""
+    out: dict[str, str] = {}
+    for spec in specs:
+        rid, sep, path = spec.partition("=")
+        if not sep or not rid.strip() or not path.strip():
+            raise UsageError(
+                f"--kernel {spec!r}: expected ID=kernel.py (a region id from `maxkernel hotspots`)"
+            )
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise UsageError(f"--kernel {spec!r}: kernel file not found: {path}")
+        if rid in out:
+            raise UsageError(f"--kernel: region {rid!r} given twice")
+        out[rid.strip()] = str(p.resolve())
+    if not out:
+        raise UsageError("give at least one --kernel ID=kernel.py")
+    return out
+
+
+def _step_body(flat, insts, replaced: dict[int, str], fn_name: str) -> list[str]:
+    from maxkernel.tpu_tools.model.regions import _specs
+    from maxkernel.tpu_tools.problem.emit import body_lines, unsupported_ops
+
+    specs = _specs(flat)
+    lines = [f"def {fn_name}({', '.join(flat.program.input_names)}):"]
+    i, n = 0, len(flat.equations)
+    starts = {inst.start: inst for inst in insts if inst.index in replaced}
+    while i < n:
+        inst = starts.get(i)
+        if inst is not None:
+            rid = replaced[inst.index]
+            want = [(list(specs[o].shape), specs[o].dtype) for o in inst.outputs]
+            outs = ", ".join(inst.outputs)
+            lines.append(f"    {outs}, = _kernel({rid!r}, {want!r}, {', '.join(inst.inputs)})")
+            i = inst.stop
+            continue
+        j = i
+        while j < n and j not in starts:
+            j += 1
+        eqns = flat.equations[i:j]
+        program = {"equations": [e.model_dump() for e in eqns], "census": {e.primitive: 1 for e in eqns}}
+        if bad := unsupported_ops(program, mosaic=False):
+            raise ComposeFailure(f"the emitter has no plain-JAX form for {', '.join(bad)}")
+        lines += ["    " + ln for ln in body_lines(program, mosaic=False)]
+        i = j
+    outs = [o[4:] if o.startswith("lit:") else o for o in flat.program.outputs]
+    lines.append(f"    return ({', '.join(outs)},)")
+    return lines
+
+
+def composed_source(reference: str, kernels: dict[str, str]) -> dict[str, Any]:
+    """The composed step's source (pool job: the model is user code), or {"error": ...}."""
+    from maxkernel.tpu_tools.model.extract import _find, _trace
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    try:
+        try:
+            ref = load_reference(reference)
+        except ReferenceFailure as e:
+            raise UsageError(str(e)) from None
+        sizes = ref.info.sizes
+        bodies, keys, single = [], [], True
+        for size in dict.fromkeys([s for s in ("full", "small") if s in sizes] or sizes[:1]):
+            flat, insts, merged = _trace(ref, size)
+            replaced = {}
+            for rid in kernels:
+                reg = _find(merged, rid, ref.info.name, size)
+                replaced.update({k: rid for k in reg.instances})
+            fn = f"step_{size}"
+            bodies.append("\n".join(_step_body(flat, insts, replaced, fn)))
+            keys.append((tuple(tuple(s.shape) for s in flat.program.inputs), fn))
+            single = (
+                flat.out_tree is not None and flat.out_tree.num_leaves == 1 and flat.out_tree.num_nodes == 1
+            )
+    except (UsageError, ComposeFailure) as e:
+        return {"error": str(e)}
+    loads = "\n".join(f"_KERNELS[{rid!r}] = _load({kernel_module(rid)!r})" for rid in kernels)
+    table = ",\n".join(f"    {shapes!r}: {fn}" for shapes, fn in keys)
+    ret = "out[0]" if single else "out"
+    text = (
+        f'''"""Model {ref.info.name!r} with kernels for {", ".join(kernels)}: composed by `maxkernel compose`.
+Its other equations are the model's, re-emitted as plain JAX; it does not import the model."""
+
+import importlib.util
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np  # noqa: F401  (literals)
+from jax import lax
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_KERNELS = {{}}
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+{loads}
+
+
+def _kernel(rid, want, *inputs):
+    out = _KERNELS[rid].workload(*inputs)
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    got = [(list(o.shape), str(o.dtype)) for o in out]
+    if got != [(s, d) for s, d in want]:
+        raise ValueError(
+            f"the kernel for region {{rid!r}} returns {{got}}; the region makes {{[(s, d) for s, d in want]}}"
+        )
+    return out
+
+
+'''
+        + "\n\n\n".join(bodies)
+        + f"""
+
+
+_STEPS = {{
+{table},
+}}
+
+
+def workload(*inputs):
+    out = _STEPS[tuple(tuple(x.shape) for x in jax.tree_util.tree_leaves(inputs))](*jax.tree_util.tree_leaves(inputs))
+    return {ret}
+"""
+    )
+    return {"source": text, "model": ref.info.name}
+
+
+class ComposeReport(BaseModel):
+    kind: Literal["compose"] = "compose"
+    model: str
+    target: str
+    kernels: dict[str, str] = Field(description="region id -> kernel file")
+    composed_path: str
+    ok: bool
+    verdict: str = Field(description="the end-to-end validation's verdict, from what ran")
+    validation: dict[str, Any] = Field(description="the ValidationReport of the composed step vs the model")
+    tolerance_note: str
+
+
+def compose(
+    evaluator: Any,
+    reference: str,
+    kernels: dict[str, str],
+    out_dir: str,
+    *,
+    target: str = "cpu",
+    size: str = "small",
+    seeds: int = 3,
+    seed_offset: int | None = None,
+    timeout_s: float | None = None,
+    on_progress: Any = None,
+    cancel: Any = None,
+) -> ComposeReport:
+    """Write the composed step to `out_dir` (new) and validate it against the model under the judge's rules."""
+    from maxkernel.tpu_tools.judge.outcomes import abs_reference
+
+    out = Path(out_dir)
+    if out.exists():
+        raise UsageError(f"{out} exists; compose writes a new directory")
+    if on_progress:
+        on_progress("trace the model and write the composed step")
+    outcome = evaluator._run(
+        "maxkernel.tpu_tools.model.compose:composed_source",
+        {"reference": abs_reference(reference), "kernels": kernels},
+        timeout_s=timeout_s,
+        on_progress=on_progress,
+        cancel=cancel,
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        raise UsageError(f"compose of {reference} ended with {outcome.status}: {outcome.message}")
+    if "error" in outcome.result:
+        raise UsageError(outcome.result["error"])
+    out.mkdir(parents=True)
+    try:
+        for rid, path in kernels.items():
+            shutil.copyfile(path, out / f"{kernel_module(rid)}.py")
+        composed = out / "composed.py"
+        composed.write_text(outcome.result["source"])
+        if on_progress:
+            on_progress(f"validate the composed step against the model ({seeds} fresh seeds, size {size})")
+        report = evaluator.validate(
+            str(composed), reference, target, size, seeds=seeds, seed_offset=seed_offset, allow_plain_jax=True, timeout_s=timeout_s,
+            on_progress=on_progress, cancel=cancel,
+        )  # fmt: skip
+        shape_error = _kernel_shape_error(report)
+        if shape_error:
+            raise UsageError(shape_error)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # bad input: nothing written
+        raise
+    summary = report.failure.summary if report.failure is not None else ""
+    verdict = (
+        f"the composed step matches the model on seeds {report.seeds} at size {report.size}"
+        if report.ok
+        else f"the composed step does not match the model: {summary}"
+    )
+    return ComposeReport(
+        model=outcome.result["model"],
+        target=target,
+        kernels=kernels,
+        composed_path=str(composed.resolve()),
+        ok=report.ok,
+        verdict=verdict,
+        validation=report.model_dump(mode="json"),
+        tolerance_note="the model's own tolerance (its CONFIG, else its output dtype's), not grown with the "
+        "kernels' depth: stricter than a depth-scaled bound",
+    )
+
+
+def _kernel_shape_error(report) -> str | None:
+    """A kernel whose outputs do not have its region's shapes: the caller's mistake (one line)."""
+    f = report.failure
+    text = f"{f.summary} {getattr(f, 'detail', '') or ''}" if f is not None else ""
+    m = re.search(
+        r"the kernel for region '([^']+)' returns (\[.*?\]); the region makes (\[.*?\])(?=\s|$|\n)", text
+    )
+    if m:
+        return f"the kernel for region {m.group(1)!r} returns {m.group(2)}; the region makes {m.group(3)}"
+    return None

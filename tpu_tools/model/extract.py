@@ -1,0 +1,358 @@
+"""One region of a model step as a standalone reference file, checked by splicing it back.
+
+The region's equations are re-emitted as plain JAX by the shared emitter (problem/emit.py, mosaic=False:
+every equation as traced, so the file computes what the model computes, bit for bit). SIZES holds the
+model's two sizes: `full` at the model's production shapes and `small` at its small size (the model's
+own small shapes keep whatever divisibility they had). create_inputs draws each input like the model
+feeds it: mean, standard deviation and range of each float input (the fraction true of a mask, the
+range of an integer) recorded at small size on CPU over every instance of the region, then reproduced.
+The tolerance comes from the outputs' dtype. On creation the file is loaded and spliced back into the
+model at small size in place of every instance of the region: the model's outputs must be bit-identical,
+and the full body must give the region's full output shapes; else nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from maxkernel.tpu_tools.errors import MaxkernelError, ReferenceFailure, UsageError
+from maxkernel.tpu_tools.reports import Tolerance
+
+SEED = 0  # the model inputs the statistics and the splice check use
+
+
+class ExtractFailure(MaxkernelError):
+    """The extracted file did not reproduce the model (our fault, not the caller's): nothing written."""
+
+
+class InputStat(BaseModel):
+    name: str
+    dtype: str
+    shape_full: list[int]
+    shape_small: list[int]
+    kind: Literal["float", "int", "bool"]
+    mean: float = 0.0
+    std: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+    p_true: float = 0.0
+
+
+class ExtractReport(BaseModel):
+    kind: Literal["extract"] = "extract"
+    model: str
+    region: str
+    region_name: str
+    count: int = Field(description="instances of the region in the step (every one spliced)")
+    path: str
+    equations: int = Field(description="equations in one instance at full size")
+    inputs: list[InputStat]
+    outputs: list[str] = Field(description="dtype[shape] of each output at full size")
+    tolerance: Tolerance
+    checks: list[str] = Field(description="what was checked on creation, each from what ran")
+
+
+def _find(merged, rid: str, model: str, size: str):
+    for reg in merged:
+        if reg.id == rid:
+            return reg
+    known = ", ".join(r.id for r in merged)
+    raise UsageError(f"no region {rid!r} in {model} (size {size}); its regions are: {known}")
+
+
+def _trace(ref, size: str):
+    from maxkernel.tpu_tools.model import regions as regions_mod
+    from maxkernel.tpu_tools.model.flat import flatten
+
+    try:
+        flat = flatten(ref.workload, ref.input_shapes(size), name=ref.info.name, size=size)
+    except Exception as e:
+        raise UsageError(
+            f"model {ref.info.name!r} does not trace: {type(e).__name__}: {str(e)[:300]}"
+        ) from None
+    insts = regions_mod.instances(flat)
+    return flat, insts, regions_mod.merge(flat, insts)
+
+
+_MODEL_CACHE: dict[tuple, tuple] = {}
+
+
+def _model_at(ref, size: str):
+    """The model traced at `size` and run once (seed SEED) with every region instance's inputs recorded:
+    (flat, instances, regions, inputs, outputs, {instance: its input values}). Cached per file version."""
+    import jax
+
+    from maxkernel.tpu_tools.model.flat import Replacement, evaluate, range_fn
+
+    key = (ref.info.path, os.path.getmtime(ref.info.path) if os.path.exists(ref.info.path) else 0, size)
+    if key in _MODEL_CACHE:
+        return _MODEL_CACHE[key]
+    flat, insts, merged = _trace(ref, size)
+    leaves = jax.tree_util.tree_leaves(ref.create_inputs(size, SEED))
+    seen: dict[int, list[Any]] = {}
+
+    def recorder(inst):
+        fn = range_fn(flat, inst.start, inst.stop, inst.inputs, inst.outputs)
+
+        def run(*vals):
+            seen[inst.index] = list(vals)
+            return fn(*vals)
+
+        return run
+
+    reps = [Replacement(i.start, i.stop, tuple(i.inputs), tuple(i.outputs), recorder(i)) for i in insts]
+    expected = evaluate(flat, leaves, replace=reps)
+    _MODEL_CACHE.clear()  # one model at a time: its arrays are small, but models add up
+    _MODEL_CACHE[key] = (flat, insts, merged, leaves, expected, seen)
+    return _MODEL_CACHE[key]
+
+
+def _stat(name: str, vals: list[Any], full_spec, small_spec) -> InputStat:
+    import numpy as np
+
+    a = np.concatenate([np.asarray(v, dtype=np.float64 if v.dtype != bool else bool).ravel() for v in vals])
+    base = dict(name=name, dtype=small_spec.dtype, shape_full=full_spec.shape, shape_small=small_spec.shape)
+    if small_spec.dtype == "bool":
+        return InputStat(**base, kind="bool", p_true=float(a.mean()) if a.size else 0.0)
+    kind = "int" if "int" in small_spec.dtype else "float"
+    if not a.size:
+        return InputStat(**base, kind=kind)
+    return InputStat(
+        **base, kind=kind, mean=float(a.mean()), std=float(a.std()), min=float(a.min()), max=float(a.max())
+    )
+
+
+def _body(flat, inst, fn_name: str) -> list[str]:
+    from maxkernel.tpu_tools.problem.emit import body_lines, unsupported_ops
+
+    eqns = flat.equations[inst.start : inst.stop]
+    program = {"equations": [e.model_dump() for e in eqns], "census": {e.primitive: 1 for e in eqns}}
+    bad = unsupported_ops(program, mosaic=False)
+    if bad:
+        raise ExtractFailure(f"the emitter has no plain-JAX form for {', '.join(bad)}")
+    lines = [f"def {fn_name}({', '.join(inst.inputs)}):"]
+    lines += ["    " + ln for ln in body_lines(program, mosaic=False)]
+    outs = ", ".join(o[4:] if o.startswith("lit:") else o for o in inst.outputs)
+    lines.append(f"    return ({outs},)")
+    return lines
+
+
+def _source(ref, reg, inst_full, inst_small, flat_full, flat_small, stats, tol, flops) -> str:
+    full = [[s.shape_full, s.dtype] for s in stats]
+    small = [[s.shape_small, s.dtype] for s in stats]
+    origin = "\n".join(f"#   {o}" for o in reg.origin[:12])
+    head = f'''"""Region {reg.id!r} of model {ref.info.name!r} ({reg.kind}, x{reg.count} in the step), extracted
+by `maxkernel extract`: its equations re-emitted as plain JAX, inputs drawn like the model feeds them."""
+# Where it comes from:
+{origin}
+
+import jax
+import jax.numpy as jnp
+import numpy as np  # noqa: F401  (literals)
+from jax import lax
+
+CONFIG = {{
+    "name": {f"{ref.info.name}.{reg.id}"!r},
+    "model": {ref.info.name!r},
+    "operator": {reg.kind!r},
+    "atol": {tol.atol!r},
+    "rtol": {tol.rtol!r},
+}}
+SIZES = {{
+    "full": {{"inputs": {full!r}}},
+    "small": {{"inputs": {small!r}}},
+}}
+# Recorded at size small over every instance of the region in the model (seed {SEED}).
+STATS = {[s.model_dump(include={"name", "kind", "mean", "std", "min", "max", "p_true"}) for s in stats]!r}
+FLOPS = {flops!r}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    key = jax.random.key(0) if key is None else key
+    keys = jax.random.split(key, max(1, len(STATS)))
+    out = []
+    for k, (shape, dt), st in zip(keys, SIZES[size]["inputs"], STATS):
+        if st["kind"] == "bool":
+            x = jax.random.bernoulli(k, st["p_true"], tuple(shape))
+        elif st["kind"] == "int":
+            x = jax.random.randint(k, tuple(shape), int(st["min"]), int(st["max"]) + 1, jnp.dtype(dt))
+        else:
+            z = jax.random.normal(k, tuple(shape), jnp.float32)
+            x = jnp.clip(st["mean"] + st["std"] * z, st["min"], st["max"]).astype(dtype or jnp.dtype(dt))
+        out.append(x)
+    return tuple(out)
+
+
+def get_flops(size="full"):
+    return FLOPS[size]
+
+
+'''
+    full_body = _body(flat_full, inst_full, "region_full")
+    small_body = _body(flat_small, inst_small, "region_small")
+    tail = '''
+
+_BODIES = {
+    tuple(tuple(s) for s, _ in SIZES["full"]["inputs"]): region_full,
+    tuple(tuple(s) for s, _ in SIZES["small"]["inputs"]): region_small,
+}
+
+
+def workload(*inputs):
+    """The region's outputs (a tuple, in the model's order)."""
+    return _BODIES[tuple(tuple(x.shape) for x in inputs)](*inputs)
+'''
+    return head + "\n".join(full_body) + "\n\n\n" + "\n".join(small_body) + "\n" + tail
+
+
+def _same_bits(a, b) -> bool:
+    import numpy as np
+
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
+    """Region `region_id` of `reference` as reference source, checked by splicing (in a pool child: the
+    model is user code). The caller writes the file (write_new); the report's path is filled then."""
+    import jax
+
+    from maxkernel.tpu_tools.model.flat import Replacement, evaluate
+    from maxkernel.tpu_tools.model.regions import _specs
+    from maxkernel.tpu_tools.problem.reference import load_reference
+    from maxkernel.tpu_tools.problem.tolerances import default_tolerance
+
+    try:
+        ref = load_reference(reference)
+    except ReferenceFailure as e:
+        raise UsageError(str(e)) from None
+    sizes = ref.info.sizes
+    big, small = ("full" if "full" in sizes else sizes[0]), ("small" if "small" in sizes else sizes[0])
+    flat_f, insts_f, merged_f = _trace(ref, big)
+    flat_s, insts_s, merged_s, leaves, expected, seen = _model_at(ref, small)
+    reg_s = _find(merged_s, region_id, ref.info.name, small)
+    reg_f = _find(merged_f, region_id, ref.info.name, big)
+    inst_s, inst_f = insts_s[reg_s.instances[0]], insts_f[reg_f.instances[0]]
+    if len(inst_s.inputs) != len(inst_f.inputs) or len(inst_s.outputs) != len(inst_f.outputs):
+        raise ExtractFailure(f"region {region_id!r} reads or makes different values at {big} and {small}")
+    spec_s, spec_f = _specs(flat_s), _specs(flat_f)
+    stats = [
+        _stat(f"in{j}", [seen[k][j] for k in reg_s.instances], spec_f[n_f], spec_s[n_s])
+        for j, (n_s, n_f) in enumerate(zip(inst_s.inputs, inst_f.inputs, strict=True))
+    ]
+    out_specs_f = [spec_f[o] for o in inst_f.outputs]
+    floats = [s.dtype for s in out_specs_f if "float" in s.dtype]
+    widest = sorted(floats, key=lambda d: default_tolerance(d).atol)[-1] if floats else out_specs_f[0].dtype
+    tol = default_tolerance(widest)
+    flops = {big: reg_f.flops, small: reg_s.flops}
+    text = _source(ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops)
+    fd, tmp = tempfile.mkstemp(prefix="extract-", suffix=".py")
+    checks: list[str] = []
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        try:
+            mod = load_reference(tmp)
+        except ReferenceFailure as e:
+            raise ExtractFailure(f"the extracted file does not load: {e}") from None
+        spliced = evaluate(
+            flat_s,
+            leaves,
+            replace=[
+                Replacement(i.start, i.stop, tuple(i.inputs), tuple(i.outputs), mod.workload)
+                for i in (insts_s[k] for k in reg_s.instances)
+            ],
+        )
+        same = [_same_bits(a, b) for a, b in zip(expected, spliced, strict=True)]
+        if not all(same):
+            bad = [j for j, s in enumerate(same) if not s]
+            raise ExtractFailure(
+                f"spliced back at {small}, the model's outputs {bad} differ from the original"
+            )
+        checks.append(
+            f"spliced back into {ref.info.name} at size {small} (seed {SEED}) in place of all "
+            f"{reg_s.count} instance(s): its {len(same)} output(s) are bit-identical to the model's"
+        )
+        shapes = jax.eval_shape(mod.workload, *mod.input_shapes(big))
+        got = [f"{s.dtype}{list(s.shape)}" for s in jax.tree_util.tree_leaves(shapes)]
+        want = [f"{s.dtype}{list(s.shape)}" for s in out_specs_f]
+        if got != want:
+            raise ExtractFailure(f"at {big} the extracted region gives {got}, the model's region {want}")
+        checks.append(f"at size {big} it traces to the region's output shapes {', '.join(want)}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return ExtractReport(
+        model=ref.info.name,
+        region=reg_f.id,
+        region_name=reg_f.name,
+        count=reg_f.count,
+        path="",
+        equations=inst_f.stop - inst_f.start,
+        inputs=stats,
+        outputs=[f"{s.dtype}{list(s.shape)}" for s in out_specs_f],
+        tolerance=tol,
+        checks=checks,
+    ), text
+
+
+def write_new(path: str | Path, text: str) -> Path:
+    """Write `text` to a new file `path` atomically; UsageError when it exists (nothing overwritten)."""
+    out = Path(path)
+    if out.exists():
+        raise UsageError(f"{out} exists; extract writes a new file")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".extract-", suffix=".py", dir=out.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, out)
+    return out.resolve()
+
+
+def extract_job(reference: str, region: str) -> dict[str, Any]:
+    """Pool job: the ExtractReport as JSON and the source, or {"error": ...} (the caller's mistake or a
+    failed check)."""
+    try:
+        report, text = extract_region(reference, region)
+        return {"report": report.model_dump(mode="json"), "source": text}
+    except (UsageError, ExtractFailure) as e:
+        return {"error": str(e)}
+
+
+def extract_in_child(
+    evaluator: Any,
+    reference: str,
+    region: str,
+    out_path: str,
+    *,
+    timeout_s: float | None = None,
+    on_progress: Any = None,
+    cancel: Any = None,
+) -> ExtractReport:
+    """Run `extract_region` in a pool child (the model is user code) and write its file here (`out_path`,
+    new); UsageError for what went wrong, and then nothing is written."""
+    from maxkernel.tpu_tools.judge.outcomes import abs_reference
+
+    if on_progress:
+        on_progress(f"trace, extract and splice back {region}")
+    outcome = evaluator._run(
+        "maxkernel.tpu_tools.model.extract:extract_job",
+        {"reference": abs_reference(reference), "region": region},
+        timeout_s=timeout_s,
+        on_progress=on_progress,
+        cancel=cancel,
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        raise UsageError(
+            f"extract of {region} from {reference} ended with {outcome.status}: {outcome.message}"
+        )
+    if "error" in outcome.result:
+        raise UsageError(outcome.result["error"])
+    report = ExtractReport.model_validate(outcome.result["report"])
+    report.path = str(write_new(out_path, outcome.result["source"]))
+    return report
