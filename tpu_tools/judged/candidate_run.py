@@ -30,6 +30,7 @@ from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged import job_env
 from maxkernel.tpu_tools.judged.classify import classify_exception
 from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
 from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.problem.work_check import (
@@ -248,8 +249,22 @@ def candidate_job(
                 stack.enter_context(
                     execution.tpu_interpret_mode(detect_races=detect_races, cores=cores, eager_dma=eager)
                 )
+            workload = cand.workload
+            if not plan.native and (seq := sequential_workload(cand.workload, jaxpr)) is not None:
+                workload, axes = seq
+                one_core = (
+                    "the order a one-TensorCore chip runs it in" if cores == 1 else "not split across cores"
+                )
+                report.execution += (
+                    f"; {' and '.join(axes)} has a traced length and is marked parallel: TPU interpret mode "
+                    f"cannot shuffle an axis of unknown length, so it ran in sequential order ({one_core})"
+                )
+                report.warnings.append(
+                    f"{' and '.join(axes)}: traced length marked parallel, interpreted in sequential order "
+                    "only (an interpreter limit, not a kernel fault; the order along it was not varied)"
+                )
             try:
-                compiled = jit(cand.workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
+                compiled = jit(workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001
