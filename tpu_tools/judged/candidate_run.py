@@ -16,7 +16,7 @@ from pathlib import Path
 
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.hardware import execution
-from maxkernel.tpu_tools.hardware.megacore import interpret_cores
+from maxkernel.tpu_tools.hardware.megacore import cores_per_device, interpret_cores
 from maxkernel.tpu_tools.hardware.mesh import (
     MeshSpec,
     job_mesh,
@@ -252,8 +252,13 @@ def candidate_job(
             workload = cand.workload
             if not plan.native and (seq := sequential_workload(cand.workload, jaxpr)) is not None:
                 workload, axes = seq
+                chip = tgt.chip.name if tgt.chip else None
+                n = cores_per_device(chip)
                 one_core = (
-                    "the order a one-TensorCore chip runs it in" if cores == 1 else "not split across cores"
+                    "the order a one-TensorCore chip runs every grid in"
+                    if n <= 1
+                    else f"{chip} splits parallel axes across its {n} TensorCores: that split was not "
+                    "interpreted for this axis"
                 )
                 report.execution += (
                     f"; {' and '.join(axes)} has a traced length and is marked parallel: TPU interpret mode "

@@ -105,3 +105,6 @@ def test_a_traced_grid_axis_marked_parallel_is_interpreted_in_order_not_blamed_o
         str(corpus / "broken_traced_parallel_wrong.py"), ref, "tpu-v6e", "small", seeds=1
     )
     assert wrong.failure.kind == "output_mismatch", wrong.failure
+    # compile for an interpreted target (cpu) meets the same limit: the same answer, not compile_error
+    c = evaluator.compile(str(corpus / "traced_parallel_grid.py"), ref, "cpu", "small")
+    assert c.ok and any("interpreter limit" in w for w in c.warnings), c.failure
