@@ -30,6 +30,7 @@ CASES = [
     ("jax_flash_attention", "attention", "ok", "ok"),
     ("jax_megablox_gmm", "gmm", "ok", "ok"),
     ("jax_paged_attention", "paged_attention", "ok", "ok"),
+    ("jax_splash_attention", "attention", "ok", "ok"),
     ("llm_rmsnorm", "rmsnorm", "ok", "ok"),
     ("llm_colsum", "colsum", "ok", "ok"),
     ("traced_parallel_grid", "ragged_rows", "ok", "ok"),
