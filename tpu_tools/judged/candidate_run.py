@@ -16,7 +16,7 @@ from pathlib import Path
 
 from maxkernel.tpu_tools.errors import CandidateLoadError, UsageError
 from maxkernel.tpu_tools.hardware import execution
-from maxkernel.tpu_tools.hardware.megacore import interpret_cores
+from maxkernel.tpu_tools.hardware.megacore import cores_per_device, interpret_cores
 from maxkernel.tpu_tools.hardware.mesh import (
     MeshSpec,
     job_mesh,
@@ -30,6 +30,7 @@ from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged import job_env
 from maxkernel.tpu_tools.judged.classify import classify_exception
 from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
 from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.problem.work_check import (
@@ -248,8 +249,27 @@ def candidate_job(
                 stack.enter_context(
                     execution.tpu_interpret_mode(detect_races=detect_races, cores=cores, eager_dma=eager)
                 )
+            workload = cand.workload
+            if not plan.native and (seq := sequential_workload(cand.workload, jaxpr)) is not None:
+                workload, axes = seq
+                chip = tgt.chip.name if tgt.chip else None
+                n = cores_per_device(chip)
+                one_core = (
+                    "the order a one-TensorCore chip runs every grid in"
+                    if n <= 1
+                    else f"{chip} splits parallel axes across its {n} TensorCores: that split was not "
+                    "interpreted for this axis"
+                )
+                report.execution += (
+                    f"; {' and '.join(axes)} has a traced length and is marked parallel: TPU interpret mode "
+                    f"cannot shuffle an axis of unknown length, so it ran in sequential order ({one_core})"
+                )
+                report.warnings.append(
+                    f"{' and '.join(axes)}: traced length marked parallel, interpreted in sequential order "
+                    "only (an interpreter limit, not a kernel fault; the order along it was not varied)"
+                )
             try:
-                compiled = jit(cand.workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
+                compiled = jit(workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001

@@ -117,6 +117,17 @@ def classify_exception(
                 requested_bytes=req,
                 capacity_bytes=cap,
             )
+    if type(exc).__name__ == "VerificationError" or "internal verification error" in lowered:
+        # Mosaic's MLIR verifier refused the IR the kernel lowered to (jax words it as its own bug and
+        # asks for a report; the cause is the kernel's op, e.g. a float tpu.iota), at the kernel's line
+        detail = _first_line(str(exc).split("Error details:", 1)[-1])
+        return Failure(
+            kind="lowering_error",
+            summary=f"Mosaic's verifier rejected the kernel's lowering: {detail}{where}",
+            message=full,
+            stage=stage,
+            line=line,
+        )
     if "mosaic failed to compile" in lowered or type(exc).__name__ == "MosaicError":
         detail = _first_line(str(exc).split("Mosaic failed to compile TPU kernel:", 1)[-1])
         return Failure(

@@ -14,6 +14,7 @@ from maxkernel.tpu_tools.hardware.env_info import seal
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.candidate import load_candidate
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
+from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 
 
@@ -148,7 +149,17 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     with scope:
         try:
             t0 = time.perf_counter()
-            traced = jax.jit(cand.workload, **jit_kw).trace(*args)
+            workload = cand.workload
+            if (
+                report.compiler == "xla-cpu-interpret"
+            ):  # the interpreter cannot shuffle a traced parallel axis
+                if (seq := sequential_workload(workload, jax.make_jaxpr(workload)(*args))) is not None:
+                    workload, axes = seq
+                    report.warnings.append(
+                        f"{' and '.join(axes)}: traced length marked parallel, interpreted in sequential order "
+                        "(an interpreter limit, not a kernel fault)"
+                    )
+            traced = jax.jit(workload, **jit_kw).trace(*args)
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))

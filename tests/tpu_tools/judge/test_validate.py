@@ -1,7 +1,7 @@
 """Validation through the worker pool: right, wrong, racy, trivial, and plain-JAX candidates."""
 
 import pytest
-from conftest_paths import MATMUL_REF, PLUS_ONE_REF, TINY_REF, kernel
+from conftest_paths import KERNELS, MATMUL_REF, PLUS_ONE_REF, TINY_REF, kernel
 
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
 from maxkernel.tpu_tools.pool.workers import WorkerPool
@@ -89,3 +89,22 @@ def test_jaxbench_style_and_maxkernel_dir_references_validate(evaluator):
     assert any("fixed seed" in n for n in r.reference.notes)
     r = evaluator.validate(kernel("good_matmul"), str(REFS / "maxkernel_task"), "cpu", "full", seeds=1)
     assert r.ok, r.failure
+
+
+def test_a_traced_grid_axis_marked_parallel_is_interpreted_in_order_not_blamed_on_the_kernel(evaluator):
+    """The interpreter cannot shuffle an axis of unknown length (ConcretizationTypeError, once reported as
+    the kernel's compile_error, line null): that axis runs in order, the verdict says so, and a wrong
+    kernel with the same grid still fails."""
+    corpus = KERNELS / "corpus"
+    ref = str(corpus / "ragged_rows_reference.py")
+    r = evaluator.validate(str(corpus / "traced_parallel_grid.py"), ref, "tpu-v6e", "small", seeds=1)
+    assert r.ok, r.failure
+    assert "grid axis 0 of _double has a traced length and is marked parallel" in r.execution
+    assert "sequential order" in r.execution and any("interpreter limit" in w for w in r.warnings)
+    wrong = evaluator.validate(
+        str(corpus / "broken_traced_parallel_wrong.py"), ref, "tpu-v6e", "small", seeds=1
+    )
+    assert wrong.failure.kind == "output_mismatch", wrong.failure
+    # compile for an interpreted target (cpu) meets the same limit: the same answer, not compile_error
+    c = evaluator.compile(str(corpus / "traced_parallel_grid.py"), ref, "cpu", "small")
+    assert c.ok and any("interpreter limit" in w for w in c.warnings), c.failure

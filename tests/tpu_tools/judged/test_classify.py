@@ -47,3 +47,24 @@ def test_the_real_compilers_vmem_verdict_carries_its_numbers():
     assert r.failure is not None and r.failure.kind == "vmem_exhausted", r.failure
     assert (r.failure.requested_bytes, r.failure.capacity_bytes) == (40 * MIB, 32 * MIB)
     assert "vmem_limit_bytes=" in r.failure.summary
+
+
+def test_a_mosaic_verification_error_is_the_kernels_lowering_error_at_its_line():
+    """A real sample: lowering a float iota for TPU fails Mosaic's verifier (jax words it 'please file a
+    bug'); the verdict blames the kernel's op at its line."""
+    import importlib.util
+
+    import jax
+    import jax.numpy as jnp
+
+    path = KERNELS / "corpus" / "broken_float_iota.py"
+    spec = importlib.util.spec_from_file_location("broken_float_iota", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = jax.ShapeDtypeStruct((16, 128), jnp.float32)
+    with pytest.raises(Exception) as info:
+        jax.jit(mod.workload).trace(x).lower(lowering_platforms=("tpu",))
+    f = classify_exception(info.value, "compile", path.resolve())
+    assert f.kind == "lowering_error", f
+    assert "file a bug" not in f.summary and "'tpu.iota' op result #0 must be vector of integer" in f.summary
+    assert f.line == 10 and "candidate line 10" in f.summary  # the broadcasted_iota line
