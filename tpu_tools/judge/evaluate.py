@@ -24,6 +24,7 @@ from maxkernel.tpu_tools.judge.outcomes import (
     outcome_failure,
     stamp_sandbox,
 )
+from maxkernel.tpu_tools.judge.sizes import size_check
 from maxkernel.tpu_tools.judge.validate import f32, run_order
 from maxkernel.tpu_tools.pool.handover import HandoverError, load_arrays
 from maxkernel.tpu_tools.pool.sandbox import make_scratch_dir
@@ -158,14 +159,22 @@ class Evaluator:
         reference: str,
         size: str | None,
         *,
+        check_sizes: list[str] | None = None,
+        resolve_checks: bool = False,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[ReferenceSide | None, Failure | None]:
-        """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child."""
+        """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child;
+        with `resolve_checks`, the check sizes too (names and dims)."""
         outcome = self._run(
             "maxkernel.tpu_tools.judge.validate:reference_specs_job",
-            {"reference": abs_reference(reference), "size": size},
+            {
+                "reference": abs_reference(reference),
+                "size": size,
+                "check_sizes": list(check_sizes) if check_sizes else None,
+                "resolve_checks": resolve_checks,
+            },
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
@@ -182,11 +191,15 @@ class Evaluator:
         target: str = "tpu-v6e",
         size: str | None = None,
         *,
+        check_sizes: list[str] | None = None,
+        resolve_checks: bool = False,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> CompileReport:
-        """Shapes from a reference-only child, then the candidate compiled in a child that never sees the reference."""
+        """Shapes from a reference-only child, then the candidate compiled in a child that never sees the
+        reference. `size` None: the reference's production size. With `resolve_checks` the report also
+        carries the resolved check sizes (validate asks; nothing runs at them here)."""
         started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
         reference = abs_reference(reference)
@@ -194,7 +207,13 @@ class Evaluator:
         if on_progress:
             on_progress("compile")
         side, failure = self.reference_side(
-            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            reference,
+            size,
+            check_sizes=check_sizes,
+            resolve_checks=resolve_checks,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
         )
         if failure is not None or side is None:
             base.reference, base.failure = side.reference if side else None, failure
@@ -222,6 +241,8 @@ class Evaluator:
             needs_device=False if mesh else None,
         )
         report.size_note = side.size_note
+        report.check_sizes = side.check_sizes
+        report.checks = [size_check("compile", side.size, side.size_dims, report)]
         report.wall_time_s = round(time.perf_counter() - started, 4)
         return report
 
@@ -231,6 +252,58 @@ class Evaluator:
         reference: str,
         target: str = "cpu",
         size: str | None = None,
+        *,
+        check_sizes: list[str] | None = None,
+        seeds: int | list[int] = 3,
+        seed_offset: int | None = None,
+        repeats: int = RUNS_PER_SEED,
+        atol: float | None = None,
+        rtol: float | None = None,
+        allow_plain_jax: bool = False,
+        allow_weak_check: bool = False,
+        case: InputCase | None = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ValidationReport:
+        """Compile for `target` at the target size `size` (default: the production size), then run the
+        kernel against the reference at every check size (default: small and the derived size).
+
+        A compile failure is the verdict. A kernel that works at one size and fails at another fails as
+        `shape_specialized`, naming the sizes. With `case`, the case runs over the first check size only.
+        On a chip, validation also runs at the target size.
+        """
+        from maxkernel.tpu_tools.judge.sizes import validate_at_sizes
+
+        seed_list, offset = resolve_seeds(seeds, seed_offset)
+        if repeats < 2:
+            raise UsageError(f"repeats should be >= 2 (each input set runs more than once), got {repeats}")
+        return validate_at_sizes(
+            self,
+            kernel_path,
+            reference,
+            target,
+            size,
+            check_sizes=check_sizes,
+            seed_list=seed_list,
+            seed_offset=offset,
+            repeats=repeats,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            case=case,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+
+    def validate_at(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str,
+        size: str,
         *,
         seeds: int | list[int] = 3,
         seed_offset: int | None = None,
@@ -244,7 +317,8 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> ValidationReport:
-        """Validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at random if None).
+        """One check size: validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at
+        random if None), with no compile at the target (`validate` does that first).
 
         The reference child writes inputs and expected outputs; the candidate child, which never sees the
         reference, runs every set `repeats` times in a shuffled interleaved order; this process compares.
@@ -414,7 +488,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "cpu",
-        size: str = "small",
+        size: str | None = None,
         *,
         trace_dir: str | None = None,
         measure_interpret: bool = False,
@@ -428,10 +502,19 @@ class Evaluator:
         The judging runs here (profile.run_profile): this process hands out the inputs, timestamps the
         timed calls and compares their outputs; candidate and reference each run in their own children.
         """
-        from maxkernel.tpu_tools.profile.run import run_profile
+        from maxkernel.tpu_tools.profile.run import ProfileReport, run_profile
 
         if on_progress:
             on_progress("profile")
+        if size is None:  # the target size: the reference's production size, resolved by a reference child
+            side, failure = self.reference_side(
+                reference, None, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            )
+            if failure is not None or side is None:
+                return ProfileReport(
+                    ok=False, target=target, size="default", kernel_path=kernel_path, failure=failure
+                )
+            size = side.size
         return run_profile(
             str(Path(kernel_path).expanduser().resolve()),
             abs_reference(reference),
@@ -452,7 +535,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "tpu-v6e",
-        size: str = "small",
+        size: str | None = None,
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
@@ -462,13 +545,14 @@ class Evaluator:
         from maxkernel.tpu_tools.cost.estimate import EstimateReport, StaticEstimate
 
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
+        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size or "default")
         side, failure = self.reference_side(
             reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
         if failure is not None or side is None:
             report.failure = failure
             return report
+        size = report.size = side.size  # the target size (None: the reference's production size)
         outcome = self._run(
             "maxkernel.tpu_tools.judged.estimate_jobs:estimate_job",
             {
@@ -501,7 +585,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "tpu-v5e",
-        size: str = "small",
+        size: str | None = None,
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
@@ -512,13 +596,16 @@ class Evaluator:
         from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 
         path = str(Path(kernel_path).expanduser().resolve())
-        report = AnalysisReport(ok=False, tier="model", kernel_path=path, target=target, size=size)
+        report = AnalysisReport(
+            ok=False, tier="model", kernel_path=path, target=target, size=size or "default"
+        )
         side, failure = self.reference_side(
             reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
         if failure is not None or side is None:
             report.failure = failure
             return report
+        size = report.size = side.size  # the target size (None: the reference's production size)
         outcome = self._run(
             "maxkernel.tpu_tools.judged.estimate_jobs:analyze_job",
             {

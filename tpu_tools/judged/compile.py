@@ -66,8 +66,16 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     report.size_note = side.size_note
     report.expected_output = list(side.output_specs)
 
+    done: list[str] = []  # the stages that ran to the end: the note says only these
+
     def finish(failure: Failure | None = None) -> CompileReport:
+        if report.compiler_note:
+            ran = ", ".join(done) if done else "nothing done"
+            end = f"; stopped at {stage_now[0]} ({failure.kind})" if failure is not None and stage_now else ""
+            report.compiler_note = f"{report.compiler_note} ({ran}{end})"
         return seal(report, started, failure)
+
+    stage_now: list[str] = []
 
     in_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in side.input_specs]
     try:
@@ -102,7 +110,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.compiler = "mosaic-tpu-aot"  # compile only: how it would run is validate's to say
             report.compiler_note = (
                 f"{target.chip.name} absent: the real Mosaic TPU compiler, for a libtpu compile-only "
-                f"{target.chip.topology} device; compile only, nothing executed"
+                f"{target.chip.topology} device, at size {size!r}; compile only, nothing executed"
             )
     elif plan.native:
         args = list(in_shapes)
@@ -138,17 +146,20 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
         report.devices = spec.device_count
         report.compiler_note = (
             f"{target.chip.name} absent: the real Mosaic TPU compiler, for the libtpu compile-only "
-            f"{report.topology} topology; over a mesh {spec.describe()}; compile only, nothing executed"
+            f"{report.topology} topology, at size {size!r}, over a mesh {spec.describe()}; compile only, "
+            "nothing executed"
             if report.topology
             else f"{report.compiler_note}; over a mesh {spec.describe()}"
         )
 
     path = Path(cand.path)
     stage = "trace"
+    stage_now.append(stage)
     with scope:
         try:
             t0 = time.perf_counter()
             traced = jax.jit(cand.workload, **jit_kw).trace(*args)
+            done.append("traced")
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))
@@ -162,15 +173,17 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
                         stage="trace",
                     )
                 )
-            stage = "lower"
+            stage = stage_now[0] = "lower"
             t0 = time.perf_counter()
             lowered = traced.lower(lowering_platforms=("tpu",)) if lowering_only else traced.lower()
+            done.append("lowered")
             report.times.lower_ms = _ms(t0)
             if lowering_only:
                 return finish()
-            stage = "compile"
+            stage = stage_now[0] = "compile"
             t0 = time.perf_counter()
             compiled = lowered.compile()
+            done.append("compiled")
             report.times.compile_ms = _ms(t0)
         except Exception as e:
             return finish(classify_exception(e, stage, path))

@@ -166,7 +166,8 @@ def test_help_prints_the_shared_defaults(tmp_path):
         return " ".join(sh(tool, *argv, "--help", cwd=tmp_path).stdout.split())  # unwrap argparse's lines
 
     h = help_of("maxkernel", "validate")
-    assert "(default: tpu-v6e)" in h and "small if the reference has it, else its only size" in h
+    assert "(default: tpu-v6e)" in h and cli_args.SIZE_DEFAULT_TEXT in h
+    assert "--check-size" in h and cli_args.CHECK_SIZES_DEFAULT_TEXT in h
     assert "(default: 300.0)" in h and "(default: 3)" in h and "--seed-offset" in h
     assert "--task" not in h  # the old spelling works but is not advertised
     assert "~/.cache/maxkernel/traces" in help_of("maxkernel", "profile")
