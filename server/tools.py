@@ -36,7 +36,6 @@ from maxkernel.server.models import (
     SavedTraceSummary,
     SeedOffset,
     Seeds,
-    Size,
     TaskDetail,
     Timeout,
     Tol,
@@ -485,9 +484,7 @@ async def get_task(
 async def describe_reference(
     ctx: Context[AppState],
     reference: Reference,
-    size: Annotated[
-        Size | None, Field(description="default: small if the reference has it, else its only size")
-    ] = None,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = 120.0,
 ) -> ProgramDescription:
     """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every

@@ -21,8 +21,8 @@ from maxkernel.tpu_tools.reports import Failure, ValidationReport
 ProgressFn = Callable[[str], None]
 
 # Failures that depend on the shape the kernel met: where one size works, these at another mean the
-# kernel was written for one shape. Integrity, plain-JAX, timeout and the reference's own failures
-# keep their kinds: they say something else.
+# kernel was written for one shape. Integrity, timeout and the reference's own failures keep their
+# kinds: they say something else.
 SIZE_DEPENDENT = {
     "python_error",
     "lowering_error",
@@ -34,6 +34,9 @@ SIZE_DEPENDENT = {
     "shape_mismatch",
     "output_mismatch",
     "race",
+    # pallas at one size, plain JAX at another: a dispatch on the shape (only after a size passed)
+    "no_kernel",
+    "work_outside_kernel",
 }
 
 

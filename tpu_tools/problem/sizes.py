@@ -97,10 +97,10 @@ def _is_int(v: Any) -> bool:
 
 def production_size(sizes: list[str], elements: Callable[[str], int]) -> tuple[str, str]:
     """(name, why): `full` if present, else the size whose inputs have the most elements."""
-    if PRODUCTION in sizes:
-        return PRODUCTION, f"the reference's production size {PRODUCTION!r} (the default target)"
     if len(sizes) == 1:
         return sizes[0], f"the reference's only size {sizes[0]!r} (the default target)"
+    if PRODUCTION in sizes:
+        return PRODUCTION, f"the reference's production size {PRODUCTION!r} (the default target)"
     counted = {s: elements(s) for s in sizes}
     best = max(sizes, key=lambda s: counted[s])
     return best, (

@@ -146,9 +146,13 @@ def test_memorized_answers_for_the_old_fixed_seeds_fail_on_random_seeds(evaluato
     assert again.seeds == r.seeds and again.per_seed[0].max_abs_err == r.per_seed[0].max_abs_err
 
 
-@pytest.mark.slow  # three validations, one at 2x the small size: ~20-30 s on 2 shared cores
+@pytest.mark.slow  # three validations at two check sizes each: ~30-40 s on 2 shared cores
 def test_zeros_above_the_small_size_fail_the_larger_case(evaluator):
-    small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
+    # by default validate checks the derived size too: right at small only is shape_specialized
+    default = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
+    assert default.failure.kind == "shape_specialized", default.failure
+    assert default.failure.sizes_failed == ["derived"] and default.failure.cause_kind == "output_mismatch"
+    small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, check_sizes=["small"])
     assert small.ok, small.failure
     larger = InputCase(name="larger_than_small", grow=2)
     r = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, case=larger)
