@@ -231,7 +231,8 @@ def test_honest_twins_pass(evaluator):
 def test_a_reference_splitting_its_typed_key_works(evaluator):
     r = evaluator.validate(kernel("good_dma"), str(REFS / "split_key_reference.py"), "tpu-v6e", seeds=2)
     assert r.ok, r.failure
-    assert r.size == "small" and "small" in r.size_note
+    assert r.size == "full" and "production" in r.size_note  # the target; checked at small + derived
+    assert [c.size for c in r.checks if c.what == "validate"] == ["small", "derived"]
 
 
 def test_a_reference_failing_on_its_own_is_reference_error(evaluator):

@@ -139,8 +139,15 @@ def evaluator():
 
 def test_evaluator_profile_through_the_pool(evaluator, tmp_path):
     stages = []
+    # size small: profiling off the chip at the production size times the reference on CPU (slow)
     r = evaluator.profile(
-        SAME_AS_REFERENCE, MATMUL_REF, "cpu", trace_dir=str(tmp_path), reps=5, on_progress=stages.append
+        SAME_AS_REFERENCE,
+        MATMUL_REF,
+        "cpu",
+        "small",
+        trace_dir=str(tmp_path),
+        reps=5,
+        on_progress=stages.append,
     )
     assert isinstance(r, ProfileReport) and r.ok, r.failure
     assert r.trace_dir.startswith(str(tmp_path)) and r.trace_summary is not None
@@ -149,5 +156,5 @@ def test_evaluator_profile_through_the_pool(evaluator, tmp_path):
 
 
 def test_evaluator_profile_timeout_is_a_failure(evaluator):
-    r = evaluator.profile(kernel("hang"), MATMUL_REF, "cpu", timeout_s=3)
+    r = evaluator.profile(kernel("hang"), MATMUL_REF, "cpu", "small", timeout_s=3)
     assert not r.ok and r.failure.kind == "timeout"
