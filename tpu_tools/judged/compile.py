@@ -186,7 +186,16 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             done.append("compiled")
             report.times.compile_ms = _ms(t0)
         except Exception as e:
-            return finish(classify_exception(e, stage, path))
+            failure = classify_exception(e, stage, path)
+            if failure.kind == "python_error":  # the candidate's own frames, never the judge's or its env
+                from maxkernel.tpu_tools.judged.candidate_run import candidate_frames
+
+                failure.message = candidate_frames(e, path, 6000)
+            return finish(failure)
+        except BaseException as e:  # KeyboardInterrupt & co. raised by the candidate: its failure
+            from maxkernel.tpu_tools.judged.candidate_run import _base_exception_failure
+
+            return finish(_base_exception_failure(e, stage, path))
     if spec is not None and (what := mesh.xla_moves(compiled)) is not None:
         report.warnings.append(
             f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: XLA moves the "
