@@ -142,14 +142,20 @@ class Evaluator:
             hide_paths=hide_paths,
             host_devices=host_devices,
         )
+        # the judged child's integrity events, sent the moment they happened: what it did afterwards
+        # (catching the refusal, clearing its lists) cannot undo them
+        breach = integrity_evidence(outcome.progress) if hide_paths else None
         if outcome.status == "ok" and outcome.result is not None:
-            return stamp_sandbox(model.model_validate(outcome.result), outcome)
+            done = model.model_validate(outcome.result)
+            if breach is not None:
+                done.failure, done.ok = breach, False
+            return stamp_sandbox(done, outcome)
         report = model(
             ok=False,
             target=target,
             size=kwargs["size"] or "default",
             kernel_path=kwargs["kernel_path"],
-            failure=outcome_failure(outcome, what),
+            failure=breach or outcome_failure(outcome, what),
             wall_time_s=round(time.perf_counter() - started, 4),
         )
         return stamp_sandbox(report, outcome)
@@ -219,11 +225,13 @@ class Evaluator:
             base.reference, base.failure = side.reference if side else None, failure
             base.wall_time_s = round(time.perf_counter() - started, 4)
             return base
+        hidden = hide_paths_for(reference, kernel_path)
         kwargs = {
             "kernel_path": kernel_path,
             "target": target,
             "size": side.size,
             "reference_side": side.model_dump(mode="json"),
+            "hide_paths": list(hidden),
         }
         mesh = side.reference.mesh if side.reference else None
         report = self._report(
@@ -234,7 +242,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=None,
             cancel=cancel,
-            hide_paths=hide_paths_for(reference, kernel_path),
+            hide_paths=hidden,
             # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology,
             # compiled off the chip in a forked child on a TPU host too)
             host_devices=mesh.device_count if mesh and target == "cpu" else 1,

@@ -47,14 +47,61 @@ def _memory_stats(compiled) -> dict[str, int]:
     return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
 
 
-def compile_job(kernel_path: str, target: str, size: str, reference_side: dict) -> dict:
-    """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference."""
+def compile_job(
+    kernel_path: str, target: str, size: str, reference_side: dict, hide_paths: list[str] | None = None
+) -> dict:
+    """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference.
+
+    Importing and tracing the candidate runs its Python, so the same integrity guard as the candidate run
+    (judged/integrity.py) is armed first: a touch of a hidden path (`hide_paths`: the reference, the task
+    sources) is `reached_reference`, a change to what the judge relies on is `tampered`.
+    """
     from maxkernel.tpu_tools.judged import job_env
+    from maxkernel.tpu_tools.judged.integrity import Guard
     from maxkernel.tpu_tools.reports import ReferenceSide
 
     job_env.scrub()
     side = ReferenceSide.model_validate(reference_side)
-    return compile_with_specs(kernel_path, target, size, side).model_dump(mode="json")
+    guard = Guard(list(hide_paths or ()), extra_modules=(__name__,))
+    guard.arm()
+    try:
+        report = compile_with_specs(kernel_path, target, size, side)
+    except SystemExit:
+        raise
+    except BaseException:
+        # our code broke after the candidate was imported: if the candidate changed what we rely on, say so
+        if (failure := _integrity_failure(guard)) is None:
+            raise
+        broken = CompileReport(ok=False, target=target, size=size, kernel_path=kernel_path, failure=failure)
+        return broken.model_dump(mode="json")
+    if (failure := _integrity_failure(guard)) is not None:
+        report.failure, report.ok = failure, False
+    _patch_hint(report, kernel_path)
+    return report.model_dump(mode="json")
+
+
+def _patch_hint(report: CompileReport, kernel_path: str) -> None:
+    """A hint for the reader, as the candidate run gives it: the fingerprints decide, this names the lines."""
+    from maxkernel.tpu_tools.judged.integrity import static_patch_scan
+
+    try:
+        patches = static_patch_scan(Path(kernel_path).read_text(errors="replace"))
+    except OSError:
+        return
+    if patches:
+        report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
+
+
+def _integrity_failure(guard) -> Failure | None:
+    """The guard's verdict after the compile: reaching a hidden path before tampering, as in the candidate run."""
+    tampered, reached = guard.check()
+    if reached:
+        return Failure(kind="reached_reference", summary=reached, stage="load")
+    if tampered:
+        return Failure(
+            kind="tampered", summary=f"the candidate tampered with the judge: {tampered}", stage="load"
+        )
+    return None
 
 
 def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> CompileReport:

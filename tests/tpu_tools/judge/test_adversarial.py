@@ -54,6 +54,13 @@ def test_reading_the_reference_file_is_refused(evaluator):
     assert "matmul_reference.py" in r.failure.summary
 
 
+def test_reading_the_reference_file_while_compiling_is_refused(evaluator):
+    """compile imports and traces the candidate too: the same guard, so compile alone catches it."""
+    r = evaluator.compile(adv("reads_reference_file"), MATMUL_REF, "cpu")
+    assert r.failure.kind == "reached_reference", r.failure
+    assert "matmul_reference.py" in r.failure.summary
+
+
 def test_importing_the_task_registry_is_refused(evaluator):
     r = evaluator.validate(adv("imports_jaxbench"), "8p", "cpu", seeds=1)
     assert r.failure.kind == "reached_reference", r.failure
