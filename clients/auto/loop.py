@@ -566,6 +566,12 @@ class AutoLoop(RoleSteps):
                 source=cur.source or "",
                 kernel_sha256=sha,
                 score=cur.score,
+                target_size=(cur.validation or {}).get("size"),
+                validated_at=[
+                    c["size"]
+                    for c in (cur.validation or {}).get("checks", [])
+                    if c.get("what") == "validate" and c.get("ok")
+                ],
             )
             self.store.write_text("best_kernel.py", cur.source or "")
 
@@ -632,6 +638,8 @@ class AutoLoop(RoleSteps):
                 "time_us": best.score.time_us,
                 "time_basis": best.score.basis,
                 "label": best.score.label,
+                "target_size": best.target_size,
+                "validated_at": best.validated_at,
                 "why_best": why,
             },
             "measured_vs_estimate": basis,

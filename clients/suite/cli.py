@@ -33,7 +33,13 @@ def register(sub: Any) -> None:
     s.add_argument("--mode", choices=["auto", "search"], default="auto")
     s.add_argument("--model", default="offline", help="model spec (default offline)")
     s.add_argument("--target", default="tpu-v6e")
-    s.add_argument("--size", choices=["small", "full"], default="small")
+    s.add_argument(
+        "--size",
+        choices=["small", "full"],
+        default="full",
+        help="the target size: kernels are compiled, tuned and scored there and validated at the check sizes "
+        "(small and a derived size); default: full, every JaxBench task's production size",
+    )
     s.add_argument("--concurrency", type=int, default=2, help="tasks (and evaluations) in flight")
     s.add_argument(
         "--server", action="append", default=[], metavar="URL", help="a running server (repeatable)"

@@ -23,8 +23,12 @@ def cmd_bench(args) -> int:
         )
     except registry.UnknownTaskError as e:
         raise UsageError(str(e)) from None
-    if args.size not in (None, "small", "full"):
-        raise UsageError(f"--size must be small or full, got {args.size!r}")
+    if args.size is not None:  # one precise error before anything runs: every task must have the size
+        lacking = [t for t in ids if args.size not in getattr(registry.load_task(t), "SIZES", {})]
+        if lacking:
+            raise UsageError(
+                f"--size {args.size!r}: not a size of {', '.join(lacking[:5])} (JaxBench has small, full)"
+            )
     rows = sum(1 + (registry.pallas_reference_path(t) is not None) for t in ids)
     with LiveLine("bench", total=rows, disable=args.json) as live:
         now: list[str] = []  # the row in flight: "task variant"
@@ -47,7 +51,7 @@ def cmd_bench(args) -> int:
         results = run_bench(
             ids,
             target=args.target,
-            size=args.size or "small",
+            size=args.size,
             out_dir=args.run_dir,
             evaluator=_watching_evaluator(on_profile, timeout_s=args.timeout),
             on_row=on_row,
@@ -116,7 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run JaxBench tasks: compile, validate the Pallas reference, profile")
     p.add_argument("--tasks", help="comma-separated ids, e.g. 8p_GEMM,12p_RMSNorm")
     p.add_argument("--all", action="store_true", help="all 50 tasks")
-    p.add_argument("--size", choices=["small", "full"], default="small", help="JaxBench size")
+    cli_args.add_size(p)
     cli_args.add_target(p)
     cli_args.add_run_dir(
         p,
