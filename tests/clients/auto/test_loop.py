@@ -141,6 +141,13 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
     assert summary["best"]["iteration"] == 1
     assert summary["best"]["time_basis"] == "estimate"  # no v6e here: the labeled static estimate ranks it
     assert "estimate" in summary["best"]["why_best"]
+    # the default size: compiled and estimated at the production size, validated at both check sizes
+    assert summary["best"]["target_size"] == "full" and summary["best"]["validated_at"] == [
+        "small",
+        "derived",
+    ]
+    profile = json.loads((store.root / "iter-01" / "profile.json").read_text())
+    assert profile["size"] == "full" and profile["nothing_measured"] and profile["measured"] == {}
     assert (store.root / "best_kernel.py").read_text() == GOOD_MATMUL
     assert "tiled_matmull" in script.prompts[2]  # the debugger saw the failing kernel and its error
     run = store.root / "iter-01"
