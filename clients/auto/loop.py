@@ -368,6 +368,11 @@ class AutoLoop(RoleSteps):
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")
         cur.validation = report
         self.store.write_json(f"{self._dir()}/validate-{n}.json", report)
+        compiled = cur.compile or {}
+        kind = (report.get("failure") or {}).get("kind")
+        if not compiled.get("ok", True) and not report.get("ok") and kind != "shape_specialized":
+            # the compile failed at every size validate tried: a compile failure, not a shape's
+            return self._attempt_failed("compile_failed", "compile failed: " + _error_text(compiled))
         if not report.get("ok"):
             return self._attempt_failed("validation_failed", "validation failed: " + _error_text(report))
         if self.config.test_cases > 0:

@@ -43,10 +43,20 @@ def cmd_bench(args) -> int:
         def on_profile(
             prof,
         ) -> None:  # best so far: the highest fraction of roofline, comparable across tasks
-            for tp in prof.throughput.per_function.values() if prof.throughput else []:
-                if tp.roofline_fraction and (not best or tp.roofline_fraction > best[0][0]):
-                    best[:] = [(tp.roofline_fraction, now[0] if now else "?")]
-                    live.update(best=f"{best[0][0]:.1%} of roofline, {best[0][1]}")
+            fractions = [
+                (tp.roofline_fraction, "measured")
+                for tp in (prof.throughput.per_function.values() if prof.throughput else [])
+            ]
+            if prof.nothing_measured:  # off the chip at the target size: the labeled estimates only
+                fractions += [
+                    (e.fraction_of_roofline, f"{e.tier} estimate")
+                    for e in (prof.static_estimate, prof.reference_estimate)
+                    if e is not None
+                ]
+            for fraction, basis in fractions:
+                if fraction and (not best or fraction > best[0][0]):
+                    best[:] = [(fraction, f"{basis}, {now[0] if now else '?'}")]
+                    live.update(best=f"{best[0][0]:.1%} of roofline ({best[0][1]})")
 
         results = run_bench(
             ids,

@@ -57,12 +57,15 @@ def compile_job(
     sources) is `reached_reference`, a change to what the judge relies on is `tampered`.
     """
     from maxkernel.tpu_tools.judged import job_env
-    from maxkernel.tpu_tools.judged.integrity import Guard
+    from maxkernel.tpu_tools.judged.integrity import Guard, ShippedGuard, shipped_with_jaxbench
     from maxkernel.tpu_tools.reports import ReferenceSide
 
     job_env.scrub()
     side = ReferenceSide.model_validate(reference_side)
-    guard = Guard(list(hide_paths or ()), extra_modules=(__name__,))
+    # a program shipped in JaxBench's tasks (bench compiles a task's own baseline and Pallas reference)
+    # imports JaxBench's shared helpers; every other hidden path stays refused
+    guard_type = ShippedGuard if shipped_with_jaxbench(kernel_path) else Guard
+    guard = guard_type(list(hide_paths or ()), extra_modules=(__name__,))
     guard.arm()
     try:
         report = compile_with_specs(kernel_path, target, size, side)
