@@ -428,7 +428,14 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         if (space := space_for(local_reference)) is not None:
             b = result.best
             record_best(
-                space, task.target, local_reference, task.size, b.config, b.time_us, b.time_label, "search"
+                space,
+                task.target,
+                local_reference,
+                task.size or _production_size(local_reference) or "full",  # keyed by the target shapes
+                b.config,
+                b.time_us,
+                b.time_label,
+                "search",
             )
     out["dead_servers"] = dispatcher.dead
     out["requeued_on_start"] = result.requeued_on_start
