@@ -242,6 +242,8 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
 
                 failure.message = candidate_frames(e, path, 6000)
             return finish(failure)
+        except SystemExit:  # the child exits: the pool reports how (`exited`, with the code)
+            raise
         except BaseException as e:  # KeyboardInterrupt & co. raised by the candidate: its failure
             from maxkernel.tpu_tools.judged.candidate_run import _base_exception_failure
 
