@@ -184,7 +184,7 @@ class AutoLoop(RoleSteps):
                 "plan": f"plan: {(cur.plan or {}).get('strategy', '')[:60]}",
                 "implement": f"kernel-{len(cur.attempts) - 1}.py written",
                 "compile": "compiled" if (cur.compile or {}).get("ok") else "compile failed",
-                "validate": "validated on fresh inputs",
+                "validate": _validate_detail(cur.validation),
                 "test": self._tests_detail(),
                 "autotune": (cur.autotune or {}).get("decision", "autotuned")[:80],
                 "debug": "fix proposed"
@@ -686,3 +686,14 @@ class AutoLoop(RoleSteps):
         summary = self.summary()
         self.store.write_json("summary.json", summary)
         return summary
+
+
+def _validate_detail(report: dict | None) -> str:
+    """The validate step's progress line, from what its report says ran (never a fixed claim)."""
+    if not report:
+        return "not validated"
+    sizes = [c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")]
+    if report.get("ok"):
+        return f"validated on fresh inputs at {', '.join(sizes) or 'its size'}"
+    kind = (report.get("failure") or {}).get("kind", "failed")
+    return f"validation failed ({kind})"
