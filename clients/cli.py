@@ -276,6 +276,15 @@ def _print_summary(summary: dict) -> None:
     lines = [f"stop: {summary['stop_reason']}", f"run: {summary['run_dir']}"]
     if best:
         lines.insert(0, f"best: iteration {best['iteration']} ({best['label']}) -> {best['path']}")
+        if best.get("target_size"):
+            t = best.get("time_us")
+            timed = (
+                f"{t:.4g} µs ({best['time_basis']})"
+                if t is not None
+                else "no time (nothing measured or estimated)"
+            )
+            checked = ", ".join(best.get("validated_at") or []) or "no check size"
+            lines.insert(1, f"at the target size {best['target_size']!r}: {timed}; validated at {checked}")
     else:
         lines.insert(0, "best: no kernel compiled and validated")
     s = summary["spend"]

@@ -166,7 +166,7 @@ class KernelServerClient:
         source: str,
         reference: str,
         target: str = "tpu-v6e",
-        size: str = "small",
+        size: str | None = None,
         timeout_s: float | None = None,
     ) -> dict:
         return await self.call(
@@ -185,7 +185,7 @@ class KernelServerClient:
         source: str,
         reference: str,
         target: str = "cpu",
-        size: str = "small",
+        size: str | None = None,
         seeds: int = 3,
         timeout_s: float | None = None,
         seed_offset: int | None = None,
@@ -215,7 +215,7 @@ class KernelServerClient:
         source: str,
         reference: str,
         target: str = "local",
-        size: str = "small",
+        size: str | None = None,
         timeout_s: float | None = None,
     ) -> dict:
         return await self.call(
@@ -238,7 +238,7 @@ class KernelServerClient:
         space: dict[str, list],
         reference: str,
         target: str = "tpu-v6e",
-        size: str = "small",
+        size: str | None = None,
         max_configs: int = 4,
         objective: str = "estimate",
     ) -> dict:

@@ -34,11 +34,22 @@ def _o_map(i, j, k):  # out is (m, n): revisited across k, written on the last k
     return i, j
 
 
+def _fit(dim: int, block: int, grain: int) -> int:
+    """The largest block <= `block` that divides `dim` and is a multiple of `grain`; the whole dim if none."""
+    b = min(block, dim) // grain * grain
+    while b >= grain:
+        if dim % b == 0:
+            return b
+        b -= grain
+    return dim
+
+
 @functools.partial(jax.jit, static_argnames=("bm", "bk", "bn", "interpret"))
 def matmul(a, b, *, bm=BLOCK_M, bk=BLOCK_K, bn=BLOCK_N, interpret=False):
     m, k = a.shape
     _, n = b.shape
-    bm, bk, bn = min(bm, m), min(bk, k), min(bn, n)
+    # shape-generic: each block divides its dimension at every size (else the grid would drop a remainder)
+    bm, bk, bn = _fit(m, bm, 16), _fit(k, bk, 128), _fit(n, bn, 128)
     return pl.pallas_call(
         _matmul_kernel,
         grid=(m // bm, n // bn, k // bk),

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cli.args import CHECK_SIZES_DEFAULT_TEXT, SIZE_DEFAULT_TEXT
 from maxkernel.tpu_tools.problem.tasks import TaskSummary
 from maxkernel.tpu_tools.profile.run import ProfileReport  # imports jax (no backend started): ~0.6 s
 from maxkernel.tpu_tools.profile.trace_summary import TraceSummary
@@ -70,9 +71,17 @@ Reference = Annotated[
 ]
 Size = Annotated[Literal["small", "full"], Field(description="input sizes from the reference's SIZES")]
 DefaultSize = Annotated[
-    Literal["small", "full"] | None,
+    str | None,
     Field(
-        description="input sizes from the reference's SIZES; omit for 'small' if it has one, else its only size"
+        description="the target size, a name from the reference's SIZES: the shape the kernel is for "
+        f"(compile, estimate, tune, profile and scores use it); omit for {SIZE_DEFAULT_TEXT}"
+    ),
+]
+CheckSizes = Annotated[
+    list[str] | None,
+    Field(
+        description="the check sizes validation runs the kernel at (interpret mode off the chip): SIZES "
+        f"names or 'derived'; omit for {CHECK_SIZES_DEFAULT_TEXT}"
     ),
 ]
 SeedOffset = Annotated[

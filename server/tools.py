@@ -23,6 +23,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from maxkernel.server.models import (
+    CheckSizes,
     CompileTarget,
     DefaultSize,
     EvaluationReport,
@@ -56,6 +57,7 @@ from maxkernel.server.requests import (
 )
 from maxkernel.server.workspace import WorkspaceError, sha256_text
 from maxkernel.tpu_tools.cli.args import (  # the CLI's defaults: one grammar on the shell and over MCP
+    DEFAULT_CHECK_SIZES,
     DEFAULT_REPS,
     DEFAULT_SEED_OFFSET,
     DEFAULT_SEEDS,
@@ -127,6 +129,7 @@ async def validate_kernel(
     kernel_path: KernelPath = None,
     target: RunTarget = DEFAULT_TARGET,
     size: DefaultSize = DEFAULT_SIZE,
+    check_sizes: CheckSizes = DEFAULT_CHECK_SIZES,
     seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     atol: Tol = None,
@@ -138,16 +141,19 @@ async def validate_kernel(
     case: Annotated[
         InputCase | None,
         Field(
-            description="an extra input case: size overrides merged over `size` (maxkernel-format references "
-            "only) and a distribution for the float inputs; omit for the reference's own inputs"
+            description="an extra input case: size overrides merged over the first check size "
+            "(maxkernel-format references only) and a distribution for the float inputs; omit for the "
+            "reference's own inputs"
         ),
     ] = None,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> ValidationReport:
-    """Run the kernel and the reference on fresh inputs and compare (on CPU: TPU interpret mode, races).
+    """Compile the kernel for the target at the target size (the real compiler), then run it and the
+    reference on fresh inputs at every check size and compare (on CPU: TPU interpret mode, races).
 
-    Returns per-seed errors, the tolerance used and where it came from, or the classified failure. With
-    `case`, a case the reference itself cannot build or run fails as `case_unusable` (not the kernel's fault).
+    Returns per-seed errors, the tolerance used and where it came from, what ran at which size (`checks`),
+    or the classified failure; a kernel right at one size and wrong at another is `shape_specialized`.
+    With `case`, a case the reference itself cannot build or run fails as `case_unusable`.
     """
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     report = await run_blocking(
@@ -157,6 +163,7 @@ async def validate_kernel(
             ref,
             tgt,
             size,
+            check_sizes=check_sizes,
             seeds=seeds,
             seed_offset=seed_offset,
             atol=atol,
@@ -235,6 +242,7 @@ async def evaluate_kernel(
     validate_target: RunTarget = DEFAULT_TARGET,
     profile_target: RunTarget = DEFAULT_TARGET,
     size: DefaultSize = DEFAULT_SIZE,
+    check_sizes: CheckSizes = DEFAULT_CHECK_SIZES,
     seeds: Seeds = DEFAULT_SEEDS,
     seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
     profile: Annotated[bool, Field(description="run the profile stage after a passing validation")] = True,
@@ -279,6 +287,7 @@ async def evaluate_kernel(
             ref,
             vtgt,
             size,
+            check_sizes=check_sizes,
             seeds=seeds,
             seed_offset=seed_offset,
             timeout_s=timeout_s,
@@ -483,9 +492,7 @@ async def get_task(
 async def describe_reference(
     ctx: Context[AppState],
     reference: Reference,
-    size: Annotated[
-        Size | None, Field(description="default: small if the reference has it, else its only size")
-    ] = None,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
 ) -> ProgramDescription:
     """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.pool.sandbox import SandboxInfo
 from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.sizes import CheckSize, SizeCheck
 from maxkernel.tpu_tools.problem.source import ReferenceInfo
 from maxkernel.tpu_tools.problem.work_check import WorkCensus
 
@@ -22,6 +23,7 @@ FailureKind = Literal[
     "compile_error",  # any other compiler failure
     "runtime_error",  # the compiled kernel failed while executing (out-of-bounds DMA, ...)
     "shape_mismatch",  # output shape/dtype differs from the reference's
+    "shape_specialized",  # right (or compiles) at one size, fails at another: written for one shape only
     "output_mismatch",  # numbers differ beyond tolerance
     "race",  # TPU interpret mode's race detector fired
     "weak_check",  # a trivial output would pass too: the check cannot tell
@@ -52,6 +54,21 @@ class Failure(BaseModel):
     line: int | None = Field(default=None, description="line in the candidate file, when known")
     requested_bytes: int | None = None
     capacity_bytes: int | None = None
+    cause_kind: str | None = Field(
+        default=None, description="shape_specialized: the failure kind at the size it failed at"
+    )
+    sizes_passed: list[str] = Field(default_factory=list, description="shape_specialized: where it worked")
+    sizes_failed: list[str] = Field(default_factory=list, description="shape_specialized: where it failed")
+
+
+class SizesRecord(BaseModel):
+    """What every verdict says about sizes: the target size (`size`), the check sizes, what ran where."""
+
+    size: str = Field(default="", description="the target size: the shape the kernel is for")
+    check_sizes: list[CheckSize] = Field(
+        default_factory=list, description="the sizes validation interprets the kernel at (off the chip)"
+    )
+    checks: list[SizeCheck] = Field(default_factory=list, description="every check that ran, at its size")
 
 
 class Environment(BaseModel):
@@ -86,13 +103,12 @@ CompilerUsed = Literal[
 ]
 
 
-class CompileReport(BaseModel):
+class CompileReport(SizesRecord):
     """Did the candidate compile for the target, with what, and what did it compile?"""
 
     kind: Literal["compile"] = "compile"
     ok: bool
     target: str
-    size: str
     size_note: str = Field(
         default="", description="where the size came from (asked, or the reference's default)"
     )
@@ -143,13 +159,16 @@ class Tolerance(BaseModel):
     source: str = Field(description="'reference CONFIG', 'caller', or 'default for <dtype>'")
 
 
-class ValidationReport(BaseModel):
-    """Does the candidate compute the reference's answer, on fresh inputs, with evidence?"""
+class ValidationReport(SizesRecord):
+    """Does the candidate compute the reference's answer, on fresh inputs, with evidence?
+
+    It compiles at the target size (`size`) first, then runs at every check size; `checks` says what
+    ran where, and `per_seed` is from the last size that ran.
+    """
 
     kind: Literal["validation"] = "validation"
     ok: bool
     target: str
-    size: str
     execution: str = Field(
         default="", description="how the candidate ran, e.g. 'TPU interpret mode on CPU (race detection on)'"
     )
@@ -191,6 +210,9 @@ class ReferenceSide(BaseModel):
     reference: ReferenceInfo | None = None
     size: str = ""
     size_note: str = ""
+    size_dims: dict[str, Any] = Field(default_factory=dict, description="the size's dimensions")
+    check_sizes: list[CheckSize] = Field(default_factory=list, description="resolved when asked")
+    check_notes: list[str] = Field(default_factory=list, description="why a default check size is missing")
     input_specs: list[ArraySpec] = []
     output_specs: list[ArraySpec] = []
     census: WorkCensus | None = None

@@ -62,6 +62,7 @@ from maxkernel.subagents import (
     render_plan_prompt,
     retrieval_budget,
 )
+from maxkernel.tpu_tools.judge.sizes import SIZE_DEPENDENT
 
 
 class AutoLoop(RoleSteps):
@@ -176,7 +177,7 @@ class AutoLoop(RoleSteps):
                 "plan": f"plan: {(cur.plan or {}).get('strategy', '')[:60]}",
                 "implement": f"kernel-{len(cur.attempts) - 1}.py written",
                 "compile": "compiled" if (cur.compile or {}).get("ok") else "compile failed",
-                "validate": "validated on fresh inputs",
+                "validate": _validate_detail(cur.validation),
                 "test": self._tests_detail(),
                 "autotune": (cur.autotune or {}).get("decision", "autotuned")[:80],
                 "debug": "fix proposed"
@@ -337,8 +338,11 @@ class AutoLoop(RoleSteps):
             return self._attempt_failed("tool_error", f"compile_kernel: {e}")
         cur.compile = report
         self.store.write_json(f"{self._dir()}/compile-{n}.json", report)
-        if not report.get("ok"):
+        failure = report.get("failure") or {}
+        if not report.get("ok") and failure.get("kind") not in SIZE_DEPENDENT:
             return self._attempt_failed("compile_failed", "compile failed: " + _error_text(report))
+        # a failure that depends on the shape: validate compiles at the check sizes too and says whether
+        # the kernel was written for another shape (shape_specialized) or fails everywhere
         return "validate"
 
     async def _step_validate(self) -> Step:
@@ -357,6 +361,11 @@ class AutoLoop(RoleSteps):
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")
         cur.validation = report
         self.store.write_json(f"{self._dir()}/validate-{n}.json", report)
+        compiled = cur.compile or {}
+        kind = (report.get("failure") or {}).get("kind")
+        if not compiled.get("ok", True) and not report.get("ok") and kind != "shape_specialized":
+            # the compile failed at every size validate tried: a compile failure, not a shape's
+            return self._attempt_failed("compile_failed", "compile failed: " + _error_text(compiled))
         if not report.get("ok"):
             return self._attempt_failed("validation_failed", "validation failed: " + _error_text(report))
         if self.config.test_cases > 0:
@@ -555,6 +564,12 @@ class AutoLoop(RoleSteps):
                 source=cur.source or "",
                 kernel_sha256=sha,
                 score=cur.score,
+                target_size=(cur.validation or {}).get("size"),
+                validated_at=[
+                    c["size"]
+                    for c in (cur.validation or {}).get("checks", [])
+                    if c.get("what") == "validate" and c.get("ok")
+                ],
             )
             self.store.write_text("best_kernel.py", cur.source or "")
 
@@ -621,6 +636,8 @@ class AutoLoop(RoleSteps):
                 "time_us": best.score.time_us,
                 "time_basis": best.score.basis,
                 "label": best.score.label,
+                "target_size": best.target_size,
+                "validated_at": best.validated_at,
                 "why_best": why,
             },
             "measured_vs_estimate": basis,
@@ -662,3 +679,14 @@ class AutoLoop(RoleSteps):
         summary = self.summary()
         self.store.write_json("summary.json", summary)
         return summary
+
+
+def _validate_detail(report: dict | None) -> str:
+    """The validate step's progress line, from what its report says ran (never a fixed claim)."""
+    if not report:
+        return "not validated"
+    sizes = [c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")]
+    if report.get("ok"):
+        return f"validated on fresh inputs at {', '.join(sizes) or 'its size'}"
+    kind = (report.get("failure") or {}).get("kind", "failed")
+    return f"validation failed ({kind})"

@@ -28,28 +28,14 @@ from maxkernel.subagents import (
 )
 from maxkernel.subagents.parse import extract_python
 
-# Always tested beside the tester's cases: a size larger than the base (a kernel right only when small fails).
-LARGER = TestCase(name="larger_than_small", why="a kernel right only at the small size (zeros above it)")
-LARGER_GROW = 2
-# How a shape-specialized kernel refuses a size it was not written for: loudly, at trace time or with
-# an output of another shape. Never a silently wrong answer, which stays a failure.
-_LOUD_REFUSALS = {"python_error", "lowering_error", "mosaic_error", "compile_error"}
-
-
-def refuses_loudly(failure: dict) -> bool:
-    """The larger-size case failed before any wrong number of the right shape could come out."""
-    kind = failure.get("kind")
-    return kind == "shape_mismatch" or (
-        kind in _LOUD_REFUSALS and failure.get("stage") in ("trace", "compile", "lower")
-    )
-
 
 def _input_case(case: TestCase) -> dict[str, Any]:
-    """The server's InputCase from the tester's TestCase (`why` stays in the run's records)."""
-    out = {"name": case.name, "sizes": case.sizes, "distribution": case.distribution, "scale": case.scale}
-    if case.name == LARGER.name and not case.sizes:
-        out["grow"] = LARGER_GROW
-    return out
+    """The server's InputCase from the tester's TestCase (`why` stays in the run's records).
+
+    No size case is added here: validate itself runs every kernel at the check sizes (small and a
+    derived larger size) and fails one written for a single shape as `shape_specialized`.
+    """
+    return {"name": case.name, "sizes": case.sizes, "distribution": case.distribution, "scale": case.scale}
 
 
 def _case_text(case: TestCase) -> str:
@@ -97,8 +83,6 @@ class RoleSteps:
         cur = self.state.current
         n = cur.attempts[-1].n
         cases = (await self._cases())[: self.config.test_cases]
-        if cases and all(c.name != LARGER.name for c in cases):
-            cases.append(LARGER)
         results: list[dict] = []
         failed: tuple[TestCase, str] | None = None
         for case in cases:
@@ -135,15 +119,6 @@ class RoleSteps:
                 self.reporter.note(
                     f"test case {case.name!r} is unusable, skipped: {failure.get('summary', '')}"
                 )
-            elif case.name == LARGER.name and refuses_loudly(failure):
-                # Shape-specialized: it fails loudly (no answer of the reference's shape) at a size it was
-                # not written for, and is timed only at the size it was validated at. Wrong numbers of the
-                # right shape (zeros above the small size) still fail.
-                entry |= {"status": "refused", "error": failure.get("summary", "")[:2000]}
-                self.reporter.note(
-                    f"test case {case.name!r}: the kernel is shape-specialized and refuses the larger size "
-                    f"({failure.get('kind')}); it counts at size {self.config.size or 'default'} only"
-                )
             else:
                 text = _error_text(report)
                 entry |= {"status": "failed", "error": text[:2000]}
@@ -168,8 +143,7 @@ class RoleSteps:
             return "extra cases"
         results = self.state.current.tests[-1]["results"]
         counts = {
-            s: sum(1 for r in results if r.get("status") == s)
-            for s in ("passed", "failed", "unusable", "refused")
+            s: sum(1 for r in results if r.get("status") == s) for s in ("passed", "failed", "unusable")
         }
         return ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no extra cases"
 

@@ -32,7 +32,8 @@ class AutoConfig(BaseModel):
     task_spec: str = Field(default="", description="prompt text for the task; fetched with get_task if empty")
     target: str = "tpu-v6e"
     size: str | None = Field(
-        default=None, description="None: the server picks (small if present, else the only size)"
+        default=None,
+        description="the target size; None: the reference's production size (full, else the largest)",
     )
     iterations: int = Field(default=5, ge=1)
     max_debug: int = Field(default=3, ge=0)
@@ -104,6 +105,8 @@ class Best(BaseModel):
     source: str
     kernel_sha256: str | None
     score: Score
+    target_size: str | None = Field(default=None, description="the size it was compiled and scored at")
+    validated_at: list[str] = Field(default_factory=list, description="the check sizes its validation passed")
 
 
 class RunState(BaseModel):

@@ -167,6 +167,17 @@ def reference_hash(reference: str) -> str:
     return sha256_text("".join(f.read_text(encoding="utf-8") for f in files))
 
 
+def _production_size(reference: str) -> str | None:
+    """`full`, else the reference's largest size; None where only the server can load the reference (it
+    then picks the same default)."""
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    try:
+        return load_reference(reference).default_size()[0]
+    except Exception:  # noqa: BLE001 - a reference only the server sees: its default holds
+        return None
+
+
 def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
     """The proposer for `reference` (a JaxBench id or a local reference file)."""
     from maxkernel.clients.search.proposer import ModelProposer, TemplateProposer
@@ -179,7 +190,7 @@ def make_proposer(args: argparse.Namespace, reference: str, ledger, budget):
             raise UsageError(f"no template space for {reference!r}: use --proposer model")
         from maxkernel.clients.search.tuned import cached_initial
 
-        initial, line = cached_initial(space, args.target, reference, getattr(args, "size", "small"))
+        initial, line = cached_initial(space, args.target, reference, args.size or "full")
         print(f"search: {line}", file=sys.stderr)
         return TemplateProposer(space, initial)
     from maxkernel.clients.models import ModelConfigError, registry
@@ -348,6 +359,8 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             raise UsageError("give a reference (--reference ID|PATH), or --resume RUN_DIR")
         remote = bool(args.server) or servers is not None
         local_reference = cli_args.check_reference(reference, remote=remote)
+        if args.size is None:  # the target size: the reference's production size (tuning and ranking there)
+            args.size = _production_size(local_reference)
         cli_args.check_target(args.target)
         settings = _settings(args)
         slug = Path(reference).stem if cli_args.looks_like_path(reference) else local_reference
@@ -463,7 +476,14 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         if (space := space_for(local_reference)) is not None:
             b = result.best
             record_best(
-                space, task.target, local_reference, task.size, b.config, b.time_us, b.time_label, "search"
+                space,
+                task.target,
+                local_reference,
+                task.size or _production_size(local_reference) or "full",  # keyed by the target shapes
+                b.config,
+                b.time_us,
+                b.time_label,
+                "search",
             )
     out["dead_servers"] = fleet.hosts_lost
     out["engine"] = fleet.engine

@@ -24,7 +24,10 @@ class EvalTask(BaseModel):
 
     reference: str = Field(description="JaxBench task id or reference path, as the server resolves it")
     target: str = Field(default="tpu-v6e", description="chip the kernel is compiled and estimated for")
-    size: str = "small"
+    size: str | None = Field(
+        default=None,
+        description="the target size; None: the reference's production size (the server resolves it)",
+    )
     seeds: int = Field(default=3, ge=1, le=16)
     validate_target: str = "cpu"
     profile_target: str = "local"

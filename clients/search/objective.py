@@ -22,12 +22,13 @@ class EstimateEvaluator:
 
     name = "estimate"
 
-    def __init__(self, reference: str, target: str = "tpu-v6e", size: str = "small") -> None:
+    def __init__(self, reference: str, target: str = "tpu-v6e", size: str | None = None) -> None:
         import jax
 
         from maxkernel.tpu_tools.problem.reference import load_reference
 
         self.ref = load_reference(reference)
+        size = size or self.ref.default_size()[0]  # the target size: the production size by default
         self.target, self.size = target, size
         self.shapes = self.ref.input_shapes(size)
         self.expected = jax.eval_shape(self.ref.workload, *self.shapes)

@@ -49,7 +49,10 @@ class SuiteSettings(BaseModel):
     mode: Literal["auto", "search"] = "auto"
     model: str = "offline"
     target: str = "tpu-v6e"
-    size: Literal["small", "full"] = "small"
+    size: Literal["small", "full"] = Field(
+        default="full",
+        description="the target size (full: the production size); checks run at small + derived",
+    )
     concurrency: int = Field(default=2, ge=1)
     iterations: int = Field(default=1, ge=1, description="auto: iterations per task")
     test_cases: int = Field(default=2, ge=0, le=16, description="auto: tester cases per attempt")

@@ -10,7 +10,6 @@ def _kernel(a_ref, o_ref):
 
 
 def workload(a, b):
-    del b
     m, k = a.shape
     out = pl.pallas_call(
         _kernel,
@@ -19,4 +18,5 @@ def workload(a, b):
         out_specs=pl.BlockSpec((100, 128), lambda i: (0, 0)),
         out_shape=jax.ShapeDtypeStruct((m, k), a.dtype),
     )(a)
-    return jnp.zeros((m, 256), a.dtype) + out[:, :256]
+    n = b.shape[1]  # the output's shape is right at every size: only the block is wrong
+    return jnp.zeros((m, n), a.dtype) + out[:, :n]

@@ -19,8 +19,13 @@ from maxkernel.tpu_tools.errors import UsageError
 # ------------------------------------------------------------------ defaults (CLI and MCP share them)
 
 DEFAULT_TARGET = "tpu-v6e"  # the compile-only TPU target: real Mosaic compile, interpret-mode execution
-DEFAULT_SIZE: str | None = None  # None: "small" if the reference has it, else its only size
-SIZE_DEFAULT_TEXT = "small if the reference has it, else its only size"
+DEFAULT_SIZE: str | None = None  # None: the reference's production size (resolved where it is loaded)
+SIZE_DEFAULT_TEXT = "the reference's production size: full if its SIZES has it, else the largest"
+DEFAULT_CHECK_SIZES: list[str] | None = None  # None: small + the derived intermediate size
+CHECK_SIZES_DEFAULT_TEXT = (
+    "small and 'derived', an intermediate size grown from small (each dimension that scales grows "
+    "past small, to a value that is not a multiple of it where the reference allows)"
+)
 DEFAULT_SEEDS = 3
 DEFAULT_SEED_OFFSET: int | None = (
     None  # None: drawn at random, recorded in the verdict (pass it back to reproduce)
@@ -218,7 +223,21 @@ def add_size(p: argparse.ArgumentParser, default: str | None = DEFAULT_SIZE) -> 
         "--size",
         default=default,
         metavar="NAME",
-        help=f"a size from the reference's SIZES (default: {default or SIZE_DEFAULT_TEXT})",
+        help="the target size, a name from the reference's SIZES: the shape the kernel is for; compile, "
+        f"estimate, tune, profile and scores use it (default: {default or SIZE_DEFAULT_TEXT})",
+    )
+
+
+def add_check_sizes(p: argparse.ArgumentParser) -> None:
+    """`--check-size NAME` (repeatable): where validation interprets the kernel off the chip."""
+    p.add_argument(
+        "--check-size",
+        dest="check_sizes",
+        action="append",
+        default=DEFAULT_CHECK_SIZES,
+        metavar="NAME",
+        help="a check size, repeatable: validation runs the kernel at each (off the chip in interpret "
+        f"mode); a SIZES name or 'derived' (default: {CHECK_SIZES_DEFAULT_TEXT})",
     )
 
 

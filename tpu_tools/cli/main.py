@@ -65,6 +65,7 @@ def cmd_validate(args) -> int:
         args.reference,
         args.target,
         args.size,
+        check_sizes=args.check_sizes,
         seeds=args.seeds,
         seed_offset=args.seed_offset,
         atol=args.atol,
@@ -123,8 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval_args(p)
     p.set_defaults(func=cmd_compile)
 
-    p = cli_args.subparser(sub, "validate", help="check a kernel against the reference on several seeds")
+    p = cli_args.subparser(
+        sub,
+        "validate",
+        help="compile at the target size, then check against the reference at the check sizes",
+    )
     _add_eval_args(p)
+    cli_args.add_check_sizes(p)
     cli_args.add_seeds(p)
     p.add_argument("--atol", type=float, help="absolute tolerance (default: the reference's)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default: the reference's)")

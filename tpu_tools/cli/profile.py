@@ -53,7 +53,10 @@ def render_profile(r) -> None:
     head = "[bold green]✓ profiled[/]" if r.ok else "[bold red]✗ not profiled[/]"
     ref = r.reference.name if r.reference else "?"
     console.print(f"{head} {r.kernel_path} vs {ref} for [bold]{r.target}[/] (size {r.size})")
-    if r.execution:
+    if r.nothing_measured:
+        console.print(f"  [yellow]{r.nothing_measured}[/]")
+        console.print(f"  {r.execution}")
+    elif r.execution:
         fresh = "fresh" if r.fresh_inputs else "identical (reference not seedable)"
         console.print(
             f"  {r.execution}; timings on {r.measured_on}, one of {r.input_sets} {fresh} input sets per timed call"
@@ -87,7 +90,7 @@ def render_profile(r) -> None:
         console.print(
             f"  [bold]speedup {s.ratio:.3f}x[/] (95% CI {s.ci95_low:.3f}–{s.ci95_high:.3f}, {verdict}); {r.speedup_note}"
         )
-    else:
+    elif not r.nothing_measured:
         console.print(f"  {r.candidate_not_measured_reason or r.speedup_note}")
     if r.interpret_timing_label:
         console.print(f"  [yellow]candidate timing: {r.interpret_timing_label}[/]")
@@ -102,6 +105,11 @@ def render_profile(r) -> None:
             rate = f"{tp.tflops:.3g} TFLOP/s, " if tp.tflops is not None else ""
             console.print(f"  {name}: {rate}{tp.gbps:.3g} GB/s{frac}")
         console.print(f"  [dim]flops from {t.flops_source}; bytes = inputs + outputs; {t.peak_label}[/]")
+    if r.nothing_measured and r.reference_estimate:
+        e = r.reference_estimate
+        console.print(
+            f"  reference's static estimate ({e.tier}) on {e.chip}: {e.estimated_time_us:.3g} us, {e.bound}-bound"
+        )
     if r.static_estimate:
         e = r.static_estimate
         console.print(

@@ -41,12 +41,8 @@ def plan_for(target: Target) -> ExecutionPlan:
     assert target.chip is not None
     if platform == "tpu" and local_device_kind().lower() == target.chip.device_kind.lower():
         return ExecutionPlan(target, True, f"on the {target.chip.device_kind} chip present here")
-    return ExecutionPlan(
-        target,
-        False,
-        f"{target.chip.name} absent: compiled with the real TPU compiler for a libtpu compile-only "
-        f"{target.chip.topology} device; executed in TPU interpret mode on CPU",
-    )
+    # Only what this plan does: a compile for the target is the compile job's to report, when it ran.
+    return ExecutionPlan(target, False, f"{target.chip.name} absent: TPU interpret mode on CPU")
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from maxkernel.tpu_tools.judge.outcomes import (
     outcome_failure,
     stamp_sandbox,
 )
+from maxkernel.tpu_tools.judge.sizes import size_check
 from maxkernel.tpu_tools.judge.validate import f32, run_order
 from maxkernel.tpu_tools.pool.handover import HandoverError, load_arrays
 from maxkernel.tpu_tools.pool.sandbox import make_scratch_dir
@@ -141,14 +142,20 @@ class Evaluator:
             hide_paths=hide_paths,
             host_devices=host_devices,
         )
+        # the judged child's integrity events, sent the moment they happened: what it did afterwards
+        # (catching the refusal, clearing its lists) cannot undo them
+        breach = integrity_evidence(outcome.progress) if hide_paths else None
         if outcome.status == "ok" and outcome.result is not None:
-            return stamp_sandbox(model.model_validate(outcome.result), outcome)
+            done = model.model_validate(outcome.result)
+            if breach is not None:
+                done.failure, done.ok = breach, False
+            return stamp_sandbox(done, outcome)
         report = model(
             ok=False,
             target=target,
             size=kwargs["size"] or "default",
             kernel_path=kwargs["kernel_path"],
-            failure=outcome_failure(outcome, what),
+            failure=breach or outcome_failure(outcome, what),
             wall_time_s=round(time.perf_counter() - started, 4),
         )
         return stamp_sandbox(report, outcome)
@@ -158,14 +165,22 @@ class Evaluator:
         reference: str,
         size: str | None,
         *,
+        check_sizes: list[str] | None = None,
+        resolve_checks: bool = False,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[ReferenceSide | None, Failure | None]:
-        """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child."""
+        """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child;
+        with `resolve_checks`, the check sizes too (names and dims)."""
         outcome = self._run(
             "maxkernel.tpu_tools.judge.validate:reference_specs_job",
-            {"reference": abs_reference(reference), "size": size},
+            {
+                "reference": abs_reference(reference),
+                "size": size,
+                "check_sizes": list(check_sizes) if check_sizes else None,
+                "resolve_checks": resolve_checks,
+            },
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
@@ -182,11 +197,15 @@ class Evaluator:
         target: str = "tpu-v6e",
         size: str | None = None,
         *,
+        check_sizes: list[str] | None = None,
+        resolve_checks: bool = False,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> CompileReport:
-        """Shapes from a reference-only child, then the candidate compiled in a child that never sees the reference."""
+        """Shapes from a reference-only child, then the candidate compiled in a child that never sees the
+        reference. `size` None: the reference's production size. With `resolve_checks` the report also
+        carries the resolved check sizes (validate asks; nothing runs at them here)."""
         started = time.perf_counter()
         kernel_path = str(Path(kernel_path).expanduser().resolve())
         reference = abs_reference(reference)
@@ -194,17 +213,25 @@ class Evaluator:
         if on_progress:
             on_progress("compile")
         side, failure = self.reference_side(
-            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            reference,
+            size,
+            check_sizes=check_sizes,
+            resolve_checks=resolve_checks,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
         )
         if failure is not None or side is None:
             base.reference, base.failure = side.reference if side else None, failure
             base.wall_time_s = round(time.perf_counter() - started, 4)
             return base
+        hidden = hide_paths_for(reference, kernel_path)
         kwargs = {
             "kernel_path": kernel_path,
             "target": target,
             "size": side.size,
             "reference_side": side.model_dump(mode="json"),
+            "hide_paths": list(hidden),
         }
         mesh = side.reference.mesh if side.reference else None
         report = self._report(
@@ -215,13 +242,15 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=None,
             cancel=cancel,
-            hide_paths=hide_paths_for(reference, kernel_path),
+            hide_paths=hidden,
             # a mesh kernel compiled for CPU runs its mesh on CPU devices (a TPU target uses a topology,
             # compiled off the chip in a forked child on a TPU host too)
             host_devices=mesh.device_count if mesh and target == "cpu" else 1,
             needs_device=False if mesh else None,
         )
         report.size_note = side.size_note
+        report.check_sizes = side.check_sizes
+        report.checks = [size_check("compile", side.size, side.size_dims, report)]
         report.wall_time_s = round(time.perf_counter() - started, 4)
         return report
 
@@ -231,6 +260,58 @@ class Evaluator:
         reference: str,
         target: str = "cpu",
         size: str | None = None,
+        *,
+        check_sizes: list[str] | None = None,
+        seeds: int | list[int] = 3,
+        seed_offset: int | None = None,
+        repeats: int = RUNS_PER_SEED,
+        atol: float | None = None,
+        rtol: float | None = None,
+        allow_plain_jax: bool = False,
+        allow_weak_check: bool = False,
+        case: InputCase | None = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ValidationReport:
+        """Compile for `target` at the target size `size` (default: the production size), then run the
+        kernel against the reference at every check size (default: small and the derived size).
+
+        A compile failure is the verdict. A kernel that works at one size and fails at another fails as
+        `shape_specialized`, naming the sizes. With `case`, the case runs over the first check size only.
+        On a chip, validation also runs at the target size.
+        """
+        from maxkernel.tpu_tools.judge.sizes import validate_at_sizes
+
+        seed_list, offset = resolve_seeds(seeds, seed_offset)
+        if repeats < 2:
+            raise UsageError(f"repeats should be >= 2 (each input set runs more than once), got {repeats}")
+        return validate_at_sizes(
+            self,
+            kernel_path,
+            reference,
+            target,
+            size,
+            check_sizes=check_sizes,
+            seed_list=seed_list,
+            seed_offset=offset,
+            repeats=repeats,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            case=case,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+
+    def validate_at(
+        self,
+        kernel_path: str,
+        reference: str,
+        target: str,
+        size: str,
         *,
         seeds: int | list[int] = 3,
         seed_offset: int | None = None,
@@ -245,7 +326,8 @@ class Evaluator:
         cancel: threading.Event | None = None,
         caller: Literal["api", "cli", "mcp"] = "api",
     ) -> ValidationReport:
-        """Validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at random if None).
+        """One check size: validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at
+        random if None), with no compile at the target (`validate` does that first).
 
         `caller` spells the options a verdict tells its reader to pass (`--allow-weak-check` on the command
         line, `allow_weak_check` over MCP and in Python).
@@ -430,7 +512,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "cpu",
-        size: str = "small",
+        size: str | None = None,
         *,
         trace_dir: str | None = None,
         measure_interpret: bool = False,
@@ -444,10 +526,19 @@ class Evaluator:
         The judging runs here (profile.run_profile): this process hands out the inputs, timestamps the
         timed calls and compares their outputs; candidate and reference each run in their own children.
         """
-        from maxkernel.tpu_tools.profile.run import run_profile
+        from maxkernel.tpu_tools.profile.run import ProfileReport, run_profile
 
         if on_progress:
             on_progress("profile")
+        if size is None:  # the target size: the reference's production size, resolved by a reference child
+            side, failure = self.reference_side(
+                reference, None, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            )
+            if failure is not None or side is None:
+                return ProfileReport(
+                    ok=False, target=target, size="default", kernel_path=kernel_path, failure=failure
+                )
+            size = side.size
         return run_profile(
             str(Path(kernel_path).expanduser().resolve()),
             abs_reference(reference),
@@ -468,7 +559,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "tpu-v6e",
-        size: str = "small",
+        size: str | None = None,
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
@@ -478,8 +569,8 @@ class Evaluator:
         from maxkernel.tpu_tools.cost.estimate import EstimateReport, StaticEstimate
 
         kernel_path = str(Path(kernel_path).expanduser().resolve())
-        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size)
-        outcome, failure = self._beside_reference_side(
+        report = EstimateReport(ok=False, kernel_path=kernel_path, target=target, size=size or "default")
+        side, outcome, failure = self._beside_reference_side(
             "maxkernel.tpu_tools.judged.estimate_jobs:estimate_job",
             kernel_path,
             reference,
@@ -489,6 +580,8 @@ class Evaluator:
             on_progress=on_progress,
             cancel=cancel,
         )
+        if side is not None:
+            report.size = side.size  # the target size (None asked: the reference's production size)
         if failure is not None or outcome is None:
             report.failure = failure
         elif outcome.status != "ok" or outcome.result is None:
@@ -530,7 +623,7 @@ class Evaluator:
         kernel_path: str,
         reference: str,
         target: str = "tpu-v6e",
-        size: str = "small",
+        size: str | None = None,
         *,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
@@ -541,8 +634,10 @@ class Evaluator:
         from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 
         path = str(Path(kernel_path).expanduser().resolve())
-        report = AnalysisReport(ok=False, tier="model", kernel_path=path, target=target, size=size)
-        outcome, failure = self._beside_reference_side(
+        report = AnalysisReport(
+            ok=False, tier="model", kernel_path=path, target=target, size=size or "default"
+        )
+        side, outcome, failure = self._beside_reference_side(
             "maxkernel.tpu_tools.judged.estimate_jobs:analyze_job",
             path,
             reference,
@@ -552,6 +647,8 @@ class Evaluator:
             on_progress=on_progress,
             cancel=cancel,
         )
+        if side is not None:
+            report.size = side.size  # the target size (None asked: the reference's production size)
         if failure is not None or outcome is None:
             report.failure = failure
         elif outcome.status == "ok" and outcome.result is not None:
@@ -571,25 +668,25 @@ class Evaluator:
         timeout_s: float | None,
         on_progress: ProgressFn | None,
         cancel: threading.Event | None,
-    ) -> tuple[JobOutcome | None, Failure | None]:
-        """A judged job that needs the reference's shapes: the reference-only child first, then the job
-        with that ReferenceSide and the reference hidden. (None, failure) when the reference failed."""
+    ) -> tuple[ReferenceSide | None, JobOutcome | None, Failure | None]:
+        """A judged job that needs the reference's shapes: the reference-only child first (it resolves the
+        target size), then the job with that ReferenceSide and the reference hidden."""
         side, failure = self.reference_side(
             reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
         if failure is not None or side is None:
-            return None, failure
+            return side, None, failure
         kwargs = {
             "kernel_path": kernel_path,
             "reference_side": side.model_dump(mode="json"),
             "target": target,
-            "size": size,
+            "size": side.size,
         }
         hidden = hide_paths_for(abs_reference(reference), kernel_path)
         outcome = self._run(
             job, kwargs, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel, hide_paths=hidden
         )
-        return outcome, None
+        return side, outcome, None
 
     def summarize_trace(self, path: str, top: int = 15) -> TraceSummary:
         return summarize_trace(path, top)

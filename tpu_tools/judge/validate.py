@@ -59,8 +59,18 @@ def _leaves(tree) -> list:
     return list(jax.tree_util.tree_leaves(tree))
 
 
-def reference_side(reference: str, size: str | None, case: InputCase | None = None):
-    """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing."""
+def reference_side(
+    reference: str,
+    size: str | None,
+    case: InputCase | None = None,
+    check_sizes: list[str] | None = None,
+    resolve_checks: bool = False,
+):
+    """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing.
+
+    `size` None is the reference's production size (the target). With `resolve_checks`, the check
+    sizes are resolved too (`check_sizes`, default small + the derived size) into `side.check_sizes`.
+    """
     import jax
 
     side = ReferenceSide(ok=False)
@@ -73,17 +83,28 @@ def reference_side(reference: str, size: str | None, case: InputCase | None = No
         side.failure = _reference_error(e)
         return None, side
     side.reference = ref.info
-    if size is None:
-        side.size, side.size_note = ref.default_size()
-    elif size not in ref.info.sizes:
-        side.failure = Failure(
-            kind="usage_error",
-            summary=f"reference {ref.info.name!r} has no size {size!r}; it has {ref.info.sizes}",
-            stage="load",
-        )
+    try:
+        if size is None:
+            side.size, side.size_note = ref.default_size()
+        else:
+            if size not in ref.info.sizes:
+                side.size_dims = ref.check_size(size).dims  # the derived size, or one precise error
+            side.size, side.size_note = size, f"size {size!r} as asked"
+        side.size_dims = side.size_dims or dict(ref.sizes_table.get(side.size, {}))
+        if resolve_checks:
+            if check_sizes:
+                names, side.check_notes = list(dict.fromkeys(check_sizes)), []
+            else:
+                names, side.check_notes = ref.default_check_sizes()
+            side.check_sizes = [ref.check_size(n) for n in names]
+    except UsageError as e:
+        side.failure = Failure(kind="usage_error", summary=str(e), stage="load")
         return ref, side
-    else:
-        side.size, side.size_note = size, f"size {size!r} as asked"
+    except Exception as e:  # the reference breaks while its sizes are measured
+        path = Path(ref.info.path)
+        path = path / "reference.py" if path.is_dir() else path
+        side.failure = _reference_error(reference_failure(e, path, "create_inputs (sizes)"))
+        return ref, side
     path = Path(ref.info.path)
     path = path / "reference.py" if path.is_dir() else path
     try:
@@ -129,12 +150,18 @@ def reference_side(reference: str, size: str | None, case: InputCase | None = No
     return ref, side
 
 
-def reference_specs_job(reference: str, size: str | None = None) -> dict:
-    """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more)."""
+def reference_specs_job(
+    reference: str,
+    size: str | None = None,
+    check_sizes: list[str] | None = None,
+    resolve_checks: bool = False,
+) -> dict:
+    """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more),
+    and with `resolve_checks` the check sizes validation will run at."""
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    _, side = reference_side(reference, size)
+    _, side = reference_side(reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks)
     return side.model_dump(mode="json")
 
 

@@ -48,14 +48,64 @@ def _memory_stats(compiled) -> dict[str, int]:
     return {k: int(getattr(stats, k)) for k in keys if hasattr(stats, k)}
 
 
-def compile_job(kernel_path: str, target: str, size: str, reference_side: dict) -> dict:
-    """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference."""
+def compile_job(
+    kernel_path: str, target: str, size: str, reference_side: dict, hide_paths: list[str] | None = None
+) -> dict:
+    """Pool job (judged side): compile the candidate for the reference's shapes. It never sees the reference.
+
+    Importing and tracing the candidate runs its Python, so the same integrity guard as the candidate run
+    (judged/integrity.py) is armed first: a touch of a hidden path (`hide_paths`: the reference, the task
+    sources) is `reached_reference`, a change to what the judge relies on is `tampered`.
+    """
     from maxkernel.tpu_tools.judged import job_env
+    from maxkernel.tpu_tools.judged.integrity import Guard, ShippedGuard, shipped_with_jaxbench
     from maxkernel.tpu_tools.reports import ReferenceSide
 
     job_env.scrub()
     side = ReferenceSide.model_validate(reference_side)
-    return compile_with_specs(kernel_path, target, size, side).model_dump(mode="json")
+    # a program shipped in JaxBench's tasks (bench compiles a task's own baseline and Pallas reference)
+    # imports JaxBench's shared helpers; every other hidden path stays refused
+    guard_type = ShippedGuard if shipped_with_jaxbench(kernel_path) else Guard
+    guard = guard_type(list(hide_paths or ()), extra_modules=(__name__,))
+    guard.arm()
+    try:
+        report = compile_with_specs(kernel_path, target, size, side)
+    except SystemExit:
+        raise
+    except BaseException:
+        # our code broke after the candidate was imported: if the candidate changed what we rely on, say so
+        if (failure := _integrity_failure(guard)) is None:
+            raise
+        broken = CompileReport(ok=False, target=target, size=size, kernel_path=kernel_path, failure=failure)
+        return broken.model_dump(mode="json")
+    if (failure := _integrity_failure(guard)) is not None:
+        report.failure, report.ok = failure, False
+    _patch_hint(report, kernel_path)
+    return report.model_dump(mode="json")
+
+
+def _patch_hint(report: CompileReport, kernel_path: str) -> None:
+    """A hint for the reader, as the candidate run gives it: the fingerprints decide, this names the lines."""
+    from maxkernel.tpu_tools.judged.integrity import static_patch_scan
+
+    try:
+        patches = static_patch_scan(Path(kernel_path).read_text(errors="replace"))
+    except OSError:
+        return
+    if patches:
+        report.warnings.append("the source patches imported modules (static scan): " + "; ".join(patches))
+
+
+def _integrity_failure(guard) -> Failure | None:
+    """The guard's verdict after the compile: reaching a hidden path before tampering, as in the candidate run."""
+    tampered, reached = guard.check()
+    if reached:
+        return Failure(kind="reached_reference", summary=reached, stage="load")
+    if tampered:
+        return Failure(
+            kind="tampered", summary=f"the candidate tampered with the judge: {tampered}", stage="load"
+        )
+    return None
 
 
 def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> CompileReport:
@@ -67,8 +117,16 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     report.size_note = side.size_note
     report.expected_output = list(side.output_specs)
 
+    done: list[str] = []  # the stages that ran to the end: the note says only these
+
     def finish(failure: Failure | None = None) -> CompileReport:
+        if report.compiler_note:
+            ran = ", ".join(done) if done else "nothing done"
+            end = f"; stopped at {stage_now[0]} ({failure.kind})" if failure is not None and stage_now else ""
+            report.compiler_note = f"{report.compiler_note} ({ran}{end})"
         return seal(report, started, failure)
+
+    stage_now: list[str] = []
 
     in_shapes = [jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in side.input_specs]
     try:
@@ -103,7 +161,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.compiler = "mosaic-tpu-aot"  # compile only: how it would run is validate's to say
             report.compiler_note = (
                 f"{target.chip.name} absent: the real Mosaic TPU compiler, for a libtpu compile-only "
-                f"{target.chip.topology} device; compile only, nothing executed"
+                f"{target.chip.topology} device, at size {size!r}; compile only, nothing executed"
             )
     elif plan.native:
         args = list(in_shapes)
@@ -139,13 +197,15 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
         report.devices = spec.device_count
         report.compiler_note = (
             f"{target.chip.name} absent: the real Mosaic TPU compiler, for the libtpu compile-only "
-            f"{report.topology} topology; over a mesh {spec.describe()}; compile only, nothing executed"
+            f"{report.topology} topology, at size {size!r}, over a mesh {spec.describe()}; compile only, "
+            "nothing executed"
             if report.topology
             else f"{report.compiler_note}; over a mesh {spec.describe()}"
         )
 
     path = Path(cand.path)
     stage = "trace"
+    stage_now.append(stage)
     with scope:
         try:
             t0 = time.perf_counter()
@@ -160,6 +220,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
                         "(an interpreter limit, not a kernel fault)"
                     )
             traced = jax.jit(workload, **jit_kw).trace(*args)
+            done.append("traced")
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))
@@ -173,18 +234,31 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
                         stage="trace",
                     )
                 )
-            stage = "lower"
+            stage = stage_now[0] = "lower"
             t0 = time.perf_counter()
             lowered = traced.lower(lowering_platforms=("tpu",)) if lowering_only else traced.lower()
+            done.append("lowered")
             report.times.lower_ms = _ms(t0)
             if lowering_only:
                 return finish()
-            stage = "compile"
+            stage = stage_now[0] = "compile"
             t0 = time.perf_counter()
             compiled = lowered.compile()
+            done.append("compiled")
             report.times.compile_ms = _ms(t0)
         except Exception as e:
-            return finish(classify_exception(e, stage, path, physical_vmem_bytes=_physical_vmem(target_name)))
+            failure = classify_exception(e, stage, path, physical_vmem_bytes=_physical_vmem(target_name))
+            if failure.kind == "python_error":  # the candidate's own frames, never the judge's or its env
+                from maxkernel.tpu_tools.judged.candidate_run import candidate_frames
+
+                failure.message = candidate_frames(e, path, 6000)
+            return finish(failure)
+        except SystemExit:  # the child exits: the pool reports how (`exited`, with the code)
+            raise
+        except BaseException as e:  # KeyboardInterrupt & co. raised by the candidate: its failure
+            from maxkernel.tpu_tools.judged.candidate_run import _base_exception_failure
+
+            return finish(_base_exception_failure(e, stage, path))
     if spec is not None and (what := mesh.xla_moves(compiled)) is not None:
         report.warnings.append(
             f"validate will refuse it (work_outside_kernel) unless plain JAX is allowed: XLA moves the "

@@ -296,3 +296,25 @@ def static_patch_scan(source: str) -> list[str]:
             if node.args and root(node.args[0]) in modules:
                 found.append(f"line {node.lineno}: {node.func.id}({ast.unparse(node.args[0])}, ...)")
     return found[:10]
+
+
+def shipped_with_jaxbench(kernel_path: str) -> bool:
+    """A program that ships inside JaxBench's tasks (bench times a task's own baseline as a candidate)."""
+    from pathlib import Path
+
+    tasks = Path(__file__).resolve().parents[2] / "jaxbench" / "tasks"  # by path: the registry is hidden here
+    return Path(kernel_path).resolve().is_relative_to(tasks)
+
+
+class ShippedGuard(Guard):
+    """For a JaxBench-shipped program: importing JaxBench's shared helpers is its own dependency.
+
+    Reading any file under the hidden paths (every other task's source) is still refused and reported.
+    """
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if event == "import" and str(args[0]).startswith("maxkernel.jaxbench"):
+            filename = args[1] if len(args) > 1 else None
+            if not self._is_hidden(filename):
+                return
+        super()._hook(event, args)

@@ -29,25 +29,8 @@ from maxkernel.tpu_tools.judged.timed_loop import (
 from maxkernel.tpu_tools.pool import handover
 from maxkernel.tpu_tools.reports import ArraySpec, Failure
 
-
-def _shipped_with_jaxbench(kernel_path: str) -> bool:
-    """A program that ships inside JaxBench's tasks (bench times a task's own baseline as a candidate)."""
-    tasks = Path(__file__).resolve().parents[2] / "jaxbench" / "tasks"  # by path: the registry is hidden here
-    return Path(kernel_path).resolve().is_relative_to(tasks)
-
-
-class _ShippedGuard(integrity.Guard):
-    """For a JaxBench-shipped program: importing JaxBench's shared helpers is its own dependency.
-
-    Reading any file under the hidden paths (every other task's source) is still refused and reported.
-    """
-
-    def _hook(self, event: str, args: tuple) -> None:
-        if event == "import" and str(args[0]).startswith("maxkernel.jaxbench"):
-            filename = args[1] if len(args) > 1 else None
-            if not self._is_hidden(filename):
-                return
-        super()._hook(event, args)
+_shipped_with_jaxbench = integrity.shipped_with_jaxbench
+_ShippedGuard = integrity.ShippedGuard
 
 
 @contextlib.contextmanager
@@ -98,8 +81,12 @@ def candidate_job(
     top: int = 15,
     hide_paths: list[str] | None = None,
     mesh: dict | None = None,
+    estimate_only: str | None = None,
 ) -> dict:
     """Pool job: returns a CandidateSide as a JSON-able dict.
+
+    `estimate_only` (the reason, from the reference's side): no arrays are given and nothing runs; the
+    candidate is traced on the abstract shapes and costed (its static estimate) only.
 
     `mesh` (the reference's MESH): off the chip such a kernel is traced over the N-chip topology and
     estimated per chip; it is never run here (one process, one CPU device).
@@ -132,6 +119,7 @@ def candidate_job(
             trace_dir,
             top,
             MeshSpec.model_validate(mesh) if mesh else None,
+            estimate_only,
         )
     finally:
         changed = timed_loop.changed(before, timed_loop.clock_fingerprints())
@@ -160,6 +148,7 @@ def _run(
     trace_dir,
     top,
     mesh_spec=None,
+    estimate_only=None,
 ) -> Failure | None:
     import jax
 
@@ -178,10 +167,14 @@ def _run(
     in_specs = [ArraySpec.model_validate(s) for s in input_specs]
     out_specs = [ArraySpec.model_validate(s) for s in output_specs]
     _describe_device(side)
-    warm = [
-        tuple(handover.as_jax(handover.load_arrays(scratch_dir, f"warmup_{i}", expect=in_specs)))
-        for i in range(WARMUP_SETS)
-    ]
+    warm = (
+        []
+        if estimate_only
+        else [
+            tuple(handover.as_jax(handover.load_arrays(scratch_dir, f"warmup_{i}", expect=in_specs)))
+            for i in range(WARMUP_SETS)
+        ]
+    )
     try:
         tgt = parse_target(target)
         cand = load_candidate(kernel_path)
@@ -237,7 +230,9 @@ def _run(
         if not native and measure_interpret:
             interp.enter_context(execution.tpu_interpret_mode())
         fn = None
-        if native or measure_interpret:
+        if estimate_only:
+            side.not_measured_reason = estimate_only
+        elif native or measure_interpret:
             report_progress("compile candidate")
             stage = "lower"
             try:

@@ -44,6 +44,7 @@ class Reference:
     # maxkernel-format only: build inputs for a size dict that is not one of SIZES (extra input cases)
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
+    _derived: Any = None  # the derived check size, once computed
 
     def per_device_flops(self, size: str) -> float | None:
         """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
@@ -59,10 +60,21 @@ class Reference:
         A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
         a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
         """
-        if size not in self.info.sizes:
+        from maxkernel.tpu_tools.problem.sizes import DERIVED
+
+        if size == DERIVED and DERIVED not in self.info.sizes:
+            derived = self.derived_size()
+            if not derived.ok or self._create_sized is None:
+                raise UsageError(f"reference {self.info.name!r}: {derived.describe()}")
+            table = self.sizes_table | {DERIVED: derived.dims}
+            if case is None:
+                return self._create_sized(derived.dims, seed)
+        elif size not in self.info.sizes:
             raise UsageError(f"reference {self.info.name!r} has no size {size!r}; it has {self.info.sizes}")
-        if case is None:
-            return self._create(size, seed)
+        else:
+            table = self.sizes_table
+            if case is None:
+                return self._create(size, seed)
         from maxkernel.tpu_tools.problem.input_cases import merged_size, transform_inputs
 
         if case.sizes or case.grow:
@@ -72,24 +84,90 @@ class Reference:
                     "maxkernel-format reference"
                 )
             case = case.model_copy(update={"base": size})
-            inputs = self._create_sized(merged_size(self.sizes_table, case), seed)
+            inputs = self._create_sized(merged_size(table, case), seed)
+        elif size == DERIVED and DERIVED not in self.info.sizes:
+            inputs = self._create_sized(table[DERIVED], seed)  # type: ignore[misc]
         else:
             inputs = self._create(size, seed)
         return transform_inputs(inputs, case, seed)
 
     def default_size(self) -> tuple[str, str]:
-        """(size, why): `small` when the reference has it, else its only (or first) size."""
-        sizes = self.info.sizes
-        if "small" in sizes:
-            return "small", "the reference's 'small' size (the default)"
-        if len(sizes) == 1:
-            return sizes[0], f"the reference's only size {sizes[0]!r} (it has no 'small')"
-        return sizes[0], f"the reference's first size {sizes[0]!r} (it has no 'small')"
+        """(size, why): the target size by default: the production size (`full`, else the largest)."""
+        from maxkernel.tpu_tools.problem.sizes import production_size
+
+        return production_size(self.info.sizes, self.input_elements)
+
+    def input_elements(self, size: str) -> int:
+        """How many elements the inputs at `size` hold (shapes only: nothing is allocated)."""
+        import math
+
+        import jax
+
+        return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(self.input_shapes(size)))
+
+    def elements_at(self, dims: dict) -> int:
+        """Input + output elements at a size dict; raises where the reference refuses that shape."""
+        import math
+
+        import jax
+
+        if self._create_sized is None:
+            raise UsageError("a reference with fixed inputs has no other sizes")
+        inputs = jax.eval_shape(lambda: self._create_sized(dims, 0))  # type: ignore[misc]
+        outputs = jax.eval_shape(self.workload, *inputs)
+        return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves((inputs, outputs)))
+
+    def derived_size(self):
+        """The derived intermediate check size (problem/sizes.py), computed once per load."""
+        from maxkernel.tpu_tools.problem.sizes import DerivedSize, derive_size, smallest_size
+
+        if self._derived is None:
+            if self._create_sized is None:
+                self._derived = DerivedSize(
+                    base=self.info.sizes[0],
+                    ok=False,
+                    why="the reference has fixed inputs (one size, no SIZES table to grow from)",
+                )
+            else:
+                base = smallest_size(self.info.sizes, self.input_elements)
+                self._derived = derive_size(self.sizes_table, self.elements_at, base)
+        return self._derived
+
+    def check_size(self, name: str):
+        """The CheckSize for a name: a SIZES entry, or the derived size (UsageError when unknown)."""
+        from maxkernel.tpu_tools.problem.sizes import DERIVED, CheckSize
+
+        if name in self.info.sizes:
+            return CheckSize(name=name, dims=dict(self.sizes_table.get(name, {})))
+        if name == DERIVED:
+            derived = self.derived_size()
+            if not derived.ok:
+                raise UsageError(f"reference {self.info.name!r}: {derived.describe()}")
+            return CheckSize(name=name, dims=dict(derived.dims), derived=derived)
+        raise UsageError(
+            f"reference {self.info.name!r} has no size {name!r}; it has {self.info.sizes} "
+            f"(and {DERIVED!r}, the derived intermediate size)"
+        )
+
+    def default_check_sizes(self) -> tuple[list[str], list[str]]:
+        """(names, notes): `small` (else the smallest size) plus the derived size where one exists."""
+        from maxkernel.tpu_tools.problem.sizes import DERIVED, smallest_size
+
+        names = [smallest_size(self.info.sizes, self.input_elements)]
+        derived = self.derived_size()
+        notes = []
+        if derived.ok:
+            names.append(DERIVED)
+        else:
+            notes.append(derived.describe())
+        return names, notes
 
     def input_shapes(self, size: str = "small", case: InputCase | None = None) -> tuple:
         """ShapeDtypeStructs of the inputs without allocating them (full production sizes are cheap)."""
         import jax
 
+        if size not in self.info.sizes and case is None:
+            self.check_size(size)  # the derived size, or one precise error
         return jax.eval_shape(lambda: self.create_inputs(size, 0, case))
 
     def get_flops(self, size: str) -> int | None:

@@ -26,6 +26,10 @@ class BenchRow(BaseModel):
     status: str = Field(description="'ok' or the failure kind of the first stage that failed")
     stage_failed: str | None = None
     message: str = ""
+    size: str = Field(default="", description="the target size it was compiled, profiled and scored at")
+    check_sizes: list[str] = Field(
+        default_factory=list, description="where the Pallas reference was validated"
+    )
     compiled: bool | None = None
     compiler: str | None = None
     compile_ms: float | None = None
@@ -124,6 +128,8 @@ def _apply_profile(row: BenchRow, prof: ProfileReport, program: str) -> None:
         row.measured_on = prof.measured_on
         if program == "candidate" and prof.interpret_timing_label:
             row.timing_note = prof.interpret_timing_label
+    elif prof.nothing_measured:  # neither program ran: off the chip at a size that is no check size
+        row.timing_note = prof.nothing_measured
     elif program == "candidate" and prof.candidate_not_measured_reason:
         row.timing_note = prof.candidate_not_measured_reason
     if prof.throughput is not None and program in prof.throughput.per_function:
@@ -140,12 +146,15 @@ def _apply_profile(row: BenchRow, prof: ProfileReport, program: str) -> None:
 
 
 def bench_variant(
-    evaluator: Evaluator, task: str, variant: str, kernel_path: str, target: str, size: str, seeds: int
+    evaluator: Evaluator, task: str, variant: str, kernel_path: str, target: str, size: str | None, seeds: int
 ) -> BenchRow:
+    """One row at the target size `size` (None: the task's production size); a Pallas reference is
+    validated at the check sizes after its compile at the target size."""
     started = time.perf_counter()
     row = BenchRow(task=task, variant=variant, status="ok")  # type: ignore[arg-type]
     try:
         comp = evaluator.compile(kernel_path, task, target, size)
+        size = row.size = comp.size  # the resolved target size: validate and profile use the same
         row.compiled, row.compiler = comp.ok, comp.compiler
         row.compile_ms = comp.times.compile_ms
         if not comp.ok:
@@ -154,6 +163,7 @@ def bench_variant(
         if variant == "pallas_reference":
             val = evaluator.validate(kernel_path, task, target, size, seeds=seeds)
             row.validated = val.ok
+            row.check_sizes = [c.size for c in val.checks if c.what == "validate"]
             if not val.ok:
                 row.status, row.stage_failed, row.message = val.failure.kind, "validate", val.failure.summary
                 return row
@@ -173,7 +183,7 @@ def run_bench(
     task_ids: list[str],
     *,
     target: str = "cpu",
-    size: str = "small",
+    size: str | None = None,
     out_dir: str = "jaxbench-results",
     seeds: int = 2,
     evaluator: Evaluator | None = None,
@@ -183,7 +193,11 @@ def run_bench(
 
     evaluator = evaluator or Evaluator()
     results = BenchResults(
-        target=target, size=size, started_at=time.strftime("%Y-%m-%dT%H:%M:%S"), rows=[], out_dir=""
+        target=target,
+        size=size or "production",
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        rows=[],
+        out_dir="",
     )
     for task in task_ids:
         variants = [("baseline", str(registry.task_path(task)))]
@@ -194,6 +208,8 @@ def run_bench(
             if on_row:
                 on_row(task, variant)
             results.rows.append(bench_variant(evaluator, task, variant, path, target, size, seeds))
+    if size is None:  # the production size each task resolved to
+        results.size = ", ".join(dict.fromkeys(r.size for r in results.rows if r.size)) or "production"
     results.task_rows = task_rows(results)
     results.score = score(results.task_rows)
     results.out_dir = str(write_results(results, Path(out_dir)))

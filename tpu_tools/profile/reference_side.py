@@ -55,6 +55,10 @@ class ReferenceSide(TimedSide):
         default=None,
         description="the reference's own program on the target chip, costed as the candidate's is",
     )
+    estimate_only: str | None = Field(
+        default=None,
+        description="why nothing is timed: the TPU target's chip is absent and the size is not a check size",
+    )
 
 
 def _nbytes(arrays) -> int:
@@ -94,6 +98,9 @@ def build_and_time_job(
         side.error, side.error_is_usage = str(e), True
         return side.model_dump(mode="json")
     side.info = ref.info
+    if target is not None and (why := _estimate_only(ref, size, target)) is not None:
+        report_progress("reference: estimate only")
+        return _estimate_side(ref, size, target, side, why).model_dump(mode="json")
     if not ref.info.seedable:
         side.warnings.append(
             "the reference is not seedable: every input set is the same, so memoization cannot be excluded"
@@ -159,6 +166,71 @@ def build_and_time_job(
         report_progress("reference: estimate")
         _estimate_reference(ref, warm[0], target, side, cost.get("flops"))
     return side.model_dump(mode="json")
+
+
+def _estimate_only(ref, size: str, target: str) -> str | None:
+    """Why this profile only estimates, or None: off the TPU target's chip, timing means running on CPU
+    (the reference natively, a Pallas kernel in interpret mode), which at a size that is not a check size
+    (the production size) takes minutes per call and says nothing about the chip."""
+    from maxkernel.tpu_tools.hardware import execution
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+
+    tgt = parse_target(target)
+    if tgt.kind != "tpu" or execution.plan_for(tgt).native:
+        return None
+    checks, _ = ref.default_check_sizes()
+    if size in checks:
+        return None
+    return (
+        f"nothing measured: {tgt.chip.name if tgt.chip else tgt.name} is absent here, and size {size!r} is not a "
+        f"check size ({', '.join(checks)}): timing it would run it on CPU (minutes per call, nothing about "
+        "the chip); the static estimates of the candidate and the reference stand in, labeled with their tier"
+    )
+
+
+def _estimate_side(ref, size: str, target: str, side: ReferenceSide, why: str) -> ReferenceSide:
+    """The reference on abstract shapes only: specs, flops, its static estimate; no array is built or timed."""
+    import jax
+
+    from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
+
+    side.estimate_only = why
+    try:
+        shapes = list(jax.tree_util.tree_leaves(ref.input_shapes(size)))
+        side.input_specs = [ArraySpec(shape=list(x.shape), dtype=str(x.dtype)) for x in shapes]
+        outs = jax.tree_util.tree_leaves(jax.eval_shape(ref.workload, *shapes))
+        side.output_specs = [ArraySpec(shape=list(x.shape), dtype=str(x.dtype)) for x in outs]
+        side.set_bytes = int(sum(_spec_bytes(s) for s in side.input_specs))
+    except UsageError as e:
+        side.error, side.error_is_usage = str(e), True
+        return side
+    except Exception as e:
+        side.error = f"the reference failed to give its shapes: {type(e).__name__}: {e}"
+        return side
+    xla_flops = None
+    try:  # a compile on abstract shapes (never executed): XLA's count where get_flops has none
+        xla_flops = cost_analysis_of(jax.jit(ref.workload).lower(*shapes).compile()).get("flops")
+    except Exception as e:
+        side.warnings.append(f"no XLA cost analysis of the reference: {type(e).__name__}: {str(e)[:200]}")
+    try:
+        side.flops, side.flops_source = ref.get_flops(size), "get_flops"
+    except Exception:
+        side.flops = None
+    if side.flops is None:
+        side.flops, side.flops_source = xla_flops, "XLA cost analysis of the reference"
+        if side.flops is None:
+            side.flops_source = "unknown"
+    report_progress("reference: estimate")
+    _estimate_reference(ref, shapes, target, side, xla_flops)
+    return side
+
+
+def _spec_bytes(spec: ArraySpec) -> int:
+    import math
+
+    import jax.numpy as jnp
+
+    return math.prod(spec.shape) * jnp.dtype(spec.dtype).itemsize
 
 
 def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: float | None) -> None:

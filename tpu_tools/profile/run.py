@@ -100,6 +100,11 @@ class ProfileReport(BaseModel):
     candidate_measured: bool = False
     candidate_execution: Literal["native", "interpret"] | None = None
     candidate_not_measured_reason: str | None = None
+    nothing_measured: str | None = Field(
+        default=None,
+        description="why nothing was measured: off the TPU target's chip at a size that is not a check size, "
+        "a profile is the static estimates only",
+    )
     interpret_timing_label: str | None = None
     timed_outputs_checked: int = Field(
         default=0, description="timed candidate outputs compared with the reference's"
@@ -416,6 +421,8 @@ def _run_jobs(
         return finish(
             Failure(kind=kind, summary=summary[:1000], stage="load" if ref.error_is_usage else "run")
         )
+    if ref.estimate_only:
+        return _estimate_only(report, finish, runner, ref, kernel_path, reference, tgt, size, cand_dir, say)
     n = ref.timed_sets
     report.input_sets, report.warmup_sets = n, WARMUP_SETS
     report.fresh_inputs = bool(ref.info and ref.info.seedable)
@@ -544,6 +551,71 @@ def _run_jobs(
 
     say("compare timed outputs")
     return _judge(report, finish, ref, ref2, cand, feed_r1, feed_r2, feed_c, expected, cand_dir, tgt)
+
+
+def _estimate_only(
+    report, finish, runner, ref, kernel_path, reference, tgt, size, cand_dir, say
+) -> ProfileReport:
+    """The TPU target's chip is absent and the size is not a check size: nothing is built, run or timed.
+
+    The reference's child gave its shapes and its own static estimate (abstract shapes); the candidate's
+    child traces the candidate on the same abstract shapes, checks its output shapes and costs it.
+    """
+    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for, integrity_evidence
+    from maxkernel.tpu_tools.judged.timed_loop import CandidateSide
+
+    report.nothing_measured = ref.estimate_only
+    report.processes.append(
+        "reference (job 1): its shapes and static estimate, on abstract shapes (nothing run)"
+    )
+    say("candidate: trace, estimate")
+    hide = [*hide_paths_for(reference, kernel_path)]
+    mesh = ref.info.mesh if ref.info else None
+    outcome = runner.run(
+        "maxkernel.tpu_tools.judged.profile_candidate:candidate_job",
+        {
+            "kernel_path": kernel_path,
+            "target": tgt.name,
+            "size": size,
+            "scratch_dir": str(cand_dir),
+            "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
+            "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
+            "timed_sets": 0,
+            "reference_flops": mesh.share(ref.flops) if mesh else ref.flops,
+            "io_bytes": _io_bytes(ref),
+            "hide_paths": hide,
+            "mesh": mesh.model_dump(mode="json") if mesh else None,
+            "estimate_only": ref.estimate_only,
+        },
+        say,
+        cand_dir,
+        hide,
+        off_chip=True,
+    )
+    if outcome.status != "ok" or outcome.result is None:
+        return finish(_job_failure(outcome, "candidate estimate"))
+    cand = CandidateSide.model_validate(outcome.result)
+    report.processes.append("candidate (job 2): traced and costed on the abstract shapes (nothing run)")
+    report.kernel_sha256 = cand.kernel_sha256 or report.kernel_sha256
+    report.execution = (
+        f"estimate only: candidate and reference traced on abstract {size!r} shapes and costed for {tgt.name}; "
+        "nothing executed, nothing timed"
+    )
+    report.has_pallas_call = cand.has_pallas_call
+    report.static_estimate = cand.static_estimate
+    report.candidate_not_measured_reason = cand.not_measured_reason or ref.estimate_only
+    report.warnings += cand.warnings
+    report.speedup_note = (
+        "no measured speedup: nothing was measured (the static estimates of the candidate and the reference "
+        "are the only numbers, each labeled with its tier)"
+    )
+    breach = integrity_evidence(outcome.progress)
+    if breach is None and cand.reached:
+        breach = Failure(kind="reached_reference", summary=cand.reached[:1000], stage="run")
+    if breach is None and cand.tampered:
+        what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
+        breach = Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run")
+    return finish(breach or cand.failure)
 
 
 def _io_bytes(ref) -> int:

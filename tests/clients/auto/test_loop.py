@@ -141,6 +141,13 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
     assert summary["best"]["iteration"] == 1
     assert summary["best"]["time_basis"] == "estimate"  # no v6e here: the labeled static estimate ranks it
     assert "estimate" in summary["best"]["why_best"]
+    # the default size: compiled and estimated at the production size, validated at both check sizes
+    assert summary["best"]["target_size"] == "full" and summary["best"]["validated_at"] == [
+        "small",
+        "derived",
+    ]
+    profile = json.loads((store.root / "iter-01" / "profile.json").read_text())
+    assert profile["size"] == "full" and profile["nothing_measured"] and profile["measured"] == {}
     assert (store.root / "best_kernel.py").read_text() == GOOD_MATMUL
     assert "tiled_matmull" in script.prompts[2]  # the debugger saw the failing kernel and its error
     run = store.root / "iter-01"
@@ -218,8 +225,10 @@ async def test_resume_continues_from_the_last_finished_step(pool, workspace, tmp
     )
     store = RunStore.create(tmp_path / "runs", "plus_one")
     cfg = config("plus_one_reference", target="cpu")
-    summary, _ = await run_loop(pool, workspace, store, cfg, first.model, max_steps=4)
-    assert summary["stop_reason"].startswith("interrupted after 4 steps")
+    # plan, implement, compile (a NameError: a kind that can depend on the shape), validate (fails at every
+    # size: a compile failure, not a shape's), debug
+    summary, _ = await run_loop(pool, workspace, store, cfg, first.model, max_steps=5)
+    assert summary["stop_reason"].startswith("interrupted after 5 steps")
     assert first.asked == ["planner", "implementer", "debugger"]
 
     second = Script(profile_analyst=[ANALYSIS])
@@ -231,6 +240,7 @@ async def test_resume_continues_from_the_last_finished_step(pool, workspace, tmp
         "1:plan",
         "1:implement",
         "1:compile",
+        "1:validate",
         "1:debug",
         "1:compile",
         "1:validate",

@@ -383,6 +383,7 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
     assert {r["task"] for r in out["rows"]} == {"12p_RMSNorm", "41k_Gemm_Add_ReLU"}
     for r in out["rows"]:
         assert r["status"] == "done" and r["correct"], r
+        assert r["size"] == "full"  # the default: scored at the production size, validated at the check sizes
         assert any("fresh seeds" in e for e in r["correct_evidence"])
         assert any("tester case big_values" in e for e in r["correct_evidence"])
         # the kernel IS the expert reference: the same tier, the same estimate, ratio 1

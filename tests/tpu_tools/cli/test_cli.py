@@ -80,6 +80,8 @@ def profiled(tmp_path_factory):
         kernel("plain_jax"),
         "-r",
         MATMUL_REF,
+        "--size",  # off the chip the production size would time the reference on CPU at 4096^3
+        "small",
         "--reps",
         "5",
         "--trace-dir",
@@ -98,7 +100,9 @@ def test_profile_json_is_a_profile_report(profiled):
 
 
 def test_profile_pallas_human_output_says_not_measured():
-    p = run("profile", kernel("good_matmul"), "-r", MATMUL_REF, "-t", "tpu-v6e", "--reps", "3")
+    p = run(
+        "profile", kernel("good_matmul"), "-r", MATMUL_REF, "-t", "tpu-v6e", "--size", "small", "--reps", "3"
+    )
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())  # rich wraps lines
     assert "not measured: target chip absent" in out and "static estimate (estimate)" in out

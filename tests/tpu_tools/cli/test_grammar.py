@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest_paths import MATMUL_REF
+from conftest_paths import MATMUL_REF, REFS
 from mcp import Client
 
 from maxkernel.server.app import build_server
@@ -161,12 +161,52 @@ def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(tmp_path, tool, argv, 
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())  # no run dir, cache or workspace
 
 
+@pytest.mark.anyio
+async def test_the_default_size_is_the_production_size_everywhere(tmp_path):
+    """--size names the target size; unset, it is the reference's production size (full, else the
+    largest) in every CLI, in --help, and in every MCP tool that takes a size."""
+    from maxkernel.clients.cli import build_parser as orchestrate_parser
+    from maxkernel.tpu_tools.cli.main import build_parser
+
+    sub = build_parser()._subparsers._group_actions[0].choices
+    for verb in ("compile", "validate", "profile", "analyze", "estimate"):
+        p = sub[verb]
+        assert p.parse_args(["k.py", "-r", "8p"]).size is None, verb
+        assert cli_args.SIZE_DEFAULT_TEXT in " ".join(p.format_help().split()), verb
+    assert sub["bench"].parse_args(["--tasks", "12p"]).size is None
+    assert cli_args.SIZE_DEFAULT_TEXT in " ".join(sub["bench"].format_help().split())
+    assert sub["validate"].parse_args(["k.py", "-r", "8p"]).check_sizes is None  # small + derived
+    osub = orchestrate_parser()._subparsers._group_actions[0].choices
+    for verb in ("auto", "search"):
+        assert osub[verb].parse_args([]).size is None, verb
+        assert cli_args.SIZE_DEFAULT_TEXT in " ".join(osub[verb].format_help().split()), verb
+    # suite runs JaxBench tasks only: full is every one's production size, and --help says so
+    assert osub["suite"].parse_args([]).size == "full"
+    assert "production size" in " ".join(osub["suite"].format_help().split())
+    async with Client(build_server(tmp_path / "ws")) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    sized = [n for n, t in tools.items() if "size" in t.input_schema["properties"]]
+    assert set(sized) >= {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel"}
+    assert set(sized) >= {"estimate_kernel", "analyze_kernel", "autotune_kernel", "describe_reference"}
+    for name in sized:
+        prop = tools[name].input_schema["properties"]["size"]
+        assert prop.get("default") is None and cli_args.SIZE_DEFAULT_TEXT in prop["description"], name
+    check = tools["validate_kernel"].input_schema["properties"]["check_sizes"]
+    assert check.get("default") is None and cli_args.CHECK_SIZES_DEFAULT_TEXT in check["description"]
+    # and the resolution itself: the production size, or the largest where there is no `full`
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    assert load_reference("12p").default_size()[0] == "full"
+    assert load_reference(str(REFS / "norm_rows_reference.py")).default_size()[0] == "big"
+
+
 def test_help_prints_the_shared_defaults(tmp_path):
     def help_of(tool: str, *argv: str) -> str:
         return " ".join(sh(tool, *argv, "--help", cwd=tmp_path).stdout.split())  # unwrap argparse's lines
 
     h = help_of("maxkernel", "validate")
-    assert "(default: tpu-v6e)" in h and "small if the reference has it, else its only size" in h
+    assert "(default: tpu-v6e)" in h and cli_args.SIZE_DEFAULT_TEXT in h
+    assert "--check-size" in h and cli_args.CHECK_SIZES_DEFAULT_TEXT in h
     assert "(default: 300.0)" in h and "(default: 3)" in h and "--seed-offset" in h
     assert "--task" not in h  # the old spelling works but is not advertised
     assert "~/.cache/maxkernel/traces" in help_of("maxkernel", "profile")
@@ -531,10 +571,10 @@ def test_maxkernel_into_a_closed_pipe_is_one_line_exit_2(tmp_path, argv):
 @pytest.mark.slow
 def test_bench_shows_a_live_line(eval_cwd):
     tmp_path = eval_cwd
-    p = sh(
-        "maxkernel", "bench", "--tasks", "12p", "--target", "cpu", "--run-dir", "r", cwd=tmp_path, timeout=600
-    )
+    # the defaults: tpu-v6e at the production size, absent here: the rows are estimates, and so is "best"
+    p = sh("maxkernel", "bench", "--tasks", "12p", "--run-dir", "r", cwd=tmp_path, timeout=600)
     assert p.returncode in (0, 1), p.stderr
     line = " ".join(p.stderr.split())
     assert "bench 2/2" in line and "best:" in line and "ETA" in line and "/2 ok" in line, p.stderr
+    assert "estimate" in line.split("best:")[-1], p.stderr
     assert (tmp_path / "r" / "results.json").is_file()  # --run-dir is where the results go

@@ -54,6 +54,13 @@ def test_reading_the_reference_file_is_refused(evaluator):
     assert "matmul_reference.py" in r.failure.summary
 
 
+def test_reading_the_reference_file_while_compiling_is_refused(evaluator):
+    """compile imports and traces the candidate too: the same guard, so compile alone catches it."""
+    r = evaluator.compile(adv("reads_reference_file"), MATMUL_REF, "cpu")
+    assert r.failure.kind == "reached_reference", r.failure
+    assert "matmul_reference.py" in r.failure.summary
+
+
 def test_importing_the_task_registry_is_refused(evaluator):
     r = evaluator.validate(adv("imports_jaxbench"), "8p", "cpu", seeds=1)
     assert r.failure.kind == "reached_reference", r.failure
@@ -135,20 +142,43 @@ def test_census_tells_honest_kernels_from_wrappers():
 
 @pytest.mark.slow  # three 3-seed validations: ~20-30 s on 2 shared cores
 def test_memorized_answers_for_the_old_fixed_seeds_fail_on_random_seeds(evaluator):
-    fixed = evaluator.validate(adv("memorized_seeds"), MATMUL_REF, "cpu", seed_offset=0, allow_plain_jax=True)
+    # it memorized small's answers (small's shape too): as a kernel for small, checked at small alone, it
+    # passes seeds 0, 1, 2 (at the production target or the derived size it fails as shape_specialized)
+    small = ["small"]
+    fixed = evaluator.validate(
+        adv("memorized_seeds"),
+        MATMUL_REF,
+        "cpu",
+        "small",
+        seed_offset=0,
+        allow_plain_jax=True,
+        check_sizes=small,
+    )
     assert fixed.ok, "the exploit must be real: it passes on seeds 0, 1, 2"
-    r = evaluator.validate(adv("memorized_seeds"), MATMUL_REF, "cpu", allow_plain_jax=True)
+    r = evaluator.validate(
+        adv("memorized_seeds"), MATMUL_REF, "cpu", "small", allow_plain_jax=True, check_sizes=small
+    )
     assert r.failure.kind == "output_mismatch", r.failure
     assert r.seed_offset is not None and r.seeds == list(range(r.seed_offset, r.seed_offset + 3))
     again = evaluator.validate(
-        adv("memorized_seeds"), MATMUL_REF, "cpu", seed_offset=r.seed_offset, allow_plain_jax=True
+        adv("memorized_seeds"),
+        MATMUL_REF,
+        "cpu",
+        "small",
+        seed_offset=r.seed_offset,
+        allow_plain_jax=True,
+        check_sizes=small,
     )
     assert again.seeds == r.seeds and again.per_seed[0].max_abs_err == r.per_seed[0].max_abs_err
 
 
-@pytest.mark.slow  # three validations, one at 2x the small size: ~20-30 s on 2 shared cores
+@pytest.mark.slow  # three validations at two check sizes each: ~30-40 s on 2 shared cores
 def test_zeros_above_the_small_size_fail_the_larger_case(evaluator):
-    small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
+    # by default validate checks the derived size too: right at small only is shape_specialized
+    default = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
+    assert default.failure.kind == "shape_specialized", default.failure
+    assert default.failure.sizes_failed == ["derived"] and default.failure.cause_kind == "output_mismatch"
+    small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, check_sizes=["small"])
     assert small.ok, small.failure
     larger = InputCase(name="larger_than_small", grow=2)
     r = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, case=larger)
@@ -227,7 +257,8 @@ def test_honest_twins_pass(evaluator):
 def test_a_reference_splitting_its_typed_key_works(evaluator):
     r = evaluator.validate(kernel("good_dma"), str(REFS / "split_key_reference.py"), "tpu-v6e", seeds=2)
     assert r.ok, r.failure
-    assert r.size == "small" and "small" in r.size_note
+    assert r.size == "full" and "production" in r.size_note  # the target; checked at small + derived
+    assert [c.size for c in r.checks if c.what == "validate"] == ["small", "derived"]
 
 
 def test_a_reference_failing_on_its_own_is_reference_error(evaluator):

@@ -13,11 +13,6 @@ from maxkernel.tpu_tools.pool.workers import WorkerPool
 
 CORPUS = KERNELS / "corpus"
 slow = pytest.mark.slow
-# validate does not compile for the target yet (issue 21, item 5): it passes kernels the TPU compiler
-# rejects. The expected verdict is the compiler's; these flip to passing when validate compiles.
-no_compile_in_validate = pytest.mark.xfail(
-    reason="validate does not compile yet (issue 21 item 5)", raises=AssertionError, strict=True
-)
 
 
 def ref(name: str) -> str:
@@ -42,7 +37,6 @@ CASES = [
     ("broken_removed_api", "column_position", "python_error", "python_error"),
 ]
 CHEAP_COMPILES = {"broken_tiling_1x512", "broken_float_iota", "broken_removed_api"}  # ~1 s: fail early
-VALIDATE_NEEDS_COMPILE = {"broken_tiling_1x512", "broken_float_iota", "broken_vmem_overshoot"}
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +63,13 @@ def test_compile_verdict(evaluator, name, reference, expected):
 
 @pytest.mark.parametrize(
     ("name", "reference", "expected"),
-    [
-        pytest.param(
-            k, r, v, id=k, marks=(slow, no_compile_in_validate) if k in VALIDATE_NEEDS_COMPILE else slow
-        )
-        for k, r, _, v in CASES
-    ],
+    [pytest.param(k, r, v, id=k, marks=slow) for k, r, _, v in CASES],
 )
 def test_validate_verdict(evaluator, name, reference, expected):
-    r = evaluator.validate(str(CORPUS / f"{name}.py"), ref(reference), "tpu-v6e", "small", seeds=1)
+    # the production size is the target (validate compiles there first), interpreted at small only
+    r = evaluator.validate(
+        str(CORPUS / f"{name}.py"), ref(reference), "tpu-v6e", seeds=1, check_sizes=["small"]
+    )
     assert kind(r) == expected, r.failure
     if r.ok:
         assert r.has_pallas_call and r.per_seed and all(s.ok for s in r.per_seed)

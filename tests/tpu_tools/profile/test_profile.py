@@ -139,8 +139,15 @@ def evaluator():
 
 def test_evaluator_profile_through_the_pool(evaluator, tmp_path):
     stages = []
+    # size small: profiling off the chip at the production size times the reference on CPU (slow)
     r = evaluator.profile(
-        SAME_AS_REFERENCE, MATMUL_REF, "cpu", trace_dir=str(tmp_path), reps=5, on_progress=stages.append
+        SAME_AS_REFERENCE,
+        MATMUL_REF,
+        "cpu",
+        "small",
+        trace_dir=str(tmp_path),
+        reps=5,
+        on_progress=stages.append,
     )
     assert isinstance(r, ProfileReport) and r.ok, r.failure
     assert r.trace_dir.startswith(str(tmp_path)) and r.trace_summary is not None
@@ -149,5 +156,36 @@ def test_evaluator_profile_through_the_pool(evaluator, tmp_path):
 
 
 def test_evaluator_profile_timeout_is_a_failure(evaluator):
-    r = evaluator.profile(kernel("hang"), MATMUL_REF, "cpu", timeout_s=3)
+    r = evaluator.profile(kernel("hang"), MATMUL_REF, "cpu", "small", timeout_s=3)
     assert not r.ok and r.failure.kind == "timeout"
+
+
+def test_off_the_chip_at_the_production_size_nothing_is_measured_only_estimated():
+    """tpu-v6e absent, size full (not a check size): no array is built or timed, both programs are costed."""
+    r = run_profile(PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "full", reps=10, timeout_s=120)
+    assert r.ok, r.failure
+    assert r.nothing_measured and "not a check size" in r.nothing_measured and "'full'" in r.nothing_measured
+    assert r.measured == {} and not r.candidate_measured and r.speedup is None and r.throughput is None
+    assert r.input_sets == 0 and r.seeds_timed and r.timed_outputs_checked == 0
+    assert r.candidate_not_measured_reason == r.nothing_measured
+    assert "nothing executed" in r.execution and "'full'" in r.execution
+    # both estimates are for the production shape: matmul_reference's full is 4096x4096x4096
+    assert r.static_estimate is not None and r.static_estimate.chip == "tpu-v6e"
+    assert r.reference_estimate is not None and r.reference_estimate.chip == "tpu-v6e"
+    assert r.static_estimate.estimated_time_us > 0 and r.reference_estimate.estimated_time_us > 0
+    small = run_profile(PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "small", reps=3)
+    assert small.static_estimate.estimated_time_us < r.static_estimate.estimated_time_us
+
+
+def test_estimate_only_still_refuses_a_kernel_that_reads_the_reference():
+    from conftest_paths import KERNELS
+
+    r = run_profile(
+        str(KERNELS / "adversarial" / "reads_reference_file.py"), MATMUL_REF, "tpu-v6e", "full", timeout_s=120
+    )
+    assert not r.ok and r.failure.kind == "reached_reference", r.failure
+
+
+def test_estimate_only_checks_the_output_shapes():
+    r = run_profile(kernel("wrong_shape"), MATMUL_REF, "tpu-v6e", "full", timeout_s=120)
+    assert not r.ok and r.failure.kind == "shape_mismatch", r.failure

@@ -1,0 +1,217 @@
+"""Validation across sizes, judge side: compile at the target size, then run at every check size.
+
+The kernel is for the target size (the production shape), so it must compile there with the real
+compiler for the target; interpret mode at that size is too slow off the chip, so the numbers are
+checked at the check sizes (small and a derived intermediate size, problem/sizes.py). The same source
+must do both: a kernel that works at one size and fails at another is `shape_specialized`, naming the
+sizes, whatever the kind of failure where it broke (kept as `cause_kind`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.sizes import SizeCheck
+from maxkernel.tpu_tools.reports import Failure, ValidationReport
+
+ProgressFn = Callable[[str], None]
+
+# Failures that depend on the shape the kernel met: where one size works, these at another mean the
+# kernel was written for one shape. Integrity, timeout and the reference's own failures keep their
+# kinds: they say something else.
+SIZE_DEPENDENT = {
+    "python_error",
+    "lowering_error",
+    "mosaic_error",
+    "vmem_exhausted",
+    "smem_exhausted",
+    "compile_error",
+    "runtime_error",
+    "shape_mismatch",
+    "output_mismatch",
+    "race",
+    # pallas at one size, plain JAX at another: a dispatch on the shape (only after a size passed)
+    "no_kernel",
+    "work_outside_kernel",
+}
+
+
+def size_check(what: str, size: str, dims: dict[str, Any], report: Any) -> SizeCheck:
+    """The record of one check at one size, from the report it produced."""
+    failure = report.failure
+    detail = getattr(report, "compiler_note", "") if what == "compile" else getattr(report, "execution", "")
+    return SizeCheck(
+        size=size,
+        what=what,
+        ok=bool(report.ok),
+        failure_kind=failure.kind if failure else None,
+        summary=failure.summary[:500] if failure else "",
+        dims=dict(dims),
+        detail=detail or "",
+    )
+
+
+def specialized(failure: Failure, passed: list[str], failed: str, worked: str) -> Failure:
+    """`shape_specialized`: it `worked` (compiles / is right) at `passed`, and fails at `failed`."""
+    return Failure(
+        kind="shape_specialized",
+        summary=(
+            f"written for one shape: {worked} at {', '.join(passed)} but fails at {failed} "
+            f"({failure.kind}): {failure.summary}"
+        )[:1500],
+        message=failure.message,
+        stage=failure.stage,
+        line=failure.line,
+        requested_bytes=failure.requested_bytes,
+        capacity_bytes=failure.capacity_bytes,
+        cause_kind=failure.kind,
+        sizes_passed=list(passed),
+        sizes_failed=[failed],
+    )
+
+
+def validate_at_sizes(
+    ev: Any,  # the Evaluator (judge/evaluate.py imports this module: no import back)
+    kernel_path: str,
+    reference: str,
+    target: str,
+    size: str | None,
+    *,
+    check_sizes: list[str] | None,
+    seed_list: list[int],
+    seed_offset: int | None,
+    repeats: int,
+    atol: float | None,
+    rtol: float | None,
+    allow_plain_jax: bool,
+    allow_weak_check: bool,
+    case: InputCase | None,
+    timeout_s: float | None,
+    on_progress: ProgressFn | None,
+    cancel: threading.Event | None,
+) -> ValidationReport:
+    """`Evaluator.validate` (see there); the seeds come resolved, the same list at every size."""
+    from pathlib import Path
+
+    started = time.perf_counter()
+    kernel_path = str(Path(kernel_path).expanduser().resolve())
+    offset = seed_offset
+    report = ValidationReport(
+        ok=False,
+        target=target,
+        size=size or "default",
+        kernel_path=kernel_path,
+        seeds=seed_list,
+        seed_offset=offset,
+        case=case,
+    )
+
+    def finish(failure: Failure | None = None) -> ValidationReport:
+        report.failure, report.ok = failure, failure is None
+        report.wall_time_s = round(time.perf_counter() - started, 4)
+        return report
+
+    def say(prefix: str) -> ProgressFn | None:
+        return None if on_progress is None else (lambda m: on_progress(f"{prefix}: {m}"))
+
+    # 1. The target size: the real compiler for the target, before anything is interpreted.
+    comp = ev.compile(
+        kernel_path,
+        reference,
+        target,
+        size,
+        check_sizes=check_sizes,
+        resolve_checks=True,
+        timeout_s=timeout_s,
+        on_progress=say(f"compile at {size or 'the target size'}"),
+        cancel=cancel,
+    )
+    report.size, report.size_note, report.reference = comp.size, comp.size_note, comp.reference
+    report.kernel_sha256, report.environment = comp.kernel_sha256, comp.environment
+    report.check_sizes = comp.check_sizes
+    report.checks = list(comp.checks)
+    report.warnings += [f"compile at {comp.size}: {w}" for w in comp.warnings]
+    compiled_at = f"compiled for {target} at {comp.size!r}: {comp.compiler_note or comp.compiler}"
+    if not comp.ok:
+        failure = comp.failure or Failure(kind="internal_error", summary="compile failed without a failure")
+        report.execution = compiled_at + "; nothing ran"
+        if failure.kind not in SIZE_DEPENDENT or not comp.check_sizes:
+            return finish(failure)
+        passed = []
+        for check in comp.check_sizes:  # compile-only at the check sizes (cheap): does it work anywhere?
+            if check.name == comp.size:
+                continue
+            other = ev.compile(
+                kernel_path,
+                reference,
+                target,
+                check.name,
+                timeout_s=timeout_s,
+                on_progress=say(f"compile at {check.name}"),
+                cancel=cancel,
+            )
+            report.checks += other.checks
+            if other.ok:
+                passed.append(check.name)
+        if passed:
+            return finish(specialized(failure, passed, comp.size, "compiles"))
+        return finish(failure)
+
+    # 2. The check sizes: interpret mode off the chip, against the reference's answers.
+    names = [c.name for c in comp.check_sizes]
+    if case is not None:
+        names = names[:1]  # an extra case runs over the first check size
+    if ev._on_device(target) and comp.size not in names:
+        names.append(comp.size)  # on the chip the target size is cheap to run too
+    dims = {c.name: c.dims for c in comp.check_sizes}
+    passed: list[str] = []
+    executions: dict[str, list[str]] = {}
+    for name in names:
+        run = ev.validate_at(
+            kernel_path,
+            reference,
+            target,
+            name,
+            seeds=seed_list,
+            repeats=repeats,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            case=case,
+            timeout_s=timeout_s,
+            on_progress=say(f"validate at {name}"),
+            cancel=cancel,
+        )
+        report.checks.append(size_check("validate", name, dims.get(name, {}), run))
+        for field in (
+            "per_seed",
+            "tolerance",
+            "run_order",
+            "has_pallas_call",
+            "work",
+            "weak_check",
+            "devices",
+        ):
+            setattr(report, field, getattr(run, field))
+        report.races_found = report.races_found or run.races_found
+        report.environment = run.environment or report.environment
+        report.kernel_sha256 = run.kernel_sha256 or report.kernel_sha256
+        report.warnings += [f"at {name}: {w}" for w in run.warnings]
+        if run.execution:
+            executions.setdefault(run.execution, []).append(name)
+        ran = "; ".join(f"ran at {', '.join(n)}: {e}" for e, n in executions.items())
+        report.execution = f"{compiled_at}; {ran}" if ran else compiled_at
+        if not run.ok:
+            failure = run.failure or Failure(
+                kind="internal_error", summary="validation failed without a failure"
+            )
+            if passed and failure.kind in SIZE_DEPENDENT:
+                failure = specialized(failure, passed, name, "right")
+            return finish(failure)
+        passed.append(name)
+    return finish()
