@@ -526,10 +526,8 @@ async def find_hotspots(
             "path inside the workspace whose workload is one model step"
         ),
     ],
-    target: CompileTarget = "tpu-v5e",
-    size: Annotated[
-        Size, Field(description="input sizes from the model's SIZES (production: full)")
-    ] = "full",
+    target: CompileTarget = DEFAULT_TARGET,
+    size: DefaultSize = DEFAULT_SIZE,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit for the child")] = 1800.0,
 ) -> HotspotReport:
     """Where a model step's time goes on a TPU target: its regions (the user's named scopes and functions,
@@ -623,7 +621,9 @@ async def compose_kernels(
         Field(description="new workspace directory for the composed step (default composed/MODEL)"),
     ] = None,
     target: CompileTarget = "tpu-v6e",
-    size: Annotated[Size, Field(description="the check size the composed step is validated at")] = "small",
+    size: Annotated[
+        Size, Field(description="the check size the composed step is validated at (not the target size)")
+    ] = "small",
     seeds: Annotated[int, Field(ge=1, le=64, description="fresh input seeds")] = 3,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit")] = 1800.0,
 ) -> ComposeReport:

@@ -12,7 +12,6 @@ from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError
 
 HOTSPOTS_TIMEOUT_S = 1800.0  # a production layer compiles for a minute or more on a loaded CPU
-MODEL_SIZE = "full"  # production first: the regions and their costs at the shapes the model runs
 
 
 def _model_arg(p: argparse.ArgumentParser) -> None:
@@ -184,7 +183,7 @@ def register(sub) -> None:
     )
     _model_arg(p)
     cli_args.add_target(p)
-    cli_args.add_size(p, MODEL_SIZE)
+    cli_args.add_size(p)  # the production size: the regions and their costs at the shapes the model runs
     cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
     cli_args.add_json(p)
     p.add_argument("--html", metavar="PATH", help="also write the picture (a bar per region) to PATH")
