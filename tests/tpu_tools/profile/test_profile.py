@@ -1,4 +1,4 @@
-"""profile: a candidate equal to the reference ties, 4x the work is slower, Pallas-on-CPU is never a speedup."""
+"""profile: a candidate equal to the reference ties, 8x the work is slower, Pallas-on-CPU is never a speedup."""
 
 import textwrap
 
@@ -12,19 +12,21 @@ from maxkernel.tpu_tools.profile.run import INTERPRET_LABEL, ProfileReport, run_
 PALLAS_MATMUL = str(ROOT / "examples" / "matmul_kernel.py")
 SAME_AS_REFERENCE = kernel("plain_jax")  # returns the reference's own jnp computation
 
-# Four times the reference's dot, on row-rolled copies of `a` (so XLA cannot merge them), rolled back and
-# combined exactly: profile checks every timed output, so the slow kernel must also be right.
-SLOW_4X = textwrap.dedent(
+# Eight times the reference's dot, on row-rolled copies of `a` (so XLA cannot merge them), rolled back and
+# combined exactly: profile checks every timed output, so the slow kernel must also be right. Eight, not
+# four: on a loaded 2-core CI box the noise floor widens the interval, and 4x at this size sat near 0.56.
+SLOW_8X = textwrap.dedent(
     """
+    import functools
+
     import jax.numpy as jnp
 
     def workload(a, b):
         parts = [
             jnp.roll(jnp.dot(jnp.roll(a, i, axis=0), b, preferred_element_type=jnp.float32), -i, axis=0)
-            for i in range(4)
+            for i in range(8)
         ]
-        acc = jnp.maximum(jnp.maximum(parts[0], parts[1]), jnp.maximum(parts[2], parts[3]))
-        return acc.astype(a.dtype)
+        return functools.reduce(jnp.maximum, parts).astype(a.dtype)
     """
 )
 
@@ -58,19 +60,25 @@ def test_candidate_equal_to_the_reference_is_a_tie():
     assert r.throughput.per_function["reference"].roofline_fraction is None  # CPU: no chip peak
 
 
-def test_four_times_the_work_is_slower(tmp_path):
-    slow = tmp_path / "slow_4x.py"
-    slow.write_text(SLOW_4X)
-    r = run_profile(str(slow), MATMUL_REF, "tpu-v6e", "small")
-    assert r.ok, r.failure
+def test_eight_times_the_work_is_slower(tmp_path):
+    slow = tmp_path / "slow_8x.py"
+    slow.write_text(SLOW_8X)
+    # Wall-clock timing on a shared box: a noisy run widens the interval honestly (not significant), so
+    # allow two retries before calling the slowdown unseen.
+    for _ in range(3):
+        r = run_profile(str(slow), MATMUL_REF, "tpu-v6e", "small")
+        assert r.ok, r.failure
+        if r.speedup.ci95_high < 1.0:
+            break
     assert r.speedup.ci95_high < 1.0, r.speedup
     assert r.speedup.significant
+    assert r.speedup.raw_ci95_high < 1.0  # the unwidened interval says the same
     # plain JAX on a TPU target: the estimate is the roofline of XLA's cost analysis, labeled
     assert r.static_estimate.kind == "estimate" and r.static_estimate.per_call == []
     # the reference's own program, costed by the same estimator: the baseline the suite divides by
     ref_est = r.reference_estimate
     assert ref_est is not None and ref_est.chip == "tpu-v6e" and ref_est.tier == "model"
-    assert r.static_estimate.flops > 3.5 * ref_est.flops  # XLA counts the candidate's 4 dots
+    assert r.static_estimate.flops > 7 * ref_est.flops  # XLA counts the candidate's 8 dots
     assert r.static_estimate.estimated_time_us >= ref_est.estimated_time_us  # (memory-bound at small)
     assert "not on tpu-v6e" in r.speedup_note
     assert r.throughput.peak_chip == "tpu-v6e" and r.throughput.peak_label.startswith("estimate")
