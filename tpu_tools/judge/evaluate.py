@@ -273,6 +273,7 @@ class Evaluator:
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
+        caller: Literal["api", "cli", "mcp"] = "api",
     ) -> ValidationReport:
         """Compile for `target` at the target size `size` (default: the production size), then run the
         kernel against the reference at every check size (default: small and the derived size).
@@ -304,6 +305,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            caller=caller,
         )
 
     def validate_at(

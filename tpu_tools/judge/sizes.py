@@ -93,6 +93,7 @@ def validate_at_sizes(
     timeout_s: float | None,
     on_progress: ProgressFn | None,
     cancel: threading.Event | None,
+    caller: str = "api",
 ) -> ValidationReport:
     """`Evaluator.validate` (see there); the seeds come resolved, the same list at every size."""
     from pathlib import Path
@@ -186,6 +187,7 @@ def validate_at_sizes(
             timeout_s=timeout_s,
             on_progress=say(f"validate at {name}"),
             cancel=cancel,
+            caller=caller,
         )
         report.checks.append(size_check("validate", name, dims.get(name, {}), run))
         for field in (
