@@ -38,6 +38,9 @@ SIZE_DEPENDENT = {
     "no_kernel",
     "work_outside_kernel",
 }
+# Out of on-chip memory at one size and not at another is the blocks outgrowing the chip, not a kernel
+# written for one shape: the verdict keeps its kind (and its vmem_limit_bytes advice) and names the sizes.
+MEMORY_LIMITS = {"vmem_exhausted", "smem_exhausted"}
 
 
 def size_check(what: str, size: str, dims: dict[str, Any], report: Any) -> SizeCheck:
@@ -111,8 +114,11 @@ def validate_at_sizes(
         case=case,
     )
 
+    seen: dict[str, list[str]] = {}  # a warning's text -> the stages that gave it, said once
+
     def finish(failure: Failure | None = None) -> ValidationReport:
         report.failure, report.ok = failure, failure is None
+        report.warnings += [f"{w} ({', '.join(where)})" for w, where in seen.items()]
         report.wall_time_s = round(time.perf_counter() - started, 4)
         return report
 
@@ -135,7 +141,8 @@ def validate_at_sizes(
     report.kernel_sha256, report.environment = comp.kernel_sha256, comp.environment
     report.check_sizes = comp.check_sizes
     report.checks = list(comp.checks)
-    report.warnings += [f"compile at {comp.size}: {w}" for w in comp.warnings]
+    for w in comp.warnings:
+        seen.setdefault(w, []).append(f"compile at {comp.size}")
     compiled_at = f"compiled for {target} at {comp.size!r}: {comp.compiler_note or comp.compiler}"
     if not comp.ok:
         failure = comp.failure or Failure(kind="internal_error", summary="compile failed without a failure")
@@ -158,6 +165,17 @@ def validate_at_sizes(
             report.checks += other.checks
             if other.ok:
                 passed.append(check.name)
+        if passed and failure.kind in MEMORY_LIMITS:
+            where = f"compiles at {', '.join(passed)}; at {comp.size} its blocks outgrow the chip: "
+            return finish(
+                failure.model_copy(
+                    update={
+                        "summary": (where + failure.summary)[:1500],
+                        "sizes_passed": passed,
+                        "sizes_failed": [comp.size],
+                    }
+                )
+            )
         if passed:
             return finish(specialized(failure, passed, comp.size, "compiles"))
         return finish(failure)
@@ -203,7 +221,8 @@ def validate_at_sizes(
         report.races_found = report.races_found or run.races_found
         report.environment = run.environment or report.environment
         report.kernel_sha256 = run.kernel_sha256 or report.kernel_sha256
-        report.warnings += [f"at {name}: {w}" for w in run.warnings]
+        for w in run.warnings:
+            seen.setdefault(w, []).append(f"at {name}")
         if run.execution:
             executions.setdefault(run.execution, []).append(name)
         ran = "; ".join(f"ran at {', '.join(n)}: {e}" for e, n in executions.items())

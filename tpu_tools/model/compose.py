@@ -223,8 +223,8 @@ def compose(
         if on_progress:
             on_progress(f"validate the composed step against the model ({seeds} fresh seeds, size {size})")
         report = evaluator.validate(
-            str(composed), reference, target, size, seeds=seeds, seed_offset=seed_offset, allow_plain_jax=True, timeout_s=timeout_s,
-            on_progress=on_progress, cancel=cancel,
+            str(composed), reference, target, None, check_sizes=[size], seeds=seeds, seed_offset=seed_offset,
+            allow_plain_jax=True, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel,
         )  # fmt: skip
         shape_error = _kernel_shape_error(report)
         if shape_error:
@@ -234,7 +234,7 @@ def compose(
         raise
     summary = report.failure.summary if report.failure is not None else ""
     verdict = (
-        f"the composed step matches the model on seeds {report.seeds} at size {report.size}"
+        f"the composed step matches the model on seeds {report.seeds} at size {size}"
         if report.ok
         else f"the composed step does not match the model: {summary}"
     )

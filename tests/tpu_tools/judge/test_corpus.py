@@ -71,5 +71,8 @@ def test_validate_verdict(evaluator, name, reference, expected):
         str(CORPUS / f"{name}.py"), ref(reference), "tpu-v6e", seeds=1, check_sizes=["small"]
     )
     assert kind(r) == expected, r.failure
+    if expected == "vmem_exhausted":  # it fits at small: the verdict keeps its kind and names the sizes
+        assert r.failure.sizes_passed == ["small"] and r.failure.sizes_failed == ["full"], r.failure
+        assert r.failure.requested_bytes > r.failure.capacity_bytes
     if r.ok:
         assert r.has_pallas_call and r.per_seed and all(s.ok for s in r.per_seed)
