@@ -34,6 +34,9 @@ class EvalTask(BaseModel):
     timeout_s: float = 300.0
 
 
+PRODUCTION_SIZE = "(production)"  # the cache's name for EvalTask.size None
+
+
 class EvaluatorDown(Exception):
     """The evaluator itself is gone (server died, connection refused): the work belongs elsewhere."""
 
@@ -73,7 +76,10 @@ class CachedEvaluator:
     async def evaluate(self, source: str, task: EvalTask) -> tuple[NodeVerdict, bool]:
         """(verdict, came_from_cache)."""
         versions = await self.versions()
-        parts = (source_hash(source), self.reference_hash, task.target, task.size, versions)
+        # size None is the reference's production size, fixed by the reference (hashed here): it gets its
+        # own name, since the cache's size column is NOT NULL and INSERT OR IGNORE would drop the row
+        size = task.size if task.size is not None else PRODUCTION_SIZE
+        parts = (source_hash(source), self.reference_hash, task.target, size, versions)
         key = cache_key(*parts)
         hit = self.cache.get(key) if self.cache is not None else self._memory.get(key)
         if hit is not None:

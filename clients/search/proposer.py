@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from maxkernel.clients.models import Budget, Ledger, Message, MeteredModel, Model
+from maxkernel.clients.models import Budget, Ledger, Message, MeteredModel, Model, ModelError
 from maxkernel.clients.search.graph import Node
 from maxkernel.clients.search.strategies import Strategy, crossover
 from maxkernel.clients.search.templates import TemplateSpace, read_config
@@ -141,9 +141,14 @@ class ModelProposer:
     async def root(self) -> Proposal:
         if self.root_source is not None:
             return Proposal(source=self.root_source, config=read_config(self.root_source), note="given root")
-        p = await self._ask(
-            "Write a first correct Pallas TPU kernel for this task; simple tiling.", None, None
-        )
+        try:
+            p = await self._ask(
+                "Write a first correct Pallas TPU kernel for this task; simple tiling.", None, None
+            )
+        except ModelError as e:  # the model refuses the task (offline: no template fits); Auto stops too
+            raise NoRootKernel(
+                f"the model wrote no first kernel: {e}; give a root kernel with --root"
+            ) from None
         if p is None:
             said = " ".join((getattr(self, "last_reply", "") or "").split())[:200]
             raise NoRootKernel(

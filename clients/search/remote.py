@@ -158,7 +158,9 @@ class MCPEvaluator:
             "seeds": seeds or task.seeds,
             "timeout_s": task.timeout_s,
         }
-        # no seed_offset: the server draws fresh seeds for every evaluation, re-verifications included
+        # no seed_offset: the server draws fresh seeds for every evaluation, re-verifications included;
+        # size None is left out, so the server's own default (the production size) applies, as in _read
+        args = {k: v for k, v in args.items() if v is not None}
         started = time.perf_counter()
         try:
             result = await self._client.call_tool("evaluate_kernel", args)

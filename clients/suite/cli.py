@@ -108,7 +108,8 @@ def _settings(args: argparse.Namespace):
             mode=args.mode,
             model=args.model or default_model_spec(),
             target=args.target,
-            size=args.size or "small",  # the grammar's default size: small where a task has it (all do)
+            # unset: the grammar's default, the production size, which is full for every JaxBench task
+            **cli_args.size_kwargs(args.size),
             concurrency=args.concurrency,
             iterations=args.iterations,
             test_cases=args.test_cases,

@@ -177,18 +177,22 @@ async def test_the_default_size_is_the_production_size_everywhere(tmp_path):
     assert cli_args.SIZE_DEFAULT_TEXT in " ".join(sub["bench"].format_help().split())
     assert sub["validate"].parse_args(["k.py", "-r", "8p"]).check_sizes is None  # small + derived
     osub = orchestrate_parser()._subparsers._group_actions[0].choices
-    for verb in ("auto", "search"):
+    for verb in ("auto", "search", "suite"):
         assert osub[verb].parse_args([]).size is None, verb
         assert cli_args.SIZE_DEFAULT_TEXT in " ".join(osub[verb].format_help().split()), verb
-    # suite runs JaxBench tasks only: full is every one's production size, and --help says so
-    assert osub["suite"].parse_args([]).size == "full"
-    assert "production size" in " ".join(osub["suite"].format_help().split())
+    # suite runs JaxBench tasks only: unset, it scores at full, every one's production size
+    from maxkernel.clients.suite.cli import _settings
+
+    assert _settings(osub["suite"].parse_args(["--reference", "8p,12p"])).size == "full"
     async with Client(build_server(tmp_path / "ws")) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     sized = [n for n, t in tools.items() if "size" in t.input_schema["properties"]]
     assert set(sized) >= {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel"}
     assert set(sized) >= {"estimate_kernel", "analyze_kernel", "autotune_kernel", "describe_reference"}
-    for name in sized:
+    # compose validates the composed step at one check size, not a target size: its --size says so
+    compose = tools["compose_kernels"].input_schema["properties"]["size"]
+    assert "check size" in compose["description"] and "not the target size" in compose["description"]
+    for name in set(sized) - {"compose_kernels"}:
         prop = tools[name].input_schema["properties"]["size"]
         assert prop.get("default") is None and cli_args.SIZE_DEFAULT_TEXT in prop["description"], name
     check = tools["validate_kernel"].input_schema["properties"]["check_sizes"]
