@@ -225,7 +225,7 @@ def autotune(
     space: Mapping[str, Sequence[Any]],
     reference: str,
     target: str = "tpu-v6e",
-    size: str = "small",
+    size: str | None = None,
     *,
     max_configs: int = 4,
     objective: Objective = "estimate",
@@ -233,7 +233,11 @@ def autotune(
     check: CheckFn | None = None,
     validate_seeds: int = 1,
 ) -> AutotuneReport:
-    """Sweep `space` over `template_source` for `reference` on `target`; see the module docstring."""
+    """Sweep `space` over `template_source` for `reference` on `target`; see the module docstring.
+
+    `size` is the target size (None: the reference's production size): configs are traced, pruned,
+    estimated, ranked and compiled at it, and validated at the check sizes (`Evaluator.validate`).
+    """
     if max_configs < 1:
         raise SpaceError(f"max_configs should be >= 1, got {max_configs}")
     configs = expand(space)
@@ -282,6 +286,8 @@ def autotune(
         to_estimate.append(r)
 
     side, side_failure = evaluator.reference_side(reference, size) if to_estimate else (None, None)
+    if side is not None and side.size:
+        size = side.size  # the resolved target size: estimates, compiles and the tuned-config cache use it
     if side_failure is not None or (to_estimate and side is None):
         notes.append(
             f"no static estimates (the reference: {side_failure.summary if side_failure else '?'}): unranked"
@@ -301,7 +307,7 @@ def autotune(
                         "kernel_paths": [r.kernel_path for r in batch],
                         "reference_side": side.model_dump(mode="json"),
                         "target": target,
-                        "size": size,
+                        "size": size or "default",
                     },
                     timeout_s=evaluator.timeout_s,
                     hide_paths=hidden,
@@ -340,7 +346,7 @@ def autotune(
     )
     from maxkernel.tpu_tools.cost import tuned_configs  # the per-chip cache of tuned configs (suite helper)
 
-    cached = tuned_configs.lookup(estimate_chip(target), reference, size, template_source)
+    cached = tuned_configs.lookup(estimate_chip(target), reference, size, template_source) if size else None
     if cached is not None and any(r.config == cached.config for r in ranked):
         ranked.sort(key=lambda r: r.config != cached.config)  # stable: the cached best goes first
         notes.append(
@@ -383,7 +389,7 @@ def autotune(
         best = min(
             valid, key=lambda r: r.estimate_us if r.estimate_us is not None else float("inf"), default=None
         )
-    if best is not None:
+    if best is not None and size:
         t_us = (
             best.measured_median_ms * 1e3
             if kind == "measured" and best.measured_median_ms
@@ -403,7 +409,7 @@ def autotune(
         kind=kind,
         reference=reference,
         target=target,
-        size=size,
+        size=size or "default",
         objective=objective,
         space_size=len(configs),
         configs=results,
@@ -424,7 +430,7 @@ def autotune_kernel(
     space: dict[str, list[Any]],
     reference: str,
     target: str = "tpu-v6e",
-    size: str = "small",
+    size: str | None = None,
     max_configs: int = 4,
     objective: Objective = "estimate",
     evaluator: Evaluator | None = None,

@@ -295,9 +295,10 @@ def body(x_ref, o_ref):
 
 
 def workload(x):
-    spec = pl.BlockSpec((8, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(buffer_count=${nbuf}))
+    block = (8, x.shape[1])  # whole rows: right at every size (a fixed 128 left the other columns unwritten)
+    spec = pl.BlockSpec(block, lambda i: (i, 0), pipeline_mode=pl.Buffered(buffer_count=${nbuf}))
     return pl.pallas_call(
-        body, grid=(x.shape[0] // 8,), in_specs=[spec], out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        body, grid=(x.shape[0] // 8,), in_specs=[spec], out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
     )(x)
 """
