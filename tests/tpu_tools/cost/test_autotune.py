@@ -61,7 +61,7 @@ def test_small_sweep_prunes_by_vmem_and_layout_keeps_failures_and_picks_a_valid_
     # Ranked and compiled at the target size (8p_GEMM's production M=K=8192, N=28672), validated at the
     # check sizes (small K=256, derived K=384): the template has no K remainder, so bk is 128, the block
     # that divides K at every size (bk=256 is right at small only, shape_specialized at the derived size).
-    space = {"bm": [128, 256, 8192, 100], "bn": [128, 896, 8192], "bk": [128]}
+    space = {"bm": [256, 8192, 100], "bn": [896, 8192], "bk": [128]}
     with WorkerPool(max_workers=1) as pool:
         report = autotune(
             Evaluator(pool, timeout_s=240),
@@ -77,8 +77,8 @@ def test_small_sweep_prunes_by_vmem_and_layout_keeps_failures_and_picks_a_valid_
     huge = by_cfg[(8192, 8192)]
     assert huge.status == "pruned" and huge.pruned_reason == "vmem" and huge.compile_ok is None
     assert "VMEM" in huge.failure  # the reason is kept as data on the config
-    assert by_cfg[(100, 128)].pruned_reason == "layout"  # 100 rows: neither a multiple of 8 nor M
-    assert report.pruned["vmem"] >= 1 and report.space_size == 12
+    assert by_cfg[(100, 896)].pruned_reason == "layout"  # 100 rows: neither a multiple of 8 nor M
+    assert report.pruned["vmem"] >= 1 and report.space_size == 6
     assert report.evaluated == 2 and report.kind == "estimate"
     assert report.best is not None and report.best.status == "valid" and report.best.validate_ok
     assert report.best.config == {
