@@ -158,6 +158,8 @@ class MCPEvaluator:
             "seeds": seeds or task.seeds,
             "timeout_s": task.timeout_s,
         }
+        if task.check_sizes:
+            args["check_sizes"] = list(task.check_sizes)
         # no seed_offset: the server draws fresh seeds for every evaluation, re-verifications included
         started = time.perf_counter()
         try:
