@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     from maxkernel.clients.suite.cli import register as register_suite
 
     register_suite(sub)  # `suite`
+    from maxkernel.clients.model.cli import register as register_model
+
+    register_model(sub)  # `model`
     return p
 
 

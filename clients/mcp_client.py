@@ -191,8 +191,10 @@ class KernelServerClient:
         seed_offset: int | None = None,
         case: dict | None = None,
         allow_weak_check: bool | None = None,
+        check_sizes: list[str] | None = None,
     ) -> dict:
         """`case`: an extra input case ({name, sizes, distribution, scale}); None for the task's own inputs.
+        `check_sizes` None: the server's default check sizes.
 
         `seed_offset` None: the server draws the seeds at random (recorded in the verdict).
         """
@@ -208,6 +210,8 @@ class KernelServerClient:
         }
         if seed_offset is not None:
             args["seed_offset"] = seed_offset
+        if check_sizes is not None:
+            args["check_sizes"] = check_sizes
         return await self.call("validate_kernel", args)
 
     async def profile_kernel(

@@ -134,11 +134,68 @@ def analyze_profile(
     )
 
 
+OPTIMIZE_MODEL = """Optimize the model step {model!r} on {target} with Pallas kernels, region by region, and
+report the end-to-end estimate. Work through these steps with the maxkernel tools, in order; every time
+below is a static estimate (nothing runs on a chip here): say so whenever you quote one.
+
+1. Find the hot regions: call `find_hotspots` with model={model!r}, target={target!r}{size_arg}. Read the
+   table: each region's id, count, share of the step, bound and headroom. Pick the top {top} regions by
+   share (skip any costed at 0 us: XLA fused it into a neighbour). Say which you picked and why.
+2. Extract each picked region: call `extract_region` with model={model!r} and its region id. Each call
+   writes a standalone reference file (plain JAX, SIZES full and small, inputs drawn like the model's),
+   checked by splicing it back into the model bit for bit. Use that file as the reference from here on.
+3. For each extracted region, run the Auto loop by hand: the `plan_kernel` prompt (task = the extracted
+   file), then `implement_kernel`; `compile_kernel` for {target}; `validate_kernel` against the extracted
+   reference (fresh seeds, its check sizes); on a failure, the `debug_kernel` prompt with the verdict and
+   try again (at most 3 times). When it validates, `estimate_kernel` at the target size and compare it
+   with the region's time from step 1. A region with no valid kernel stays as the model has it: say so.
+4. Compose: call `compose_kernels` with model={model!r}, kernels = {{region id: kernel file}} for every
+   region with a valid kernel, target={target!r}{target_size_arg}. It validates the whole step with the
+   kernels in place against the model. If it does not match, drop kernels one at a time (largest region
+   first kept) until it does, and say which were dropped and why.
+5. Report: per region, its share, before (hotspot estimate x count), after (the kernel's estimate x
+   count) and its kernel's verdict; and the whole step before -> after with the arithmetic from
+   compose's estimate (step - sum(before) + sum(after)) and its tier. The same chain runs unattended as
+   `maxkernel-orchestrate model {model} --top {top} --target {target}`.
+"""
+
+
+def optimize_model(
+    model: str,
+    target: str = DEFAULT_TARGET,
+    top: str = "3",
+    size: str = "",
+    ctx: Context[AppState] | None = None,
+) -> list[Message]:
+    """Walk through a model step: find_hotspots -> extract_region -> the Auto loop (plan, implement, validate,
+    estimate) per region -> compose_kernels, and report the end-to-end estimate."""
+    _chip(target)  # a TPU target: the hotspots and every estimate are for one
+    try:
+        k = int(top)
+    except ValueError:
+        raise _bad_argument(f"top: a number of regions, got {top!r}") from None
+    if k < 1:
+        raise _bad_argument(f"top: at least 1 region, got {k}")
+    if ctx is not None:
+        from maxkernel.server.requests import resolve_reference, state_of
+
+        try:
+            resolve_reference(state_of(ctx).workspace, model)
+        except ToolError as e:
+            raise _bad_argument(f"model: {e}") from None
+    text = OPTIMIZE_MODEL.format(
+        model=model, target=target, top=k,
+        size_arg=f", size={size!r}" if size else "", target_size_arg=f", target_size={size!r}" if size else "",
+    )  # fmt: skip
+    return [UserMessage(text)]
+
+
 def register(server: MCPServer) -> None:
     for fn, title in [
         (plan_kernel, "Plan a TPU kernel"),
         (implement_kernel, "Implement a kernel plan"),
         (debug_kernel, "Debug a failing kernel"),
         (analyze_profile, "Analyze a kernel profile"),
+        (optimize_model, "Optimize a model step region by region"),
     ]:
         server.prompt(title=title)(fn)

@@ -624,13 +624,22 @@ async def compose_kernels(
     size: Annotated[
         Size, Field(description="the check size the composed step is validated at (not the target size)")
     ] = "small",
+    target_size: Annotated[
+        str | None,
+        Field(
+            description="where the composed step compiles and, on a TPU target, is estimated before/after "
+            "(None: the model's production size)"
+        ),
+    ] = None,
     seeds: Annotated[int, Field(ge=1, le=64, description="fresh input seeds")] = 3,
     timeout_s: Annotated[float, Field(gt=0, le=3600, description="wall-clock limit")] = 1800.0,
 ) -> ComposeReport:
     """The model step with kernels in place of their regions (the model's other equations re-emitted as
     plain JAX, never importing the model), validated end to end against the model under the judge's rules:
     fresh seeds, the check size, the sandbox, no reference access. A kernel whose outputs do not have its
-    region's shapes is an error; nothing is written then."""
+    region's shapes is an error; nothing is written then. Once it matches, on a TPU target: each region's
+    hotspot estimate before, its kernel's static estimate after, and the whole step by Amdahl's sum
+    (estimates, never measurements)."""
     from pathlib import Path
 
     from maxkernel.server.workspace import WorkspaceError
@@ -650,8 +659,8 @@ async def compose_kernels(
         try:
             specs = [f"{rid}={p}" for rid, p in paths.items()]
             return compose(
-                st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size, seeds=seeds,
-                timeout_s=timeout_s, on_progress=progress, cancel=cancel,
+                st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size,
+                target_size=target_size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel,
             )  # fmt: skip
         except UsageError as e:
             return str(e)

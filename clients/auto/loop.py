@@ -356,6 +356,7 @@ class AutoLoop(RoleSteps):
                 self.config.size,
                 seeds=self.config.seeds,
                 # no seed_offset: the server draws fresh seeds for every validation (a kernel cannot predict them)
+                **({"check_sizes": self.config.check_sizes} if self.config.check_sizes else {}),
             )
         except ServerToolError as e:
             return self._attempt_failed("tool_error", f"validate_kernel: {e}")

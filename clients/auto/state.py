@@ -38,6 +38,9 @@ class AutoConfig(BaseModel):
     iterations: int = Field(default=5, ge=1)
     max_debug: int = Field(default=3, ge=0)
     seeds: int = Field(default=3, ge=1, le=16)
+    check_sizes: list[str] | None = Field(
+        default=None, description="where validation runs the kernel; None: the server's default check sizes"
+    )
     model: str = "offline"
     budget: Budget = Budget()
     profile: bool = True

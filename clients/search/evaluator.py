@@ -29,6 +29,9 @@ class EvalTask(BaseModel):
         description="the target size; None: the reference's production size (the server resolves it)",
     )
     seeds: int = Field(default=3, ge=1, le=16)
+    check_sizes: tuple[str, ...] | None = Field(
+        default=None, description="where validation runs the kernel; None: the server's default check sizes"
+    )
     validate_target: str = "cpu"
     profile_target: str = "local"
     timeout_s: float = 300.0

@@ -158,6 +158,8 @@ class MCPEvaluator:
             "seeds": seeds or task.seeds,
             "timeout_s": task.timeout_s,
         }
+        if task.check_sizes:
+            args["check_sizes"] = list(task.check_sizes)
         # no seed_offset: the server draws fresh seeds for every evaluation, re-verifications included;
         # size None is left out, so the server's own default (the production size) applies, as in _read
         args = {k: v for k, v in args.items() if v is not None}

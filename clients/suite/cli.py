@@ -150,9 +150,12 @@ def _specs(args: argparse.Namespace, suite_dir: Path, concurrency: int) -> list[
     return specs
 
 
-async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) -> dict[str, Any]:
+async def run_suite(
+    args: argparse.Namespace, servers: list[Any] | None = None, settings: Any = None
+) -> dict[str, Any]:
     """Run (or resume) a suite; `servers` overrides --server (tests pass in-process server objects or
-    evaluators). The servers are connected before a new suite directory is created."""
+    evaluators); `settings` overrides the ones made from `args` (a model run's suite over its regions).
+    The servers are connected before a new suite directory is created."""
     from contextlib import AsyncExitStack
 
     from maxkernel.clients.fleet.servers import Dispatcher
@@ -180,7 +183,7 @@ async def run_suite(args: argparse.Namespace, servers: list[Any] | None = None) 
         settings = SuiteSettings.model_validate(peek.get_meta("settings"))
         peek.close()
     else:
-        settings = _settings(args)
+        settings = settings if settings is not None else _settings(args)
         suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")

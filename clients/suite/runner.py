@@ -46,6 +46,14 @@ class SuiteSettings(BaseModel):
     """Everything a resumed suite must reuse unchanged (stored in the suite DB's meta)."""
 
     tasks: list[str]
+    references: dict[str, str] = Field(
+        default_factory=dict,
+        description="task -> the reference its server resolves (a workspace path), for tasks that are not "
+        "JaxBench ids (a model's extracted regions); others are their own reference",
+    )
+    check_sizes: list[str] | None = Field(
+        default=None, description="where validation runs kernels; None: the server's default check sizes"
+    )
     mode: Literal["auto", "search"] = "auto"
     model: str = "offline"
     target: str = "tpu-v6e"
@@ -162,12 +170,16 @@ class SuiteProgress:
 def task_source(task: str) -> str:
     from maxkernel.jaxbench import registry
 
+    if Path(task).is_file():  # a reference file (a model's extracted region)
+        return Path(task).read_text(encoding="utf-8")
     return registry.task_path(task).read_text(encoding="utf-8")
 
 
 def expert_source(task: str) -> str | None:
     from maxkernel.jaxbench import registry
 
+    if Path(task).is_file():  # a reference file has no expert Pallas kernel beside it
+        return None
     path = registry.pallas_reference_path(task)
     return path.read_text(encoding="utf-8") if path else None
 
@@ -187,6 +199,20 @@ class SuiteRunner:
         self.progress = progress
         self.stop_reason: str | None = None
         self._hosts: dict[str, set[str]] = {}
+
+    def ref(self, task: str) -> str:
+        """What the servers get for `task`: its reference path, else the task id itself."""
+        return self.s.references.get(task, task)
+
+    def _spec(self, task: str) -> str:
+        """A reference file's text as the task's prompt (as `auto --reference FILE` gives it); a JaxBench
+        task's text comes from the server (empty here)."""
+        if task not in self.s.references:
+            return ""
+        return f"Reference module (the kernel must match it):\n```python\n{task_source(self.ref(task))}\n```"
+
+    def _checks(self) -> dict[str, Any]:
+        return {"check_sizes": list(self.s.check_sizes)} if self.s.check_sizes else {}
 
     # ---- budgets over the whole suite
     def _over_budget(self) -> str | None:
@@ -288,7 +314,9 @@ class SuiteRunner:
             else:
                 config = AutoConfig(
                     task=task,
-                    reference=task,
+                    reference=self.ref(task),
+                    task_spec=self._spec(task),
+                    check_sizes=self.s.check_sizes,
                     target=self.s.target,
                     size=self.s.size,
                     iterations=self.s.iterations,
@@ -341,8 +369,10 @@ class SuiteRunner:
         gs = GraphStore(task_dir)
         cache = EvalCache(self.store.root / "eval-cache.sqlite")
         try:
+            ref = self.ref(task)
             etask = EvalTask(
-                reference=task,
+                reference=ref,
+                check_sizes=tuple(self.s.check_sizes) if self.s.check_sizes else None,
                 target=self.s.target,
                 size=self.s.size,
                 seeds=self.s.seeds,
@@ -353,10 +383,10 @@ class SuiteRunner:
             ns = argparse.Namespace(
                 proposer=None, model=self.s.model, target=self.s.target, size=self.s.size, root=None
             )
-            proposer = make_proposer(ns, task, ledger, budget)
+            proposer = make_proposer(ns, ref, ledger, budget)
             # a model proposer starts from the Auto loop's task text, asked of the pool's servers
-            await self.dispatcher.run(lambda ev: prepare_proposer(proposer, ev, task, self.s.size))
-            cached = CachedEvaluator(self.dispatcher, cache, reference_hash(task))
+            await self.dispatcher.run(lambda ev: prepare_proposer(proposer, ev, ref, self.s.size))
+            cached = CachedEvaluator(self.dispatcher, cache, reference_hash(ref))
             search = Search(
                 gs,
                 cached,
@@ -374,7 +404,7 @@ class SuiteRunner:
             best = result.best
             if best is not None and not result.reverified:
                 best = None
-            if best is not None and best.config and (space := space_for(task)) is not None:
+            if best is not None and best.config and (space := space_for(ref)) is not None:
                 record_best(
                     space,
                     self.s.target,
@@ -416,7 +446,7 @@ class SuiteRunner:
         if not path.is_file():
             role = get_role("tester")
             chip = self.s.target if self.s.target.startswith("tpu-") else DESIGN_CHIP
-            prompt = render_test_prompt(task_source(task), chip, kernel=source)
+            prompt = render_test_prompt(task_source(self.ref(task)), chip, kernel=source)
             from maxkernel.clients.models import Message
 
             raw: list[dict] = []
@@ -438,8 +468,10 @@ class SuiteRunner:
 
     # ---- scoring
     async def _call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        report = await self.dispatcher.run(lambda ev: ev.call(tool, args))
         task = args.get("reference")
+        if task:
+            args = {**args, "reference": self.ref(task)}
+        report = await self.dispatcher.run(lambda ev: ev.call(tool, args))
         if task:
             self._hosts.setdefault(task, set()).update(hosts_in(report))
         return report
@@ -464,7 +496,7 @@ class SuiteRunner:
 
     async def _expert_time(self, task: str, row: TaskRow) -> tuple[float | None, str | None] | None:
         """The expert Pallas reference profiled as a candidate; why it has no time goes in the row."""
-        source = expert_source(task)
+        source = expert_source(self.ref(task))
         if source is None:
             return None
         report = await self._call(
@@ -492,6 +524,7 @@ class SuiteRunner:
                 "size": self.s.size,
                 "seeds": self.s.verify_seeds,
                 "seed_offset": VERIFY_SEED_OFFSET,
+                **self._checks(),
             },
         )
         v = verdict_from_report(report, "pool", "", 0.0)

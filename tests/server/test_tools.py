@@ -89,7 +89,13 @@ async def test_lists_tools_prompts_and_resources(client):
         assert all(props[p].get("description") for p in ("reference", "kernel_source", "kernel_path"))
     assert tools["list_chips"].annotations.read_only_hint is True
     prompts = {p.name: p for p in (await client.list_prompts()).prompts}
-    assert set(prompts) == {"plan_kernel", "implement_kernel", "debug_kernel", "analyze_profile"}
+    assert set(prompts) == {
+        "plan_kernel",
+        "implement_kernel",
+        "debug_kernel",
+        "analyze_profile",
+        "optimize_model",
+    }
     assert {a.name for a in prompts["plan_kernel"].arguments if a.required} == {"task"}
     uris = {r.uri for r in (await client.list_resources()).resources}
     assert uris == {"maxkernel://tasks", "maxkernel://guides/pallas-tpu"}

@@ -30,6 +30,16 @@ def _check_new_file(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} is a directory; give a file path")
 
 
+def add_target_size(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target-size",
+        default=cli_args.DEFAULT_SIZE,
+        metavar="NAME",
+        help="where the composed step compiles and is estimated before/after on a TPU --target "
+        f"(default: {cli_args.SIZE_DEFAULT_TEXT})",
+    )
+
+
 def cmd_hotspots(args) -> int:
     from maxkernel.tpu_tools.cli.main import _print_json
     from maxkernel.tpu_tools.hardware.targets import parse_target
@@ -163,7 +173,7 @@ def cmd_compose(args) -> int:
         raise UsageError(f"--out {out} exists; compose writes a new directory")
     report = compose(
         Evaluator(timeout_s=args.timeout), args.model, kernels, out, target=args.target, size=args.size,
-        seeds=args.seeds, seed_offset=args.seed_offset, on_progress=_live(args),
+        target_size=args.target_size, seeds=args.seeds, seed_offset=args.seed_offset, on_progress=_live(args),
     )  # fmt: skip
     if args.json:
         _print_json(report)
@@ -174,7 +184,37 @@ def cmd_compose(args) -> int:
         console.print(f"{mark} compose {report.model}: {report.verdict}", highlight=False)
         console.print(f"  composed step: {report.composed_path}", markup=False, highlight=False)
         console.print(f"  tolerance: {report.tolerance_note}", markup=False, highlight=False)
+        render_step_estimate(report.estimate, report.estimate_note)
     return 0 if report.ok else 1
+
+
+def render_step_estimate(e, why_none: str = "") -> None:
+    """Before/after per replaced region and for the whole step, with the Amdahl sum written out."""
+    from rich.table import Table
+
+    from maxkernel.tpu_tools.cli.render import console
+
+    if e is None:
+        if why_none:
+            console.print(f"  {why_none}", markup=False, highlight=False)
+        return
+    console.print(
+        f"[bold]estimate[/] on {e.target} at size {e.size} ({e.tier}; nothing measured):", highlight=False
+    )
+    t = Table(show_edge=False)
+    for col in ("region", "×", "before µs each", "before µs", "after µs each", "after µs", "speedup", "note"):
+        t.add_column(col, justify="left" if col in ("region", "note") else "right")
+    for r in e.regions:
+        t.add_row(
+            r.region, str(r.count), f"{r.before_each_us:.4g}", f"{r.before_us:.4g}",
+            "-" if r.after_each_us is None else f"{r.after_each_us:.4g}",
+            "-" if r.after_us is None else f"{r.after_us:.4g}",
+            "-" if r.speedup is None else f"{r.speedup:.2f}x", r.note,
+        )  # fmt: skip
+    console.print(t)
+    console.print(f"  step: {e.arithmetic} (estimate)", markup=False, highlight=False)
+    for n in e.notes:
+        console.print(f"  note: {n}", markup=False, highlight=False)
 
 
 def register(sub) -> None:
@@ -217,6 +257,7 @@ def register(sub) -> None:
     )
     cli_args.add_target(p)
     cli_args.add_size(p, "small")
+    add_target_size(p)
     cli_args.add_seeds(p)
     cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
     cli_args.add_json(p)

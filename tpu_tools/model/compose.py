@@ -10,6 +10,11 @@ kernel's own Pallas checks belong to its region's suite, not here.
 
 Tolerance: the model's own (from its output dtype), not grown with depth: a composed step that drifts past
 the single-op bound fails and says so (seam: a depth-scaled bound, once measured on a chip).
+
+Once it matches, the step is estimated at the target size on a TPU target (Amdahl, nothing measured):
+before, each replaced region's hotspot estimate x its count, and the whole step's hotspot total; after,
+each kernel's static estimate (Evaluator.estimate, against the region's extracted reference at the target
+size) x the count, and step - sum(before of the replaced) + sum(after of the replaced).
 """
 
 from __future__ import annotations
@@ -169,6 +174,42 @@ def workload(*inputs):
     return {"source": text, "model": ref.info.name}
 
 
+class RegionEstimate(BaseModel):
+    """One replaced region, before and after, at the target size: estimates, never measurements."""
+
+    region: str
+    count: int = Field(description="instances of the region in the step")
+    kernel: str = Field(description="the kernel file")
+    reference: str | None = Field(
+        None, description="the region's extracted reference the kernel was estimated on"
+    )
+    before_each_us: float = Field(description="the region's hotspot estimate, one instance")
+    before_us: float = Field(description="before_each_us x count")
+    before_tier: str
+    after_each_us: float | None = Field(None, description="the kernel's static estimate, one call")
+    after_us: float | None = Field(None, description="after_each_us x count")
+    after_tier: str | None = None
+    speedup: float | None = Field(None, description="before_us / after_us (estimate)")
+    note: str = ""
+
+
+class StepEstimate(BaseModel):
+    """The whole step before and after, by Amdahl's arithmetic over the replaced regions (estimate)."""
+
+    basis: Literal["estimate"] = "estimate"
+    tier: str = Field(description="the estimate's tier: the step's (hotspots) and the kernels' (estimate)")
+    target: str
+    size: str = Field(description="the target size the step and every kernel were estimated at")
+    step_before_us: float = Field(description="the whole step's hotspot estimate")
+    replaced_before_us: float = Field(description="sum of before_us over the regions with an after")
+    replaced_after_us: float = Field(description="sum of after_us over the same regions")
+    step_after_us: float = Field(description="step_before_us - replaced_before_us + replaced_after_us")
+    speedup: float = Field(description="step_before_us / step_after_us (estimate)")
+    arithmetic: str = Field(description="the sum, written out")
+    regions: list[RegionEstimate]
+    notes: list[str] = Field(default_factory=list)
+
+
 class ComposeReport(BaseModel):
     kind: Literal["compose"] = "compose"
     model: str
@@ -179,6 +220,10 @@ class ComposeReport(BaseModel):
     verdict: str = Field(description="the end-to-end validation's verdict, from what ran")
     validation: dict[str, Any] = Field(description="the ValidationReport of the composed step vs the model")
     tolerance_note: str
+    estimate: StepEstimate | None = Field(
+        None, description="before/after at the target size (a static estimate): only once validation passes"
+    )
+    estimate_note: str = Field("", description="why there is no estimate, when there is none")
 
 
 def compose(
@@ -189,13 +234,21 @@ def compose(
     *,
     target: str = "cpu",
     size: str = "small",
+    target_size: str | None = None,
+    references: dict[str, str] | None = None,
+    hotspots: Any = None,
     seeds: int = 3,
     seed_offset: int | None = None,
     timeout_s: float | None = None,
     on_progress: Any = None,
     cancel: Any = None,
 ) -> ComposeReport:
-    """Write the composed step to `out_dir` (new) and validate it against the model under the judge's rules."""
+    """Write the composed step to `out_dir` (new) and validate it against the model under the judge's rules.
+
+    `size` is the check size; `target_size` (None: the model's production size) is where the composed
+    step compiles and, once it matches, where the before/after estimate is made on a TPU `target`.
+    `references` maps region ids to their extracted references (else each is extracted into `out_dir`);
+    `hotspots` is the model's HotspotReport at the target and target size (else it is made here)."""
     from maxkernel.tpu_tools.judge.outcomes import abs_reference
 
     out = Path(out_dir)
@@ -223,7 +276,7 @@ def compose(
         if on_progress:
             on_progress(f"validate the composed step against the model ({seeds} fresh seeds, size {size})")
         report = evaluator.validate(
-            str(composed), reference, target, None, check_sizes=[size], seeds=seeds, seed_offset=seed_offset,
+            str(composed), reference, target, target_size, check_sizes=[size], seeds=seeds, seed_offset=seed_offset,
             allow_plain_jax=True, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel,
         )  # fmt: skip
         shape_error = _kernel_shape_error(report)
@@ -238,7 +291,7 @@ def compose(
         if report.ok
         else f"the composed step does not match the model: {summary}"
     )
-    return ComposeReport(
+    result = ComposeReport(
         model=outcome.result["model"],
         target=target,
         kernels=kernels,
@@ -249,6 +302,107 @@ def compose(
         tolerance_note="the model's own tolerance (its CONFIG, else its output dtype's), not grown with the "
         "kernels' depth: stricter than a depth-scaled bound",
     )
+    if not report.ok:
+        result.estimate_note = "no estimate: the composed step does not match the model"
+    elif not target.startswith("tpu-"):
+        result.estimate_note = (
+            f"no estimate: {target!r} is not a TPU target (give --target tpu-v5e, tpu-v6e, ...)"
+        )
+    else:
+        result.estimate = estimate_step(
+            evaluator, reference, kernels, out, target=target, target_size=target_size,
+            references=references, hotspots=hotspots, timeout_s=timeout_s, on_progress=on_progress,
+            cancel=cancel,
+        )  # fmt: skip
+    return result
+
+
+def estimate_step(
+    evaluator: Any,
+    reference: str,
+    kernels: dict[str, str],
+    out: Path,
+    *,
+    target: str,
+    target_size: str | None = None,
+    references: dict[str, str] | None = None,
+    hotspots: Any = None,
+    timeout_s: float | None = None,
+    on_progress: Any = None,
+    cancel: Any = None,
+) -> StepEstimate:
+    """Amdahl at the target size: the hotspot table's step and regions before, each kernel's static
+    estimate (on its region's extracted reference) after. A kernel with no estimate keeps its region's
+    before in the step, and its row says why."""
+    from maxkernel.tpu_tools.model.extract import extract_in_child
+    from maxkernel.tpu_tools.model.hotspots import hotspots_in_child
+
+    hs = hotspots
+    if hs is None:
+        hs = hotspots_in_child(
+            evaluator,
+            reference,
+            target,
+            target_size,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+    references = dict(references or {})
+    rows: list[RegionEstimate] = []
+    kernel_tiers: set[str] = set()
+    for rid, kernel_path in kernels.items():
+        cost = hs.region(rid)
+        row = RegionEstimate(
+            region=rid, count=cost.region.count, kernel=kernel_path, before_each_us=cost.time_us,
+            before_us=cost.total_us, before_tier=cost.tier,
+        )  # fmt: skip
+        rows.append(row)
+        ref = references.get(rid)
+        if ref is None:
+            ref = str(out / "regions" / f"{kernel_module(rid)[2:]}.py")
+            try:
+                extract_in_child(evaluator, reference, rid, ref, timeout_s=timeout_s, on_progress=on_progress,
+                                 cancel=cancel)  # fmt: skip
+            except UsageError as e:
+                row.note = f"no estimate: the region could not be extracted: {e}"
+                continue
+        row.reference = ref
+        if on_progress:
+            on_progress(f"estimate the kernel for {rid} on {target} at size {hs.size}")
+        est = evaluator.estimate(
+            kernel_path, ref, target, hs.size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+        )
+        if not est.ok or est.estimate is None:
+            summary = est.failure.summary if est.failure is not None else "no estimate"
+            row.note = f"{summary}: the step keeps the region's own time"
+            continue
+        row.after_each_us = est.estimate.estimated_time_us
+        row.after_us = row.after_each_us * row.count
+        row.after_tier = est.estimate.tier
+        row.speedup = row.before_us / row.after_us if row.after_us > 0 else None
+        kernel_tiers.add(est.estimate.tier)
+    done = [r for r in rows if r.after_us is not None]
+    before = sum(r.before_us for r in done)
+    after = sum(r.after_us or 0.0 for r in done)
+    step_after = hs.step_us - before + after
+    terms = lambda xs: " + ".join(f"{e:.4g}x{c}" for e, c in xs) or "0"  # noqa: E731
+    arithmetic = (
+        f"after = step - sum(before) + sum(after) = {hs.step_us:.4g} - ({terms((r.before_each_us, r.count) for r in done)}) "
+        f"+ ({terms((r.after_each_us, r.count) for r in done)}) = {hs.step_us:.4g} - {before:.4g} + {after:.4g} "
+        f"= {step_after:.4g} us; speedup {hs.step_us:.4g} / {step_after:.4g} = {hs.step_us / step_after:.3g}x"
+    )
+    tier = f"step: {hs.tier}; kernels: {', '.join(sorted(kernel_tiers)) or 'none'}"
+    notes = [
+        "every time is a static estimate at the target size; nothing ran on a chip",
+        "fusions and kernels are summed one after another: no overlap, no layout copies at a kernel's boundary",
+    ]
+    notes += [f"{r.region}: {r.note}" for r in rows if r.after_us is None]
+    return StepEstimate(
+        tier=tier, target=hs.target, size=hs.size, step_before_us=hs.step_us, replaced_before_us=before,
+        replaced_after_us=after, step_after_us=step_after, speedup=hs.step_us / step_after,
+        arithmetic=arithmetic, regions=rows, notes=notes,
+    )  # fmt: skip
 
 
 def _kernel_shape_error(report) -> str | None:

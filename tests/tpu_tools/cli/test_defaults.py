@@ -46,6 +46,18 @@ DIFFERENT = {
         "orchestrate suite",
     ): "a suite runs every task: one iteration each (--help names auto's 5)",
     ("test_cases", "orchestrate suite"): "a suite runs every task: fewer cases each (--help names auto's 3)",
+    (
+        "iterations",
+        "orchestrate model",
+    ): "a model run is a suite over its regions: the suite's budget each (--help names auto's 5)",
+    (
+        "test_cases",
+        "orchestrate model",
+    ): "a model run is a suite over its regions: the suite's cases each (--help names auto's 3)",
+    (
+        "top",
+        "orchestrate model",
+    ): "how many regions of the model to optimize, not how many trace rows to show",
     ("max_evaluations", "orchestrate suite"): "the whole suite's budget; per task is --task-max-evaluations",
     (
         "objective",

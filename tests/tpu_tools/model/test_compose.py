@@ -50,6 +50,41 @@ def test_a_correct_kernel_composes_and_matches_the_model(tmp_path, evaluator):
     assert (
         "_kernel('attention.sdpa'" in text and "llama3_8b_layer import" not in text and "jaxbench" not in text
     )
+    # no TPU target, no estimate: the report says why instead of a number
+    assert r.estimate is None and "not a TPU target" in r.estimate_note
+
+
+def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tmp_path, evaluator):
+    """At the target size on v5e: before = the region's hotspot estimate x count, after = the kernel's
+    static estimate on the extracted region x count, the step by Amdahl; labeled estimate, with its tier."""
+    from maxkernel.tpu_tools.model.hotspots import hotspots_in_child
+
+    hs = hotspots_in_child(evaluator, "llama3_8b_layer", "tpu-v5e", "small")
+    r = compose(
+        evaluator, "llama3_8b_layer", kernel(tmp_path, "ok"), str(tmp_path / "out"), target="tpu-v5e",
+        target_size="small", hotspots=hs,
+    )  # fmt: skip
+    assert r.ok, r.verdict
+    assert r.validation["size"] == "small"  # compiled for v5e at the target size asked for
+    e = r.estimate
+    assert e is not None and e.basis == "estimate" and (e.target, e.size) == ("tpu-v5e", "small")
+    assert e.tier == "step: model; kernels: model"
+    (row,) = e.regions
+    sdpa = hs.region("attention.sdpa")
+    assert (row.region, row.count) == ("attention.sdpa", sdpa.region.count)
+    assert row.before_each_us == sdpa.time_us and row.before_us == sdpa.total_us
+    # after: the kernel's own static estimate against the region's extracted reference, at the target size
+    again = evaluator.estimate(row.kernel, row.reference, "tpu-v5e", "small")
+    assert again.ok and row.after_each_us == again.estimate.estimated_time_us > 0
+    assert row.after_us == row.after_each_us * row.count and row.after_tier == again.estimate.tier
+    assert e.step_before_us == hs.step_us
+    assert e.step_after_us == pytest.approx(hs.step_us - row.before_us + row.after_us)
+    assert e.speedup == pytest.approx(hs.step_us / e.step_after_us)
+    assert (
+        f"{hs.step_us:.4g} - {row.before_us:.4g} + {row.after_us:.4g} = {e.step_after_us:.4g} us"
+        in e.arithmetic
+    )
+    assert any("nothing ran on a chip" in n for n in e.notes)
 
 
 def test_a_kernel_wrong_only_without_the_causal_mask_fails_end_to_end(tmp_path, evaluator):

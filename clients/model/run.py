@@ -1,0 +1,243 @@
+"""The chain of a model run: hotspots -> extract the top K regions -> a suite over them -> compose the
+kernels that validated -> one report. Each stage's result stays in the run directory, so a run killed at
+any point continues with `--resume RUN_DIR` and repeats nothing it finished (the suite's own store
+resumes its tasks; hotspots and extracts are cached files; compose, the cheap last step, runs again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from maxkernel.clients.model import stages
+from maxkernel.clients.model.report import REPORT_JSON, REPORT_TEXT, ModelReport, RegionRow, text
+from maxkernel.tpu_tools.errors import UsageError
+
+RUN_FILE = "model_run.json"
+COMPOSED_DIR = "composed"
+
+
+class ModelRunSettings(BaseModel):
+    """What a resumed run reuses unchanged (RUN_DIR/model_run.json)."""
+
+    model: str
+    top: int
+    mode: str
+    target: str
+    size: str | None
+    check_sizes: list[str] | None
+    llm: str
+    concurrency: int
+    iterations: int
+    test_cases: int
+    seeds: int
+    task_max_evaluations: int
+
+
+def _note(args: argparse.Namespace):
+    if args.quiet or args.json:
+        return lambda line: None
+    return lambda line: print(f"model: {line}", file=sys.stderr, flush=True)
+
+
+def _suite_args(args: argparse.Namespace, suite_dir: Path, resume: bool) -> argparse.Namespace:
+    return argparse.Namespace(
+        resume=str(suite_dir) if resume else None,
+        run_dir=str(suite_dir),
+        quiet=args.quiet,
+        json=args.json,
+        server=list(args.server),
+        token=args.token,
+        engine=args.engine,
+        ray_address=args.ray_address,
+        profile_on=args.profile_on,
+    )
+
+
+def _suite_resumable(suite_dir: Path) -> bool:
+    """A suite store with its settings in it; one killed before it had them is started again."""
+    from maxkernel.clients.suite.store import SUITE_FILE, SuiteStore
+
+    if not SuiteStore.exists(suite_dir):
+        return False
+    peek = SuiteStore(suite_dir, requeue=False)
+    try:
+        if peek.get_meta("settings") is not None:
+            return True
+    finally:
+        peek.close()
+    for name in (SUITE_FILE, SUITE_FILE + "-wal", SUITE_FILE + "-shm"):
+        (suite_dir / name).unlink(missing_ok=True)
+    return False
+
+
+async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) -> ModelReport:
+    from maxkernel.clients.suite.cli import run_suite
+    from maxkernel.clients.suite.runner import SuiteSettings
+    from maxkernel.tpu_tools.cli.model import HOTSPOTS_TIMEOUT_S
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+
+    note = _note(args)
+    evaluator = Evaluator(timeout_s=HOTSPOTS_TIMEOUT_S)
+    if args.resume:
+        run_dir = Path(args.resume)
+        s = ModelRunSettings.model_validate_json((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    else:
+        s = ModelRunSettings(
+            model=args.model_ref, top=args.top, mode=args.mode, target=args.target, size=args.size,
+            check_sizes=args.check_sizes, llm=args.llm, concurrency=args.concurrency,
+            iterations=args.iterations, test_cases=args.test_cases, seeds=args.seeds,
+            task_max_evaluations=args.task_max_evaluations,
+        )  # fmt: skip
+        run_dir = Path(args.run_dir or f"runs/model-{time.strftime('%Y%m%d-%H%M%S')}-{Path(s.model).stem}")
+    # 1. hotspots: before the run directory exists (a model that does not trace leaves nothing behind)
+    note(f"hotspots of {s.model} on {s.target} (size {s.size or 'production'})")
+    hs, cached = stages.hotspots(evaluator, s.model, s.target, s.size, run_dir if args.resume else None, note)
+    if not args.resume:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / RUN_FILE).write_text(s.model_dump_json(indent=1), encoding="utf-8")
+        stages.save_hotspots(run_dir, hs)
+    note(
+        f"step {hs.step_us:.4g} us (estimate, {hs.tier}){' (cached)' if cached else ''}; run directory {run_dir}"
+    )
+    top = stages.top_regions(hs, s.top)
+    notes = []
+    if len(top) < s.top:
+        notes.append(f"--top {s.top}: the step has {len(top)} region(s) with a cost; all of them were taken")
+    # 2. extract the top K regions into the suite's workspace
+    refs: dict[str, str] = {}
+    for rid in top:
+        rep, was = stages.extract(evaluator, s.model, rid, run_dir, note)
+        refs[rid] = str(Path(rep.path).resolve())
+        note(f"region {rid}: {rep.path}{' (cached)' if was else ''}")
+    # 3. a suite over the extracted references (its store resumes; its live line shows progress)
+    suite_dir = run_dir / stages.SUITE_DIR
+    settings = SuiteSettings(
+        tasks=top, references=refs, check_sizes=s.check_sizes, mode=s.mode, model=s.llm, target=s.target,
+        size=hs.size, concurrency=s.concurrency, iterations=s.iterations, test_cases=s.test_cases,
+        seeds=s.seeds, task_max_evaluations=s.task_max_evaluations,
+    )  # fmt: skip
+    resume = _suite_resumable(suite_dir)
+    suite = await run_suite(_suite_args(args, suite_dir, resume), servers, settings=settings)
+    rows = {r["task"]: r for r in suite["rows"]}
+    # 4. compose the kernels that validated
+    kernels: dict[str, str] = {}
+    for rid in top:
+        r = rows.get(rid) or {}
+        if r.get("correct") and r.get("kernel_file"):
+            kernels[rid] = str((suite_dir / r["kernel_file"]).resolve())
+        else:
+            notes.append(f"{rid}: no valid kernel, left as the model has it ({_verdict(r)})")
+    composed, estimate = None, None
+    if kernels:
+        composed, estimate = _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note)
+    else:
+        notes.append("no region has a valid kernel: the step is the model's own")
+    report = _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes)
+    (run_dir / REPORT_JSON).write_text(report.model_dump_json(indent=1), encoding="utf-8")
+    (run_dir / REPORT_TEXT).write_text(text(report) + "\n", encoding="utf-8")
+    return report
+
+
+def _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note):
+    """Every valid kernel in the step at once; if that does not match the model (errors add up across
+    kernels under the model's single-op tolerance), each kernel is added alone, largest region first,
+    and kept only while the step still matches. Each try is its own directory under composed/."""
+    from maxkernel.tpu_tools.model.compose import compose
+
+    root = run_dir / COMPOSED_DIR
+    shutil.rmtree(root, ignore_errors=True)  # compose is the cheap last step: a resumed run makes it again
+    check = (s.check_sizes or ["small"])[0]
+    tries = [list(kernels)]
+    if len(kernels) > 1:
+        tries += [[rid] for rid in kernels]  # kernels is in share order
+    accepted: list[str] = []
+    best = None
+    for n, want in enumerate(tries):
+        ids = want if n == 0 else [*accepted, *want]
+        if n > 0 and (best is not None and best.ok and set(ids) <= set(best.kernels)):
+            continue
+        if n > 0 and ids == tries[0]:
+            continue  # the whole set already failed
+        note(f"compose {', '.join(ids)} into {s.model} (checked at {check}, estimated at {hs.size})")
+        try:
+            c = compose(
+                evaluator, s.model, {r: kernels[r] for r in ids}, str(root / str(n)), target=s.target,
+                size=check, target_size=hs.size, references=refs, hotspots=hs, seeds=s.seeds,
+                on_progress=note,
+            )  # fmt: skip
+        except UsageError as e:
+            notes.append(f"compose of {', '.join(ids)} refused: {e}")
+            continue
+        if c.ok:
+            accepted, best = ids, c
+            if n == 0:
+                break
+        else:
+            notes.append(f"with {', '.join(ids)} in it, {c.verdict}")
+            if best is None:
+                best = c
+    if best is None:
+        return {"ok": False, "verdict": "compose refused every kernel", "path": None}, None
+    dropped = [r for r in kernels if r not in best.kernels] if best.ok else []
+    if dropped:
+        notes.append(f"left out of the step (it matched the model without them): {', '.join(dropped)}")
+    composed = {
+        "ok": best.ok,
+        "verdict": best.verdict,
+        "path": best.composed_path,
+        "kernels": list(best.kernels),
+    }
+    if not best.ok or best.estimate is None:
+        notes.append(f"no end-to-end estimate with kernels: {best.estimate_note or best.verdict}")
+    return composed, best.estimate
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    if not row:
+        return "not run (the suite stopped before it)"
+    if row.get("correct"):
+        return "correct: " + "; ".join(row.get("correct_evidence") or [])
+    return row.get("note") or row.get("status") or "not correct"
+
+
+def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes) -> ModelReport:
+    by_region = {e.region: e for e in estimate.regions} if estimate is not None else {}
+    out = []
+    for rid in top:
+        cost = hs.region(rid)
+        r = rows.get(rid) or {}
+        e = by_region.get(rid)
+        out.append(
+            RegionRow(
+                region=rid, count=cost.region.count, share=cost.share, before_us=cost.total_us,
+                after_us=e.after_us if e else None, speedup=e.speedup if e else None, reference=refs[rid],
+                kernel=str((suite_dir / r["kernel_file"]).resolve()) if r.get("correct") and r.get("kernel_file") else None,
+                verdict=_verdict(r), in_step=bool(e and e.after_us is not None),
+            )
+        )  # fmt: skip
+    if estimate is not None:
+        before, after, tier = estimate.step_before_us, estimate.step_after_us, estimate.tier
+        arithmetic = estimate.arithmetic
+        notes = notes + estimate.notes
+    else:
+        before = after = hs.step_us
+        tier = f"step: {hs.tier}; kernels: none"
+        arithmetic = f"after = step = {hs.step_us:.4g} us (no kernel in the step); speedup 1x"
+    return ModelReport(
+        model=hs.model, run_dir=str(run_dir), mode=s.mode, target=hs.target, size=hs.size,
+        check_sizes=s.check_sizes or ["the server's default check sizes"], tier=tier, step_before_us=before,
+        step_after_us=after, speedup=before / after if after else 1.0, arithmetic=arithmetic, regions=out,
+        composed=composed, notes=notes,
+    )  # fmt: skip
+
+
+def dump(report: ModelReport) -> str:
+    return json.dumps(report.model_dump(mode="json"), indent=2)

@@ -1,0 +1,96 @@
+"""`maxkernel-orchestrate model`: the Llama layer, top 2, offline model, small sizes, end to end; killed
+with -9 mid-suite and resumed (nothing finished is repeated); bad input is one line, exit 2, nothing written.
+
+Real subprocesses, a real stdio server, the real pool: no mocks. Slow (minutes) on a loaded box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+CMD = [sys.executable, "-m", "maxkernel.clients.cli", "model"]
+RUN = ["--mode", "auto", "--model", "offline", "--target", "tpu-v5e", "--size", "small", "--check-size", "small",
+       "--test-cases", "0", "--concurrency", "1"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["no_such_model", "--top", "2"], "no_such_model"),
+        (["llama3_8b_layer", "--top", "0"], "--top should be at least 1"),
+        (["llama3_8b_layer", "--mode", "fast"], "invalid choice: 'fast'"),
+        (["llama3_8b_layer", "--target", "cpu"], "on a TPU target"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, argv, needle):
+    run_dir = tmp_path / "run"
+    p = subprocess.run([*CMD, *argv, "--run-dir", str(run_dir)], capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)  # fmt: skip
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+
+
+def _done(db) -> int:
+    if not db.is_file():
+        return 0
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT count(*) FROM tasks WHERE status IN ('done','failed')").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_llama_top2_runs_resumes_after_kill_9_and_reports_the_step(tmp_path):
+    run_dir = tmp_path / "run"
+    first = subprocess.Popen(
+        [*CMD, "llama3_8b_layer", "--top", "2", *RUN, "--run-dir", str(run_dir)], cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    db = run_dir / "suite" / "suite.sqlite"
+    deadline = time.monotonic() + 900
+    while _done(db) < 1 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert first.poll() is None, f"finished before it could be killed: {first.stderr.read()[-3000:]}"
+    os.killpg(first.pid, signal.SIGKILL)  # this test's own process group: the run, its server, its pool
+    first.wait()
+    with sqlite3.connect(db) as c:
+        finished = {t for (t,) in c.execute("SELECT task FROM tasks WHERE status IN ('done','failed')")}
+    assert finished and (run_dir / "hotspots.json").is_file()
+
+    again = subprocess.run([*CMD, "--resume", str(run_dir), "--json"], capture_output=True, text=True,
+                           timeout=1500, cwd=tmp_path)  # fmt: skip
+    assert again.returncode in (0, 1), again.stderr[-3000:]
+    report = json.loads(again.stdout)
+    # nothing finished was repeated: hotspots and both extracts came from the run dir, each finished
+    # region ran once
+    with sqlite3.connect(db) as c:
+        attempts = dict(c.execute("SELECT task, attempts FROM tasks"))
+    assert all(attempts[t] == 1 for t in finished), attempts
+    saved = json.loads((run_dir / "model_report.json").read_text())
+    assert saved == report and report["basis"] == "estimate" and report["target"] == "tpu-v5e"
+    assert [r["region"] for r in report["regions"]] == ["mlp", "attention.sdpa"]  # by share of the step
+    hs = json.loads((run_dir / "hotspots.json").read_text())
+    assert report["step_before_us"] == hs["step_us"]
+    for r in report["regions"]:
+        assert r["verdict"] and r["reference"].endswith(".py")
+        assert r["before_us"] == next(
+            x["total_us"] for x in hs["regions"] if x["region"]["id"] == r["region"]
+        )
+    in_step = [r for r in report["regions"] if r["in_step"]]
+    assert report["step_after_us"] == pytest.approx(
+        report["step_before_us"] - sum(r["before_us"] for r in in_step) + sum(r["after_us"] for r in in_step)
+    )
+    assert report["speedup"] == pytest.approx(report["step_before_us"] / report["step_after_us"])
+    if not in_step:  # no kernel in the step: the report says why and still gives the step
+        assert report["notes"] and report["step_after_us"] == report["step_before_us"]
+    text = (run_dir / "model_report.txt").read_text()
+    assert "end to end (estimate" in text and "nothing measured" in text
