@@ -11,7 +11,8 @@ the same global arrays, sharded by `in_specs`, and runs under `jax.set_mesh(mesh
 
 Off the chip the same kernel is (a) compiled by the real Mosaic compiler for a TPU topology of that
 many chips (`topology_name`), and (b) run in TPU interpret mode on that many CPU devices
-(`host_device_flag` must be in XLA_FLAGS before the CPU backend starts). Remote DMAs are interpreted
+(`host_device_flag` must be in XLA_FLAGS before the CPU backend starts, with `host_threads_env`:
+fewer client threads than devices deadlocks it). Remote DMAs are interpreted
 with `dma_execution_mode="eager"` (see `execution.interpret_params`).
 """
 
@@ -107,10 +108,27 @@ def host_device_flag(n: int) -> str:
     return f"--xla_force_host_platform_device_count={int(n)}"
 
 
+def host_threads_env(n: int, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The CPU client's thread pool a backend with n devices needs: `PJRT_NPROC`, at least n + 1.
+
+    In TPU interpret mode each device blocks one thread of that pool inside an io_callback, reading a
+    buffer whose host copy is queued to the same pool (a large one: 64 KiB and up, seen with jax 0.10):
+    with n threads or fewer (the pool defaults to the core count) all n wait on a copy no thread is
+    left to run, and the run hangs. A larger PJRT_NPROC already set is kept.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        asked = int(environ.get("PJRT_NPROC", "0"))
+    except ValueError:
+        asked = 0
+    return {"PJRT_NPROC": str(max(int(n) + 1, asked or (os.cpu_count() or 1)))}
+
+
 def request_host_devices(n: int) -> None:
     """Ask the (not yet started) CPU backend for n devices; call before any jax backend use."""
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "host_platform_device_count" not in f]
     os.environ["XLA_FLAGS"] = " ".join([*flags, host_device_flag(n)])
+    os.environ.update(host_threads_env(n))
 
 
 def _mesh_over(devices, spec: MeshSpec):

@@ -139,6 +139,7 @@ def validate_at_sizes(
     )
     report.size, report.size_note, report.reference = comp.size, comp.size_note, comp.reference
     report.kernel_sha256, report.environment = comp.kernel_sha256, comp.environment
+    report.devices = comp.devices  # what it was compiled for; a run below says what it ran on
     report.check_sizes = comp.check_sizes
     report.checks = list(comp.checks)
     for w in comp.warnings:

@@ -28,7 +28,7 @@ from maxkernel.tpu_tools.hardware.mesh import (
 )
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged import job_env
-from maxkernel.tpu_tools.judged.classify import classify_exception
+from maxkernel.tpu_tools.judged.classify import classify_exception, unpartitioned_failure
 from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
@@ -212,15 +212,7 @@ def candidate_job(
             report.has_pallas_call = census.num_pallas_calls > 0
             report.work = census
             if mesh_spec is not None and (n := unpartitioned_kernels(jaxpr)):
-                return done(
-                    Failure(
-                        kind="compile_error",
-                        summary=f"{n} pallas_call(s) outside any shard_map over the {mesh_spec.describe()} "
-                        "mesh: Mosaic kernels cannot be automatically partitioned (wrap the kernel in "
-                        "jax.shard_map; remote DMAs move data between devices)",
-                        stage="trace",
-                    )
-                )
+                return done(unpartitioned_failure(n, mesh_spec.describe()))
             if (why := callback_verdict(census)) is not None:
                 return done(Failure(kind="host_callback", summary=why, stage="trace"))
             if not report.has_pallas_call and not allow_plain_jax:

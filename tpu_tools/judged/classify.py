@@ -201,6 +201,20 @@ def classify_exception(
     )
 
 
+def unpartitioned_failure(n: int, mesh_text: str) -> Failure:
+    """Pallas calls outside any shard_map over a mesh: the real compiler cannot partition them.
+
+    Said from the traced jaxpr, before lowering (where Mosaic raises a bare NotImplementedError) and
+    before anything runs (the interpreter may abort on them instead)."""
+    return Failure(
+        kind="compile_error",
+        summary=f"{n} pallas_call(s) outside any shard_map over the {mesh_text} "
+        "mesh: Mosaic kernels cannot be automatically partitioned (wrap the kernel in "
+        "jax.shard_map; remote DMAs move data between devices)",
+        stage="trace",
+    )
+
+
 def load_failure(e: UsageError | CandidateLoadError) -> Failure:
     """The caller's mistake (usage_error) or a candidate that broke on import (load_error)."""
     if isinstance(e, CandidateLoadError):

@@ -13,7 +13,7 @@ from maxkernel.tpu_tools.hardware import execution, mesh
 from maxkernel.tpu_tools.hardware.env_info import seal
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.candidate import load_candidate
-from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
+from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure, unpartitioned_failure
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 
@@ -225,6 +225,8 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))
             report.num_pallas_calls = len(report.pallas_calls)
+            if spec is not None and (n := mesh.unpartitioned_kernels(traced.jaxpr)):
+                return finish(unpartitioned_failure(n, spec.describe()))
             report.output = _specs(traced.out_info)
             if report.output != report.expected_output:
                 return finish(

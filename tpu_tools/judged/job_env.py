@@ -11,13 +11,22 @@ from __future__ import annotations
 import os
 import sys
 
-_KEEP_PREFIXES = ("JAX_", "XLA_", "TPU_", "LIBTPU", "ALLOW_MULTIPLE_LIBTPU_LOAD", "LC_", "MAXKERNEL_MEMORY")
+_KEEP_PREFIXES = (
+    "JAX_",
+    "XLA_",
+    "PJRT_",
+    "TPU_",
+    "LIBTPU",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD",
+    "LC_",
+    "MAXKERNEL_MEMORY",
+)
 _KEEP = ("PATH", "LANG", "TMPDIR", "HOME")
 ARGV = ["maxkernel-job"]
 
 
 def minimal_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The subset of `env` (default os.environ) a job needs: jax/XLA/libtpu settings, PATH, locale."""
+    """The subset of `env` (default os.environ) a job needs: jax/XLA/PJRT/libtpu settings, PATH, locale."""
     env = dict(os.environ if env is None else env)
     return {k: v for k, v in env.items() if k in _KEEP or k.startswith(_KEEP_PREFIXES)}
 

@@ -232,6 +232,11 @@ def _run(
         fn = None
         if estimate_only:
             side.not_measured_reason = estimate_only
+            if mesh_spec is not None and not plan.native:  # the size is not all: at a check size neither
+                side.not_measured_reason += (
+                    f"; at any size, a kernel over a mesh ({mesh_spec.describe()}) runs only on a TPU slice "
+                    "of that many chips (here it is estimated per chip)"
+                )
         elif native or measure_interpret:
             report_progress("compile candidate")
             stage = "lower"

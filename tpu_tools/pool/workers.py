@@ -41,6 +41,7 @@ import time
 import weakref
 from collections.abc import Callable
 
+from maxkernel.tpu_tools.hardware.mesh import host_threads_env
 from maxkernel.tpu_tools.pool import child as pool_child
 from maxkernel.tpu_tools.pool import sandbox
 from maxkernel.tpu_tools.pool.child import report_progress
@@ -281,6 +282,7 @@ class WorkerPool:
         env = dict(self._child_env)
         if spec.host_devices > 1:  # the child's backend starts after fork: jax's own config sets the count
             env["JAX_NUM_CPU_DEVICES"] = str(spec.host_devices)
+            env.update(host_threads_env(spec.host_devices, env))  # else interpret mode can deadlock
         recv_conn, send_conn = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=pool_child.forked_main,

@@ -106,7 +106,8 @@ class Reference:
         return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(self.input_shapes(size)))
 
     def elements_at(self, dims: dict) -> int:
-        """Input + output elements at a size dict; raises where the reference refuses that shape."""
+        """Input + output elements at a size dict; raises where the reference refuses that shape (over a
+        MESH, also where an input does not split over the mesh's devices: the device count stays fixed)."""
         import math
 
         import jax
@@ -114,6 +115,11 @@ class Reference:
         if self._create_sized is None:
             raise UsageError("a reference with fixed inputs has no other sizes")
         inputs = jax.eval_shape(lambda: self._create_sized(dims, 0))  # type: ignore[misc]
+        if self.info.mesh is not None:
+            from maxkernel.tpu_tools.hardware.mesh import shape_problem
+
+            if (problem := shape_problem(self.info.mesh, jax.tree_util.tree_leaves(inputs))) is not None:
+                raise ValueError(f"the MESH: {problem}")
         outputs = jax.eval_shape(self.workload, *inputs)
         return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves((inputs, outputs)))
 

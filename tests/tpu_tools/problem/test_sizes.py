@@ -41,6 +41,18 @@ def test_a_shape_the_reference_refuses_is_held_with_its_reason():
     assert d.held["q_lens"] == "not an integer dimension"
 
 
+def test_a_mesh_reference_keeps_its_device_count_and_a_split_the_mesh_takes():
+    """51m-53m: devices is held, every grown input still splits over the 4 chips, a shape that does not
+    split is refused like any shape the reference refuses."""
+    for task in ("51m", "52m", "53m"):
+        ref = load_reference(task)
+        d = ref.derived_size()
+        assert d.ok and d.dims["devices"] == 4 and "fixes it" in d.held["devices"], d
+        ref.elements_at(d.dims)  # the derived size lays out over the mesh
+    with pytest.raises(ValueError, match="does not split over axis 'x'"):
+        load_reference("51m").elements_at({"devices": 4, "M": 192, "K": 384, "N": 642})
+
+
 def test_tied_dimensions_stay_consistent():
     """hidden = heads x head_dim in every size: grown apart the reference's reshape refuses, so the tie holds."""
     ref = load_reference(str(REFS / "tied_heads_reference.py"))
