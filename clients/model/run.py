@@ -147,8 +147,8 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
 
 
 def _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note):
-    """Every valid kernel in the step at once; if that does not match the model (errors add up across
-    kernels under the model's single-op tolerance), each kernel is added alone, largest region first,
+    """Every valid kernel in the step at once; if that does not match the model (even under compose's
+    depth-grown tolerance), each kernel is added alone, largest region first,
     and kept only while the step still matches. Each try is its own directory under composed/."""
     from maxkernel.tpu_tools.model.compose import compose
 
@@ -194,6 +194,7 @@ def _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note):
         "verdict": best.verdict,
         "path": best.composed_path,
         "kernels": list(best.kernels),
+        "tolerance": best.tolerance_note,
     }
     if not best.ok or best.estimate is None:
         notes.append(f"no end-to-end estimate with kernels: {best.estimate_note or best.verdict}")
