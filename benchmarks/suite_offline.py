@@ -1,4 +1,5 @@
-"""The offline suite over all 50 JaxBench tasks (small size, tpu-v6e, estimate tier), killed halfway.
+"""The offline suite over all 50 JaxBench tasks (tpu-v6e, estimate tier, at --size: the production size
+`full` by default, validated at the check sizes), killed halfway.
 
 Runs `maxkernel-orchestrate suite --mode auto --model offline` as a subprocess, waits until half the
 tasks are finished, kills its whole process group with SIGKILL (the stdio server too), then continues
@@ -6,7 +7,8 @@ it with `--resume`. Printed: wall time of each part, tasks correct, fast_1 / fas
 (estimate tier: the static model, not a measurement), how many tasks match or beat the expert Pallas
 reference, and what the resume kept: finished tasks never run twice, the ones in flight run again
 from their journals.
-Run: .venv/bin/python benchmarks/suite_offline.py [--out runs/suite-offline] [--tasks all] [--no-kill]
+Run: .venv/bin/python benchmarks/suite_offline.py [--out runs/suite-offline] [--tasks all] [--size full]
+[--no-kill]
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def main() -> int:
     p.add_argument("--out", default=f"runs/suite-offline-{time.strftime('%Y%m%d-%H%M%S')}")
     p.add_argument("--tasks", default="all")
     p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--size", default="full", help="the target size: scored there, validated at check sizes")
     p.add_argument("--no-kill", action="store_true", help="one uninterrupted run")
     a = p.parse_args()
     suite_dir = Path(a.out)
@@ -62,7 +65,7 @@ def main() -> int:
         "--target",
         "tpu-v6e",
     ]
-    argv += ["--size", "small", "--concurrency", str(a.concurrency), "--iterations", "1", "--test-cases", "1"]
+    argv += ["--size", a.size, "--concurrency", str(a.concurrency), "--iterations", "1", "--test-cases", "1"]
     argv += ["--seeds", "2", "--verify-seeds", "2", "--quiet", "--json"]
     from maxkernel.jaxbench import registry
 
@@ -99,7 +102,7 @@ def main() -> int:
     repeated = [t for t in finished_before if after[t][1] != before[t][1] or after[t][2] != before[t][2]]
     sc = result["score"]
     est = sc["by_tier"].get("estimate") or {}
-    print(f"suite: {suite_dir}  tasks {sc['tasks']}  target tpu-v6e  size small  model offline")
+    print(f"suite: {suite_dir}  tasks {sc['tasks']}  target tpu-v6e  size {a.size}  model offline")
     if killed_at is not None:
         print(
             f"first run: killed with SIGKILL at {killed_at:.0f} s with {len(finished_before)} tasks finished; "

@@ -62,7 +62,19 @@ class ScriptedServer:
             if self.overfit and args.get("seed_offset"):
                 failure = {"kind": "wrong_result", "summary": "seed 70000: 3% of elements off"}
                 seeds = [{"seed": 70_000 + i, "ok": i != 0} for i in range(args.get("seeds") or 1)]
-                validation = {"ok": False, "size": args.get("size"), "per_seed": seeds, "failure": failure}
+                target_size = args.get("size") or "full"  # as the server: compiled at the target first,
+                checks = [  # then interpreted at the check sizes, where the seed failed
+                    {"size": target_size, "what": "compile", "ok": True},
+                    {"size": "small", "what": "validate", "ok": False, "failure_kind": failure["kind"]},
+                ]
+                validation = {
+                    "ok": False,
+                    "size": target_size,
+                    "check_sizes": [{"name": "small", "dims": {}}, {"name": "derived", "dims": {}}],
+                    "checks": checks,
+                    "per_seed": seeds,
+                    "failure": failure,
+                }
                 return {"ok": False, "stopped_at": "validate", "validation": validation}
             est = {"chip": target, "estimated_time_us": self._time_us(args["kernel_source"])}
             return {

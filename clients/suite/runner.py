@@ -542,8 +542,9 @@ class SuiteRunner:
             evidence.append(f"re-verified in a fresh pool process on {self.s.verify_seeds} fresh seeds")
         else:
             row.failed = failed_stage(report, self.s.target, self.s.size)
-        validated_at = (report.get("validation") or {}).get("size")
-        row.check_sizes = [validated_at] if validated_at else []
+        validation = report.get("validation") or {}
+        checked = [c.get("name") for c in validation.get("check_sizes") or [] if c.get("name")]
+        row.check_sizes = checked or ([validation["size"]] if validation.get("size") else [])
         for case in cases:
             r = await self._call(
                 "validate_kernel",
@@ -563,14 +564,17 @@ class SuiteRunner:
                 {"case": case.get("name"), "ok": r.get("ok"), "kind": kind}
             )
             scored["cases"].append({"case": case, "verdict": r})
-            row.check_sizes.append(case_size(case, self.s.size))
+            # a case runs over the first check size (the target size is only compiled off the chip)
+            ran_at = [c.get("name") for c in r.get("check_sizes") or [] if c.get("name")]
+            first = (ran_at or self.s.check_sizes or row.check_sizes or ["small"])[0]
+            row.check_sizes.append(case_size(case, first))
             if r.get("ok"):
                 evidence.append(f"tester case {case.get('name')}")
             elif kind != "case_unusable":  # a case the reference cannot run blames nobody
                 if ok:
                     row.failed = FailedCase(
                         case=f"tester case {case.get('name')}",
-                        size=case_size(case, self.s.size),
+                        size=case_size(case, first),
                         kind=kind or "",
                         summary=failure.get("summary") or r.get("tool_error") or "",
                     )
@@ -627,9 +631,11 @@ def failed_stage(report: dict[str, Any], target: str, size: str) -> FailedCase:
     if not stage:
         case = "evaluation"
     summary = failure.get("summary") or report.get("tool_error") or ""
-    return FailedCase(
-        case=case, size=part.get("size") or size, kind=failure.get("kind") or "", summary=summary
-    )
+    # where it failed: the first check that did not pass (validation compiles at the target size, then
+    # runs at the check sizes), else the size the stage names
+    failed_at = next((c.get("size") for c in part.get("checks") or [] if not c.get("ok")), None)
+    failed_at = failed_at or (failure.get("sizes_failed") or [None])[0] or part.get("size") or size
+    return FailedCase(case=case, size=failed_at, kind=failure.get("kind") or "", summary=summary)
 
 
 def score_rows(store: SuiteStore) -> tuple[list[TaskRow], SuiteScore]:

@@ -170,7 +170,7 @@ def test_a_kernel_right_only_on_the_loops_seeds_is_not_correct(tmp_path):
     page = (suite_dir / "report.html").read_text()
     assert f'href="{r["kernel_file"]}"' in page and f'href="{r["verdict_file"]}"' in page
     assert "<b>seed 70000</b> at size <b>small</b>" in page and "float32[8,128]" in page
-    assert r["input_shapes"] == ["float32[8,128]"] and r["check_sizes"] == ["small"]
+    assert r["input_shapes"] == ["float32[8,128]"] and r["check_sizes"] == ["small", "derived"]
 
 
 def test_the_suite_budget_stops_new_tasks_and_resume_continues_them(tmp_path):
