@@ -197,7 +197,7 @@ def _matmul_dtype(ins: HloInstruction, table: dict[str, HloInstruction]) -> str:
 
 
 class _Work:
-    __slots__ = ("dtype", "flops", "mxu_flops_bf16", "op_names", "sources", "trans", "vpu")
+    __slots__ = ("dtype", "flops", "mxu_flops_bf16", "notes", "op_names", "sources", "trans", "vpu")
 
     def __init__(self) -> None:
         self.flops = 0.0
@@ -206,7 +206,54 @@ class _Work:
         self.trans = 0.0
         self.op_names: list[str] = []
         self.sources: list[str] = []
+        self.notes: list[str] = []  # where work an opaque op hides was found (a custom call's)
         self.dtype = "bfloat16"
+
+
+def _ragged_dot_flops(ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
+    """2*M*K*N of a ragged dot lhs [M,K] x rhs [G,K,N] -> out [M,N] (group sizes summing to M), from shapes.
+
+    Each row of lhs meets one group's [K,N] matrix, so the work is that of one [M,K]x[K,N] matmul however
+    the M rows split over the G groups (the kernel's per-group tile padding is not counted)."""
+    if not ins.shapes or len(ins.shapes[0].dims) != 2:
+        return 0.0
+    m, n = ins.shapes[0].dims
+    arrays = [table[o].shapes[0] for o in ins.operands if o in table and table[o].shapes]
+    for lhs, rhs in zip(arrays, arrays[1:], strict=False):
+        if len(lhs.dims) == 2 and len(rhs.dims) == 3 and lhs.dims[0] == m and rhs.dims[2] == n:
+            if lhs.dims[1] == rhs.dims[1]:
+                return 2.0 * m * lhs.dims[1] * n
+    return 0.0
+
+
+def _custom_call_work(ins: HloInstruction, table: dict[str, HloInstruction], work: _Work) -> bool:
+    """The MXU work of a custom call (a Mosaic kernel XLA emitted, e.g. lax.ragged_dot's grouped matmul).
+
+    Its body is opaque in the HLO text, so its flops come from the `cost_estimate` the kernel declares in
+    its backend_config (XLA fills it for its own ragged dot: 2*M*K*N), else, for a ragged dot, from its
+    operand shapes. Bytes stay the caller's: its operands read and outputs written, VMEM ones excluded.
+    Says how the flops were found in `work.notes`; False when none were."""
+    cfg = ins.backend_config()
+    est = ((cfg.get("custom_call_config") or {}).get("cost_estimate") or {}) if isinstance(cfg, dict) else {}
+    try:
+        flops, trans = float(est.get("flops") or 0), float(est.get("transcendentals") or 0)
+    except (TypeError, ValueError):
+        flops, trans = 0.0, 0.0
+    how = "custom call: flops from the kernel's declared cost_estimate"
+    if flops <= 0 and ("ragged_dot" in ins.attrs or "ragged-dot" in ins.attrs):
+        flops = _ragged_dot_flops(ins, table)
+        how = "custom call: a ragged dot, flops 2*M*K*N from its operand shapes"
+    if flops <= 0 and trans <= 0:
+        return False
+    arrays = [o for o in ins.operands if o in table and table[o].shapes and len(table[o].shapes[0].dims) >= 2]
+    probe = HloInstruction(name=ins.name, opcode="dot", shapes=ins.shapes, operands=arrays[-2:], attrs="")
+    work.dtype = _matmul_dtype(probe, table)
+    work.flops += flops
+    work.mxu_flops_bf16 += flops  # one MXU pass: the kernel's operands at their own rate
+    work.trans += trans
+    if how not in work.notes:
+        work.notes.append(how)
+    return True
 
 
 def _walk(
@@ -234,6 +281,8 @@ def _walk(
             work.flops += f
             work.mxu_flops_bf16 += f * _passes(ins)
             work.dtype = _matmul_dtype(ins, table)
+        elif op == "custom-call" and _custom_call_work(ins, table, work):
+            pass
         elif op in TRANSCENDENTAL:
             work.trans += out
         elif op in ("reduce", "reduce-window"):
@@ -341,14 +390,21 @@ def _cost_op(
         _walk(module, HloComputation(name=ins.name, instructions=[ins]), work, table=table)
         work.op_names = [ins.op_name] if ins.op_name else []
         work.sources = [ins.source] if ins.source else []
-    reads = (
-        _param_reads(module, ins, table)
-        if ins.opcode == "fusion"
-        else float(sum(_hbm(table[o].shapes[:1]) for o in ins.operands if o in table))
-    )
-    # An async copy into VMEM (copy-start: a prefetch) reads HBM and writes VMEM; charged as if not overlapped.
-    nbytes = reads + (0.0 if ins.opcode == "copy-start" else _writes(module, ins))
-    notes: list[str] = []
+    notes: list[str] = list(work.notes)
+    if ins.opcode == "slice-start" and len(ins.shapes) >= 2:
+        # An async slice ((operand), slice, context): it reads the slice, not the whole operand it names,
+        # and writes the slice where XLA put it (VMEM, S(1), costs no HBM bytes).
+        src = table.get(ins.operands[0]) if ins.operands else None
+        in_hbm = src is not None and bool(_hbm(src.shapes[:1]))
+        nbytes = (ins.shapes[1].nbytes if in_hbm else 0.0) + float(_hbm(ins.shapes[1:2]))
+    else:
+        reads = (
+            _param_reads(module, ins, table)
+            if ins.opcode == "fusion"
+            else float(sum(_hbm(table[o].shapes[:1]) for o in ins.operands if o in table))
+        )
+        # An async copy into VMEM (copy-start: a prefetch) reads HBM and writes VMEM; charged as if not overlapped.
+        nbytes = reads + (0.0 if ins.opcode == "copy-start" else _writes(module, ins))
     # XLA runs a fusion on every TensorCore of a megacore device (v4/v5p): the chip table is per core.
     mxu_rate = c.mxu_flops_per_s("int8" if work.dtype == "int8" else "bfloat16") * cores
     mxu_s = work.mxu_flops_bf16 / mxu_rate

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -136,3 +138,72 @@ def test_a_matmul_written_as_a_mostly_padding_convolution_counts_only_real_taps(
     t = cost_hlo_text(GQA_PROJECTION_AS_CONV, "v5e")
     (conv,) = [f for f in t.fusions if f.opcode == "convolution"]
     assert conv.flops == 2 * 8192 * 32 * 128 * 4096
+
+
+def _ragged(x, w, gs):
+    return jax.lax.ragged_dot(x, w, gs)
+
+
+RAGGED_SHAPES = [((512, 256), jnp.bfloat16), ((8, 256, 384), jnp.bfloat16), ((8,), jnp.int32)]
+
+
+def test_a_ragged_dot_costs_its_matmul_work():
+    """XLA on TPU compiles lax.ragged_dot to a Mosaic custom call, opaque in the HLO text: it was costed at 0
+    flops (Mixtral's experts at 0.3x their matmul floor). Its flops are 2*M*K*N (lhs [M,K], rhs [G,K,N]),
+    its bytes lhs + all G rhs matrices + out; a plain dot of the same [M,K]x[K,N] stays as it was."""
+    (m, k), (g, _, n) = RAGGED_SHAPES[0][0], RAGGED_SHAPES[1][0]
+    compiled = _compile(_ragged, RAGGED_SHAPES, "v5e:2x2")
+    table = cost_fusions(compiled, "tpu-v5e")
+    (rd,) = [f for f in table.fusions if f.flops > 0]
+    assert rd.opcode == "custom-call" and rd.tier == "model" and rd.notes
+    assert rd.flops == pytest.approx(2 * m * k * n, rel=0.1)
+    assert rd.bytes_accessed >= (m * k + g * k * n + m * n) * 2
+    assert rd.mxu_time_us == pytest.approx(2 * m * k * n / 197e12 * 1e6, rel=0.1)
+    # Without the kernel's declared cost estimate, the ragged dot is costed from its operand shapes.
+    bare = re.sub(r'"cost_estimate":\{[^}]*\},', "", compiled.as_text())
+    assert "cost_estimate" not in bare
+    (rd2,) = [f for f in cost_hlo_text(bare, "tpu-v5e").fusions if f.flops > 0]
+    assert rd2.flops == 2 * m * k * n and "operand shapes" in rd2.notes[0]
+    plain = cost_fusions(
+        _compile(lambda x, w: x @ w, [((m, k), jnp.bfloat16), ((k, n), jnp.bfloat16)], "v5e:2x2"), "tpu-v5e"
+    )
+    assert plain.flops == 2 * m * k * n
+    assert all(not f.notes for f in plain.fusions)
+
+
+SLICE_START = """HloModule m, is_scheduled=true
+
+ENTRY %main (w: bf16[8,896,256]) -> bf16[2,896,256] {
+  %w = bf16[8,896,256]{2,1,0:T(8,128)(2,1)} parameter(0)
+  %slice-start = ((bf16[8,896,256]{2,1,0:T(8,128)(2,1)}), bf16[2,896,256]{2,1,0:T(8,128)(2,1)S(1)}, s32[]{:S(2)}) slice-start(%w), slice={[0:2], [0:896], [0:256]}
+  ROOT %slice-done = bf16[2,896,256]{2,1,0:T(8,128)(2,1)S(1)} slice-done(%slice-start)
+}
+"""
+
+
+def test_an_async_slice_into_vmem_reads_only_its_slice():
+    (f,) = cost_hlo_text(SLICE_START, "tpu-v5e").fusions
+    assert f.bytes_accessed == 2 * 896 * 256 * 2  # the slice read; written to VMEM
+
+
+FUSED_KERNEL = """HloModule m, is_scheduled=true
+
+%fused (p0: bf16[256,128], p1: bf16[4,128,512]) -> bf16[256,512] {
+  %p0 = bf16[256,128]{1,0:T(8,128)(2,1)} parameter(0)
+  %p1 = bf16[4,128,512]{2,1,0:T(8,128)(2,1)} parameter(1)
+  %neg = bf16[256,128]{1,0:T(8,128)(2,1)} negate(%p0)
+  ROOT %k = bf16[256,512]{1,0:T(8,128)(2,1)} custom-call(%neg, %p1), custom_call_target="tpu_custom_call", backend_config={"custom_call_config":{"body":"..","cost_estimate":{"flops":"33554432","transcendentals":"0","bytes_accessed":"0"}}}
+}
+
+ENTRY %main (a: bf16[256,128], b: bf16[4,128,512]) -> bf16[256,512] {
+  %a = bf16[256,128]{1,0:T(8,128)(2,1)} parameter(0)
+  %b = bf16[4,128,512]{2,1,0:T(8,128)(2,1)} parameter(1)
+  ROOT %fusion = bf16[256,512]{1,0:T(8,128)(2,1)} fusion(%a, %b), kind=kCustom, calls=%fused
+}
+"""
+
+
+def test_a_kernel_fused_with_its_producer_keeps_its_declared_flops():
+    (f,) = cost_hlo_text(FUSED_KERNEL, "tpu-v5e").fusions
+    assert f.flops == 2 * 256 * 128 * 512 and "cost_estimate" in f.notes[0]
+    assert f.vpu_ops == 256 * 128  # the fused negate
