@@ -164,6 +164,23 @@ def test_clock_check_honest_slow_and_overshooting_children():
     assert CLOCK_ABS_TOL_MS > 0
 
 
+def test_a_loaded_box_widens_the_clock_tolerance_and_a_quiet_one_does_not():
+    # an honest 2 ms child on a loaded box: its smallest left-over sits 8 ms above a quiet reference
+    # minimum, and the reference's own left-overs show the load (median 6.5 ms above their minimum)
+    short = [2.0] * 6
+    deliver, done = _windows(short, 9.5)
+    loaded_ref = [1.5, 4.0, 7.5, 8.0, 9.0, 12.0]
+    c = clock_check(short, deliver, done, loaded_ref)
+    assert c.agrees and c.noise_ms == 6.5 and c.tolerance_ms > c.unexplained_ms, c
+    quiet = clock_check(short, deliver, done, [1.5, 1.5, 1.6, 1.6, 1.7, 1.5])
+    assert not quiet.agrees and quiet.noise_ms < 0.2, quiet  # the same 8 ms is unexplained when quiet
+    # a quarter-speed clock on 20 ms calls on the loaded box is still beyond the widened tolerance
+    true = [20.0] * 6
+    deliver, done = _windows(true, 9.5)
+    slow = clock_check([t * 0.25 for t in true], deliver, done, loaded_ref)
+    assert not slow.agrees and slow.unexplained_ms > slow.tolerance_ms, slow
+
+
 def _write_device_trace(path, module: str, durs_us: list[float]):
     events = [
         {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:TPU:0"}},
