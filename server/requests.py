@@ -187,6 +187,28 @@ async def run_blocking(
         cancel.set()  # cancelled (or done): the Evaluator kills the child within ~0.1 s
 
 
+@dataclass
+class _Refused:
+    message: str
+
+
+async def run_refusable(ctx: Context, fn: Callable[[ProgressFn, threading.Event], T]) -> T:
+    """`run_blocking` for work whose UsageError is the caller's mistake: one ToolError line. The error
+    leaves the thread as a value (raised there, the task group would wrap it in an ExceptionGroup)."""
+    from maxkernel.tpu_tools.errors import UsageError
+
+    def guarded(progress: ProgressFn, cancel: threading.Event) -> T | _Refused:
+        try:
+            return fn(progress, cancel)
+        except UsageError as e:
+            return _Refused(str(e))
+
+    result = await run_blocking(ctx, guarded)
+    if isinstance(result, _Refused):
+        raise ToolError(result.message)
+    return result
+
+
 def _http_request(ctx: Context):
     """The starlette Request of an HTTP tool call (None over stdio / in memory)."""
     try:

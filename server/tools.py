@@ -53,6 +53,7 @@ from maxkernel.server.requests import (
     resolve_kernel,
     resolve_reference,
     run_blocking,
+    run_refusable,
     state_of,
 )
 from maxkernel.server.workspace import WorkspaceError, sha256_text
@@ -497,24 +498,17 @@ async def describe_reference(
 ) -> ProgramDescription:
     """What a reference computes: its workload traced (jaxpr) at one size, with input specs, every
     equation (primitive, operands, output shapes, parameters as source) and a primitive census."""
-    from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.problem.program import describe_in_child
 
     st = state_of(ctx)
     ref = resolve_reference(st.workspace, reference)
 
-    def run(progress: ProgressFn, cancel: threading.Event) -> ProgramDescription | str:
-        try:
-            return describe_in_child(
-                st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
-            )
-        except UsageError as e:  # returned, not raised: the task group would wrap it
-            return str(e)
-
-    result = await run_blocking(ctx, run)
-    if isinstance(result, str):
-        raise ToolError(result)
-    return result
+    return await run_refusable(
+        ctx,
+        lambda progress, cancel: describe_in_child(
+            st.evaluator, ref, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+    )
 
 
 async def find_hotspots(
@@ -534,25 +528,18 @@ async def find_hotspots(
     else attention / matmul+epilogue / norm ... found by pattern), each with flops, HBM bytes, estimated
     time and tier, share of the step, bound and headroom against its roofline; identical regions merged
     with a count. Compile-only (no chip): every number is a static estimate, labeled with its tier."""
-    from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.model.hotspots import hotspots_in_child
 
     st = state_of(ctx)
     ref = resolve_reference(st.workspace, model)
     target = check_target(target)
 
-    def run(progress: ProgressFn, cancel: threading.Event) -> HotspotReport | str:
-        try:
-            return hotspots_in_child(
-                st.evaluator, ref, target, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
-            )
-        except UsageError as e:  # returned, not raised: the task group would wrap it
-            return str(e)
-
-    result = await run_blocking(ctx, run)
-    if isinstance(result, str):
-        raise ToolError(result)
-    return result
+    return await run_refusable(
+        ctx,
+        lambda progress, cancel: hotspots_in_child(
+            st.evaluator, ref, target, size, timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+    )
 
 
 async def extract_region(
@@ -577,7 +564,6 @@ async def extract_region(
     from pathlib import Path
 
     from maxkernel.server.workspace import WorkspaceError
-    from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.model.extract import extract_in_child
 
     st = state_of(ctx)
@@ -590,18 +576,12 @@ async def extract_region(
     if path.exists():
         raise ToolError(f"{rel} exists in the workspace; extract writes a new file")
 
-    def run(progress: ProgressFn, cancel: threading.Event) -> ExtractReport | str:
-        try:
-            return extract_in_child(
-                st.evaluator, ref, region, str(path), timeout_s=timeout_s, on_progress=progress, cancel=cancel
-            )
-        except UsageError as e:
-            return str(e)
-
-    result = await run_blocking(ctx, run)
-    if isinstance(result, str):
-        raise ToolError(result)
-    return result
+    return await run_refusable(
+        ctx,
+        lambda progress, cancel: extract_in_child(
+            st.evaluator, ref, region, str(path), timeout_s=timeout_s, on_progress=progress, cancel=cancel
+        ),
+    )
 
 
 async def compose_kernels(
@@ -643,7 +623,6 @@ async def compose_kernels(
     from pathlib import Path
 
     from maxkernel.server.workspace import WorkspaceError
-    from maxkernel.tpu_tools.errors import UsageError
     from maxkernel.tpu_tools.model.compose import compose, parse_kernels
 
     st = state_of(ctx)
@@ -655,20 +634,14 @@ async def compose_kernels(
     except WorkspaceError as e:
         raise ToolError(str(e)) from None
 
-    def run(progress: ProgressFn, cancel: threading.Event) -> ComposeReport | str:
-        try:
-            specs = [f"{rid}={p}" for rid, p in paths.items()]
-            return compose(
-                st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size,
-                target_size=target_size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel,
-            )  # fmt: skip
-        except UsageError as e:
-            return str(e)
+    def run(progress: ProgressFn, cancel: threading.Event) -> ComposeReport:
+        specs = [f"{rid}={p}" for rid, p in paths.items()]
+        return compose(
+            st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size,
+            target_size=target_size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel,
+        )  # fmt: skip
 
-    result = await run_blocking(ctx, run)
-    if isinstance(result, str):
-        raise ToolError(result)
-    return result
+    return await run_refusable(ctx, run)
 
 
 def list_chips() -> list[ChipSpec]:
