@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-cluster lint venv bench clean
+.PHONY: demo test test-slow test-cluster lint venv bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,10 +22,15 @@ lint: $(STAMP)
 
 # Tests run in 4 xdist workers: on the 2-core box much of a test's wall time is a child process starting
 # or a server waiting, so more workers than cores still pays (pyproject prints the 15 slowest).
-# The Ray cluster scenarios (-m cluster: a head and two nodes in a private namespace, real suites) take
-# minutes on their own: `make test-cluster` runs them, and CI runs both.
+# Three tiers, every test kept: `make test` is the fast tier (unit, contract and one-server tests, under
+# 7 minutes on 2 cores); `-m slow` are the end-to-end scenarios (a suite over two servers, a whole model
+# run killed and resumed, autotune sweeps at production shapes, fresh clones), `make test-slow`; `-m
+# cluster` are the Ray cluster scenarios, `make test-cluster`. CI runs all three.
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not cluster"
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not slow and not cluster"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "slow and not cluster"
 
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -q -m cluster

@@ -26,6 +26,7 @@ CLI_OPTIONS = "cli_options.json"  # how the run reached its servers, for --resum
 # options a run keeps from its start: --resume refuses a different value instead of ignoring it
 RUN_OPTIONS = (
     "size",
+    "check_sizes",
     "target",
     "iterations",
     "max_debug",
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_args.add_reference(a)
     cli_args.add_target(a)
     cli_args.add_size(a)
+    cli_args.add_check_sizes(a)
     add_model(a)
     a.add_argument("--iterations", type=int, default=5, help="plan -> ... -> analyze rounds")
     a.add_argument("--max-debug", type=int, default=3, help="debugger attempts per iteration")
@@ -114,6 +116,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser | None = No
     if args.max_debug < 0:
         raise UsageError(f"--max-debug should be >= 0, got {args.max_debug}")
     cli_args.check_target(args.target)
+    cli_args.check_size_names(args.reference, args.size, args.check_sizes)
     for url in args.server:
         if not url.startswith(("http://", "https://")):
             raise UsageError(f"--server {url!r}: give the server's URL, http(s)://HOST:PORT/mcp")
@@ -252,6 +255,7 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
                     else "",
                     target=args.target,
                     size=args.size,
+                    check_sizes=args.check_sizes,
                     iterations=args.iterations,
                     max_debug=args.max_debug,
                     seeds=args.seeds,

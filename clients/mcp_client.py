@@ -245,19 +245,20 @@ class KernelServerClient:
         size: str | None = None,
         max_configs: int = 4,
         objective: str = "estimate",
+        check_sizes: list[str] | None = None,
     ) -> dict:
-        return await self.call(
-            "autotune_kernel",
-            {
-                "template_source": template_source,
-                "space": space,
-                "reference": reference,
-                "target": target,
-                "size": size,
-                "max_configs": max_configs,
-                "objective": objective,
-            },
-        )
+        args = {
+            "template_source": template_source,
+            "space": space,
+            "reference": reference,
+            "target": target,
+            "size": size,
+            "max_configs": max_configs,
+            "objective": objective,
+        }
+        if check_sizes is not None:  # unset: the server's default check sizes
+            args["check_sizes"] = check_sizes
+        return await self.call("autotune_kernel", args)
 
     async def summarize_trace(self, trace_path: str, top: int = 15) -> dict:
         return await self.call("summarize_trace", {"trace_path": trace_path, "top": top})

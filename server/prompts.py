@@ -150,7 +150,7 @@ below is a static estimate (nothing runs on a chip here): say so whenever you qu
    try again (at most 3 times). When it validates, `estimate_kernel` at the target size and compare it
    with the region's time from step 1. A region with no valid kernel stays as the model has it: say so.
 4. Compose: call `compose_kernels` with model={model!r}, kernels = {{region id: kernel file}} for every
-   region with a valid kernel, target={target!r}{target_size_arg}. It validates the whole step with the
+   region with a valid kernel, target={target!r}{size_arg}. It validates the whole step with the
    kernels in place against the model. If it does not match, drop kernels one at a time (largest region
    first kept) until it does, and say which were dropped and why.
 5. Report: per region, its share, before (hotspot estimate x count), after (the kernel's estimate x
@@ -185,7 +185,7 @@ def optimize_model(
             raise _bad_argument(f"model: {e}") from None
     text = OPTIMIZE_MODEL.format(
         model=model, target=target, top=k,
-        size_arg=f", size={size!r}" if size else "", target_size_arg=f", target_size={size!r}" if size else "",
+        size_arg=f", size={size!r}" if size else ""
     )  # fmt: skip
     return [UserMessage(text)]
 

@@ -36,7 +36,6 @@ from maxkernel.server.models import (
     SavedTraceSummary,
     SeedOffset,
     Seeds,
-    Size,
     TaskDetail,
     Timeout,
     Tol,
@@ -72,7 +71,7 @@ from maxkernel.tpu_tools.cost.analyze import AnalysisReport
 from maxkernel.tpu_tools.cost.autotune import AutotuneReport
 from maxkernel.tpu_tools.cost.estimate import EstimateReport
 from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
-from maxkernel.tpu_tools.model.compose import ComposeReport
+from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT, ComposeReport
 from maxkernel.tpu_tools.model.extract import ExtractReport
 from maxkernel.tpu_tools.model.hotspots import HotspotReport
 from maxkernel.tpu_tools.problem.input_cases import InputCase
@@ -414,6 +413,7 @@ async def autotune_kernel(
     reference: Reference,
     target: CompileTarget = DEFAULT_TARGET,
     size: DefaultSize = DEFAULT_SIZE,
+    check_sizes: CheckSizes = DEFAULT_CHECK_SIZES,
     max_configs: Annotated[
         int, Field(ge=1, le=64, description="configs compiled + validated after pruning")
     ] = 4,
@@ -444,6 +444,7 @@ async def autotune_kernel(
             max_configs=max_configs,
             objective=objective,
             workdir=workdir,
+            check_sizes=check_sizes,
         )
 
     try:
@@ -601,14 +602,12 @@ async def compose_kernels(
         Field(description="new workspace directory for the composed step (default composed/MODEL)"),
     ] = None,
     target: CompileTarget = "tpu-v6e",
-    size: Annotated[
-        Size, Field(description="the check size the composed step is validated at (not the target size)")
-    ] = "small",
-    target_size: Annotated[
-        str | None,
+    size: DefaultSize = DEFAULT_SIZE,
+    check_sizes: Annotated[
+        list[str] | None,
         Field(
-            description="where the composed step compiles and, on a TPU target, is estimated before/after "
-            "(None: the model's production size)"
+            description="the check sizes the composed step runs at against the model (interpret mode off "
+            f"the chip): SIZES names or 'derived'; omit for {COMPOSE_CHECK_SIZES_TEXT}"
         ),
     ] = None,
     seeds: Annotated[int, Field(ge=1, le=64, description="fresh input seeds")] = 3,
@@ -616,7 +615,7 @@ async def compose_kernels(
 ) -> ComposeReport:
     """The model step with kernels in place of their regions (the model's other equations re-emitted as
     plain JAX, never importing the model), validated end to end against the model under the judge's rules:
-    fresh seeds, the check size, the sandbox, no reference access. A kernel whose outputs do not have its
+    fresh seeds, the check sizes, the sandbox, no reference access. It compiles at the target size. A kernel whose outputs do not have its
     region's shapes is an error; nothing is written then. Once it matches, on a TPU target: each region's
     hotspot estimate before, its kernel's static estimate after, and the whole step by Amdahl's sum
     (estimates, never measurements)."""
@@ -638,7 +637,7 @@ async def compose_kernels(
         specs = [f"{rid}={p}" for rid, p in paths.items()]
         return compose(
             st.evaluator, ref, parse_kernels(specs), str(out_dir), target=target, size=size,
-            target_size=target_size, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel,
+            check_sizes=check_sizes, seeds=seeds, timeout_s=timeout_s, on_progress=progress, cancel=cancel,
         )  # fmt: skip
 
     return await run_refusable(ctx, run)

@@ -95,6 +95,7 @@ class RoleSteps:
                     self.config.size,
                     seeds=1,  # drawn at random by the server, recorded in the report
                     case=_input_case(case),
+                    **({"check_sizes": self.config.check_sizes} if self.config.check_sizes else {}),
                     # the standard validation already showed the check can tell; a zeros case must not trip it
                     allow_weak_check=True,
                 )
@@ -202,6 +203,7 @@ class RoleSteps:
                 cfg.size,
                 max_configs=cfg.autotune_max_configs,
                 objective=objective,
+                check_sizes=cfg.check_sizes,
             )
         except ServerToolError as e:
             return done(f"autotune_kernel refused the sweep: {str(e)[:500]}")

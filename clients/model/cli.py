@@ -88,6 +88,9 @@ def check(args: argparse.Namespace) -> None:
         )
     if args.size not in MODEL_SIZES:
         raise UsageError(f"--size {args.size!r}: a model's target size is small or full")
+    for name in args.check_sizes or []:  # the extracted regions' references have SIZES small and full
+        if name not in ("small", "full", "derived"):
+            raise UsageError(f"--check-size {name!r}: a region's check sizes are small, full or derived")
     if args.concurrency < 1:
         raise UsageError(f"--concurrency should be at least 1, got {args.concurrency}")
     if args.iterations < 1:

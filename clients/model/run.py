@@ -170,7 +170,7 @@ def _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note):
         try:
             c = compose(
                 evaluator, s.model, {r: kernels[r] for r in ids}, str(root / str(n)), target=s.target,
-                size=check, target_size=hs.size, references=refs, hotspots=hs, seeds=s.seeds,
+                size=hs.size, check_sizes=[check], references=refs, hotspots=hs, seeds=s.seeds,
                 on_progress=note,
             )  # fmt: skip
         except UsageError as e:

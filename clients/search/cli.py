@@ -72,6 +72,7 @@ def register(sub: Any) -> None:
     s.add_argument("--root", help="a kernel file to start from (model proposer)")
     cli_args.add_target(s)
     cli_args.add_size(s)
+    cli_args.add_check_sizes(s)
     s.add_argument("--concurrency", type=int, default=2, help="evaluations in flight")
     s.add_argument("--max-evaluations", type=int, default=40, help="evaluation budget")
     s.add_argument("--beam-size", type=int, default=2, help="beam: nodes kept per round")
@@ -359,6 +360,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             raise UsageError("give a reference (--reference ID|PATH), or --resume RUN_DIR")
         remote = bool(args.server) or servers is not None
         local_reference = cli_args.check_reference(reference, remote=remote)
+        cli_args.check_size_names(local_reference, args.size, args.check_sizes)
         if args.size is None:  # the target size: the reference's production size (tuning and ranking there)
             args.size = _production_size(local_reference)
         cli_args.check_target(args.target)
@@ -412,6 +414,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
                 target=args.target,
                 profile_target=args.target,
                 **cli_args.size_kwargs(args.size),
+                check_sizes=tuple(args.check_sizes) if args.check_sizes else None,
             )
             store.set_meta(OPTIONS_META, _saved_options(args, run_dir, local_reference))
         cache = EvalCache(cache_path)

@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
     add_model(s)
     cli_args.add_target(s)
     cli_args.add_size(s)
+    cli_args.add_check_sizes(s)
     s.add_argument("--concurrency", type=int, default=2, help="tasks (and evaluations) in flight")
     cli_args.add_server(s)
     cli_args.add_engine(s)
@@ -102,6 +103,9 @@ def _settings(args: argparse.Namespace):
         if v is not None and v < 0:
             raise UsageError(f"--{flag.replace('_', '-')} should be >= 0, got {v}")
     tasks = _task_ids(args.reference)
+    if args.size is not None or args.check_sizes:
+        for task in tasks:
+            cli_args.check_size_names(task, args.size, args.check_sizes)
     try:
         return SuiteSettings(
             tasks=tasks,
@@ -110,6 +114,7 @@ def _settings(args: argparse.Namespace):
             target=args.target,
             # unset: the grammar's default, the production size, which is full for every JaxBench task
             **cli_args.size_kwargs(args.size),
+            check_sizes=args.check_sizes,
             concurrency=args.concurrency,
             iterations=args.iterations,
             test_cases=args.test_cases,

@@ -241,6 +241,35 @@ def add_check_sizes(p: argparse.ArgumentParser) -> None:
     )
 
 
+def check_size_names(reference: str, size: str | None, check_sizes: list[str] | None) -> None:
+    """Unknown `--size` / `--check-size` names are one usage error before a run or a server exists.
+
+    Only a reference that loads here is checked; one only a server sees is left to the server's check.
+    """
+    if size is None and not check_sizes:
+        return
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    try:
+        ref = load_reference(reference)
+    except Exception:  # noqa: BLE001 - not loadable here (a server-side path): the server checks the names
+        return
+    if size is not None and size not in ref.info.sizes:
+        raise UsageError(
+            f"--size {size!r}: reference {ref.info.name!r} has no such size; it has {ref.info.sizes}"
+        )
+    if check_sizes is not None and len(set(check_sizes)) != len(check_sizes):
+        raise UsageError(f"--check-size names a size twice: {check_sizes}")
+    from maxkernel.tpu_tools.problem.sizes import DERIVED
+
+    for name in check_sizes or []:  # 'derived' is the reference's to derive: a server says why it cannot
+        if name != DERIVED and name not in ref.info.sizes:
+            raise UsageError(
+                f"--check-size {name!r}: reference {ref.info.name!r} has no such size; it has "
+                f"{ref.info.sizes} (and {DERIVED!r}, the derived intermediate size)"
+            )
+
+
 def size_kwargs(size: str | None) -> dict[str, str]:
     """`size=` for the evaluation core, omitted when unset so the core picks the reference's default."""
     return {} if size is None else {"size": size}

@@ -30,14 +30,21 @@ def _check_new_file(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} is a directory; give a file path")
 
 
-def add_target_size(p: argparse.ArgumentParser) -> None:
+def add_compose_check_sizes(p: argparse.ArgumentParser) -> None:
+    """compose's `--check-size`: the shared flag, with compose's own default (a whole step interpreted)."""
+    from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT
+
     p.add_argument(
-        "--target-size",
-        default=cli_args.DEFAULT_SIZE,
+        "--check-size",
+        dest="check_sizes",
+        action="append",
+        default=cli_args.DEFAULT_CHECK_SIZES,
         metavar="NAME",
-        help="where the composed step compiles and is estimated before/after on a TPU --target "
-        f"(default: {cli_args.SIZE_DEFAULT_TEXT})",
+        help="a check size, repeatable: the composed step runs against the model at each (off the chip in "
+        f"interpret mode); a SIZES name or 'derived' (default: {COMPOSE_CHECK_SIZES_TEXT})",
     )
+    # the old spelling of the target size, kept working but not advertised
+    p.add_argument("--target-size", dest="size", help=argparse.SUPPRESS)
 
 
 def cmd_hotspots(args) -> int:
@@ -173,7 +180,7 @@ def cmd_compose(args) -> int:
         raise UsageError(f"--out {out} exists; compose writes a new directory")
     report = compose(
         Evaluator(timeout_s=args.timeout), args.model, kernels, out, target=args.target, size=args.size,
-        target_size=args.target_size, seeds=args.seeds, seed_offset=args.seed_offset, on_progress=_live(args),
+        check_sizes=args.check_sizes, seeds=args.seeds, seed_offset=args.seed_offset, on_progress=_live(args),
     )  # fmt: skip
     if args.json:
         _print_json(report)
@@ -256,8 +263,8 @@ def register(sub) -> None:
         "--out", metavar="DIR", help="the new directory for the composed step (default MODEL.composed)"
     )
     cli_args.add_target(p)
-    cli_args.add_size(p, "small")
-    add_target_size(p)
+    cli_args.add_size(p)  # where the composed step compiles and is estimated before/after
+    add_compose_check_sizes(p)
     cli_args.add_seeds(p)
     cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
     cli_args.add_json(p)

@@ -56,6 +56,9 @@ class AutotuneReport(BaseModel):
     reference: str
     target: str
     size: str
+    check_sizes: list[str] | None = Field(
+        default=None, description="where each config was validated; None: small plus the derived size"
+    )
     objective: Objective
     space_size: int
     configs: list[ConfigResult]
@@ -232,11 +235,13 @@ def autotune(
     workdir: str | Path | None = None,
     check: CheckFn | None = None,
     validate_seeds: int = 1,
+    check_sizes: list[str] | None = None,
 ) -> AutotuneReport:
     """Sweep `space` over `template_source` for `reference` on `target`; see the module docstring.
 
     `size` is the target size (None: the reference's production size): configs are traced, pruned,
-    estimated, ranked and compiled at it, and validated at the check sizes (`Evaluator.validate`).
+    estimated, ranked and compiled at it, and validated at the check sizes (`Evaluator.validate`;
+    `check_sizes` None: small plus the derived size).
     """
     if max_configs < 1:
         raise SpaceError(f"max_configs should be >= 1, got {max_configs}")
@@ -364,7 +369,9 @@ def autotune(
             r.status = "compile_failed"
             r.failure = comp.failure.summary if comp.failure else "compile failed"
             continue
-        val = evaluator.validate(r.kernel_path, reference, validate_target, size, seeds=validate_seeds)
+        val = evaluator.validate(
+            r.kernel_path, reference, validate_target, size, check_sizes=check_sizes, seeds=validate_seeds
+        )
         r.validate_ok = val.ok
         r.status = "valid" if val.ok else "invalid"
         if not val.ok:
@@ -410,6 +417,7 @@ def autotune(
         reference=reference,
         target=target,
         size=size or "default",
+        check_sizes=check_sizes,
         objective=objective,
         space_size=len(configs),
         configs=results,
@@ -434,6 +442,7 @@ def autotune_kernel(
     max_configs: int = 4,
     objective: Objective = "estimate",
     evaluator: Evaluator | None = None,
+    check_sizes: list[str] | None = None,
 ) -> AutotuneReport:
     """One-call entry point for the MCP tool `autotune_kernel` (default pool, a fresh workdir)."""
     return autotune(
@@ -445,4 +454,5 @@ def autotune_kernel(
         size,
         max_configs=max_configs,
         objective=objective,
+        check_sizes=check_sizes,
     )

@@ -29,6 +29,10 @@ from pydantic import BaseModel, Field
 from maxkernel.tpu_tools.errors import MaxkernelError, ReferenceFailure, UsageError
 
 _ID_RE = re.compile(r"[^0-9A-Za-z_]")
+# The composed step is a whole model step in interpret mode: at small it takes seconds, at a larger check
+# size minutes, so compose checks at small unless told otherwise (--check-size).
+COMPOSE_CHECK_SIZES = ("small",)
+COMPOSE_CHECK_SIZES_TEXT = "small: the whole step runs in interpret mode"
 
 
 class ComposeFailure(MaxkernelError):
@@ -243,8 +247,8 @@ def compose(
     out_dir: str,
     *,
     target: str = "cpu",
-    size: str = "small",
-    target_size: str | None = None,
+    size: str | None = None,
+    check_sizes: list[str] | None = None,
     references: dict[str, str] | None = None,
     hotspots: Any = None,
     seeds: int = 3,
@@ -255,8 +259,10 @@ def compose(
 ) -> ComposeReport:
     """Write the composed step to `out_dir` (new) and validate it against the model under the judge's rules.
 
-    `size` is the check size; `target_size` (None: the model's production size) is where the composed
-    step compiles and, once it matches, where the before/after estimate is made on a TPU `target`.
+    `size` is the target size (None: the model's production size): the composed step compiles there and,
+    once it matches, the before/after estimate is made there on a TPU `target`. `check_sizes` is where it
+    runs in interpret mode against the model (None: COMPOSE_CHECK_SIZES, small: a whole step interpreted
+    at a larger size takes minutes).
     `references` maps region ids to their extracted references (else each is extracted into `out_dir`);
     `hotspots` is the model's HotspotReport at the target and target size (else it is made here)."""
     from maxkernel.tpu_tools.judge.outcomes import abs_reference
@@ -277,6 +283,7 @@ def compose(
         raise UsageError(f"compose of {reference} ended with {outcome.status}: {outcome.message}")
     if "error" in outcome.result:
         raise UsageError(outcome.result["error"])
+    checks = list(check_sizes or COMPOSE_CHECK_SIZES)
     out.mkdir(parents=True)
     try:
         for rid, path in kernels.items():
@@ -284,11 +291,13 @@ def compose(
         composed = out / "composed.py"
         composed.write_text(outcome.result["source"])
         if on_progress:
-            on_progress(f"validate the composed step against the model ({seeds} fresh seeds, size {size})")
+            on_progress(
+                f"validate the composed step against the model ({seeds} fresh seeds, at {', '.join(checks)})"
+            )
         res = outcome.result
         grow = 1 + res["instances"]  # the model's own rounding plus, at most, one region's per kernel call
         report = evaluator.validate(
-            str(composed), reference, target, target_size, check_sizes=[size], seeds=seeds, seed_offset=seed_offset,
+            str(composed), reference, target, size, check_sizes=checks, seeds=seeds, seed_offset=seed_offset,
             atol=res["atol"] * grow, rtol=res["rtol"] * grow,
             allow_plain_jax=True, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel,
         )  # fmt: skip
@@ -300,7 +309,7 @@ def compose(
         raise
     summary = report.failure.summary if report.failure is not None else ""
     verdict = (
-        f"the composed step matches the model on seeds {report.seeds} at size {size}"
+        f"the composed step matches the model on seeds {report.seeds} at {', '.join(checks)}"
         if report.ok
         else f"the composed step does not match the model: {summary}"
     )
@@ -327,7 +336,7 @@ def compose(
         )
     else:
         result.estimate = estimate_step(
-            evaluator, reference, kernels, out, target=target, target_size=target_size,
+            evaluator, reference, kernels, out, target=target, size=size,
             references=references, hotspots=hotspots, timeout_s=timeout_s, on_progress=on_progress,
             cancel=cancel,
         )  # fmt: skip
@@ -341,7 +350,7 @@ def estimate_step(
     out: Path,
     *,
     target: str,
-    target_size: str | None = None,
+    size: str | None = None,
     references: dict[str, str] | None = None,
     hotspots: Any = None,
     timeout_s: float | None = None,
@@ -360,7 +369,7 @@ def estimate_step(
             evaluator,
             reference,
             target,
-            target_size,
+            size,
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,

@@ -142,7 +142,7 @@ async def test_resume_after_the_test_step_does_not_ask_the_tester_again(pool, wo
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=False, reason="offline model shape-generic kernels: branch issue-21-offline")
+@pytest.mark.slow  # a real sweep at the production size: minutes
 async def test_autotune_with_the_offline_model_on_rmsnorm(pool, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()

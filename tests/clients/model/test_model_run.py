@@ -49,6 +49,7 @@ def _done(db) -> int:
         return 0
 
 
+@pytest.mark.slow  # the whole chain twice (killed, resumed): minutes
 def test_llama_top2_runs_resumes_after_kill_9_and_reports_the_step(tmp_path):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(

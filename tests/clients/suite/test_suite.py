@@ -375,7 +375,7 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
         "--concurrency",
         "2",
     ]
-    argv += ["--test-cases", "1", "--seeds", "1", "--verify-seeds", "2"]
+    argv += ["--test-cases", "1", "--seeds", "1", "--verify-seeds", "2", "--check-size", "small"]
     args = cli.build_parser().parse_args(argv)
     with WorkerPool(max_workers=2) as pool:
         servers = [build_server(tmp_path / f"ws{i}", pool=pool) for i in (1, 2)]
@@ -384,6 +384,7 @@ def test_auto_suite_with_a_scripted_model_over_two_real_servers(tmp_path, monkey
     for r in out["rows"]:
         assert r["status"] == "done" and r["correct"], r
         assert r["size"] == "full"  # the default: scored at the production size, validated at the check sizes
+        assert r["check_sizes"] == ["small"], r  # --check-size small reached every validation
         assert any("fresh seeds" in e for e in r["correct_evidence"])
         assert any("tester case big_values" in e for e in r["correct_evidence"])
         # the kernel IS the expert reference: the same tier, the same estimate, ratio 1

@@ -66,8 +66,11 @@ DIFFERENT = {
     ("out", "orchestrate auto"): "hidden old spelling of auto's runs root",
     ("out", "orchestrate report"): "hidden old spelling of report's --html",
     ("reference", "orchestrate suite"): "a task set ('all' or ids), not one reference",
-    ("size", "maxkernel compose"): "compose validates the composed step at a check size, not a target size",
-    ("size", "mcp compose_kernels"): "compose validates the composed step at a check size, not a target size",
+    ("check_sizes", "maxkernel compose"): "a whole model step in interpret mode: small only (--help says so)",
+    (
+        "check_sizes",
+        "mcp compose_kernels",
+    ): "a whole model step in interpret mode: small only (the schema says so)",
     (
         "workspace",
         "server",

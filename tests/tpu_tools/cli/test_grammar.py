@@ -150,6 +150,24 @@ def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
         ("maxkernel-orchestrate", ["search", "12p", "--timeout", "3"], "unrecognized arguments"),
         ("maxkernel-orchestrate", ["search", "12p", "--server", "tpu-host:8765"], "give an http(s)://"),
         ("maxkernel-orchestrate", ["auto", "--reference", "12p", "--server", "tpu-host:8765"], "http(s)://"),
+        (
+            "maxkernel-orchestrate",
+            ["auto", "-r", "12p", "--size", "tiny"],
+            "--size 'tiny': reference '12p_RMSNorm'",
+        ),
+        ("maxkernel-orchestrate", ["auto", "-r", "12p", "--check-size", "tiny"], "has no such size"),
+        ("maxkernel-orchestrate", ["search", "12p", "--check-size", "tiny"], "--check-size 'tiny'"),
+        (
+            "maxkernel-orchestrate",
+            ["suite", "--reference", "12p,8p", "--check-size", "tiny"],
+            "--check-size 'tiny'",
+        ),
+        ("maxkernel-orchestrate", ["suite", "--check-size", "small", "--check-size", "small"], "twice"),
+        (
+            "maxkernel-orchestrate",
+            ["model", "llama3_8b_layer", "--check-size", "big"],
+            "small, full or derived",
+        ),
         ("maxkernel-orchestrate", ["report", "/nonexistent/run"], "give a search run directory"),
         ("maxkernel-orchestrate", ["report", "."], "give a search run directory"),
         ("maxkernel-server", ["--timeout", "0"], "must be > 0"),
@@ -177,9 +195,12 @@ async def test_the_default_size_is_the_production_size_everywhere(tmp_path):
     assert cli_args.SIZE_DEFAULT_TEXT in " ".join(sub["bench"].format_help().split())
     assert sub["validate"].parse_args(["k.py", "-r", "8p"]).check_sizes is None  # small + derived
     osub = orchestrate_parser()._subparsers._group_actions[0].choices
-    for verb in ("auto", "search", "suite"):
+    for verb in ("auto", "search", "suite", "model"):
         assert osub[verb].parse_args([]).size is None, verb
         assert cli_args.SIZE_DEFAULT_TEXT in " ".join(osub[verb].format_help().split()), verb
+        assert osub[verb].parse_args([]).check_sizes is None, verb  # small + derived
+        assert cli_args.CHECK_SIZES_DEFAULT_TEXT in " ".join(osub[verb].format_help().split()), verb
+        assert osub[verb].parse_args(["--check-size", "small"]).check_sizes == ["small"], verb
     # suite runs JaxBench tasks only: unset, it scores at full, every one's production size
     from maxkernel.clients.suite.cli import _settings
 
@@ -189,14 +210,22 @@ async def test_the_default_size_is_the_production_size_everywhere(tmp_path):
     sized = [n for n, t in tools.items() if "size" in t.input_schema["properties"]]
     assert set(sized) >= {"compile_kernel", "validate_kernel", "profile_kernel", "evaluate_kernel"}
     assert set(sized) >= {"estimate_kernel", "analyze_kernel", "autotune_kernel", "describe_reference"}
-    # compose validates the composed step at one check size, not a target size: its --size says so
-    compose = tools["compose_kernels"].input_schema["properties"]["size"]
-    assert "check size" in compose["description"] and "not the target size" in compose["description"]
     for name in set(sized) - {"compose_kernels"}:
         prop = tools[name].input_schema["properties"]["size"]
         assert prop.get("default") is None and cli_args.SIZE_DEFAULT_TEXT in prop["description"], name
-    check = tools["validate_kernel"].input_schema["properties"]["check_sizes"]
-    assert check.get("default") is None and cli_args.CHECK_SIZES_DEFAULT_TEXT in check["description"]
+    # compose's size is the target size too (where the step compiles and is estimated)
+    assert tools["compose_kernels"].input_schema["properties"]["size"].get("default") is None
+    # every tool that validates takes the check sizes; unset, the default check sizes
+    for name in ("validate_kernel", "evaluate_kernel", "autotune_kernel"):
+        check = tools[name].input_schema["properties"]["check_sizes"]
+        assert check.get("default") is None and cli_args.CHECK_SIZES_DEFAULT_TEXT in check["description"], (
+            name
+        )
+    # compose interprets a whole model step: small unless asked, and its schema says so
+    from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT
+
+    compose = tools["compose_kernels"].input_schema["properties"]["check_sizes"]
+    assert compose.get("default") is None and COMPOSE_CHECK_SIZES_TEXT in compose["description"]
     # and the resolution itself: the production size, or the largest where there is no `full`
     from maxkernel.tpu_tools.problem.reference import load_reference
 
@@ -331,7 +360,7 @@ def test_auth_failure_says_so_in_auto_and_search(eval_cwd):
         # the right token, as a flag, reaches the server from `search`: one real evaluation there
         ok = subprocess.run(
             [str(BIN / "maxkernel-orchestrate"), "search", "12p", "--server", url, "--token", "right"]
-            + ["--max-evaluations", "1", "--json", "--run-dir", "run"],
+            + ["--max-evaluations", "1", "--json", "--run-dir", "run", "--check-size", "small"],
             cwd=work,
             capture_output=True,
             text=True,
@@ -341,7 +370,11 @@ def test_auth_failure_says_so_in_auto_and_search(eval_cwd):
         assert "refused" not in ok.stderr and "Traceback" not in ok.stderr, ok.stderr
         import json
 
-        assert json.loads(ok.stdout)["evaluations"] == 1, ok.stdout
+        out = json.loads(ok.stdout)
+        assert out["evaluations"] == 1, ok.stdout
+        # --check-size reached the server: the re-verify ran at small only (the token is what is tested)
+        checked = out["reverified"]["verdict"]["validation"]["check_sizes"]
+        assert [c["name"] for c in checked] == ["small"], checked
     finally:
         server.terminate()
         server.wait(10)

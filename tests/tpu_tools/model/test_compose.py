@@ -43,7 +43,7 @@ def evaluator():
 def test_a_correct_kernel_composes_and_matches_the_model(tmp_path, evaluator):
     r = compose(evaluator, "llama3_8b_layer", kernel(tmp_path, "ok"), str(tmp_path / "out"), target="cpu")
     assert r.ok, r.verdict
-    assert "matches the model on seeds" in r.verdict and "at size small" in r.verdict
+    assert "matches the model on seeds" in r.verdict and r.verdict.endswith(" at small")
     # compiled at the model's production size, interpreted at the one check size the composed file carries
     assert r.validation["size"] == "full" and [c["name"] for c in r.validation["check_sizes"]] == ["small"]
     text = (tmp_path / "out" / "composed.py").read_text()
@@ -62,7 +62,7 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     hs = hotspots_in_child(evaluator, "llama3_8b_layer", "tpu-v5e", "small")
     r = compose(
         evaluator, "llama3_8b_layer", kernel(tmp_path, "ok"), str(tmp_path / "out"), target="tpu-v5e",
-        target_size="small", hotspots=hs,
+        size="small", hotspots=hs,
     )  # fmt: skip
     assert r.ok, r.verdict
     assert r.validation["size"] == "small"  # compiled for v5e at the target size asked for
