@@ -24,3 +24,16 @@ def scratch_outside_tmp(prefix: str):
     base = Path.home() / ".cache" / "maxkernel-test-scratch"
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+# Tasks whose small workload takes 20-50 s of XLA:CPU on the 2-core box (3-D and 2-D convolutions, the
+# MoE and attention variants): their per-task checks run in `make test-slow`, the rest in `make test`.
+HEAVY_ON_CPU = {"3p", "7p", "10p", "14p", "17p", "18k", "25k", "28k", "33k", "50k"}
+
+
+def by_weight(ids):
+    """pytest params for task ids, the HEAVY_ON_CPU ones marked slow."""
+    import pytest
+
+    short = lambda t: str(t).split("_")[0]  # noqa: E731
+    return [pytest.param(t, marks=pytest.mark.slow) if short(t) in HEAVY_ON_CPU else t for t in ids]

@@ -75,6 +75,7 @@ def _norm(y, axes, eps=1e-5):
     return (y - mu) / np.sqrt(y.var(axis=axes, keepdims=True) + eps)
 
 
+@pytest.mark.slow  # an XLA:CPU convolution at small: tens of seconds
 def test_18k_conv_relu_bias():
     (x, w, cb, b), out = _run("18k")
     ref = np.maximum(_conv2d(x, w) + cb[None, :, None, None], 0) + b[None]
@@ -88,6 +89,7 @@ def test_22k_conv_instancenorm_divide():
     np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow  # an XLA:CPU convolution at small: tens of seconds
 def test_28k_conv_transpose3d_layernorm_over_w_gelu():
     (x, w, cb, lw, lb), out = _run("28k")
     y = _conv_transpose3d(x, w) + cb[None, :, None, None, None]

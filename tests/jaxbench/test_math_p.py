@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest_paths import by_weight
 
 from maxkernel.jaxbench.registry import load_task
 
@@ -176,7 +177,7 @@ REFS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("short", list(REFS))
+@pytest.mark.parametrize("short", by_weight(REFS))
 def test_math_matches_numpy_f32(short):
     m = load_task(short)
     xs = m.create_inputs(jnp.float32, size="small")

@@ -13,6 +13,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from conftest_paths import by_weight
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -118,7 +119,7 @@ def v6e_device_sharding():
     return NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
 
 
-@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize("task_id", by_weight(TASKS))
 def test_reference_compiles_for_v6e_at_full_size(task_id, v6e_device_sharding):
     task, ref = load_task(task_id), load_pallas_reference(task_id)
     shapes = [

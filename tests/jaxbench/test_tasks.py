@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest_paths import by_weight
 
 from maxkernel.jaxbench.registry import list_task_ids, load_task
 
@@ -103,7 +104,7 @@ def _floats(xs):
     return [x for x in xs if jnp.issubdtype(x.dtype, jnp.floating)]
 
 
-@pytest.mark.parametrize("task_id", TASK_IDS)
+@pytest.mark.parametrize("task_id", by_weight(TASK_IDS))
 def test_small_inputs_and_workload(task_id):
     m = load_task(task_id)
     a = m.create_inputs(size="small")

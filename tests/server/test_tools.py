@@ -143,7 +143,8 @@ async def test_compile_bad_block_is_a_negative_verdict_not_an_error(client, ws):
 @pytest.mark.anyio
 async def test_validate_off_by_one_is_an_output_mismatch(client):
     r = await client.call_tool(
-        "validate_kernel", {"kernel_path": "cands/off_by_one.py", "reference": "ref.py", "seeds": 1}
+        "validate_kernel",
+        {"kernel_path": "cands/off_by_one.py", "reference": "ref.py", "seeds": 1, "check_sizes": ["small"]},
     )
     assert not r.is_error, text(r)
     rep = r.structured_content
@@ -154,7 +155,13 @@ async def test_validate_off_by_one_is_an_output_mismatch(client):
 async def test_validate_on_fresh_seeds(client):
     r = await client.call_tool(
         "validate_kernel",
-        {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 2, "seed_offset": 4242},
+        {
+            "kernel_path": "cands/good_matmul.py",
+            "reference": "ref.py",
+            "seeds": 2,
+            "seed_offset": 4242,
+            "check_sizes": ["small"],
+        },
     )
     assert not r.is_error, text(r)
     assert r.structured_content["ok"] and r.structured_content["seeds"] == [4242, 4243]
@@ -163,7 +170,8 @@ async def test_validate_on_fresh_seeds(client):
 @pytest.mark.anyio
 async def test_validate_seeds_are_random_by_default_and_zero_seeds_is_an_error(client):
     r = await client.call_tool(
-        "validate_kernel", {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 1}
+        "validate_kernel",
+        {"kernel_path": "cands/good_matmul.py", "reference": "ref.py", "seeds": 1, "check_sizes": ["small"]},
     )
     assert not r.is_error, text(r)
     rep = r.structured_content
@@ -184,6 +192,7 @@ async def test_estimate_kernel_is_labeled_and_compile_free(client):
     assert rep["estimate"]["chip"] == "tpu-v6e" and rep["kernel_sha256"]
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_autotune_kernel_prunes_and_keeps_failures_as_data(client):
     # The example fits each block to the size it meets; the template takes the blocks as written, so a
@@ -419,6 +428,7 @@ async def test_find_hotspots_costs_a_model_step_and_refuses_an_unknown_model(cli
     assert bad.is_error and "no_such_model" in text(bad)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_extract_region_writes_a_checked_reference_and_refuses_an_unknown_region(client, ws):
     bad = await client.call_tool("extract_region", {"model": "llama3_8b_layer", "region": "no_such_region"})

@@ -54,6 +54,7 @@ async def _run(pool, workspace, store, cfg, model, *, resume=False) -> tuple[dic
         return await loop.run(), calls
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_the_same_kernel_twice_is_evaluated_once(pool, workspace, tmp_path):
     script = Script(

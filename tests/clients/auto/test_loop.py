@@ -122,6 +122,7 @@ async def run_loop(
         return await loop.run(max_steps=max_steps), loop
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_path):
     script = Script(
@@ -218,6 +219,7 @@ async def test_budget_exhaustion_stops_cleanly(pool, workspace, tmp_path):
     assert state["next_step"] == "implement" and state["steps"] == ["1:plan"]
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_resume_continues_from_the_last_finished_step(pool, workspace, tmp_path):
     first = Script(

@@ -19,6 +19,7 @@ def anyio_backend():
     return "asyncio"
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_auto_loop_validates_a_ring_kernel_on_four_devices(pool, tmp_path):
     ring = pallas_reference_path("52m_Reduce_Scatter").read_text()

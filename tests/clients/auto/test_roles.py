@@ -52,6 +52,7 @@ def anyio_backend():
     return "asyncio"
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_a_failing_case_takes_the_debug_path_and_an_unusable_case_is_skipped(pool, workspace, tmp_path):
     script = Script(
@@ -122,6 +123,7 @@ async def test_a_shape_specialized_kernel_fails_validation_with_its_sizes(pool, 
     assert summary["best"] is None
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_resume_after_the_test_step_does_not_ask_the_tester_again(pool, workspace, tmp_path):
     first = Script(planner=[PLAN], implementer=[code(PLUS_ONE)], tester=[cases(BIG)])

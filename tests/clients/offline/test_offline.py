@@ -58,6 +58,7 @@ def plan_and_implement(
     return plan, parse_output("implementer", impl.text).source
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.parametrize("task", ["12p_RMSNorm", "8p_GEMM"])
 def test_first_kernel_compiles_validates_and_estimates_guide_the_next(task, evaluator, tmp_path):
     model = OfflineModel()

@@ -43,6 +43,7 @@ def kernel_for(task: str, tmp_path) -> tuple[str, dict]:
     return str(path), program
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.parametrize("task", FAMILIES)
 def test_the_first_kernel_validates_at_small_and_compiles_at_full(task, evaluator, tmp_path):
     path, program = kernel_for(task, tmp_path)

@@ -218,6 +218,7 @@ def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_can
         assert r["failed"] is None
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
     from maxkernel.clients.suite.cli import run_suite
 

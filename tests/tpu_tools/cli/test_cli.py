@@ -99,6 +99,7 @@ def test_profile_json_is_a_profile_report(profiled):
     assert r.trace_path.startswith(str(trace_dir))
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_profile_pallas_human_output_says_not_measured():
     p = run(
         "profile", kernel("good_matmul"), "-r", MATMUL_REF, "-t", "tpu-v6e", "--size", "small", "--reps", "3"
@@ -108,6 +109,7 @@ def test_profile_pallas_human_output_says_not_measured():
     assert "not measured: target chip absent" in out and "static estimate (estimate)" in out
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_profile_broken_candidate_is_1():
     p = run("profile", kernel("import_error"), "-r", MATMUL_REF, "--json")
     assert p.returncode == 1, p.stderr

@@ -265,6 +265,7 @@ def _estimate_search(tmp_path: Path, *extra: str, run: str = "run") -> subproces
     )
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_search_positional_reference_path_works(tmp_path):
     """`search my_reference.py` (the README's spelling) searches that file; --root gives the first kernel."""
     shutil.copy(MATMUL_REF, tmp_path / "my_reference.py")
@@ -277,6 +278,7 @@ def test_search_positional_reference_path_works(tmp_path):
     assert out["task"]["reference"].endswith("my_reference.py") and out["evaluations"] == 1
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_search_resume_keeps_every_option_and_its_cache(tmp_path):
     import json
 

@@ -16,6 +16,7 @@ def evaluator():
         yield Evaluator(pool, timeout_s=60)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_hang_times_out_promptly_then_a_good_kernel_validates(evaluator):
     t0 = time.monotonic()
     r = evaluator.validate(

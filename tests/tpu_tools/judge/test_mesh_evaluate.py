@@ -71,6 +71,7 @@ def test_blanking_the_hlo_to_hide_the_reshard_is_tampering(evaluator):
     assert not r.ok and r.failure.kind == "tampered" and "Compiled.as_text" in r.failure.summary
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_xla_collectives_doing_the_communication_are_work_outside_the_kernel(evaluator):
     r = _validate(evaluator, MESH_KERNELS / "rs_xla_collective.py")
     assert not r.ok and r.failure.kind == "work_outside_kernel"
@@ -89,6 +90,7 @@ def test_compile_targets_a_four_chip_topology_and_refuses_an_unpartitionable_ker
     assert not bad.ok and "cannot be automatically partitioned" in bad.failure.summary
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 @pytest.mark.anyio
 async def test_the_mcp_tools_pass_the_mesh_through(tmp_path, pool):
     source = pallas_reference_path("53m_All_To_All").read_text()
@@ -138,6 +140,7 @@ def test_profile_estimates_a_mesh_kernel_per_chip_and_never_runs_it_off_the_chip
     assert any("over 4 chips" in a for a in r.reference_estimate.assumptions)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_the_search_evaluator_ranks_a_ring_kernel_and_rejects_its_racy_twin(tmp_path, pool):
     """Graph search's one call (evaluate_kernel over MCP): the mesh rides along with the reference."""
     import asyncio
@@ -199,6 +202,7 @@ def test_a_malformed_mesh_is_the_references_error_with_one_precise_line(evaluato
     assert why in r.failure.summary and "\n" not in r.failure.summary
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_on_a_tpu_host_mesh_jobs_stay_off_the_device_lane():
     """The device worker owns the chips and has one backend; a mesh kernel's jobs need N CPU devices,
     so on a device-owning host they run as forked children (which never open the chips)."""

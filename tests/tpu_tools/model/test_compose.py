@@ -40,6 +40,7 @@ def evaluator():
     return Evaluator(timeout_s=600)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_a_correct_kernel_composes_and_matches_the_model(tmp_path, evaluator):
     r = compose(evaluator, "llama3_8b_layer", kernel(tmp_path, "ok"), str(tmp_path / "out"), target="cpu")
     assert r.ok, r.verdict
@@ -54,6 +55,7 @@ def test_a_correct_kernel_composes_and_matches_the_model(tmp_path, evaluator):
     assert r.estimate is None and "not a TPU target" in r.estimate_note
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tmp_path, evaluator):
     """At the target size on v5e: before = the region's hotspot estimate x count, after = the kernel's
     static estimate on the extracted region x count, the step by Amdahl; labeled estimate, with its tier."""
@@ -87,6 +89,7 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     assert any("nothing ran on a chip" in n for n in e.notes)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_a_kernel_wrong_only_without_the_causal_mask_fails_end_to_end(tmp_path, evaluator):
     r = compose(
         evaluator,

@@ -39,6 +39,7 @@ def test_every_region_spliced_back_gives_bit_identical_outputs(model, tmp_path):
         assert [list(x.shape) for x in full] == [s.shape_full for s in report.inputs]
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_inputs_are_drawn_with_the_statistics_the_region_sees(tmp_path):
     report, text = extract_region("llama3_8b_layer", "attention.sdpa")
     ref = load_reference(str(write_new(tmp_path / "sdpa.py", text)))

@@ -16,6 +16,7 @@ def evaluator():
         yield Evaluator(pool, timeout_s=120)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_bench_rmsnorm_baseline_and_pallas_reference(tmp_path, evaluator):
     # the default size: the production size (full); validated at the check sizes, scored at full
     results = run_bench(["12p"], target="tpu-v6e", out_dir=str(tmp_path / "out"), evaluator=evaluator)

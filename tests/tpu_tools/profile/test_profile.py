@@ -130,6 +130,7 @@ def test_trace_summary_is_present(pallas_profile):
     assert pallas_profile.trace_path.startswith(pallas_profile.trace_dir)
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_candidate_errors_are_classified():
     r = run_profile(kernel("wrong_shape"), MATMUL_REF, "tpu-v6e", "small")
     assert not r.ok and r.failure.kind == "shape_mismatch"
@@ -168,6 +169,7 @@ def test_evaluator_profile_timeout_is_a_failure(evaluator):
     assert not r.ok and r.failure.kind == "timeout"
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_off_the_chip_at_the_production_size_nothing_is_measured_only_estimated():
     """tpu-v6e absent, size full (not a check size): no array is built or timed, both programs are costed."""
     r = run_profile(PALLAS_MATMUL, MATMUL_REF, "tpu-v6e", "full", reps=10, timeout_s=120)
