@@ -82,6 +82,7 @@ def test_18k_conv_relu_bias():
     np.testing.assert_allclose(out, ref, **F32_TOL)
 
 
+@pytest.mark.slow  # an XLA:CPU convolution at small: tens of seconds
 def test_22k_conv_instancenorm_divide():
     (x, w, cb, iw, ib), out = _run("22k")
     y = _conv2d(x, w) + cb[None, :, None, None]

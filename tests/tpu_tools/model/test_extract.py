@@ -54,6 +54,7 @@ def test_inputs_are_drawn_with_the_statistics_the_region_sees(tmp_path):
     assert not np.array_equal(xs[0], ref.create_inputs("small", 2)[0])
 
 
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_an_emitted_region_that_differs_from_the_model_is_refused(monkeypatch):
     """The check on creation is real: an emitter slip (one add written as a subtract) fails the splice."""
     real = extract_mod._body
