@@ -1,11 +1,16 @@
-"""Tiled matmul with the reference's epilogue fused: grid (row blocks, k-steps), an f32 VMEM accumulator.
+"""Tiled matmul with the reference's epilogue fused: grid (row blocks, column blocks, k-steps), an f32
+VMEM accumulator.
 
 Serves a traced program with one 2-D dot_general whose left operand is a row-carrying input used by
 nothing else and whose right operand is an input (possibly transposed, cast or reshaped first: layout
-work, done before the pallas_call). Every other equation is the epilogue: it runs once per row block,
-on the last k-step, on the accumulator rounded to the dot's own output dtype, with the reference's own
-ops (bias, activation, residual, row reductions). Columns stay whole, so epilogues that reduce over the
-last axis (softmax, logsumexp) are served too.
+work, done before the pallas_call). Every other equation is the epilogue: it runs once per output
+block, on the last k-step, on the accumulator rounded to the dot's own output dtype, with the
+reference's own ops (bias, activation, residual, row reductions).
+
+Columns are blocked when the epilogue keeps columns apart (elementwise ops, a bias along N, a residual
+of the output's shape): at a production N (28672 for a 4096x14336 MLP) a whole-column block leaves room
+for only a few rows, and the right operand is streamed once per row block. An epilogue that mixes
+columns (softmax, logsumexp, a reduction over the last axis) keeps them whole.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ LAYOUT = ("transpose", "convert_element_type", "reshape")
 
 SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), generated from the reference's program.
 
-Grid (row blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed on the first
-k-step; on the last, the reference's own epilogue runs on it (rounded to the dot's output dtype, as
-the reference rounds) and each output block is written to HBM once. Columns stay whole.
+Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed
+on the first k-step; on the last, the reference's own epilogue runs on it (rounded to the dot's output
+dtype, as the reference rounds) and each output block is written to HBM once. ${columns_note}
 
 Shape-generic: M, K, N and every epilogue shape are read from the inputs when the kernel is traced
 (`sh`); the blocks were chosen for the target size (${target}) and clamp to smaller inputs. A last row
 block past M is partial (rows are independent; the store drops the rest); a last k-step past K is
-masked to zeros on both operands, so it adds nothing.
+masked to zeros on both operands, so it adds nothing. A last column block past N is partial: columns
+are independent, and the store drops the rest.
 """
 
 import functools
@@ -45,18 +51,20 @@ from jax.experimental.pallas import tpu as pltpu
 
 ${config_marker}${config_json}
 BLOCK_ROWS = ${block_rows}
+BLOCK_COLS = ${block_cols}
 BLOCK_K = ${block_k}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+N_AXES = ${n_axes}  # (input, axis) pairs that run along the output's columns
 
 
 def _epilogue(${epi_args}, *, sh, b0, r0):
-    """The reference's equations after its dot_general, on one block of rows."""
+    """The reference's equations after its dot_general, on one output block (`sh`: the shapes it sees)."""
 ${body}
     return ${outs}
 
 
 def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total):
-    k = pl.program_id(1)
+    k = pl.program_id(2)
 
     @pl.when(k == 0)
     def _init():
@@ -70,7 +78,7 @@ def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total):
         rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
     acc_ref[...] += lax.dot_general(lhs, rhs, ${dims}, preferred_element_type=jnp.float32)
 
-    @pl.when(k == pl.num_programs(1) - 1)
+    @pl.when(k == pl.num_programs(2) - 1)
     def _store():
         dot = acc_ref[...].astype(jnp.${dot_dtype})
         outs = _epilogue(${epi_loads}, sh=sh, b0=b0, r0=pl.program_id(0) * b0)
@@ -82,28 +90,31 @@ def workload(${args}):
 ${hoisted}
     lhs = ${lhs}
     m, k_total = lhs.shape  # M rows, K contracted
-    n = ${n}  # N, the output's columns (whole in every block)
+    n = ${n}  # N, the output's columns
     b0 = min(BLOCK_ROWS, m)
+    bn = n if BLOCK_COLS is None else min(BLOCK_COLS, n)
     bk = min(BLOCK_K, k_total)
+    # the shapes the epilogue sees in one block: each input's N axis is the column block
+    blk = tuple(tuple(bn if (a, d) in N_AXES else e for d, e in enumerate(s)) for a, s in enumerate(sh))
 
     # lhs is (M, K): the [b0, bk] tile of row block i at k-step k
-    def lhs_map(i, k):
+    def lhs_map(i, j, k):
         return i, k
 
-    # rhs is ${rhs_shape}: the k-step's ${rhs_what} slab, all columns
-    def rhs_map(i, k):
+    # rhs is ${rhs_shape}: the ${rhs_what} tile of column block j at k-step k
+    def rhs_map(i, j, k):
         return ${rhs_index}
 
 ${maps}
     out = pl.pallas_call(
-        functools.partial(_kernel, sh=sh, b0=b0, bk=bk, k_total=k_total),
+        functools.partial(_kernel, sh=blk, b0=b0, bk=bk, k_total=k_total),
         out_shape=[${out_shapes}],
-        grid=(pl.cdiv(m, b0), pl.cdiv(k_total, bk)),
+        grid=(pl.cdiv(m, b0), pl.cdiv(n, bn), pl.cdiv(k_total, bk)),
         in_specs=[pl.BlockSpec((b0, bk), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],
         out_specs=[${out_specs}],
-        scratch_shapes=[pltpu.VMEM((b0, n), jnp.float32)],
+        scratch_shapes=[pltpu.VMEM((b0, bn), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
+            dimension_semantics=("parallel", "parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
         interpret=False,
         name="offline_matmul",
@@ -174,6 +185,51 @@ def _folded(eqns: list[dict], sp: Split) -> list[int]:
     return [i for i, e in enumerate(eqns) if rhs in e["outputs"]]
 
 
+# Epilogue equations that keep columns apart: each output element reads the same element of its inputs.
+ELEMENTWISE = frozenset(
+    """add sub mul div rem max min neg abs sign floor ceil round exp exp2 log log1p expm1 tanh logistic sqrt
+    rsqrt cbrt integer_pow pow square erf erfc erf_inv sin cos tan atan2 select_n convert_element_type eq ne
+    lt le gt ge and or not xor clamp is_finite nextafter reduce_precision copy copy_p""".split()
+)
+
+
+def _column_axes(
+    program: Program, plan: RowPlan, sp: Split, epi: list[dict], others: list[str], sym: Symbolic
+) -> dict[int, int] | None:
+    """{input index: its axis along the output's columns}, when the epilogue keeps columns apart (then
+    the columns can be blocked); None when it mixes them, or when the kernel could not say so safely."""
+    names = program["input_names"]
+    outs = program["out_specs"]
+    if sp.chain or len(outs) != 1 or len(outs[0]["shape"]) != 2 or outs[0]["shape"][1] != sp.n:
+        return None
+    axes = {names.index(sp.rhs_root): 1 - sp.rhs_contract}
+    for name in others:
+        i = names.index(name)
+        shape = program["inputs"][i]["shape"]
+        tiled = plan.input_axes[i] is not None
+        if not shape:
+            continue  # a scalar: the same in every block
+        if len(shape) == 1 and shape[0] == sp.n and not tiled:
+            axes[i] = 0  # a bias along N
+        elif len(shape) == 2 and shape[1] == sp.n and (tiled or shape[0] == 1):
+            axes[i] = 1  # a residual of the output's shape, or a (1, N) row
+        else:
+            return None
+    written = {f"sh[{a}][{d}]" for a, d in axes.items()}
+    for e in epi:
+        if e["primitive"] in ELEMENTWISE:
+            continue
+        if e["primitive"] != "broadcast_in_dim":
+            return None
+        out_shape = e["out_specs"][0]["shape"]
+        dims = tuple(ast.literal_eval(str(e["params"]["broadcast_dimensions"])))
+        if len(out_shape) != 2 or out_shape[1] != sp.n or dims not in ((), (1,), (0, 1)):
+            return None
+        if sym.shape_elems(e, "shape")[-1] not in written:  # N written from an axis the block does not see
+            return None
+    return axes
+
+
 def _k_blocks(k: int) -> tuple[int, ...]:
     """Block sizes along K at the target: lane multiples up to K (one past K clamps to the whole K)."""
     top = max(128, 1 << max(k - 1, 0).bit_length())
@@ -182,7 +238,7 @@ def _k_blocks(k: int) -> tuple[int, ...]:
 
 def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template:
     """The template for a program `split` accepted: rows and K blocked for the target size."""
-    from maxkernel.clients.offline.templates.fused import _legal_blocks, _nbytes, row_body
+    from maxkernel.clients.offline.templates.fused import _align, _legal_blocks, _nbytes, row_body
 
     eqns = program["equations"]
     names = program["input_names"]
@@ -197,25 +253,35 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
     hoisted_src += f"\n    rhs = {rhs_var}" if hoisted else f"\n    rhs = {sp.rhs_root}"
     outs = [operand(o) for o in program["outputs"]]
     o_spec = program["out_specs"][0]
+    cols = _column_axes(program, plan, sp, epi, others, sym)
     maps, in_specs = [], []
     for n in others:
         i = names.index(n)
         s = program["inputs"][i]
         rank = len(s["shape"])
         tiled = plan.input_axes[i] is not None
-        idx = ", ".join("i" if (tiled and d == 0) else "0" for d in range(rank)) + ("," if rank == 1 else "")
+        col = None if cols is None else cols.get(i)
+        idx = ", ".join("i" if (tiled and d == 0) else "j" if d == col else "0" for d in range(rank))
+        idx = (idx + ("," if rank == 1 else "")) or "()"
         what = "row block i" if tiled else "the whole array, fetched once"
+        if col is not None:
+            what = "row block i, column block j" if tiled else "column block j"
         maps.append(
-            f"    # {n} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n    def {n}_map(i, k):\n        return {idx}\n"
+            f"    # {n} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n"
+            f"    def {n}_map(i, j, k):\n        return {idx}\n"
         )
-        dims = ["b0" if (tiled and d == 0) else f"sh[{i}][{d}]" for d in range(rank)]
+        dims = ["b0" if (tiled and d == 0) else "bn" if d == col else f"sh[{i}][{d}]" for d in range(rank)]
         in_specs.append(f", pl.BlockSpec({shape_source(dims)}, {n}_map)")
     rank = len(o_spec["shape"])
-    o_idx = ", ".join("i" if d == 0 else "0" for d in range(rank)) + ("," if rank == 1 else "")
-    maps.append(f"    # the output is {tuple(o_spec['shape'])} at {sym.sizes[0]}: row block i, resident across k\n"
-                f"    def o0_map(i, k):\n        return {o_idx}\n")  # fmt: skip
+    if cols is not None:
+        o_idx, o_what = "i, j", "row block i, column block j"
+    else:
+        o_idx = ", ".join("i" if d == 0 else "0" for d in range(rank)) + ("," if rank == 1 else "")
+        o_what = "row block i"
+    maps.append(f"    # the output is {tuple(o_spec['shape'])} at {sym.sizes[0]}: {o_what}, resident across k\n"
+                f"    def o0_map(i, j, k):\n        return {o_idx}\n")  # fmt: skip
     whole = sym.output_shape(0)
-    o_dims = ["b0" if d == 0 else whole[d] for d in range(rank)]
+    o_dims = ["b0" if d == 0 else "bn" if cols is not None else whole[d] for d in range(rank)]
     fixed = {
         "epi_args": ", ".join([dot_var, *others]),
         "body": body,
@@ -231,10 +297,16 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         "lhs": sp.lhs,
         "n": f"rhs.shape[{1 - sp.rhs_contract}]",
         "rhs_shape": "(K, N)" if sp.rhs_contract == 0 else "(N, K)",
-        "rhs_what": "[bk, N]" if sp.rhs_contract == 0 else "[N, bk]",
+        "rhs_what": "[bk, bn]" if sp.rhs_contract == 0 else "[bn, bk]",
         "rhs_k_axis": str(sp.rhs_contract),
-        "rhs_index": "k, 0" if sp.rhs_contract == 0 else "0, k",
-        "rhs_block": "(bk, n)" if sp.rhs_contract == 0 else "(n, bk)",
+        "rhs_index": "k, j" if sp.rhs_contract == 0 else "j, k",
+        "rhs_block": "(bk, bn)" if sp.rhs_contract == 0 else "(bn, bk)",
+        "n_axes": "{" + ", ".join(f"({a}, {d})" for a, d in sorted((cols or {}).items())) + "}"
+        if cols
+        else "set()",
+        "columns_note": "Columns are blocked too (the epilogue keeps them apart)."
+        if cols is not None
+        else "Columns stay whole: the epilogue mixes them.",
         "maps": "\n".join(maps).rstrip("\n"),
         "in_specs": "".join(in_specs),
         "out_specs": f"pl.BlockSpec({shape_source(o_dims)}, o0_map)",
@@ -253,13 +325,27 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
     k_blocks = _k_blocks(k_t)
     fixed["target"] = f"{sym.target}: M={m_t}, K={k_t}, N={n_t}"
     item = 2 if "16" in at["inputs"][names.index(sp.lhs)]["dtype"] else 4
-    other_bytes = sum(
-        2 * _nbytes(at["inputs"][names.index(n)]["shape"], "float32") for n in others
-    )  # upper bound: whole, f32
+    col_blocks: tuple[int, ...] = (n_t,)  # N whole
+    if cols is not None:  # lane multiples up to N that every input blocked along N can take
+        ins = at["inputs"]
+        align = max(_align(len(ins[a]["shape"]), d, ins[a]["dtype"]) for a, d in cols.items())
+        col_blocks = tuple(b for b in _k_blocks(n_t) if b % align == 0) or (n_t,)
+    other_shapes = [at["inputs"][names.index(n)]["shape"] for n in others]
+
+    def dims_of(c: Mapping[str, Any]) -> tuple[int, int, int]:
+        bn = min(int(c.get("block_cols") or n_t), n_t)
+        return min(int(c["block_rows"]), m_t), bn, min(int(c["block_k"]), k_t)
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        bm, bk = min(int(c["block_rows"]), m_t), min(int(c["block_k"]), k_t)
-        return int(2 * item * (bm * bk + bk * n_t) + 4 * bm * n_t * 4 + other_bytes)
+        bm, bn, bk = dims_of(c)
+        # the other inputs' blocks: columns blocked where they run along N, f32 upper bound, two buffers
+        other = 0
+        for shape in other_shapes:
+            blk = [min(bm, x) if a == 0 and len(shape) == 2 else x for a, x in enumerate(shape)]
+            if cols is not None and shape and shape[-1] == n_t:
+                blk[-1] = bn
+            other += 2 * _nbytes(blk, "float32")
+        return int(2 * item * (bm * bk + bk * bn) + 4 * bm * bn * 4 + other)
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
         out = []
@@ -267,39 +353,60 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
             out.append(f"block_rows={c['block_rows']} is not one of {list(row_blocks)}")
         if int(c["block_k"]) not in k_blocks:
             out.append(f"block_k={c['block_k']} is not one of {list(k_blocks)}")
+        if cols is not None and int(c["block_cols"]) not in col_blocks:
+            out.append(f"block_cols={c['block_cols']} is not one of {list(col_blocks)}")
         return out
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        bm, bk = min(int(c["block_rows"]), m_t), min(int(c["block_k"]), k_t)
-        row_steps = -(-m_t // bm)
-        steps = row_steps * -(-k_t // bk)
-        hbm = item * (m_t * k_t + k_t * n_t * row_steps + m_t * n_t)
-        compute = 2 * m_t * n_t * k_t / (900e12 * min(bm, 256) / 256) * 1e6
+        bm, bn, bk = dims_of(c)
+        row_steps, col_steps = -(-m_t // bm), -(-n_t // bn)
+        steps = row_steps * col_steps * -(-k_t // bk)
+        # the left operand is read once per column block, the right once per row block
+        hbm = item * (m_t * k_t * col_steps + k_t * n_t * row_steps + m_t * n_t)
+        feed = min(bm, 256) / 256 * min(bn, 256) / 256  # an MXU pass wants 256 rows and columns of work
+        compute = 2 * m_t * n_t * k_t / (900e12 * feed) * 1e6
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + penalty
 
+    def config(bm: int, bn: int, bk: int) -> dict[str, int]:
+        c = {"block_rows": bm, "block_k": bk}
+        return c | ({"block_cols": bn} if cols is not None else {})
+
     fits = [
-        (bm, bk)
+        config(bm, bn, bk)
         for bm in row_blocks
+        for bn in col_blocks
         for bk in k_blocks
-        if bm <= 256 and bk <= 512 and vmem({"block_rows": bm, "block_k": bk}, {}) <= 24 * MiB
+        if bm <= 512 and bk <= 512 and (cols is None or bn <= 2048)
+        and vmem(config(bm, bn, bk), {}) <= 24 * MiB
+    ]  # fmt: skip
+    first = (
+        min(fits, key=lambda c: cost(c, {}))
+        if fits
+        else config(min(row_blocks), min(col_blocks), min(k_blocks))
+    )
+    tunables: dict[str, tuple] = {"block_rows": row_blocks, "block_k": k_blocks}
+    constraints = [
+        f"block_rows in {list(row_blocks)}",
+        f"block_k in {list(k_blocks)} (a last k-step past K={k_t} is masked)",
     ]
-    bm0, bk0 = max(fits) if fits else (min(row_blocks), min(k_blocks))
+    if cols is not None:
+        tunables["block_cols"] = col_blocks
+        constraints.append(f"block_cols in {list(col_blocks)} (a last column block past N={n_t} is partial)")
+    else:
+        fixed["block_cols"] = "None"
     return Template(
         name="matmul",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_rows": row_blocks, "block_k": k_blocks},
+        tunables=tunables,
         dims_of=lambda sizes: {"M": m_t, "K": k_t, "N": n_t},
         problems=problems,
         vmem_bytes=vmem,
         cost_us=cost,
-        initial={"block_rows": bm0, "block_k": bk0},
+        initial=first,
         fixed=lambda op: fixed,
-        constraints=(
-            f"block_rows in {list(row_blocks)}",
-            f"block_k in {list(k_blocks)} (a last k-step past K={k_t} is masked)",
-        ),
-        grid_axes=lambda c: ["rows", "k"],
-        semantics=lambda c: ["parallel", "arbitrary"],
+        constraints=tuple(constraints),
+        grid_axes=lambda c: ["rows", "cols", "k"],
+        semantics=lambda c: ["parallel", "parallel", "arbitrary"],
     )

@@ -181,7 +181,7 @@ def evaluator():
     ("name", "text", "case"),
     [
         ("norm", NORM, {"rows": 520}),  # 520 rows: blocks of 512 and a partial last one of 8
-        ("matmul", MATMUL, {"m": 300, "k": 640}),  # a partial row block and a K tail (640 = 512 + 128)
+        ("matmul", MATMUL, {"m": 600, "k": 640}),  # a partial row block (600 = 512 + 88) and a K tail (640)
     ],
 )
 def test_one_source_validates_at_small_and_a_larger_non_multiple_size_and_compiles_at_full(
