@@ -14,16 +14,15 @@ import tempfile
 
 import pytest
 
-# The tuned-config cache (autotune and search write their winners): never the user's own during tests.
-os.environ["MAXKERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="maxkernel-test-cache-")
+# The caches (the tuned configs autotune and search write, the example index): never the user's own
+# during tests, one per test process, removed at its end.
+_cache = tempfile.mkdtemp(prefix="maxkernel-test-cache-")
+os.environ["MAXKERNEL_CACHE_DIR"] = _cache
+atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 if "MAXKERNEL_TRACE_DIR" not in os.environ:  # set before any worker pool forks its server
     _traces = tempfile.mkdtemp(prefix="maxkernel-test-traces-")
     os.environ["MAXKERNEL_TRACE_DIR"] = _traces
     atexit.register(shutil.rmtree, _traces, ignore_errors=True)
-if "MAXKERNEL_CACHE_DIR" not in os.environ:  # the example index is cached per session, not in ~/.cache
-    _cache = tempfile.mkdtemp(prefix="maxkernel-test-cache-")
-    os.environ["MAXKERNEL_CACHE_DIR"] = _cache
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 
 class NetworkRefused(RuntimeError):

@@ -98,7 +98,9 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
         )  # fmt: skip
         run_dir = Path(args.run_dir or f"runs/model-{time.strftime('%Y%m%d-%H%M%S')}-{Path(s.model).stem}")
     # 1. hotspots: before the run directory exists (a model that does not trace leaves nothing behind)
-    note(f"hotspots of {s.model} on {s.target} (size {s.size or 'production'})")
+    note(
+        f"hotspots of {s.model} on {s.target} " + (f"(size {s.size})" if s.size else "(its production size)")
+    )
     hs, cached = stages.hotspots(evaluator, s.model, s.target, s.size, run_dir if args.resume else None, note)
     if not args.resume:
         run_dir.mkdir(parents=True, exist_ok=True)
