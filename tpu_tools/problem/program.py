@@ -91,7 +91,8 @@ class ProgramDescription(BaseModel):
     )
     variants: dict[str, SizeVariant] = Field(
         default_factory=dict,
-        description="the reference's other sizes (SIZES order): what differs when it is traced there",
+        description="the reference's other sizes (SIZES order, then the derived check size): what differs "
+        "when it is traced there",
     )
 
 
@@ -382,8 +383,10 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
 
 def describe(reference: str, size: str | None = None) -> ProgramDescription:
     """Trace `reference`'s workload at `size` (default: small if it has one, else its first size), and at
-    its other sizes for `variants` (tracing never allocates, so production sizes are cheap)."""
+    its other sizes and the derived check size for `variants` (tracing never allocates, so production
+    sizes are cheap)."""
     from maxkernel.tpu_tools.problem.reference import load_reference
+    from maxkernel.tpu_tools.problem.sizes import DERIVED
 
     ref = load_reference(reference)
     if size is None:
@@ -395,6 +398,10 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
     for other in ref.info.sizes:
         if other != size:
             variants[other] = _variant(flat, *_trace(ref, other)[:3])
+    # the derived check size too: a number the SIZES keep fixed may move there (GQA's group size does
+    # when the kv heads grow alone), and a kernel read from these traces must follow it, or say it cannot
+    if size != DERIVED and ref.derived_size().ok:
+        variants[DERIVED] = _variant(flat, *_trace(ref, DERIVED)[:3])
     notes = []
     if nested:
         notes.append("inputs are nested pytrees; names follow their flattened leaves")

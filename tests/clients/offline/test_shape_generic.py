@@ -202,3 +202,12 @@ def test_one_source_validates_at_small_and_a_larger_non_multiple_size_and_compil
     assert larger.ok, larger.failure
     full = evaluator.compile(str(kernel), str(ref), "tpu-v6e", "full")
     assert full.ok, full.failure
+
+
+def test_a_number_the_sizes_keep_but_the_derived_size_moves_is_written_from_the_shapes():
+    """2p's GQA group size is 16 in every SIZES entry; the derived check size grows the kv heads alone
+    (group 8). Read from SIZES only, the kernel hard-coded 16 and failed there as `shape_specialized`."""
+    program = describe("2p_GQA_Attention").model_dump(mode="json")
+    assert "derived" in program["variants"] and not program["variants"]["derived"].get("mismatch")
+    source = first_kernel(program, CHIP)
+    assert "sh[0][2] // sh[1][2]" in source, source  # query heads // kv heads
