@@ -16,6 +16,7 @@ from typing import Any
 
 from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.problem.sizes import DERIVED
 
 USAGE_EXIT, NO_KERNEL_EXIT = 2, 1
 MODEL_SIZES = (None, "small", "full")
@@ -89,7 +90,7 @@ def check(args: argparse.Namespace) -> None:
     if args.size not in MODEL_SIZES:
         raise UsageError(f"--size {args.size!r}: a model's target size is small or full")
     for name in args.check_sizes or []:  # the extracted regions' references have SIZES small and full
-        if name not in ("small", "full", "derived"):
+        if name not in (*filter(None, MODEL_SIZES), DERIVED):
             raise UsageError(f"--check-size {name!r}: a region's check sizes are small, full or derived")
     if args.concurrency < 1:
         raise UsageError(f"--concurrency should be at least 1, got {args.concurrency}")

@@ -30,23 +30,6 @@ def _check_new_file(path: str | None, what: str) -> None:
         raise UsageError(f"{what} {path} is a directory; give a file path")
 
 
-def add_compose_check_sizes(p: argparse.ArgumentParser) -> None:
-    """compose's `--check-size`: the shared flag, with compose's own default (a whole step interpreted)."""
-    from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT
-
-    p.add_argument(
-        "--check-size",
-        dest="check_sizes",
-        action="append",
-        default=cli_args.DEFAULT_CHECK_SIZES,
-        metavar="NAME",
-        help="a check size, repeatable: the composed step runs against the model at each (off the chip in "
-        f"interpret mode); a SIZES name or 'derived' (default: {COMPOSE_CHECK_SIZES_TEXT})",
-    )
-    # the old spelling of the target size, kept working but not advertised
-    p.add_argument("--target-size", dest="size", help=argparse.SUPPRESS)
-
-
 def cmd_hotspots(args) -> int:
     from maxkernel.tpu_tools.cli.main import _print_json
     from maxkernel.tpu_tools.hardware.targets import parse_target
@@ -225,6 +208,8 @@ def render_step_estimate(e, why_none: str = "") -> None:
 
 
 def register(sub) -> None:
+    from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT
+
     p = cli_args.subparser(
         sub, "hotspots", help="a model step's regions and their estimated cost on a target"
     )
@@ -264,7 +249,8 @@ def register(sub) -> None:
     )
     cli_args.add_target(p)
     cli_args.add_size(p)  # where the composed step compiles and is estimated before/after
-    add_compose_check_sizes(p)
+    cli_args.add_check_sizes(p, COMPOSE_CHECK_SIZES_TEXT)  # compose's own default: a whole step interpreted
+    p.add_argument("--target-size", dest="size", help=argparse.SUPPRESS)  # the old spelling of --size
     cli_args.add_seeds(p)
     cli_args.add_timeout(p, HOTSPOTS_TIMEOUT_S)
     cli_args.add_json(p)

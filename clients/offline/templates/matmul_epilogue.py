@@ -330,7 +330,8 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         ins = at["inputs"]
         align = max(_align(len(ins[a]["shape"]), d, ins[a]["dtype"]) for a, d in cols.items())
         col_blocks = tuple(b for b in _k_blocks(n_t) if b % align == 0) or (n_t,)
-    other_shapes = [at["inputs"][names.index(n)]["shape"] for n in others]
+    # each other input's shape at the target and its axis along N (None: not blocked by columns)
+    other_specs = [(at["inputs"][names.index(n)]["shape"], (cols or {}).get(names.index(n))) for n in others]
 
     def dims_of(c: Mapping[str, Any]) -> tuple[int, int, int]:
         bn = min(int(c.get("block_cols") or n_t), n_t)
@@ -340,10 +341,11 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         bm, bn, bk = dims_of(c)
         # the other inputs' blocks: columns blocked where they run along N, f32 upper bound, two buffers
         other = 0
-        for shape in other_shapes:
-            blk = [min(bm, x) if a == 0 and len(shape) == 2 else x for a, x in enumerate(shape)]
-            if cols is not None and shape and shape[-1] == n_t:
-                blk[-1] = bn
+        for shape, col in other_specs:
+            blk = [
+                bn if a == col else min(bm, x) if a == 0 and len(shape) == 2 else x
+                for a, x in enumerate(shape)
+            ]
             other += 2 * _nbytes(blk, "float32")
         return int(2 * item * (bm * bk + bk * bn) + 4 * bm * bn * 4 + other)
 

@@ -155,7 +155,11 @@ def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
             ["auto", "-r", "12p", "--size", "tiny"],
             "--size 'tiny': reference '12p_RMSNorm'",
         ),
-        ("maxkernel-orchestrate", ["auto", "-r", "12p", "--check-size", "tiny"], "has no such size"),
+        (
+            "maxkernel-orchestrate",
+            ["auto", "-r", "12p", "--check-size", "tiny"],
+            "--check-size 'tiny': reference '12p_RMSNorm' has no size 'tiny'",
+        ),
         ("maxkernel-orchestrate", ["search", "12p", "--check-size", "tiny"], "--check-size 'tiny'"),
         (
             "maxkernel-orchestrate",
