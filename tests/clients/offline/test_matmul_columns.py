@@ -24,8 +24,13 @@ MIXING_TASK = "23k_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp"  # reduces over t
 PARTIAL = InputCase(
     name="partial",
     sizes={"batch_size": 136, "in_features": 640, "out_features": 640},
-    distribution="large_magnitude",  # past the ReLU: a trivial output would pass the default draw
+    # twice the task's draw: enough outputs past the ReLU that a trivial output fails the check (the
+    # default draw is weak); at large_magnitude's 1e3 the outputs sit where one bf16 ulp of a different
+    # but valid k-summation order already exceeds the task's 1% tolerance (flaky either way)
+    distribution="normal",
+    scale=2.0,
 )
+SEEDS = [0, 1, 2]  # fixed: the same inputs every run
 
 
 def source(task: str) -> str:
@@ -58,9 +63,9 @@ def test_partial_row_column_and_k_blocks_validate_and_a_dropped_column_index_fai
     bad.write_text(text.replace("        return k, j", "        return k, 0", 1))
     with WorkerPool(max_workers=1) as pool:
         ev = Evaluator(pool, timeout_s=600)
-        ok = ev.validate(str(good), BIAS_TASK, "cpu", "small", seeds=1, case=PARTIAL)
+        ok = ev.validate(str(good), BIAS_TASK, "cpu", "small", seeds=SEEDS, case=PARTIAL)
         assert ok.ok, ok.failure
-        wrong = ev.validate(str(bad), BIAS_TASK, "cpu", "small", seeds=1, case=PARTIAL)
+        wrong = ev.validate(str(bad), BIAS_TASK, "cpu", "small", seeds=SEEDS, case=PARTIAL)
         assert not wrong.ok and wrong.failure.kind == "output_mismatch", wrong.failure
         full = ev.compile(str(tmp_path / "good.py"), BIAS_TASK, "tpu-v6e", "full")
         assert full.ok, full.failure
