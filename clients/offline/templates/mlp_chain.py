@@ -7,7 +7,10 @@ of the same row input x ([..., E] @ [E, H]), elementwise ops only (SwiGLU's silu
 combine them into h [..., H], and one down-projection h @ [H, E'] that is the output. The grid is
 (row blocks, hidden blocks), hidden innermost and "arbitrary": each step computes its [rows, bh] slice
 of h with the reference's own ops and adds h_slice @ W_down[slice] to an f32 accumulator; the output
-block is written on the last hidden step. Anything else returns None.
+block is written on the last hidden step. After the down-projection an elementwise epilogue may follow
+(a transformer block's residual add): its operands are the down-projection, literals, and inputs of the
+output's shape, tiled by rows like the output, and it runs once per row block on the finished sum.
+Anything else returns None.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ SOURCE = '''"""Gated MLP (offline template `mlp_chain`), generated from the refe
 Grid (row blocks, hidden blocks), hidden innermost and "arbitrary": each step computes its slice of
 the hidden activation with the reference's own elementwise ops (each up-projection accumulated in
 f32 and rounded to the reference's dtype, as it rounds) and adds slice @ W_down[slice] to an f32
-accumulator; the output block is stored once, on the last hidden step. No weight is held whole.
+accumulator; the output block is stored once, on the last hidden step, through the reference's own
+equations after the down-projection (if any). No weight is held whole.
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
 for the target size (${target}) and clamp to smaller inputs. A last row block past M is partial (rows
@@ -53,7 +57,13 @@ ${chain}
     return ${h}
 
 
-def _kernel(x_ref, ${up_refs}, down_ref, o_ref, acc_ref, *, h_total):
+def _epilogue(${epi_params}):
+    """The reference's equations after the down-projection, on one row block's finished sum."""
+${epi_chain}
+    return ${out}
+
+
+def _kernel(${in_refs}, o_ref, acc_ref, *, h_total):
     j = pl.program_id(1)
     bh = down_ref.shape[0]
 
@@ -73,7 +83,8 @@ ${up_dots}
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+        ${down_out} = acc_ref[...].astype(jnp.${down_dtype})
+        o_ref[...] = _epilogue(${epi_reads}).astype(o_ref.dtype)
 
 
 def workload(${args}):
@@ -99,7 +110,7 @@ def workload(${args}):
         functools.partial(_kernel, h_total=h_total),
         out_shape=jax.ShapeDtypeStruct((m, e_out), jnp.${out_dtype}),
         grid=(pl.cdiv(m, b0), pl.cdiv(h_total, bh)),
-        in_specs=[pl.BlockSpec((b0, e), x_map), ${up_specs}, pl.BlockSpec((bh, e_out), down_map)],
+        in_specs=[pl.BlockSpec((b0, e), x_map), ${up_specs}, pl.BlockSpec((bh, e_out), down_map)${res_specs}],
         out_specs=pl.BlockSpec((b0, e_out), o_map),
         scratch_shapes=[pltpu.VMEM((b0, e_out), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
@@ -107,7 +118,7 @@ def workload(${args}):
         ),
         interpret=False,
         name="offline_mlp_chain",
-    )(rows_x, ${up_args}, ${down})
+    )(rows_x, ${up_args}, ${down}${res_args})
     return out.reshape(lead + (e_out,))
 '''
 
@@ -118,7 +129,13 @@ def _dims(e: dict) -> tuple:
 
 
 def recognise(program: Program) -> dict[str, Any] | None:
-    """The roles (x, up-projections, chain, down-projection) of a gated-MLP program, or None."""
+    """The roles (x, up-projections, hidden chain, down-projection, epilogue) of a gated-MLP program,
+    or None.
+
+    Each non-dot equation belongs to the hidden chain (its operands come from the up-projections) or to
+    the epilogue (its operands come from the down-projection or from inputs of the output's shape);
+    one that mixes the two, or reads anything else, refuses the program: the hidden-tiled kernel would
+    compute it on a slice it does not have."""
     eqns, names = program["equations"], program["input_names"]
     shape = {n: s["shape"] for n, s in zip(names, program["inputs"], strict=True)}
     dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general"]
@@ -142,26 +159,38 @@ def recognise(program: Program) -> dict[str, Any] | None:
     h, w = ed["inputs"]
     if w not in names or len(shape[w]) != 2 or _dims(ed) != ((rank - 1,), (0,), (), ()):
         return None
-    if program["outputs"][0] != ed["outputs"][0] or down != len(eqns) - 1:
-        return None
-    up_outs = {eqns[i]["outputs"][0] for i in ups}
-    known = set(up_outs)
-    chain = []
+    down_out = ed["outputs"][0]
+    out_shape = list(ed["out_specs"][0]["shape"])
+    residual_ok = {n for n in names if list(shape[n]) == out_shape and n != w}
+    known = {eqns[i]["outputs"][0] for i in ups}
+    epi_known = {down_out}
+    chain, epilogue, residuals = [], [], []
     for i, e in enumerate(eqns):
         if i in dots:
             continue
         if e["primitive"] not in ELEMENTWISE or len(e["outputs"]) != 1:
             return None
-        if any(not (a.startswith("lit:") or a in known) for a in e["inputs"]):
-            return None  # uses an input or a value outside the chain
-        known.add(e["outputs"][0])
-        chain.append(i)
-    if h not in known or h == x:
+        args = [a for a in e["inputs"] if not a.startswith("lit:")]
+        if i < down and all(a in known for a in args):
+            known.add(e["outputs"][0])
+            chain.append(i)
+        elif all(a in epi_known or a in residual_ok for a in args):
+            residuals += [a for a in args if a in residual_ok and a not in residuals]
+            epi_known.add(e["outputs"][0])
+            epilogue.append(i)
+        else:
+            return None  # mixes the hidden chain with the epilogue, or reads a value outside both
+    if h not in known or h == x or program["outputs"][0] not in epi_known:
         return None
-    users = [a for i in range(len(eqns)) if i not in dots for a in eqns[i]["inputs"]]
+    if program["outputs"][0] != down_out and not epilogue:
+        return None
+    users = [a for i in chain for a in eqns[i]["inputs"]]
     if x in users:
-        return None  # x used elsewhere than the up-projections
-    return {"x": x, "ups": ups, "down": down, "chain": chain, "h": h, "w_down": w}
+        return None  # x used in the hidden chain as well as by the up-projections
+    return {
+        "x": x, "ups": ups, "down": down, "chain": chain, "h": h, "w_down": w,
+        "epilogue": epilogue, "residuals": residuals, "down_out": down_out,
+    }  # fmt: skip
 
 
 def build(program: Program, sym: Symbolic) -> Template | None:
@@ -173,6 +202,10 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     chain = body_lines({**program, "equations": [eqns[i] for i in r["chain"]]}, None, None, sym)
     if sym.unsolved:
         return None
+    epi = body_lines({**program, "equations": [eqns[i] for i in r["epilogue"]]}, None, None, sym)
+    if sym.unsolved:
+        return None
+    res = r["residuals"]
     up_outs = [eqns[i]["outputs"][0] for i in r["ups"]]
     up_w = [eqns[i]["inputs"][1] for i in r["ups"]]
     up_dots = "\n".join(
@@ -185,7 +218,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     e_t = tshape[r["x"]][-1]
     h_t, eo_t = tshape[r["w_down"]]
     item = 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4
-    n_up = len(up_w)
+    n_up, n_res = len(up_w), len(res)
     fixed = {
         "x": r["x"],
         "ups": ", ".join(up_outs),
@@ -196,9 +229,18 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "up_names": ", ".join(up_outs),
         "args": ", ".join(names),
         "down": r["w_down"],
-        "out_dtype": eqns[r["down"]]["out_specs"][0]["dtype"],
+        "out_dtype": program["out_specs"][0]["dtype"],
         "up_specs": ", ".join("pl.BlockSpec((e, bh), up_map)" for _ in up_w),
         "up_args": ", ".join(up_w),
+        "in_refs": ", ".join(["x_ref", *(f"{w}_ref" for w in up_w), "down_ref", *(f"{n}_ref" for n in res)]),
+        "epi_params": ", ".join([r["down_out"], *res]),
+        "epi_chain": "\n".join(f"    {ln}" for ln in epi) or "    pass",
+        "out": program["outputs"][0],
+        "down_out": r["down_out"],
+        "down_dtype": eqns[r["down"]]["out_specs"][0]["dtype"],
+        "epi_reads": ", ".join([r["down_out"], *(f"{n}_ref[...]" for n in res)]),
+        "res_specs": "".join(", pl.BlockSpec((b0, e_out), o_map)" for _ in res),
+        "res_args": "".join(f", {n}.reshape(-1, e_out)" for n in res),
         "target": f"{sym.target}: M={m_t}, E={e_t}, H={h_t}, E_out={eo_t}",
     }
     rows = (8, 16, 32, 64, 128, 256, 512) if item == 4 else (16, 32, 64, 128, 256, 512)
@@ -206,7 +248,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
         b0, bh = min(int(c["block_rows"]), m_t), min(int(c["block_hidden"]), h_t)
-        blocks = b0 * e_t + n_up * e_t * bh + bh * eo_t + b0 * eo_t
+        blocks = b0 * e_t + n_up * e_t * bh + bh * eo_t + (1 + n_res) * b0 * eo_t
         return int(2 * item * blocks + 4 * b0 * eo_t + 4 * 4 * b0 * bh * (n_up + 1))
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
@@ -221,7 +263,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         b0, bh = min(int(c["block_rows"]), m_t), min(int(c["block_hidden"]), h_t)
         row_steps = -(-m_t // b0)
         steps = row_steps * -(-h_t // bh)
-        hbm = item * (m_t * e_t + row_steps * (n_up * e_t * h_t + h_t * eo_t) + m_t * eo_t)
+        hbm = item * (m_t * e_t + row_steps * (n_up * e_t * h_t + h_t * eo_t) + (1 + n_res) * m_t * eo_t)
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return hbm / 1.6e12 * 1e6 + 0.35 * steps + penalty
 

@@ -1,9 +1,11 @@
 """A gated MLP program is tiled over its hidden axis: no step holds a whole weight.
 
 The row-tiled matmul class keeps every weight whole in VMEM (9p_SwiGLU_MLP at full: three 8192 x
-28672 weights, a compile that never ends). The adversary: a program that looks like an MLP but uses x
-again after the down-projection (a residual), or mixes hidden columns (a norm over the hidden axis),
-must not be taken for one: the hidden-tiled kernel would drop that term silently.
+28672 weights, a compile that never ends). A transformer block's MLP ends in a residual add after the
+down-projection: that epilogue runs once per row block on the finished sum. The adversary: a program
+that mixes hidden columns (a norm over the hidden axis), or whose epilogue reads a hidden-chain value
+(which the kernel only ever holds one hidden block of), must not be taken for an MLP: the hidden-tiled
+kernel would compute that term on a slice and be silently wrong.
 """
 
 from __future__ import annotations
@@ -44,28 +46,42 @@ def workload(x, wg, wu, wd):
 GATED = "(jax.nn.silu(x @ wg) * (x @ wu)) @ wd"
 RESIDUAL = "x + (jax.nn.silu(x @ wg) * (x @ wu)) @ wd"
 NORMED = "jax.nn.softmax(jax.nn.silu(x @ wg) * (x @ wu), axis=-1) @ wd"
+# h has the output's shape here (H = E): the epilogue reads the whole hidden activation, not a block of it
+HIDDEN_IN_EPILOGUE = "(lambda h: h @ wd + h)(jax.nn.silu(x @ wg) * (x @ wu))"
 
 
-def program(tmp_path: Path, body: str) -> tuple[Path, dict]:
+def program(tmp_path: Path, body: str, *, square: bool = False) -> tuple[Path, dict]:
     path = tmp_path / "mlp_ref.py"
-    path.write_text(MLP.replace("BODY", body))
+    text = MLP.replace("BODY", body)
+    if square:
+        text = text.replace('"h": 8192', '"h": 2048').replace('"h": 512', '"h": 256')
+    path.write_text(text)
     return path, describe(str(path)).model_dump(mode="json")
 
 
 def test_the_gated_mlp_roles_come_from_the_program(tmp_path):
     r = recognise(describe(str(TASKS / "9p_SwiGLU_MLP" / "__init__.py")).model_dump(mode="json"))
     assert r is not None and len(r["ups"]) == 2 and r["x"] == "x0" and r["w_down"] == "x3"
-    assert recognise(program(tmp_path, GATED)[1]) is not None
+    gated = recognise(program(tmp_path, GATED)[1])
+    assert gated is not None and gated["epilogue"] == [] and gated["residuals"] == []
 
 
-@pytest.mark.parametrize("body", [RESIDUAL, NORMED])
-def test_an_mlp_with_more_than_a_hidden_wise_chain_is_not_taken_for_one(body, tmp_path):
-    assert recognise(program(tmp_path, body)[1]) is None
+def test_a_residual_after_the_down_projection_is_its_epilogue(tmp_path):
+    r = recognise(program(tmp_path, RESIDUAL)[1])
+    assert r is not None and r["residuals"] == [r["x"]] and len(r["epilogue"]) == 1
+
+
+@pytest.mark.parametrize("body", [NORMED, HIDDEN_IN_EPILOGUE])
+def test_an_mlp_with_more_than_a_hidden_wise_chain_and_a_row_wise_epilogue_is_not_taken_for_one(
+    body, tmp_path
+):
+    assert recognise(program(tmp_path, body, square=True)[1]) is None
 
 
 @pytest.mark.slow
-def test_one_source_validates_at_small_and_partial_blocks_and_compiles_at_full(tmp_path):
-    ref, prog = program(tmp_path, GATED)
+@pytest.mark.parametrize("body", [GATED, RESIDUAL])
+def test_one_source_validates_at_small_and_partial_blocks_and_compiles_at_full(body, tmp_path):
+    ref, prog = program(tmp_path, body)
     source = first_kernel(prog, CHIP)
     assert "template=mlp_chain" in source
     kernel = tmp_path / "kernel.py"
