@@ -278,6 +278,14 @@ def recognise(program: Program) -> dict[str, Any] | None:
     if p_name is None:
         return None
     v_op = next(a for a in e2["inputs"] if a != p_name)
+    # does the reference round the normalised probabilities to a narrower dtype before p·v?
+    pe = eqns[g.producer[p_name]]
+    rounds_normalised = (
+        pe["primitive"] == "convert_element_type"
+        and pe["out_specs"][0]["dtype"] in ("bfloat16", "float16")
+        and pe["inputs"][0] in g.producer
+        and eqns[g.producer[pe["inputs"][0]]]["primitive"] == "div"
+    )
     pi = e2["inputs"].index(p_name)
     # p's labels: the score labels (after the softmax, same layout as the reduce_max input)
     p_labels = lab[cur]
@@ -351,7 +359,7 @@ def recognise(program: Program) -> dict[str, Any] | None:
         "scale": scale, "causal": mask == "causal",
         "score_dtype": e1["out_specs"][0]["dtype"],
         "out_dtype": e2["out_specs"][0]["dtype"],
-        "d1": d1, "bias": bias_out, "ops": ops,
+        "d1": d1, "bias": bias_out, "ops": ops, "two_pass": rounds_normalised,
     }  # fmt: skip
 
 
@@ -361,6 +369,7 @@ The reference's q, k, v are brought to [N, G, S, D] / [N, S, D] (N: its batch ax
 extra axes per kv head) by its own leading equations and a transpose; the kernel walks kv blocks
 innermost ("arbitrary"), keeping the running max, sum and accumulator in f32 VMEM scratch (set under
 pl.when(kv == 0)), so no step holds more than a [block_q, block_kv] score tile.${causal_note}
+${two_pass_note}
 The result goes back to the reference's layout through its own trailing equations.
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the block sizes were
@@ -382,6 +391,7 @@ BLOCK_Q = ${block_q}
 BLOCK_KV = ${block_kv}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 CAUSAL = ${causal}
+TWO_PASS = ${two_pass}  # kv is walked twice: statistics, then the normalised probabilities
 MASK_VALUE = -1e30  # masked scores: exp() of them is 0 in f32
 
 
@@ -392,43 +402,78 @@ def _last_kv(qi, block_q, block_kv, nk):
     return jnp.minimum((qi * block_q + block_q - 1) // block_kv, nk - 1)
 
 
+def _scores(q_ref, k_ref, ${bias_ref}qi, ki, s_kv):
+    """The reference's masked f32 scores of q block qi against kv block ki."""
+    block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
+    q, k = q_ref[...], k_ref[...]
+    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    s = s.astype(jnp.${score_dtype})  # the reference's score dtype
+${scale_line}
+    s = s.astype(jnp.float32)
+    rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
+    cols = ki * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, 1)
+    keep = cols < s_kv
+    if CAUSAL:
+        keep = jnp.logical_and(keep, cols <= rows)
+    return jnp.where(keep, s, MASK_VALUE)
+
+
+def _v_block(v_ref, ki, s_kv):
+    v = v_ref[...]
+    v_rows = ki * v.shape[0] + lax.broadcasted_iota(jnp.int32, (v.shape[0], 1), 0)
+    return jnp.where(v_rows < s_kv, v, jnp.zeros_like(v))  # a partial block's rows past the end
+
+
 def _kernel(q_ref, k_ref, v_ref, ${bias_ref}o_ref, m_ref, l_ref, acc_ref, *, s_kv, nk):
-    qi, ki = pl.program_id(2), pl.program_id(3)
+    qi, step = pl.program_id(2), pl.program_id(3)
+    ki = step % nk if TWO_PASS else step
     block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
     last = _last_kv(qi, block_q, block_kv, nk)
 
-    @pl.when(ki == 0)
+    @pl.when(step == 0)
     def _init():
         m_ref[...] = jnp.full_like(m_ref, -jnp.inf)
         l_ref[...] = jnp.zeros_like(l_ref)
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
-    @pl.when(ki <= last)
-    def _update():
-        q, k, v = q_ref[...], k_ref[...], v_ref[...]
-        s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        s = s.astype(jnp.${score_dtype})  # the reference's score dtype
-${scale_line}
-        s = s.astype(jnp.float32)
-        rows = qi * block_q + lax.broadcasted_iota(jnp.int32, s.shape, 0)
-        cols = ki * block_kv + lax.broadcasted_iota(jnp.int32, s.shape, 1)
-        keep = cols < s_kv
-        if CAUSAL:
-            keep = jnp.logical_and(keep, cols <= rows)
-        s = jnp.where(keep, s, MASK_VALUE)
-        v_rows = ki * block_kv + lax.broadcasted_iota(jnp.int32, (v.shape[0], 1), 0)
-        v = jnp.where(v_rows < s_kv, v, jnp.zeros_like(v))  # a partial block's rows past the end
-        m_prev = m_ref[...]
-        m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
-        alpha = jnp.exp(m_prev - m_new)
-        p = jnp.exp(s - m_new)
-        l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
-        acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
-        m_ref[...] = m_new
+    if TWO_PASS:
 
-    @pl.when(ki == last)
-    def _store():
-        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+        @pl.when(jnp.logical_and(step < nk, ki <= last))
+        def _statistics():  # pass 1: the row max and the sum of exp(s - max)
+            s = _scores(q_ref, k_ref, ${bias_ref}qi, ki, s_kv)
+            m_prev = m_ref[...]
+            m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+            l_ref[...] = jnp.exp(m_prev - m_new) * l_ref[...] + jnp.sum(jnp.exp(s - m_new), axis=-1, keepdims=True)
+            m_ref[...] = m_new
+
+        @pl.when(jnp.logical_and(step >= nk, ki <= last))
+        def _weighted():  # pass 2: the normalised probabilities, rounded as the reference rounds them
+            s = _scores(q_ref, k_ref, ${bias_ref}qi, ki, s_kv)
+            p = jnp.exp(s - m_ref[...]) / l_ref[...]
+            v = _v_block(v_ref, ki, s_kv)
+            acc_ref[...] += jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+
+        @pl.when(step == nk + last)
+        def _store():
+            o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+    else:
+
+        @pl.when(ki <= last)
+        def _update():
+            s = _scores(q_ref, k_ref, ${bias_ref}qi, ki, s_kv)
+            v = _v_block(v_ref, ki, s_kv)
+            m_prev = m_ref[...]
+            m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+            alpha = jnp.exp(m_prev - m_new)
+            p = jnp.exp(s - m_new)
+            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+            acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            m_ref[...] = m_new
+
+        @pl.when(ki == last)
+        def _store():
+            o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
 
 
 def workload(${args}):
@@ -450,7 +495,11 @@ ${bias_prep}
     def q_map(i, j, qi, ki):
         return i, j, qi, 0
 
-    def kv_map(i, j, qi, ki):  # clamped: skipped steps past the diagonal fetch nothing new
+    def kv_map(i, j, qi, step):  # clamped: skipped steps past the diagonal fetch nothing new
+        return i, jnp.minimum(step % nk, _last_kv(qi, bq, bkv, nk)), 0
+
+    def v_map(i, j, qi, step):  # two passes: the first needs no v, so it holds block 0 (one fetch)
+        ki = jnp.where(step < nk, 0, step - nk) if TWO_PASS else step
         return i, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk)), 0
 
 ${bias_map}
@@ -458,11 +507,11 @@ ${bias_map}
     out = pl.pallas_call(
         functools.partial(_kernel, s_kv=s_kv, nk=nk),
         out_shape=jax.ShapeDtypeStruct((n, g, s_q, dv), jnp.${out_dtype}),
-        grid=(n, g, nq, nk),
+        grid=(n, g, nq, 2 * nk if TWO_PASS else nk),
         in_specs=[
             pl.BlockSpec((sq, sq, bq, d), q_map),
             pl.BlockSpec((sq, bkv, d), kv_map),
-            pl.BlockSpec((sq, bkv, dv), kv_map),${bias_spec}
+            pl.BlockSpec((sq, bkv, dv), v_map),${bias_spec}
         ],
         out_specs=pl.BlockSpec((sq, sq, bq, dv), q_map),
         scratch_shapes=[
@@ -501,10 +550,10 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         if op == "scale":
             e = eqns[r["scale"][0]]
             lit = operand(sym.literal(e, r["scale"][1]))
-            score_lines.append(f"        s = s * {lit}  # the reference's scale, in its dtype")
+            score_lines.append(f"    s = s * {lit}  # the reference's scale, in its dtype")
         else:
-            score_lines.append("        s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
-    scale_line = "\n".join(score_lines) or "        # (no scale)"
+            score_lines.append("    s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
+    scale_line = "\n".join(score_lines) or "    # (no scale)"
     b = r["bias"]
     bias_parts = {"bias_ref": "", "bias_prep": "", "bias_spec": "", "bias_arg": "", "bias_map": ""}
     if b is not None:
@@ -518,8 +567,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             "bias_spec": "\n            pl.BlockSpec((sq, bq, bkv), bias_map),",
             "bias_arg": ", bias",
             "bias_map": (
-                "    def bias_map(i, j, qi, ki):  # the bias tile of q block qi, kv block ki\n"
-                "        return i % nbias, qi, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk))\n"
+                "    def bias_map(i, j, qi, step):  # the bias tile of q block qi, kv block step % nk\n"
+                "        return i % nbias, qi, jnp.minimum(step % nk, _last_kv(qi, bq, bkv, nk))\n"
             ),
         }
     prefix, tail = lines(r["prefix"]), lines(r["tail"])
@@ -541,6 +590,14 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "result": program["outputs"][0],
         "causal": str(r["causal"]),
         "causal_note": " Causal: kv blocks above the diagonal are skipped." if r["causal"] else "",
+        "two_pass": str(r["two_pass"]),
+        "two_pass_note": (
+            "The reference rounds the normalised probabilities to its dtype before p·v, so the kv axis is\n"
+            "walked twice: the row max and sum first, then p = exp(s - max) / sum, rounded as the reference\n"
+            "rounds it (one pass would round the unnormalised exp instead: ulps apart wherever p·v cancels)."
+            if r["two_pass"]
+            else "One pass: the probabilities stay unnormalised until the end, as the reference never rounds them."
+        ),
         "scale_line": scale_line,
         **bias_parts,
         "score_dtype": r["score_dtype"], "out_dtype": r["out_dtype"],
@@ -561,6 +618,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         steps = math.ceil(s_kv / int(c["block_q"])) * math.ceil(s_kv / int(c["block_kv"]))
+        steps *= 2 if r["two_pass"] else 1
         return 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
     return Template(
