@@ -34,6 +34,7 @@ from maxkernel.tpu_tools.cost.block_schedule import (
     padded_bytes,
     round_up,
 )
+from maxkernel.tpu_tools.cost.branches import KernelBranches
 from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
@@ -245,6 +246,7 @@ def _estimate_call(
     scalar_prefetch: Sequence[Any] | None,
     body_flops_per_step: float | None = None,
     llo: ProgramLLO | None = None,
+    branches: KernelBranches | None = None,
 ) -> CallEstimate:
     grid, notes = bounded_grid(call)
     steps = max(1, math.prod(grid))
@@ -263,6 +265,8 @@ def _estimate_call(
         # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
         mxu_eff = (bk / round_up(bk, rows)) * (bn / round_up(bn, cols))
     counted = body_flops_per_step * steps if body_flops_per_step else 0.0
+    if counted and branches is not None and branches.conds and branches.unknown < len(branches.conds):
+        counted = min(counted, branches.expected_flops() * steps)  # branches run on their share of the steps
     if ce is not None and ce.flops > 0 and counted and ce.flops < UNDER_DECLARED_FRACTION * counted:
         notes.append(
             f"ignored pl.CostEstimate of {call.kernel_name}: it declares {ce.flops:.3g} flops, the kernel "
@@ -309,6 +313,27 @@ def _estimate_call(
                 f"{call.kernel_name}: {llo.predicated_bundles} bundles under pl.when-sized branches charged every step"
             )
 
+    # pl.when branches run on the grid steps whose predicate holds (evaluated over the grid where it is a
+    # function of the program ids). Tier model: the counted flops above are already per share. Tier llo:
+    # the loop holds every branch's bundles, so a step is charged their expected share.
+    if branches is not None and branches.conds and branches.unknown < len(branches.conds):
+        taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
+        how = "flops counted per branch on the steps that run it"
+        share = branches.active_fraction(
+            c.mxu_flops_per_s(mm_dtype) * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
+        )
+        if tier == "llo" and share is not None and share < 0.999:
+            compute_s *= share
+            how = f"a step's compute is {share:.2f} of the loop's bundles, weighted by each branch's counted work"
+        notes.append(
+            f"{call.kernel_name}: pl.when branches taken on {', '.join(taken)} of the {branches.steps} grid "
+            f"steps (predicates evaluated over the grid): {how}"
+            + (
+                f"; {branches.unknown} predicate(s) read memory and stay charged every step"
+                if branches.unknown
+                else ""
+            )
+        )
     # Non-pipelined HBM operands (pl.ANY / HBM): the kernel DMAs them itself; charge them once.
     manual = [b for b in call.blocks if not b.pipelined and b.memory_space in ("any", "hbm")]
     manual_bytes = sum(array_bytes(b) for b in manual)
@@ -411,6 +436,10 @@ ASSUMPTIONS = [
     "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
     "each pipelined VMEM block + VMEM scratch, tile-padded (the compiler's verdict, tier llo, is the truth)",
     "a single-buffered block (pl.Buffered(1)) cannot be prefetched: its transfers add to the step time",
+    "pl.when branches: a predicate of the program ids is evaluated over the grid, and a step is charged the "
+    "expected share of its body's work (each branch weighted by its counted MXU, VPU and EUP time); the "
+    "skipped work's bundles are not charged, the step's fixed cost is; a predicate that reads memory is "
+    "charged every step",
     "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
     "XLA ops around the pallas_calls: roofline of their matmul/conv flops, element-ops and the bytes of "
     "every value they touch (jaxpr_cost.py), added to the kernels' time",
@@ -543,6 +572,11 @@ def estimate_pallas(
         if program and len(program.kernel_flops_per_step) == len(calls)
         else None
     )
+    branches = (
+        program.kernel_branches
+        if program and len(program.kernel_branches) == len(calls)
+        else [None] * len(calls)
+    )
     matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
     per = [
         _estimate_call(
@@ -552,6 +586,7 @@ def estimate_pallas(
             scalar_prefetch[i] if scalar_prefetch else None,
             body[i] if body else None,
             matched[i],
+            branches[i],
         )
         for i, call in enumerate(calls)
     ]

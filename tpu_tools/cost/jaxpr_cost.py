@@ -14,6 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cost.branches import KernelBranches, kernel_branches
+
 __all__ = ["OutsideOp", "ProgramCost", "program_cost"]
 
 TRANSCENDENTAL = {"exp", "exp2", "log", "log1p", "tanh", "logistic", "sin", "cos", "tan", "rsqrt", "sqrt",
@@ -36,6 +38,9 @@ class ProgramCost(BaseModel):
         description="matmul/conv flops of each pallas_call body, one step"
     )
     kernel_transcendentals_per_step: list[float]
+    kernel_branches: list[KernelBranches | None] = Field(
+        default_factory=list, description="per pallas_call, its pl.when branches and how often each runs"
+    )
     outside_flops: float = Field(description="matmul/conv flops outside every pallas_call")
     outside_vpu_ops: float = Field(description="elementwise/reduction element-ops outside the kernels")
     outside_transcendentals: float
@@ -118,6 +123,7 @@ class _Outside:
         self.ops: dict[str, list[float]] = {}
         self.kernel_flops: list[float] = []
         self.kernel_trans: list[float] = []
+        self.kernel_branches: list[KernelBranches | None] = []
         self.mm_dtype: str | None = None
         self.notes: list[str] = []
 
@@ -132,6 +138,7 @@ class _Outside:
                 f, t = _body_work(eqn.params["jaxpr"])
                 self.kernel_flops.append(f)
                 self.kernel_trans.append(t)
+                self.kernel_branches.append(kernel_branches(eqn))
                 continue
             subs = _subjaxprs(eqn)
             if subs:
@@ -175,6 +182,7 @@ def program_cost(closed_jaxpr: Any) -> ProgramCost:
     return ProgramCost(
         kernel_flops_per_step=w.kernel_flops,
         kernel_transcendentals_per_step=w.kernel_trans,
+        kernel_branches=w.kernel_branches,
         outside_flops=w.flops,
         outside_vpu_ops=w.vpu,
         outside_transcendentals=w.trans,

@@ -1,0 +1,222 @@
+"""How often each `pl.when` branch of a kernel body runs over its grid.
+
+A predicated branch (an init under `pl.when(k == 0)`, a causal kernel's skip above the diagonal, a
+two-pass kernel's phases) runs on some grid steps only. Charged on every step, a causal flash kernel
+costs twice its work and a two-pass one four times. A predicate that is a function of the program ids,
+the grid's sizes and literals is evaluated on every grid point with NumPy; one that reads memory (a
+scalar-prefetch table, a ref) is unknown, and its branches stay charged on every step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+__all__ = ["BranchWork", "KernelBranches", "kernel_branches"]
+
+MAX_STEPS = 1 << 22  # grids larger than this are not enumerated (their branches stay charged every step)
+
+
+class BranchWork(BaseModel):
+    """The work of one part of a kernel body, and the share of grid steps that run it."""
+
+    fraction: float | None = Field(description="share of grid steps that run it; None: unknown (every step)")
+    flops: float = 0.0
+    elements: float = Field(
+        0.0, description="elements produced by its array ops (loads, stores, elementwise)"
+    )
+    transcendentals: float = 0.0
+
+    def time(self, mxu_flops_per_s: float, vpu_ops_per_s: float, transcendental_ops: float) -> float:
+        return (
+            self.flops / mxu_flops_per_s
+            + (self.elements + transcendental_ops * self.transcendentals) / vpu_ops_per_s
+        )
+
+
+class KernelBranches(BaseModel):
+    """A kernel body split into the part every step runs and its top-level conditionals' branches."""
+
+    always: BranchWork
+    conds: list[list[BranchWork]] = Field(
+        default_factory=list, description="per top-level cond, its branches"
+    )
+    unknown: int = Field(0, description="conds whose predicate could not be evaluated over the grid")
+    steps: int = 0
+
+    def expected_flops(self) -> float:
+        """Matmul flops of an average step: each branch weighted by its share (unknown: the costliest)."""
+        out = self.always.flops
+        for branches in self.conds:
+            if any(b.fraction is None for b in branches):
+                out += max((b.flops for b in branches), default=0.0)
+            else:
+                out += sum(b.fraction * b.flops for b in branches)
+        return out
+
+    def active_fraction(
+        self, mxu_flops_per_s: float, vpu_ops_per_s: float, transcendental_ops: float, *, all_branches: bool
+    ) -> float | None:
+        """Expected work per step over the work a tier charges per step, or None when nothing is known.
+
+        `all_branches`: the compiled loop holds every branch's bundles (tier llo); else the costliest
+        branch of each cond is charged (tier model)."""
+        if not self.conds or self.unknown == len(self.conds):
+            return None
+
+        def t(w: BranchWork) -> float:
+            return w.time(mxu_flops_per_s, vpu_ops_per_s, transcendental_ops)
+
+        charged = expected = t(self.always)
+        for branches in self.conds:
+            times = [t(b) for b in branches]
+            charge = sum(times) if all_branches else max(times, default=0.0)
+            charged += charge
+            if any(b.fraction is None for b in branches):
+                expected += charge
+            else:
+                expected += sum(b.fraction * x for b, x in zip(branches, times, strict=True))
+        return expected / charged if charged > 0 else None
+
+
+def _work(jaxpr: Any) -> BranchWork:
+    """Flops, array elements and transcendentals of a (sub)body; nested conds count their costliest branch."""
+    from maxkernel.tpu_tools.cost.jaxpr_cost import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
+
+    w = BranchWork(fraction=1.0)
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        subs = _subjaxprs(eqn)
+        if name == "dot_general":
+            w.flops += _dot_flops(eqn)
+        elif name == "conv_general_dilated":
+            w.flops += _conv_flops(eqn)
+        elif name in TRANSCENDENTAL:
+            w.transcendentals += _size(eqn.outvars[0].aval)
+        if not subs:
+            w.elements += sum(_size(v.aval) for v in eqn.outvars if getattr(v.aval, "shape", ()))
+        elif name == "cond":
+            parts = [_work(s) for s in subs]
+            best = max(parts, key=lambda p: p.flops + p.elements + p.transcendentals)
+            w.flops, w.elements = w.flops + best.flops, w.elements + best.elements
+            w.transcendentals += best.transcendentals
+        else:
+            mult = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
+            for s in subs:
+                p = _work(s)
+                w.flops += mult * p.flops
+                w.elements += mult * p.elements
+                w.transcendentals += mult * p.transcendentals
+    return w
+
+
+def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if np.issubdtype(np.asarray(a).dtype, np.integer):
+        return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+    return a / b
+
+
+_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _trunc_div, "rem": np.fmod,
+    "max": np.maximum, "min": np.minimum, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal, "and": np.bitwise_and,
+    "or": np.bitwise_or, "xor": np.bitwise_xor,
+}  # fmt: skip
+_UNARY = {"neg": np.negative, "abs": np.abs, "sign": np.sign, "not": np.invert}
+
+
+def _run(jaxpr: Any, consts: list, args: list, idx: np.ndarray, grid: tuple[int, ...], seen: list) -> list:
+    """Evaluate the scalar part of a body over every grid point; unknown values are None. Each top-level
+    cond's branch index (an array over the steps, or None) is appended to `seen` in program order."""
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+        if hasattr(v, "val"):  # a Literal
+            return np.asarray(v.val)
+        return env.get(v)
+
+    for v, x in zip(jaxpr.constvars, consts, strict=False):
+        env[v] = None if getattr(np.asarray(x), "size", 2) != 1 else np.asarray(x)
+    for v, x in zip(jaxpr.invars, args, strict=False):
+        env[v] = x
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        ins = [read(v) for v in eqn.invars]
+        if name == "cond":
+            seen.append(ins[0])
+            continue
+        if any(x is None for x in ins):
+            continue
+        out: Any = None
+        try:
+            if name == "program_id":
+                out = idx[int(eqn.params["axis"])]
+            elif name == "num_programs":
+                out = np.asarray(grid[int(eqn.params["axis"])])
+            elif name in _BINARY and len(ins) == 2:
+                out = _BINARY[name](ins[0], ins[1])
+            elif name in _UNARY and len(ins) == 1:
+                out = _UNARY[name](ins[0])
+            elif name == "convert_element_type":
+                out = ins[0].astype(np.dtype(eqn.params["new_dtype"]))
+            elif name == "select_n":
+                out = np.choose(ins[0].astype(np.int64), ins[1:])
+            elif name in ("jit", "pjit", "closed_call") and "jaxpr" in eqn.params:
+                inner = eqn.params["jaxpr"]
+                outs = _run(inner.jaxpr, list(inner.consts), ins, idx, grid, [])
+                for v, x in zip(eqn.outvars, outs, strict=False):
+                    env[v] = x
+                continue
+        except (TypeError, ValueError, KeyError, ZeroDivisionError, FloatingPointError):
+            out = None
+        if out is not None and len(eqn.outvars) == 1 and np.ndim(out) in (0, 1):
+            env[eqn.outvars[0]] = np.asarray(out)
+    return [read(v) for v in jaxpr.outvars]
+
+
+def kernel_branches(pallas_eqn: Any) -> KernelBranches | None:
+    """The branches of a pallas_call's body and how often each runs, or None (no top-level cond)."""
+    from maxkernel.tpu_tools.cost.jaxpr_cost import _subjaxprs
+
+    body = pallas_eqn.params["jaxpr"]
+    conds = [e for e in body.eqns if e.primitive.name == "cond"]
+    if not conds:
+        return None
+    always = BranchWork(fraction=1.0)
+    rest = _work(_without(body, conds))
+    always.flops, always.elements, always.transcendentals = rest.flops, rest.elements, rest.transcendentals
+    grid = tuple(getattr(pallas_eqn.params.get("grid_mapping"), "grid", ()) or ())
+    indices: list = []
+    steps = math.prod(grid) if grid and all(isinstance(g, int) for g in grid) else 0
+    if 0 < steps <= MAX_STEPS:
+        idx = np.indices(grid).reshape(len(grid), -1)
+        with np.errstate(all="ignore"):
+            _run(body, [], [None] * len(body.invars), idx, grid, indices)
+    else:
+        indices = [None] * len(conds)
+    out = KernelBranches(always=always, steps=steps)
+    for eqn, index in zip(conds, indices + [None] * (len(conds) - len(indices)), strict=False):
+        subs = _subjaxprs(eqn)
+        if index is None:
+            out.unknown += 1
+            out.conds.append([_work(s).model_copy(update={"fraction": None}) for s in subs])
+            continue
+        which = np.clip(np.broadcast_to(np.asarray(index).astype(np.int64), (steps,)), 0, len(subs) - 1)
+        out.conds.append(
+            [_work(s).model_copy(update={"fraction": float(np.mean(which == b))}) for b, s in enumerate(subs)]
+        )
+    return out
+
+
+class _Body:
+    """A view of a jaxpr without some of its equations (for the work every step runs)."""
+
+    def __init__(self, jaxpr: Any, drop: list) -> None:
+        self.eqns = [e for e in jaxpr.eqns if not any(e is d for d in drop)]
+
+
+def _without(jaxpr: Any, drop: list) -> Any:
+    return _Body(jaxpr, drop)
