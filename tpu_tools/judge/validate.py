@@ -39,6 +39,14 @@ P_CONST = 0.2
 MAX_CONSTANT_CHANCE = 0.01
 CALIBRATION_SEEDS = 12  # reference-only seeds (never shown to the candidate) that measure the spread
 _EPS_FLOOR = 8.0
+# An extra input case can be ill-conditioned for the output dtype (mixed signs at large scale through bf16
+# intermediates: the answer is a small difference of huge rounded terms). There the reference itself moves
+# by more than the tolerance when its inputs move by one ulp, and a kernel that rounds in another valid
+# order is "wrong" by the same amount. The case's atol grows by NOISE_FACTOR x that movement (its
+# NOISE_QUANTILE over the outputs) when it exceeds the atol; the weak-check guard still fails a case that
+# a trivial output would then pass.
+NOISE_FACTOR = 2.0
+NOISE_QUANTILE = 0.99
 
 
 def _reference_error(e: ReferenceFailure) -> Failure:
@@ -190,6 +198,7 @@ def reference_job(
     path = path / "reference.py" if path.is_dir() else path
     fn = jax.jit(ref.workload)
     answers: list[list[np.ndarray]] = []
+    noise: list[float] = []
     for seed in seeds:
         report_progress(f"reference seed {seed}")
         stage = "create_inputs"
@@ -218,6 +227,13 @@ def reference_job(
         save_arrays(inputs_dir, f"inputs_{seed}", _leaves(inputs))
         save_arrays(expected_dir, f"expected_{seed}", expected)
         answers.append(f32([np.asarray(e) for e in expected]))
+        if input_case is not None and atol is None and rtol is None:
+            report_progress(f"reference seed {seed}, inputs one ulp away")
+            try:
+                moved = _leaves(jax.block_until_ready(fn(*_one_ulp_away(inputs, seed))))
+                noise.append(_movement(expected, moved))
+            except Exception:  # noqa: BLE001 - best effort: without it the case keeps the task's tolerance
+                pass
     side.tolerance = choose_tolerance(
         side.output_specs[0].dtype if side.output_specs else "float32",
         ref_atol=ref.info.atol,
@@ -238,8 +254,49 @@ def reference_job(
             answers.append(f32([np.asarray(e) for e in outs]))
         dtypes = [s.dtype for s in side.output_specs]
         side.tolerance, side.cannot_tell = constant_guard(answers, side.tolerance, dtypes, len(seeds))
+    if noise and NOISE_FACTOR * max(noise) > side.tolerance.atol:
+        t = side.tolerance
+        side.tolerance = Tolerance(
+            atol=t.atol + NOISE_FACTOR * max(noise),
+            rtol=t.rtol,
+            source=(
+                f"{t.source}, widened for this case: with every input one ulp away the reference itself moves by "
+                f"{max(noise):.3g} ({NOISE_QUANTILE:.0%} of elements, worst seed), over its atol={t.atol:g}; "
+                f"atol += {NOISE_FACTOR:g} x that"
+            ),
+        )
     save_specs(Path(inputs_dir) / "input_specs.json", side.input_specs)
     return side.model_dump(mode="json")
+
+
+def _one_ulp_away(inputs, seed: int) -> tuple:
+    """Every floating-point input moved by one ulp of its dtype, up or down at random (the rest kept)."""
+    import jax
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(seed)
+
+    def move(x):
+        if not hasattr(x, "dtype") or not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        up = jnp.nextafter(x, jnp.full_like(x, jnp.inf))
+        down = jnp.nextafter(x, jnp.full_like(x, -jnp.inf))
+        return jnp.where(jnp.asarray(rng.random(np.shape(x)) < 0.5), up, down)
+
+    return tuple(jax.tree_util.tree_map(move, tuple(inputs)))
+
+
+def _movement(expected: list, moved: list) -> float:
+    """How far the outputs move (NOISE_QUANTILE of |change| over finite float elements, worst leaf)."""
+    worst = 0.0
+    for e, m in zip(expected, moved, strict=True):
+        if not _is_float(e):
+            continue
+        d = np.abs(np.asarray(m, np.float64) - np.asarray(e, np.float64)).ravel()
+        d = d[np.isfinite(d)]
+        if d.size:
+            worst = max(worst, float(np.quantile(d, NOISE_QUANTILE)))
+    return worst
 
 
 def _near_constant(answers: list[list[np.ndarray]], tol: Tolerance) -> bool:
