@@ -2,8 +2,10 @@
 
 The region's equations are re-emitted as plain JAX by the shared emitter (problem/emit.py, mosaic=False:
 every equation as traced, so the file computes what the model computes, bit for bit). SIZES holds the
-model's two sizes: `full` at the model's production shapes and `small` at its small size (the model's
-own small shapes keep whatever divisibility they had). create_inputs draws each input like the model
+model's sizes: `full` at the model's production shapes, `small` at its small size (the model's own small
+shapes keep whatever divisibility they had), and `derived` at the model's derived check size where it has
+one (the model's dims grown past small to non-multiples: the region's default check sizes are then small
+and derived, as for any reference; a region's SIZES are shapes, not dims, so it could not derive its own). create_inputs draws each input like the model
 feeds it: mean, standard deviation and range of each float input (the fraction true of a mask, the
 range of an integer) recorded at small size on CPU over every instance of the region, then reproduced.
 The tolerance comes from the outputs' dtype. On creation the file is loaded and spliced back into the
@@ -21,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.errors import MaxkernelError, ReferenceFailure, UsageError
+from maxkernel.tpu_tools.problem.sizes import DERIVED
 from maxkernel.tpu_tools.reports import Tolerance
 
 SEED = 0  # the model inputs the statistics and the splice check use
@@ -142,9 +145,15 @@ def _body(flat, inst, fn_name: str) -> list[str]:
     return lines
 
 
-def _source(ref, reg, inst_full, inst_small, flat_full, flat_small, stats, tol, flops) -> str:
+def _source(ref, reg, inst_full, inst_small, flat_full, flat_small, stats, tol, flops, derived=None) -> str:
+    """The file's text; `derived`: (instance, flat, input shapes) at the model's derived size, or None."""
     full = [[s.shape_full, s.dtype] for s in stats]
     small = [[s.shape_small, s.dtype] for s in stats]
+    extra = (
+        f'\n    "derived": {{"inputs": {[[sh, s.dtype] for sh, s in zip(derived[2], stats, strict=True)]!r}}},'
+        if derived
+        else ""
+    )
     origin = "\n".join(f"#   {o}" for o in reg.origin[:12])
     head = f'''"""Region {reg.id!r} of model {ref.info.name!r} ({reg.kind}, x{reg.count} in the step), extracted
 by `maxkernel extract`: its equations re-emitted as plain JAX, inputs drawn like the model feeds them."""
@@ -165,7 +174,7 @@ CONFIG = {{
 }}
 SIZES = {{
     "full": {{"inputs": {full!r}}},
-    "small": {{"inputs": {small!r}}},
+    "small": {{"inputs": {small!r}}},{extra}
 }}
 # Recorded at size small over every instance of the region in the model (seed {SEED}).
 STATS = {[s.model_dump(include={"name", "kind", "mean", "std", "min", "max", "p_true"}) for s in stats]!r}
@@ -195,12 +204,16 @@ def get_flops(size="full"):
 '''
     full_body = _body(flat_full, inst_full, "region_full")
     small_body = _body(flat_small, inst_small, "region_small")
+    if derived:
+        small_body += ["", "", *_body(derived[1], derived[0], "region_derived")]
     tail = '''
 
 _BODIES = {
     tuple(tuple(s) for s, _ in SIZES["full"]["inputs"]): region_full,
     tuple(tuple(s) for s, _ in SIZES["small"]["inputs"]): region_small,
 }
+if "derived" in SIZES:
+    _BODIES[tuple(tuple(s) for s, _ in SIZES["derived"]["inputs"])] = region_derived
 
 
 def workload(*inputs):
@@ -250,9 +263,14 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     widest = sorted(floats, key=lambda d: default_tolerance(d).atol)[-1] if floats else out_specs_f[0].dtype
     tol = default_tolerance(widest)
     flops = {big: reg_f.flops, small: reg_s.flops}
-    text = _source(ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops)
-    fd, tmp = tempfile.mkstemp(prefix="extract-", suffix=".py")
     checks: list[str] = []
+    derived, at_derived = _at_derived(ref, region_id, inst_s)
+    if derived is None:
+        checks.append(f"no derived check size: {at_derived}")
+    else:
+        flops[DERIVED] = at_derived.flops
+    text = _source(ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops, derived)
+    fd, tmp = tempfile.mkstemp(prefix="extract-", suffix=".py")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -278,6 +296,8 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
             f"spliced back into {ref.info.name} at size {small} (seed {SEED}) in place of all "
             f"{reg_s.count} instance(s): its {len(same)} output(s) are bit-identical to the model's"
         )
+        if derived is not None:
+            checks.append(_splice_check(ref, region_id, mod.workload, DERIVED))
         shapes = jax.eval_shape(mod.workload, *mod.input_shapes(big))
         got = [f"{s.dtype}{list(s.shape)}" for s in jax.tree_util.tree_leaves(shapes)]
         want = [f"{s.dtype}{list(s.shape)}" for s in out_specs_f]
@@ -299,6 +319,49 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
         tolerance=tol,
         checks=checks,
     ), text
+
+
+def _at_derived(ref, region_id: str, inst_small):
+    """((instance, flat, input shapes), region) at the model's derived size, or (None, why not)."""
+    from maxkernel.tpu_tools.model.regions import _specs
+
+    derived = ref.derived_size()
+    if not derived.ok:
+        return None, derived.describe()
+    try:
+        flat_d, insts_d, merged_d = _trace(ref, DERIVED)
+        reg_d = _find(merged_d, region_id, ref.info.name, DERIVED)
+    except (UsageError, ExtractFailure) as e:
+        return None, f"at the model's derived size the region is not found: {e}"
+    inst_d = insts_d[reg_d.instances[0]]
+    if len(inst_d.inputs) != len(inst_small.inputs) or len(inst_d.outputs) != len(inst_small.outputs):
+        return None, "the region reads or makes different values at the model's derived size"
+    spec_d = _specs(flat_d)
+    return (inst_d, flat_d, [list(spec_d[n].shape) for n in inst_d.inputs]), reg_d
+
+
+def _splice_check(ref, region_id: str, workload, size: str) -> str:
+    """The model at `size` with the extracted workload in place of every instance: bit-identical, or raise."""
+    from maxkernel.tpu_tools.model.flat import Replacement, evaluate
+
+    flat, insts, merged, leaves, expected, _ = _model_at(ref, size)
+    reg = _find(merged, region_id, ref.info.name, size)
+    spliced = evaluate(
+        flat,
+        leaves,
+        replace=[
+            Replacement(i.start, i.stop, tuple(i.inputs), tuple(i.outputs), workload)
+            for i in (insts[k] for k in reg.instances)
+        ],
+    )
+    same = [_same_bits(a, b) for a, b in zip(expected, spliced, strict=True)]
+    if not all(same):
+        bad = [j for j, s in enumerate(same) if not s]
+        raise ExtractFailure(f"spliced back at {size}, the model's outputs {bad} differ from the original")
+    return (
+        f"spliced back into {ref.info.name} at its {size} size {ref.check_size(size).dims} (seed {SEED}) in "
+        f"place of all {reg.count} instance(s): bit-identical"
+    )
 
 
 def write_new(path: str | Path, text: str) -> Path:

@@ -32,7 +32,9 @@ def test_every_region_spliced_back_gives_bit_identical_outputs(model, tmp_path):
         assert report.region == rid and "bit-identical" in report.checks[0], report.checks
         path = write_new(tmp_path / f"{rid}.py", text)
         ref = load_reference(str(path))
-        assert set(ref.info.sizes) == {"full", "small"}
+        assert set(ref.info.sizes) == {"full", "small", "derived"}  # every JaxBench model has a derived size
+        assert ref.default_check_sizes() == (["small", "derived"], [])
+        assert any("at its derived size" in c and "bit-identical" in c for c in report.checks), report.checks
         small = ref.create_inputs("small", 3)
         assert [list(x.shape) for x in small] == [s.shape_small for s in report.inputs]
         full = ref.input_shapes("full")
@@ -64,6 +66,22 @@ def test_an_emitted_region_that_differs_from_the_model_is_refused(monkeypatch):
 
     monkeypatch.setattr(extract_mod, "_body", slipped)
     with pytest.raises(ExtractFailure, match="differ from the original"):
+        extract_region("llama3_8b_layer", "attention")
+
+
+@pytest.mark.slow  # an end-to-end scenario: make test-slow
+def test_a_derived_body_that_differs_from_the_model_is_refused(monkeypatch):
+    """The derived size's body is checked on its own: a slip there alone fails its splice at derived."""
+    real = extract_mod._body
+
+    def slipped(flat, inst, fn_name):
+        lines = real(flat, inst, fn_name)
+        return (
+            [ln.replace("lax.add(", "lax.sub(", 1) for ln in lines] if fn_name == "region_derived" else lines
+        )
+
+    monkeypatch.setattr(extract_mod, "_body", slipped)
+    with pytest.raises(ExtractFailure, match="spliced back at derived"):
         extract_region("llama3_8b_layer", "attention")
 
 
