@@ -113,7 +113,7 @@ def render_profile(r) -> None:
     if r.static_estimate:
         e = r.static_estimate
         console.print(
-            f"  static estimate (estimate) on {e.chip}: {e.estimated_time_us:.3g} us, {e.bound}-bound, "
+            f"  static estimate ({e.tier}) on {e.chip}: {e.estimated_time_us:.3g} us, {e.bound}-bound, "
             f"{e.fraction_of_roofline:.0%} of roofline; {e.reason}"
         )
     if r.trace_summary:
