@@ -138,14 +138,38 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
         else:
             notes.append(f"{rid}: no valid kernel, left as the model has it ({_verdict(r)})")
     composed, estimate = None, None
+    slower: list = []
     if kernels:
         composed, estimate = _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note)
-    else:
-        notes.append("no region has a valid kernel: the step is the model's own")
+        slower = not_faster(estimate, kernels)
+        if slower:  # a valid kernel that does not beat the model's own region is not put in the step
+            for e in slower:
+                notes.append(
+                    f"{e.region}: its kernel's estimate ({e.after_us:.4g} us) does not beat the model's own "
+                    f"region ({e.before_us:.4g} us): left as the model has it"
+                )
+                kernels.pop(e.region)
+            composed, estimate = (
+                _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note) if kernels else (None, None)
+            )
+    if not kernels:
+        notes.append(
+            "no region's kernel beats the model's own: the step is the model's own"
+            if slower
+            else "no region has a valid kernel: the step is the model's own"
+        )
     report = _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes)
     (run_dir / REPORT_JSON).write_text(report.model_dump_json(indent=1), encoding="utf-8")
     (run_dir / REPORT_TEXT).write_text(text(report) + "\n", encoding="utf-8")
     return report
+
+
+def not_faster(estimate, kernels: dict[str, str]) -> list:
+    """The regions whose kernel is in the step but whose estimate does not beat the model's own region."""
+    return [
+        e for e in (estimate.regions if estimate is not None else [])
+        if e.region in kernels and e.after_us is not None and e.after_us >= e.before_us
+    ]  # fmt: skip
 
 
 def _compose(evaluator, s, hs, kernels, refs, run_dir, notes, note):

@@ -87,9 +87,14 @@ def test_llama_top2_runs_resumes_after_kill_9_and_reports_the_step(tmp_path):
             x["total_us"] for x in hs["regions"] if x["region"]["id"] == r["region"]
         )
     in_step = [r for r in report["regions"] if r["in_step"]]
-    # both kernels validated alone, and the step with both in matches the model under its depth-grown bound
-    assert [r["region"] for r in in_step] == ["mlp", "attention.sdpa"], report
-    assert "grown with depth: x3" in report["composed"]["tolerance"], report
+    # both kernels validated alone; a kernel goes into the step only where its estimate beats the region
+    # (at small, the two-pass attention kernel does not: 8.9 us against 6.7 us), and the report says so
+    assert all(r["kernel"] for r in report["regions"]), report
+    assert in_step and all(r["after_us"] < r["before_us"] for r in in_step), report
+    for r in report["regions"]:
+        if not r["in_step"]:
+            assert any(n.startswith(f"{r['region']}: its kernel's estimate") for n in report["notes"]), report
+    assert "grown with depth" in report["composed"]["tolerance"], report
     assert report["step_after_us"] == pytest.approx(
         report["step_before_us"] - sum(r["before_us"] for r in in_step) + sum(r["after_us"] for r in in_step)
     )
@@ -98,3 +103,25 @@ def test_llama_top2_runs_resumes_after_kill_9_and_reports_the_step(tmp_path):
         assert report["notes"] and report["step_after_us"] == report["step_before_us"]
     text = (run_dir / "model_report.txt").read_text()
     assert "end to end (estimate" in text and "nothing measured" in text
+
+
+def test_a_valid_kernel_that_does_not_beat_its_region_is_left_out_of_the_step():
+    """ViT's attention kernel at full validated but estimated 2418 us against the region's 2306 us, and the
+    step took it anyway (1.11x instead of 1.14x): a kernel goes in only where it is faster."""
+    from maxkernel.clients.model.run import not_faster
+    from maxkernel.tpu_tools.model.compose import RegionEstimate, StepEstimate
+
+    def row(region, before, after):
+        return RegionEstimate(
+            region=region, count=1, kernel=f"{region}.py", before_each_us=before, before_us=before,
+            before_tier="model", after_each_us=after, after_us=after, after_tier="llo",
+        )  # fmt: skip
+
+    est = StepEstimate(
+        tier="model", target="tpu-v5e", size="full", step_before_us=4407.0, replaced_before_us=3301.5,
+        replaced_after_us=2859.0, step_after_us=3965.5, speedup=1.11, arithmetic="",
+        regions=[row("attention.1", 2306.0, 2418.0), row("matmul_epilogue.4", 995.5, 441.0), row("tie", 10.0, 10.0)],
+    )  # fmt: skip
+    kernels = {"attention.1": "a.py", "matmul_epilogue.4": "m.py", "tie": "t.py"}
+    assert [e.region for e in not_faster(est, kernels)] == ["attention.1", "tie"]
+    assert not_faster(None, kernels) == [] and not_faster(est, {"matmul_epilogue.4": "m.py"}) == []
