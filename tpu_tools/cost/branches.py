@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
+
 __all__ = ["BranchWork", "KernelBranches", "kernel_branches"]
 
 MAX_STEPS = 1 << 22  # grids larger than this are not enumerated (their branches stay charged every step)
@@ -84,8 +86,6 @@ class KernelBranches(BaseModel):
 
 def _work(jaxpr: Any) -> BranchWork:
     """Flops, array elements and transcendentals of a (sub)body; nested conds count their costliest branch."""
-    from maxkernel.tpu_tools.cost.jaxpr_cost import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
-
     w = BranchWork(fraction=1.0)
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
@@ -179,8 +179,6 @@ def _run(jaxpr: Any, consts: list, args: list, idx: np.ndarray, grid: tuple[int,
 
 def kernel_branches(pallas_eqn: Any) -> KernelBranches | None:
     """The branches of a pallas_call's body and how often each runs, or None (no top-level cond)."""
-    from maxkernel.tpu_tools.cost.jaxpr_cost import _subjaxprs
-
     body = pallas_eqn.params["jaxpr"]
     conds = [e for e in body.eqns if e.primitive.name == "cond"]
     if not conds:
