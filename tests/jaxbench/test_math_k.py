@@ -99,6 +99,7 @@ def test_28k_conv_transpose3d_layernorm_over_w_gelu():
     np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow  # an XLA:CPU convolution at small: tens of seconds
 def test_46k_conv_groupnorm_hardswish_residual_logsumexp():
     (x, w, cb, gw, gb), out = _run("46k")
     c = _conv2d(x, w) + cb[None, :, None, None]

@@ -247,9 +247,9 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     sizes = ref.info.sizes
     big, small = ("full" if "full" in sizes else sizes[0]), ("small" if "small" in sizes else sizes[0])
     flat_f, insts_f, merged_f = _trace(ref, big)
+    reg_f = _find(merged_f, region_id, ref.info.name, big)  # an unknown id fails before the model runs
     flat_s, insts_s, merged_s, leaves, expected, seen = _model_at(ref, small)
     reg_s = _find(merged_s, region_id, ref.info.name, small)
-    reg_f = _find(merged_f, region_id, ref.info.name, big)
     inst_s, inst_f = insts_s[reg_s.instances[0]], insts_f[reg_f.instances[0]]
     if len(inst_s.inputs) != len(inst_f.inputs) or len(inst_s.outputs) != len(inst_f.outputs):
         raise ExtractFailure(f"region {region_id!r} reads or makes different values at {big} and {small}")
