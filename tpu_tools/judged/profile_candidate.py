@@ -91,14 +91,9 @@ def candidate_job(
     `mesh` (the reference's MESH): off the chip such a kernel is traced over the N-chip topology and
     estimated per chip; it is never run here (one process, one CPU device).
     """
-    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    # Off the chip the profile is the static estimate: the same tier as `estimate` (the compiler's LLO
-    # schedule), so a suite's score, the loop's best and compose's "after" rank by one objective.
-    chip_here = any(Path("/dev").glob("accel*")) or Path("/dev/vfio").exists()
-    dump_root = enable_dump() if target.startswith("tpu") and (estimate_only or not chip_here) else None
     side = CandidateSide()
     guard = (_ShippedGuard if _shipped_with_jaxbench(kernel_path) else integrity.Guard)(
         list(hide_paths or [])
@@ -125,7 +120,6 @@ def candidate_job(
             top,
             MeshSpec.model_validate(mesh) if mesh else None,
             estimate_only,
-            dump_root,
         )
     finally:
         changed = timed_loop.changed(before, timed_loop.clock_fingerprints())
@@ -155,7 +149,6 @@ def _run(
     top,
     mesh_spec=None,
     estimate_only=None,
-    dump_root=None,
 ) -> Failure | None:
     import jax
 
@@ -274,8 +267,6 @@ def _run(
         def estimate() -> None:  # after the timings: costing the whole program must not disturb them
             if est_chip is None:
                 return
-            if dump_root is not None and calls and tgt.kind == "tpu" and _llo_estimate():
-                return
             try:
                 cost, fusions = (
                     xla_program_cost(cand.workload, base_shapes, tgt, mesh_spec)
@@ -294,27 +285,6 @@ def _run(
                 )
             except Exception as e:
                 side.warnings.append(f"no static estimate: {type(e).__name__}: {e}")
-
-        def _llo_estimate() -> bool:
-            """The estimate from a compile with the LLO dump (tier llo where the dump pairs); False: fall back."""
-            from maxkernel.tpu_tools.cost.analyze import estimate_one
-
-            try:
-                args, aot_scope = aot_args(tgt, base_shapes, mesh_spec)
-                with aot_scope:
-                    est, _, facts = estimate_one(
-                        cand.workload, list(args), calls, est_chip, dump_root, reference_flops
-                    )
-            except Exception as e:  # noqa: BLE001 - the model tier below still estimates it
-                side.warnings.append(f"no LLO-tier estimate ({type(e).__name__}: {str(e)[:200]}): tier model")
-                return False
-            if est is None or "error" in facts:
-                side.warnings.append(
-                    f"no LLO-tier estimate ({str(facts.get('error', ''))[:200]}): tier model"
-                )
-                return False
-            side.static_estimate = est
-            return True
 
         if fn is None:
             estimate()
