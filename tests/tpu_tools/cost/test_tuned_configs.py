@@ -86,8 +86,9 @@ def test_search_and_suite_start_from_the_cached_best_and_say_so(tmp_path, capsys
     assert "starting from the cached best config" in capsys.readouterr().err
     ns.target = "tpu-v5p"  # another chip, nothing cached or shipped for it: the space's own start
     assert make_proposer(ns, "8p_GEMM", None, None).initial == space.initial
-    ns.target = "tpu-v5e"  # the configs this package ships answer when the user's cache has none
-    shipped = next(e for e in tc.load_json(tc.SHIPPED_DIR / "tpu-v5e.json") if e.task == "8p_GEMM")
+    ns.target, ns.size = "tpu-v6e", "full"  # the configs this package ships (found at full) answer when
+    # the user's cache has none for that shape
+    shipped = next(e for e in tc.load_json(tc.SHIPPED_DIR / "tpu-v6e.json") if e.task == "8p_GEMM")
     same_versions = (shipped.key.jax_version, shipped.key.libtpu_version) == tc.versions()
     expected = shipped.config if same_versions else space.initial  # other jax/libtpu: not offered
     assert make_proposer(ns, "8p_GEMM", None, None).initial == expected
