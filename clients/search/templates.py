@@ -234,16 +234,51 @@ SPACES = {s.task: s for s in (GEMM, RMSNORM)}
 
 
 def offline_space(task: str) -> TemplateSpace | None:
-    """The offline model's template for `task` at its production size, as a space (None if it has none)."""
+    """The offline model's template for `task` at its production size, as a space (None if it has none).
+
+    The template the Auto loop writes from the traced program (matmul with its epilogue, flash, the
+    gated MLP...) where there is one, else the operator template (whole blocks, the older family)."""
+    return _program_space(task) or _operator_space(task)
+
+
+def _program_space(task: str) -> TemplateSpace | None:
+    try:
+        from maxkernel.clients.offline.classify import classify
+        from maxkernel.clients.offline.dims import Symbolic, program_at
+        from maxkernel.clients.offline.rows import analyse
+        from maxkernel.clients.offline.templates.fused import build
+        from maxkernel.jaxbench.registry import resolve_id
+        from maxkernel.tpu_tools.problem.program import describe
+
+        tid = resolve_id(task)
+        program = describe(tid).model_dump(mode="json")
+        found = classify(program)
+        if found.kind == "none":
+            return None
+        sym = Symbolic(program)
+        plan = analyse(program_at(program, sym.target))
+        tpl = build(program, plan, found.kind, sym)
+        dims = {"R": plan.rows}
+    except Exception:  # noqa: BLE001 - no program template: the operator template answers
+        return None
+    return TemplateSpace(
+        task=tid,
+        space=tpl.space([dims]),
+        initial=dict(tpl.initial),
+        render=lambda c: tpl.render(c, "program"),
+        allowed=lambda c: not tpl.check(c, dims),
+    )
+
+
+def _operator_space(task: str) -> TemplateSpace | None:
     try:
         from maxkernel.clients.offline.templates import operator_of, template_for
         from maxkernel.jaxbench.registry import load_task, resolve_id
+        from maxkernel.tpu_tools.problem.reference import load_reference
 
         tid = resolve_id(task)
         tpl, op = template_for(tid), operator_of(tid)
         module = load_task(tid)
-        from maxkernel.tpu_tools.problem.reference import load_reference
-
         dims = tpl.dims_of(module.SIZES[load_reference(tid).default_size()[0]])
     except Exception:
         return None
