@@ -36,6 +36,8 @@ def export_suite_configs(suite_dirs: list[str], out_dir: str, note: str = "") ->
                 graph.close()
                 if node is None or not node.config or node.time_label not in ("measured", "estimate"):
                     continue
+                if set(node.config) != set(space.initial):
+                    continue  # searched in another space (a template since replaced): its key would lie
                 cache.put(
                     tuned_configs.TunedConfig(
                         key=tuned_configs.make_key(chip, row.task, settings.size, template_text(space)),
