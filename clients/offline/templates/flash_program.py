@@ -392,6 +392,7 @@ BLOCK_KV = ${block_kv}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 CAUSAL = ${causal}
 TWO_PASS = ${two_pass}  # kv is walked twice: statistics, then the normalised probabilities
+PASSES = 2 if TWO_PASS else 1
 MASK_VALUE = -1e30  # masked scores: exp() of them is 0 in f32
 
 
@@ -507,7 +508,7 @@ ${bias_map}
     out = pl.pallas_call(
         functools.partial(_kernel, s_kv=s_kv, nk=nk),
         out_shape=jax.ShapeDtypeStruct((n, g, s_q, dv), jnp.${out_dtype}),
-        grid=(n, g, nq, 2 * nk if TWO_PASS else nk),
+        grid=(n, g, nq, PASSES * nk),
         in_specs=[
             pl.BlockSpec((sq, sq, bq, d), q_map),
             pl.BlockSpec((sq, bkv, d), kv_map),

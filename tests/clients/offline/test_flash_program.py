@@ -82,7 +82,7 @@ def test_two_passes_exactly_when_the_reference_rounds_the_normalised_probabiliti
 
 
 @pytest.mark.slow
-def test_the_two_pass_kernel_rounds_as_the_reference_and_one_pass_does_not(tmp_path, evaluator):
+def test_the_two_pass_kernel_rounds_as_the_reference_and_lands_closer_than_one_pass(tmp_path, evaluator):
     ref = write(tmp_path, "rounded", CAUSAL, rounded=True)
     source = first_kernel(describe(str(ref)).model_dump(mode="json"), CHIP)
     assert "TWO_PASS = True" in source
@@ -91,11 +91,16 @@ def test_the_two_pass_kernel_rounds_as_the_reference_and_one_pass_does_not(tmp_p
     one.write_text(source.replace("TWO_PASS = True", "TWO_PASS = False"))
     cancelling = InputCase(name="mixed_sign_large", distribution="mixed_sign", scale=4.0)
     partial = InputCase(name="partial_kv", sizes={"b": 1, "s": 640, "h": 1})
-    for case in (None, partial, cancelling):
+    for case in (None, partial):
         report = evaluator.validate(str(two), str(ref), "cpu", "small", seeds=2, case=case)
         assert report.ok, (case, report.failure.summary)
-    report = evaluator.validate(str(one), str(ref), "cpu", "small", seeds=2, case=cancelling)
-    assert not report.ok and report.failure.kind == "output_mismatch"
+    # on the same cancelling inputs, the two-pass kernel passes and lands closer to the reference than its
+    # one-pass twin (which the task's own atol failed by up to 0.5; the judge now widens a case's atol by
+    # the reference's own movement under a one-ulp nudge, so the twin's verdict depends on that width)
+    two_r = evaluator.validate(str(two), str(ref), "cpu", "small", seeds=2, seed_offset=7, case=cancelling)
+    one_r = evaluator.validate(str(one), str(ref), "cpu", "small", seeds=2, seed_offset=7, case=cancelling)
+    assert two_r.ok, two_r.failure.summary
+    assert max(r.max_abs_err for r in two_r.per_seed) < max(r.max_abs_err for r in one_r.per_seed)
 
 
 def test_the_axes_roles_come_from_the_program_in_every_layout():
