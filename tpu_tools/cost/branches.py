@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
 
-__all__ = ["BranchWork", "KernelBranches", "kernel_branches"]
+__all__ = ["BranchWork", "KernelBranches", "body_work", "kernel_branches"]
 
 MAX_STEPS = 1 << 22  # grids larger than this are not enumerated (their branches stay charged every step)
 
@@ -49,6 +49,11 @@ class KernelBranches(BaseModel):
     unknown: int = Field(0, description="conds whose predicate could not be evaluated over the grid")
     steps: int = 0
 
+    @property
+    def known(self) -> bool:
+        """Some top-level cond's predicate was evaluated over the grid."""
+        return bool(self.conds) and self.unknown < len(self.conds)
+
     def expected_flops(self) -> float:
         """Matmul flops of an average step: each branch weighted by its share (unknown: the costliest)."""
         out = self.always.flops
@@ -66,7 +71,7 @@ class KernelBranches(BaseModel):
 
         `all_branches`: the compiled loop holds every branch's bundles (tier llo); else the costliest
         branch of each cond is charged (tier model)."""
-        if not self.conds or self.unknown == len(self.conds):
+        if not self.known:
             return None
 
         def t(w: BranchWork) -> float:
@@ -84,10 +89,11 @@ class KernelBranches(BaseModel):
         return expected / charged if charged > 0 else None
 
 
-def _work(jaxpr: Any) -> BranchWork:
-    """Flops, array elements and transcendentals of a (sub)body; nested conds count their costliest branch."""
+def body_work(eqns: Any) -> BranchWork:
+    """Flops, array elements and transcendentals of a (sub)body's equations; a nested cond counts its
+    costliest branch (by flops + transcendentals, the first on a tie), a scan its length."""
     w = BranchWork(fraction=1.0)
-    for eqn in jaxpr.eqns:
+    for eqn in eqns:
         name = eqn.primitive.name
         subs = _subjaxprs(eqn)
         if name == "dot_general":
@@ -98,18 +104,17 @@ def _work(jaxpr: Any) -> BranchWork:
             w.transcendentals += _size(eqn.outvars[0].aval)
         if not subs:
             w.elements += sum(_size(v.aval) for v in eqn.outvars if getattr(v.aval, "shape", ()))
-        elif name == "cond":
-            parts = [_work(s) for s in subs]
-            best = max(parts, key=lambda p: p.flops + p.elements + p.transcendentals)
-            w.flops, w.elements = w.flops + best.flops, w.elements + best.elements
-            w.transcendentals += best.transcendentals
+            continue
+        if name == "cond":
+            parts = [max((body_work(s.eqns) for s in subs), key=lambda p: p.flops + p.transcendentals)]
+            mult = 1.0
         else:
+            parts = [body_work(s.eqns) for s in subs]
             mult = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
-            for s in subs:
-                p = _work(s)
-                w.flops += mult * p.flops
-                w.elements += mult * p.elements
-                w.transcendentals += mult * p.transcendentals
+        for part in parts:
+            w.flops += mult * part.flops
+            w.elements += mult * part.elements
+            w.transcendentals += mult * part.transcendentals
     return w
 
 
@@ -183,9 +188,7 @@ def kernel_branches(pallas_eqn: Any) -> KernelBranches | None:
     conds = [e for e in body.eqns if e.primitive.name == "cond"]
     if not conds:
         return None
-    always = BranchWork(fraction=1.0)
-    rest = _work(_without(body, conds))
-    always.flops, always.elements, always.transcendentals = rest.flops, rest.elements, rest.transcendentals
+    always = body_work([e for e in body.eqns if not any(e is c for c in conds)])
     grid = tuple(getattr(pallas_eqn.params.get("grid_mapping"), "grid", ()) or ())
     indices: list = []
     steps = math.prod(grid) if grid and all(isinstance(g, int) for g in grid) else 0
@@ -200,21 +203,13 @@ def kernel_branches(pallas_eqn: Any) -> KernelBranches | None:
         subs = _subjaxprs(eqn)
         if index is None:
             out.unknown += 1
-            out.conds.append([_work(s).model_copy(update={"fraction": None}) for s in subs])
+            out.conds.append([body_work(s.eqns).model_copy(update={"fraction": None}) for s in subs])
             continue
         which = np.clip(np.broadcast_to(np.asarray(index).astype(np.int64), (steps,)), 0, len(subs) - 1)
         out.conds.append(
-            [_work(s).model_copy(update={"fraction": float(np.mean(which == b))}) for b, s in enumerate(subs)]
+            [
+                body_work(s.eqns).model_copy(update={"fraction": float(np.mean(which == b))})
+                for b, s in enumerate(subs)
+            ]
         )
     return out
-
-
-class _Body:
-    """A view of a jaxpr without some of its equations (for the work every step runs)."""
-
-    def __init__(self, jaxpr: Any, drop: list) -> None:
-        self.eqns = [e for e in jaxpr.eqns if not any(e is d for d in drop)]
-
-
-def _without(jaxpr: Any, drop: list) -> Any:
-    return _Body(jaxpr, drop)

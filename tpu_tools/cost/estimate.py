@@ -265,7 +265,7 @@ def _estimate_call(
         # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
         mxu_eff = (bk / round_up(bk, rows)) * (bn / round_up(bn, cols))
     counted = body_flops_per_step * steps if body_flops_per_step else 0.0
-    if counted and branches is not None and branches.conds and branches.unknown < len(branches.conds):
+    if counted and branches is not None and branches.known:
         counted = min(counted, branches.expected_flops() * steps)  # branches run on their share of the steps
     if ce is not None and ce.flops > 0 and counted and ce.flops < UNDER_DECLARED_FRACTION * counted:
         notes.append(
@@ -316,7 +316,7 @@ def _estimate_call(
     # pl.when branches run on the grid steps whose predicate holds (evaluated over the grid where it is a
     # function of the program ids). Tier model: the counted flops above are already per share. Tier llo:
     # the loop holds every branch's bundles, so a step is charged their expected share.
-    if branches is not None and branches.conds and branches.unknown < len(branches.conds):
+    if branches is not None and branches.known:
         taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
         how = "flops counted per branch on the steps that run it"
         share = branches.active_fraction(

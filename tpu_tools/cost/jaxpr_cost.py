@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.cost.branches import KernelBranches, kernel_branches
+from maxkernel.tpu_tools.cost.branches import KernelBranches, body_work, kernel_branches
 from maxkernel.tpu_tools.cost.jaxpr_ops import (
     TRANSCENDENTAL,
     _conv_flops,
@@ -59,27 +59,8 @@ class ProgramCost(BaseModel):
 
 def _body_work(jaxpr) -> tuple[float, float]:
     """(matmul flops, transcendentals) of a kernel body; cond branches count their costliest branch."""
-    flops = trans = 0.0
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        if name == "dot_general":
-            flops += _dot_flops(eqn)
-        elif name == "conv_general_dilated":
-            flops += _conv_flops(eqn)
-        elif name in TRANSCENDENTAL:
-            trans += _size(eqn.outvars[0].aval)
-        subs = _subjaxprs(eqn)
-        if name == "cond" and subs:
-            best = max((_body_work(s) for s in subs), key=lambda w: w[0] + w[1])
-            flops, trans = flops + best[0], trans + best[1]
-        else:
-            mult = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
-            if name == "while":  # fori_loop with static bounds keeps them in the body; unknown here
-                mult = 1.0
-            for s in subs:
-                f, t = _body_work(s)
-                flops, trans = flops + mult * f, trans + mult * t
-    return flops, trans
+    w = body_work(jaxpr.eqns)
+    return w.flops, w.transcendentals
 
 
 class _Outside:
