@@ -110,7 +110,10 @@ def _model_at(ref, size: str):
 
     reps = [Replacement(i.start, i.stop, tuple(i.inputs), tuple(i.outputs), recorder(i)) for i in insts]
     expected = evaluate(flat, leaves, replace=reps)
-    _MODEL_CACHE.clear()  # one model at a time: its arrays are small, but models add up
+    for other in [k for k in _MODEL_CACHE if k[:2] != key[:2]]:
+        del _MODEL_CACHE[
+            other
+        ]  # one model at a time (its sizes together): its arrays are small, models add up
     _MODEL_CACHE[key] = (flat, insts, merged, leaves, expected, seen)
     return _MODEL_CACHE[key]
 
@@ -235,7 +238,6 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     model is user code). The caller writes the file (write_new); the report's path is filled then."""
     import jax
 
-    from maxkernel.tpu_tools.model.flat import Replacement, evaluate
     from maxkernel.tpu_tools.model.regions import _specs
     from maxkernel.tpu_tools.problem.reference import load_reference
     from maxkernel.tpu_tools.problem.tolerances import default_tolerance
@@ -248,7 +250,7 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     big, small = ("full" if "full" in sizes else sizes[0]), ("small" if "small" in sizes else sizes[0])
     flat_f, insts_f, merged_f = _trace(ref, big)
     reg_f = _find(merged_f, region_id, ref.info.name, big)  # an unknown id fails before the model runs
-    flat_s, insts_s, merged_s, leaves, expected, seen = _model_at(ref, small)
+    flat_s, insts_s, merged_s, _, _, seen = _model_at(ref, small)
     reg_s = _find(merged_s, region_id, ref.info.name, small)
     inst_s, inst_f = insts_s[reg_s.instances[0]], insts_f[reg_f.instances[0]]
     if len(inst_s.inputs) != len(inst_f.inputs) or len(inst_s.outputs) != len(inst_f.outputs):
@@ -265,9 +267,7 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     flops = {big: reg_f.flops, small: reg_s.flops}
     checks: list[str] = []
     derived, at_derived = _at_derived(ref, region_id, inst_s)
-    if derived is None:
-        checks.append(f"no derived check size: {at_derived}")
-    else:
+    if derived is not None:
         flops[DERIVED] = at_derived.flops
     text = _source(ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops, derived)
     fd, tmp = tempfile.mkstemp(prefix="extract-", suffix=".py")
@@ -278,26 +278,11 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
             mod = load_reference(tmp)
         except ReferenceFailure as e:
             raise ExtractFailure(f"the extracted file does not load: {e}") from None
-        spliced = evaluate(
-            flat_s,
-            leaves,
-            replace=[
-                Replacement(i.start, i.stop, tuple(i.inputs), tuple(i.outputs), mod.workload)
-                for i in (insts_s[k] for k in reg_s.instances)
-            ],
-        )
-        same = [_same_bits(a, b) for a, b in zip(expected, spliced, strict=True)]
-        if not all(same):
-            bad = [j for j, s in enumerate(same) if not s]
-            raise ExtractFailure(
-                f"spliced back at {small}, the model's outputs {bad} differ from the original"
-            )
-        checks.append(
-            f"spliced back into {ref.info.name} at size {small} (seed {SEED}) in place of all "
-            f"{reg_s.count} instance(s): its {len(same)} output(s) are bit-identical to the model's"
-        )
+        checks.append(_splice_check(ref, region_id, mod.workload, small))
         if derived is not None:
             checks.append(_splice_check(ref, region_id, mod.workload, DERIVED))
+        else:
+            checks.append(f"no derived check size: {at_derived}")
         shapes = jax.eval_shape(mod.workload, *mod.input_shapes(big))
         got = [f"{s.dtype}{list(s.shape)}" for s in jax.tree_util.tree_leaves(shapes)]
         want = [f"{s.dtype}{list(s.shape)}" for s in out_specs_f]
@@ -329,7 +314,7 @@ def _at_derived(ref, region_id: str, inst_small):
     if not derived.ok:
         return None, derived.describe()
     try:
-        flat_d, insts_d, merged_d = _trace(ref, DERIVED)
+        flat_d, insts_d, merged_d, *_ = _model_at(ref, DERIVED)  # traced and run once: the splice reuses it
         reg_d = _find(merged_d, region_id, ref.info.name, DERIVED)
     except (UsageError, ExtractFailure) as e:
         return None, f"at the model's derived size the region is not found: {e}"
@@ -358,9 +343,10 @@ def _splice_check(ref, region_id: str, workload, size: str) -> str:
     if not all(same):
         bad = [j for j, s in enumerate(same) if not s]
         raise ExtractFailure(f"spliced back at {size}, the model's outputs {bad} differ from the original")
+    where = f"at its {size} size {ref.check_size(size).dims}" if size == DERIVED else f"at size {size}"
     return (
-        f"spliced back into {ref.info.name} at its {size} size {ref.check_size(size).dims} (seed {SEED}) in "
-        f"place of all {reg.count} instance(s): bit-identical"
+        f"spliced back into {ref.info.name} {where} (seed {SEED}) in place of all {reg.count} instance(s): "
+        f"its {len(same)} output(s) are bit-identical to the model's"
     )
 
 

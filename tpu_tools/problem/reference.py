@@ -160,9 +160,8 @@ class Reference:
         from maxkernel.tpu_tools.problem.sizes import DERIVED, smallest_size
 
         names = [smallest_size(self.info.sizes, self.input_elements)]
-        if (
-            DERIVED in self.info.sizes
-        ):  # written by its author (an extracted region: the model's derived size)
+        # a derived size written by its author (an extracted region: the model's derived size)
+        if DERIVED in self.info.sizes:
             return names + [DERIVED], []
         derived = self.derived_size()
         notes = []
