@@ -309,27 +309,11 @@ class OfflineModel(Model):
 
     def _program_walk(self, program: dict[str, Any]) -> Walk:
         """The walk of a traced program: its class picks the template, its shapes size it."""
-        from maxkernel.clients.offline.classify import classify
-        from maxkernel.clients.offline.dims import Symbolic, program_at
-        from maxkernel.clients.offline.rows import analyse
-        from maxkernel.clients.offline.templates.fused import build
-
         key = "program:" + hashlib.sha256(json.dumps(program, sort_keys=True).encode()).hexdigest()[:16]
         if key in self.walks:
             return self.walks[key]
-        found = classify(program)
-        if found.kind == "none":
-            raise NoTemplateFits(
-                f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
-                "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
-            )
-        sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
-        plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
-        try:
-            template = build(program, plan, found.kind, sym)
-        except ValueError as e:
-            raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
-        self.walks[key] = Walk(template=template, operator="program", dims={sym.target: {"R": plan.rows}})
+        template, target, dims = program_template(program)
+        self.walks[key] = Walk(template=template, operator="program", dims={target: dims})
         return self.walks[key]
 
     @staticmethod
@@ -584,3 +568,26 @@ class OfflineModel(Model):
             "next_move": (advice(util) if util else None) or moves[bound],
         }
         return f"```json\n{json.dumps(out, indent=2)}\n```\n"
+
+
+def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
+    """(the template, the target size's name, its dims) for a traced program: its class picks the
+    template, its shapes at the target size size it. NoTemplateFits when no template fits."""
+    from maxkernel.clients.offline.classify import classify
+    from maxkernel.clients.offline.dims import Symbolic, program_at
+    from maxkernel.clients.offline.rows import analyse
+    from maxkernel.clients.offline.templates.fused import build
+
+    found = classify(program)
+    if found.kind == "none":
+        raise NoTemplateFits(
+            f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
+            "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
+        )
+    sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
+    plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
+    try:
+        template = build(program, plan, found.kind, sym)
+    except ValueError as e:
+        raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
+    return template, sym.target, {"R": plan.rows}

@@ -243,22 +243,12 @@ def offline_space(task: str) -> TemplateSpace | None:
 
 def _program_space(task: str) -> TemplateSpace | None:
     try:
-        from maxkernel.clients.offline.classify import classify
-        from maxkernel.clients.offline.dims import Symbolic, program_at
-        from maxkernel.clients.offline.rows import analyse
-        from maxkernel.clients.offline.templates.fused import build
+        from maxkernel.clients.offline.model import program_template
         from maxkernel.jaxbench.registry import resolve_id
         from maxkernel.tpu_tools.problem.program import describe
 
         tid = resolve_id(task)
-        program = describe(tid).model_dump(mode="json")
-        found = classify(program)
-        if found.kind == "none":
-            return None
-        sym = Symbolic(program)
-        plan = analyse(program_at(program, sym.target))
-        tpl = build(program, plan, found.kind, sym)
-        dims = {"R": plan.rows}
+        tpl, _, dims = program_template(describe(tid).model_dump(mode="json"))
     except Exception:  # noqa: BLE001 - no program template: the operator template answers
         return None
     return TemplateSpace(
