@@ -182,8 +182,6 @@ def recognise(program: Program) -> dict[str, Any] | None:
             return None  # mixes the hidden chain with the epilogue, or reads a value outside both
     if h not in known or h == x or program["outputs"][0] not in epi_known:
         return None
-    if program["outputs"][0] != down_out and not epilogue:
-        return None
     users = [a for i in chain for a in eqns[i]["inputs"]]
     if x in users:
         return None  # x used in the hidden chain as well as by the up-projections
