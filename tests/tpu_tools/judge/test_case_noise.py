@@ -60,6 +60,8 @@ DROPS = HONEST.replace(
     "    h = h * jax.nn.sigmoid(h)\n",
     "    h = h * jax.nn.sigmoid(h)\n    h = h.at[:, -h.shape[1] // 8 :].set(0)\n",
 )
+# four real validations with a second reference run each (~27 s of CPU): the end-to-end tier, `make test-slow`
+pytestmark = pytest.mark.slow
 CANCELLING = InputCase(name="mixed_sign_large", distribution="mixed_sign", scale=4.0)
 PLAIN = InputCase(
     name="uniform_small", distribution="uniform", scale=0.1
