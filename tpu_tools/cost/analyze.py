@@ -182,6 +182,8 @@ def estimate_one(
     from maxkernel.tpu_tools.cost.estimate import estimate_pallas
     from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
     from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, scoped_vmem_error
+    from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
+    from maxkernel.tpu_tools.problem.kernel_values import over_vmem_message, value_over_vmem
 
     facts: dict[str, Any] = {}
     if traced is None:
@@ -191,7 +193,14 @@ def estimate_one(
     note = None
     cost: dict[str, float] = {}
     table = None
-    if dump_root is None:
+    spec = chip if isinstance(chip, ChipSpec) else get_chip(chip)
+    over = value_over_vmem(traced.jaxpr, spec.vmem_bytes) if calls else None
+    if over is not None:  # no compile can take it, and Mosaic would spend minutes saying so
+        facts["error"] = over_vmem_message(over, spec.vmem_bytes, spec.name)
+        facts["vmem_needed"], facts["vmem_limit"] = over.nbytes, spec.vmem_bytes
+        facts["not_compiled"] = True
+        note = "not compiled: " + facts["error"]
+    elif dump_root is None:
         note = "the LLO dump could not be switched on in this process"
     else:
         try:

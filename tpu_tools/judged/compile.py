@@ -236,6 +236,8 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
                         stage="trace",
                     )
                 )
+            if target.kind == "tpu" and (over := _value_over_vmem(traced.jaxpr, target_name)) is not None:
+                return finish(over)
             stage = stage_now[0] = "lower"
             t0 = time.perf_counter()
             lowered = traced.lower(lowering_platforms=("tpu",)) if lowering_only else traced.lower()
@@ -318,6 +320,24 @@ def _ms(t0: float) -> float:
 
 def _fmt(specs: list[ArraySpec]) -> str:
     return ", ".join(f"{s.dtype}{s.shape}" for s in specs) or "nothing"
+
+
+def _value_over_vmem(jaxpr, target_name: str) -> Failure | None:
+    """A kernel-body value larger than the chip's VMEM fails here, before minutes of Mosaic work."""
+    from maxkernel.tpu_tools.problem.kernel_values import over_vmem_message, value_over_vmem
+
+    capacity = _physical_vmem(target_name)
+    value = value_over_vmem(jaxpr, capacity)
+    if value is None or capacity is None:
+        return None
+    return Failure(
+        kind="vmem_exhausted",
+        summary=over_vmem_message(value, capacity, target_name),
+        stage="trace",
+        line=value.line,
+        requested_bytes=value.nbytes,
+        capacity_bytes=capacity,
+    )
 
 
 def _physical_vmem(target: str) -> int | None:

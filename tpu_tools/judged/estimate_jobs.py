@@ -108,10 +108,15 @@ def run_analyze(
         fit = report.vmem_limit_to_fit_bytes
         report.failure = Failure(
             kind="vmem_exhausted",
-            summary=f"needs {report.vmem_needed_bytes} B of VMEM, over the {report.vmem_scoped_limit_bytes} B scoped limit"
-            + (f": vmem_limit_bytes={fit} would fit" if fit else ": more than the chip's VMEM"),
+            summary=(
+                facts["error"][:300]
+                if facts.get("not_compiled")
+                else f"needs {report.vmem_needed_bytes} B of VMEM, over the {report.vmem_scoped_limit_bytes} B "
+                "scoped limit"
+                + (f": vmem_limit_bytes={fit} would fit" if fit else ": more than the chip's VMEM")
+            ),
             message=facts["error"],
-            stage="compile",
+            stage="trace" if facts.get("not_compiled") else "compile",
             requested_bytes=report.vmem_needed_bytes,
             capacity_bytes=report.vmem_scoped_limit_bytes,
         )
@@ -156,7 +161,11 @@ def _estimate_one(
         # The target's compiler rejected it: a failed estimate with the compiler's message, never a time.
         out = {
             "ok": False,
-            "error": f"the {est.chip} compiler rejected it: {facts['error']}"[:4000],
+            "error": (
+                f"not compiled for {est.chip}: {facts['error']}"
+                if facts.get("not_compiled")
+                else f"the {est.chip} compiler rejected it: {facts['error']}"
+            )[:4000],
             "compile_error": facts["error"],
             "vmem_capacity_bytes": est.vmem_capacity_bytes,
             "layout_problems": layout_problems(calls),

@@ -110,3 +110,15 @@ def test_without_libtpu_it_falls_back_to_lowering_only_and_says_so(monkeypatch):
     assert r.times.compile_ms is None and r.warnings
     bad = run_compile(kernel("bad_block"), MATMUL_REF, "tpu-v6e", "small")
     assert bad.failure.kind == "lowering_error"  # the lowering rules still catch illegal blocks
+
+
+@pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])
+def test_a_body_value_over_the_chips_vmem_fails_before_the_compile(target):
+    # Mosaic spends minutes on a body like this one (over 5 measured on 15p's offline kernel at full);
+    # the traced value says the same in milliseconds, so the report stops at trace and never compiles.
+    r = run_compile(kernel("value_over_vmem"), MATMUL_REF, target, "small")
+    assert not r.ok
+    assert r.failure.kind == "vmem_exhausted" and r.failure.stage == "trace"
+    assert r.failure.requested_bytes == 8192 * 8192 * 4 and r.failure.capacity_bytes == 128 * 2**20
+    assert "float32[8192, 8192]" in r.failure.summary and "value_over_vmem.py" in r.failure.summary
+    assert r.times.compile_ms is None or r.times.compile_ms == 0
