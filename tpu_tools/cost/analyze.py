@@ -183,7 +183,12 @@ def estimate_one(
     from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
     from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, scoped_vmem_error
     from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
-    from maxkernel.tpu_tools.problem.kernel_values import over_vmem_message, value_over_vmem
+    from maxkernel.tpu_tools.problem.kernel_values import (
+        over_tiles_message,
+        over_vmem_message,
+        value_over_tile_budget,
+        value_over_vmem,
+    )
 
     facts: dict[str, Any] = {}
     if traced is None:
@@ -199,6 +204,9 @@ def estimate_one(
         facts["error"] = over_vmem_message(over, spec.vmem_bytes, spec.name)
         facts["vmem_needed"], facts["vmem_limit"] = over.nbytes, spec.vmem_bytes
         facts["not_compiled"] = True
+        note = "not compiled: " + facts["error"]
+    elif calls and (wide := value_over_tile_budget(traced.jaxpr)) is not None:  # minutes of compile
+        facts["error"], facts["not_compiled"] = over_tiles_message(wide), True
         note = "not compiled: " + facts["error"]
     elif dump_root is None:
         note = "the LLO dump could not be switched on in this process"

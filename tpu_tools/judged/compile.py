@@ -323,13 +323,22 @@ def _fmt(specs: list[ArraySpec]) -> str:
 
 
 def _value_over_vmem(jaxpr, target_name: str) -> Failure | None:
-    """A kernel-body value larger than the chip's VMEM fails here, before minutes of Mosaic work."""
-    from maxkernel.tpu_tools.problem.kernel_values import over_vmem_message, value_over_vmem
+    """A kernel-body value larger than the chip's VMEM, or over the compile's tile budget, fails here,
+    before minutes of Mosaic work."""
+    from maxkernel.tpu_tools.problem.kernel_values import (
+        over_tiles_message,
+        over_vmem_message,
+        value_over_tile_budget,
+        value_over_vmem,
+    )
 
     capacity = _physical_vmem(target_name)
     value = value_over_vmem(jaxpr, capacity)
     if value is None or capacity is None:
-        return None
+        wide = value_over_tile_budget(jaxpr)
+        if wide is None:
+            return None
+        return Failure(kind="compile_error", summary=over_tiles_message(wide), stage="trace", line=wide.line)
     return Failure(
         kind="vmem_exhausted",
         summary=over_vmem_message(value, capacity, target_name),

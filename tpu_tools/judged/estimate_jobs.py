@@ -125,7 +125,7 @@ def run_analyze(
             kind="compile_error",
             summary=facts["error"].splitlines()[0][:300],
             message=facts["error"],
-            stage="compile",
+            stage="trace" if facts.get("not_compiled") else "compile",
         )
     report.ok = report.failure is None
     report.summary = summarize(report)

@@ -9,6 +9,14 @@ per attempt. Read from the traced jaxpr before the compile, the same verdict tak
 Only values that something uses count (the compiler drops the rest), and only their raw bytes (Mosaic's
 (8, 128) tiling pads them further), so a value this check names could never fit: the check is a lower
 bound on the compiler's need, never a guess above it.
+
+A second limit is the compiler's time, not memory: Mosaic unrolls every vector op over the (8, 128) vreg
+tiles of its value's last two dims, so a value with small trailing dims costs a tile per element
+(26k's epilogue reshaped f32[64, 8192] to [64, 8192, 1, 1]: 524 288 tiles for 2 MiB of data, and its
+compile ran past the 300 s timeout). Measured here (tpu-v6e, an [8, n, 1, 1] f32 value reduced over its
+unit dims): 2.6 s at 1 024 tiles, 6.4 s at 4 096, 26.5 s at 16 384, linear. `MAX_VALUE_TILES` refuses a
+body whose one value spans more than 4x the largest measured (about two minutes of compile): a dense
+value that large is 256 MiB of f32, already over every chip's VMEM, so only a wasteful layout meets it.
 """
 
 from __future__ import annotations
@@ -18,7 +26,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-__all__ = ["KernelValue", "largest_kernel_value"]
+__all__ = [
+    "MAX_VALUE_TILES",
+    "KernelValue",
+    "largest_kernel_value",
+    "value_over_tile_budget",
+    "value_over_vmem",
+]
+
+MAX_VALUE_TILES = 65536
+LANES, SUBLANES, WORD_BYTES = 128, 8, 4
 
 
 class KernelValue(BaseModel):
@@ -29,6 +46,7 @@ class KernelValue(BaseModel):
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
+    tiles: int = Field(description="(8, 128) vreg tiles of its last two dims (packed dtypes hold more rows)")
     file: str | None = None
     line: int | None = None
 
@@ -57,6 +75,17 @@ def _value_bytes(aval: Any) -> int | None:
         return None
 
 
+def _tiles(shape: tuple[int, ...], itemsize: int) -> int:
+    """The vreg tiles Mosaic lays the value out in: last dim over 128 lanes, the one before over the sublanes."""
+    if not shape:
+        return 1
+    rows = SUBLANES * max(1, WORD_BYTES // max(1, itemsize))
+    if len(shape) == 1:  # one row of lanes; counted at its densest, so never above Mosaic's count
+        return max(1, math.ceil(shape[0] / (LANES * rows)))
+    *lead, a, b = shape
+    return int(math.prod(lead)) * math.ceil(a / rows) * math.ceil(b / LANES)
+
+
 def _live_eqns(jaxpr) -> list:
     """The equations whose results are used (or that have effects: ref writes, DMAs), in program order."""
     live_vars = {id(v) for v in jaxpr.outvars}
@@ -80,47 +109,54 @@ def _source(eqn) -> tuple[str | None, int | None]:
     return frame.file_name, frame.start_line
 
 
-def _largest_in(jaxpr, kernel: str) -> KernelValue | None:
+def _values(jaxpr):
+    """Every live value of a body and its sub-bodies, as (bytes, tiles, equation, var)."""
     from jax._src import core as jcore
 
-    best: KernelValue | None = None
     for eqn in _live_eqns(jaxpr):
         for v in eqn.outvars:
             nbytes = _value_bytes(v.aval)
-            if nbytes is not None and (best is None or nbytes > best.nbytes):
-                file, line = _source(eqn)
-                best = KernelValue(
-                    kernel=kernel,
-                    primitive=eqn.primitive.name,
-                    shape=tuple(int(d) for d in v.aval.shape),
-                    dtype=str(v.aval.dtype),
-                    nbytes=nbytes,
-                    file=file,
-                    line=line,
-                )
+            if nbytes is not None:
+                yield nbytes, _tiles(tuple(v.aval.shape), v.aval.dtype.itemsize), eqn, v
         for sub in jcore.jaxprs_in_params(eqn.params):  # loop and cond bodies, nested jit
-            inner = _largest_in(sub, kernel)
-            if inner is not None and (best is None or inner.nbytes > best.nbytes):
-                best = inner
-    return best
+            yield from _values(sub)
 
 
-def largest_kernel_value(traced_jaxpr: Any) -> KernelValue | None:
-    """The largest live value built inside any pallas_call kernel body of a traced program (None if none)."""
+def _value(kernel: str, nbytes: int, tiles: int, eqn, v) -> KernelValue:
+    file, line = _source(eqn)
+    return KernelValue(
+        kernel=kernel,
+        primitive=eqn.primitive.name,
+        shape=tuple(int(d) for d in v.aval.shape),
+        dtype=str(v.aval.dtype),
+        nbytes=nbytes,
+        tiles=tiles,
+        file=file,
+        line=line,
+    )
+
+
+def _largest(traced_jaxpr: Any, by: str) -> KernelValue | None:
     from maxkernel.tpu_tools.problem.pallas_info import _kernel_name_and_source, _walk
 
     jaxpr = getattr(traced_jaxpr, "jaxpr", traced_jaxpr)
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    best: KernelValue | None = None
+    best, best_key = None, -1
     for eqn, _label in _walk(jaxpr, ""):
         body = eqn.params.get("jaxpr")
         if body is None:
             continue
-        body = getattr(body, "jaxpr", body)
-        found = _largest_in(body, _kernel_name_and_source(eqn.params)[0])
-        if found is not None and (best is None or found.nbytes > best.nbytes):
-            best = found
+        name = _kernel_name_and_source(eqn.params)[0]
+        for nbytes, tiles, e, v in _values(getattr(body, "jaxpr", body)):
+            key = nbytes if by == "bytes" else tiles
+            if key > best_key:  # the first of equal size: the earliest line
+                best, best_key = _value(name, nbytes, tiles, e, v), key
     return best
+
+
+def largest_kernel_value(traced_jaxpr: Any, by: str = "bytes") -> KernelValue | None:
+    """The largest live value (by `bytes` or vreg `tiles`) of any pallas_call kernel body (None if none)."""
+    return _largest(traced_jaxpr, by)
 
 
 def value_over_vmem(traced_jaxpr: Any, vmem_bytes: int | None) -> KernelValue | None:
@@ -143,4 +179,23 @@ def over_vmem_message(value: KernelValue, vmem_bytes: int, chip: str) -> str:
         f"a kernel body value is {value.describe()}, more than all {_human(vmem_bytes)} of {chip}'s VMEM: "
         "no block size or vmem_limit_bytes can hold it (checked on the traced kernel before the Mosaic "
         "compile, which works for minutes on a body this size); compute it in tiles that fit"
+    )
+
+
+def value_over_tile_budget(traced_jaxpr: Any, budget: int = MAX_VALUE_TILES) -> KernelValue | None:
+    """The kernel-body value spanning more vreg tiles than `budget`, None when all are within it."""
+    try:
+        found = largest_kernel_value(traced_jaxpr, by="tiles")
+    except Exception:  # noqa: BLE001 - private jaxpr internals moved: the compiler decides
+        return None
+    return found if found is not None and found.tiles > budget else None
+
+
+def over_tiles_message(value: KernelValue, budget: int = MAX_VALUE_TILES) -> str:
+    """One line: which value, how many tiles, and why it was not compiled."""
+    return (
+        f"a kernel body value is {value.describe()}: {value.tiles} (8, 128) vreg tiles of its last two dims, "
+        f"over the {budget}-tile compile budget (Mosaic unrolls every op per tile: about 26 s per 16 384 tiles "
+        "measured, so minutes here); not compiled. Keep the last two dims large (no trailing unit dims) or "
+        "compute it in smaller blocks"
     )

@@ -122,3 +122,12 @@ def test_a_body_value_over_the_chips_vmem_fails_before_the_compile(target):
     assert r.failure.requested_bytes == 8192 * 8192 * 4 and r.failure.capacity_bytes == 128 * 2**20
     assert "float32[8192, 8192]" in r.failure.summary and "value_over_vmem.py" in r.failure.summary
     assert r.times.compile_ms is None or r.times.compile_ms == 0
+
+
+def test_a_body_value_over_the_tile_budget_is_not_compiled():
+    # 512 KiB of data laid out one element per vreg tile: it fits VMEM, but the compile would take minutes
+    r = run_compile(kernel("value_over_tile_budget"), MATMUL_REF, "tpu-v6e", "small")
+    assert not r.ok
+    assert r.failure.kind == "compile_error" and r.failure.stage == "trace"
+    assert "131072 (8, 128) vreg tiles" in r.failure.summary and "not compiled" in r.failure.summary
+    assert r.failure.line is not None and r.times.compile_ms is None

@@ -72,3 +72,26 @@ def test_plain_jax_has_no_kernel_value():
         largest_kernel_value(jax.jit(lambda x: jnp.broadcast_to(x, (8192, 8, 128)).sum(0)).trace(X).jaxpr)
         is None
     )
+
+
+def test_vreg_tiles_follow_mosaics_layout_of_the_last_two_dims():
+    from maxkernel.tpu_tools.problem.kernel_values import _tiles
+
+    assert _tiles((512, 2048), 4) == 64 * 16  # dense f32: 8 rows x 128 lanes per tile
+    assert _tiles((512, 2048), 2) == 32 * 16  # bf16 packs 16 rows per tile
+    assert _tiles((64, 8192, 1, 1), 4) == 64 * 8192  # trailing unit dims: one tile per element
+    assert _tiles((4096,), 4) == 4 and _tiles((), 4) == 1
+
+
+def test_a_value_with_trailing_unit_dims_is_over_the_tile_budget_though_it_is_small():
+    from maxkernel.tpu_tools.problem.kernel_values import value_over_tile_budget
+
+    def body(x_ref, o_ref):  # 26k's epilogue: an instance norm over [rows, cols, 1, 1]
+        y = x_ref[...].reshape(8, 128, 1, 1)
+        y = jnp.broadcast_to(y, (8, 128, 1, 1)) - jnp.sum(y, axis=(2, 3), keepdims=True)
+        o_ref[...] = y.reshape(8, 128)
+
+    small = _call(body)
+    assert value_over_tile_budget(small) is None  # 1 024 tiles: compiles in seconds
+    hit = value_over_tile_budget(small, budget=512)
+    assert hit is not None and hit.shape == (8, 128, 1, 1) and hit.tiles == 1024 and hit.nbytes == 4096
