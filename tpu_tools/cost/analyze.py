@@ -198,6 +198,7 @@ def estimate_one(
     note = None
     cost: dict[str, float] = {}
     table = None
+    outside = None
     spec = chip if isinstance(chip, ChipSpec) else get_chip(chip)
     over = value_over_vmem(traced.jaxpr, spec.vmem_bytes) if calls else None
     if over is not None:  # no compile can take it, and Mosaic would spend minutes saying so
@@ -222,6 +223,8 @@ def estimate_one(
                 table = cost_fusions(compiled, chip, programs)
             if not any(p.is_kernel for p in programs) and calls:
                 note = "the compile wrote no readable kernel dump"
+            if calls and (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
+                outside = _outside_table(compiled, spec, programs)
         except Exception as e:
             msg = f"{type(e).__name__}: {e}"
             facts["error"] = msg[:4000]
@@ -231,7 +234,13 @@ def estimate_one(
             note = "the compile failed: " + msg.splitlines()[0][:200]
     if calls:
         est = estimate_pallas(
-            calls, chip, total_flops=total_flops, program=program, llo=programs, llo_note=note
+            calls,
+            chip,
+            total_flops=total_flops,
+            program=program,
+            llo=programs,
+            llo_note=note,
+            outside_fusions=outside,
         )
         if "compile_ms" in facts and "error" not in facts:
             # VMEM from the compiler, always: it accepted every kernel at this shape under the limit that
@@ -257,6 +266,17 @@ def estimate_one(
         flops = program.outside_flops + program.outside_vpu_ops
         est = estimate_pallas([], chip, total_flops=flops, total_bytes=program.outside_bytes)
     return est, programs, facts
+
+
+def _outside_table(compiled: Any, chip: Any, programs: list[ProgramLLO]) -> Any:
+    """The compiled program's XLA ops beside its kernels, fusion by fusion (None if its HLO cannot be read:
+    the jaxpr's roofline count stands)."""
+    from maxkernel.tpu_tools.cost.fusions import cost_fusions
+
+    try:
+        return cost_fusions(compiled, chip, programs, skip_kernels=True)
+    except Exception:  # noqa: BLE001 - an HLO we cannot read
+        return None
 
 
 def layout_problems(calls: Sequence[Any]) -> list[str]:

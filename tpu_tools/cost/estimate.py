@@ -126,8 +126,10 @@ class CallEstimate(BaseModel):
 
 
 class OutsideKernelCost(BaseModel):
-    """The XLA ops around the pallas_calls, costed by their roofline on the chip."""
+    """The XLA ops around the pallas_calls: fusion by fusion when the program was compiled for the chip
+    (`basis` fusions), else the roofline of their counted work (`basis` roofline)."""
 
+    basis: Literal["fusions", "roofline"] = "roofline"
     time_us: float
     flops: float
     bytes: float
@@ -504,6 +506,22 @@ def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
     )
 
 
+def _outside_from_fusions(table: FusionTable, program: ProgramCost | None) -> OutsideKernelCost:
+    """The XLA ops beside the kernels, each fusion bound on its own (the program's launch is counted once,
+    by the caller)."""
+    inside = sum(program.kernel_flops_per_step) if program is not None else 0.0
+    total = table.flops + inside
+    top = table.top(5)
+    return OutsideKernelCost(
+        basis="fusions",
+        time_us=sum(f.estimated_time_us for f in table.fusions),
+        flops=table.flops,
+        bytes=table.bytes_accessed,
+        ops=[f"{f.name} ({f.fusion_kind or f.opcode}): {f.estimated_time_us:.3g} us, {f.bound}" for f in top],
+        flops_share=table.flops / total if total else 0.0,
+    )
+
+
 # A grid axis known only at run time compiles to this bound (e.g. megablox gmm's m-tile count).
 DYNAMIC_BOUND = 2**31 - 1
 
@@ -551,6 +569,7 @@ def estimate_pallas(
     program: ProgramCost | None = None,
     llo: Sequence[ProgramLLO] | None = None,
     llo_note: str | None = None,
+    outside_fusions: FusionTable | None = None,
 ) -> StaticEstimate:
     """Static estimate of the candidate's whole program on `chip` (never faster than the roofline).
 
@@ -559,6 +578,9 @@ def estimate_pallas(
     the roofline estimate. scalar_prefetch: per call, the prefetch operand values, if known.
     program: the jaxpr's counted work (kernel bodies + ops outside them); llo: the compiled programs
     from an LLO dump (tier `llo` for each call matched to its kernel), llo_note: why there is none.
+    outside_fusions: the compiled program's XLA ops with its kernels left out (fusions.cost_fusions,
+    skip_kernels): when given, the work outside the kernels is costed fusion by fusion, as the XLA baseline
+    is, instead of by the roofline of the jaxpr's count.
     """
     c = _chip(chip)
     if not calls:
@@ -606,6 +628,12 @@ def estimate_pallas(
         est += PROGRAM_OVERHEAD_US
         notes.append(f"a fixed {PROGRAM_OVERHEAD_US:g} us per program (launch), as for XLA programs")
     outside = outside_cost(program, c) if program is not None else None
+    if outside_fusions is not None and outside_fusions.fusions:
+        outside = _outside_from_fusions(outside_fusions, program)
+        notes.append(
+            f"the XLA ops beside the kernels: {len(outside_fusions.fusions)} ops of the compiled program costed "
+            f"one by one, {outside.time_us:.3g} us ({outside_fusions.note})"
+        )
     if outside is not None:
         est += outside.time_us
         notes += program.notes if program else []
@@ -665,6 +693,7 @@ def estimate_pallas(
         padding_waste_fraction=pad_total / moved if moved else 0.0,
         per_call=per,
         outside_kernel=outside,
+        xla_fusions=outside_fusions if outside is not None and outside.basis == "fusions" else None,
         ignored_cost_estimates=ignored,
         reason=reason,
         assumptions=ASSUMPTIONS + notes,

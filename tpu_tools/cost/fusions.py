@@ -521,12 +521,15 @@ def _cost_computation(
     count: int,
     notes: list[str],
     depth: int = 0,
+    skip_kernels: bool = False,
 ) -> list[FusionCost]:
     table = _symbols(comp)
     out: list[FusionCost] = []
     for ins in comp.instructions:
         op = ins.opcode
         if op in FREE_OPS or op.endswith("-done"):
+            continue
+        if skip_kernels and is_mosaic_kernel(ins):  # the caller costs the pallas_calls from their own jaxpr
             continue
         if op == "while" and depth < 6:
             trips = _trip_count(module, ins, table)
@@ -543,11 +546,14 @@ def _cost_computation(
                     count * (trips or 1),
                     notes,
                     depth + 1,
+                    skip_kernels,
                 )
             continue
         if op == "conditional" and depth < 6:
             branches = [
-                _cost_computation(module, module.computations[b], c, cores, llo, count, notes, depth + 1)
+                _cost_computation(
+                    module, module.computations[b], c, cores, llo, count, notes, depth + 1, skip_kernels
+                )
                 for b in ins.calls
                 if b in module.computations
             ]
@@ -559,15 +565,29 @@ def _cost_computation(
             for b in ins.calls:
                 if b in module.computations:
                     out += _cost_computation(
-                        module, module.computations[b], c, cores, llo, count, notes, depth + 1
+                        module, module.computations[b], c, cores, llo, count, notes, depth + 1, skip_kernels
                     )
             continue
         out.append(_cost_op(module, ins, table, c, cores, llo, count))
     return out
 
 
+def is_mosaic_kernel(ins: HloInstruction) -> bool:
+    """A pallas_call as XLA holds it: a custom call to Mosaic from a pallas_call (not XLA's own Mosaic kernels,
+    such as its ragged dot, which belong to the XLA side)."""
+    return (
+        ins.opcode == "custom-call"
+        and 'custom_call_target="tpu_custom_call"' in ins.attrs
+        and "pallas_call" in (ins.op_name or "")
+    )
+
+
 def cost_hlo_text(
-    text: str, chip: str | ChipSpec, llo_programs: Sequence[ProgramLLO] | None = None
+    text: str,
+    chip: str | ChipSpec,
+    llo_programs: Sequence[ProgramLLO] | None = None,
+    *,
+    skip_kernels: bool = False,
 ) -> FusionTable:
     """The FusionTable of a compiled program's HLO text (see `cost_fusions`)."""
     c = chip if isinstance(chip, ChipSpec) else get_chip(chip)
@@ -578,7 +598,9 @@ def cost_hlo_text(
     if entry is None:
         raise ValueError("no ENTRY computation in the HLO text")
     llo = _llo_by_name(llo_programs)
-    fusions = _cost_computation(module, entry, c, cores, llo, 1, notes)
+    fusions = _cost_computation(module, entry, c, cores, llo, 1, notes, skip_kernels=skip_kernels)
+    if skip_kernels:
+        notes.append("the program's Mosaic kernels (pallas_calls) are left out: costed from their own jaxpr")
     flops = sum(f.flops for f in fusions)
     nbytes = sum(f.bytes_accessed for f in fusions)
     total = sum(f.estimated_time_us for f in fusions) + PROGRAM_OVERHEAD_US
@@ -622,7 +644,11 @@ def cost_hlo_text(
 
 
 def cost_fusions(
-    compiled, chip: str | ChipSpec, llo_programs: Sequence[ProgramLLO] | None = None
+    compiled,
+    chip: str | ChipSpec,
+    llo_programs: Sequence[ProgramLLO] | None = None,
+    *,
+    skip_kernels: bool = False,
 ) -> FusionTable:
     """Cost a jax `Compiled` for a TPU target fusion by fusion (its HLO text; the LLO where dumped).
 
@@ -631,4 +657,4 @@ def cost_fusions(
     is found is costed from the compiler's schedule (tier `llo`) on a chip with a clock.
     """
     text = compiled if isinstance(compiled, str) else compiled.as_text()
-    return cost_hlo_text(text, chip, llo_programs)
+    return cost_hlo_text(text, chip, llo_programs, skip_kernels=skip_kernels)

@@ -102,3 +102,22 @@ def test_jax_flash_attention_is_estimated_at_its_production_shape(evaluator):
     assert est.tier == "llo", est.tier_note
     # At least the causal half of 4·B·H·S²·D at v5e's 197 TFLOP/s peak: a real time, not a default.
     assert est.estimated_time_us > 0.5 * 4 * 4 * 64 * 4096**2 * 128 / 197e12 * 1e6
+
+
+def test_xla_ops_beside_a_kernel_are_costed_fusion_by_fusion(evaluator):
+    # 4096^3 bf16 in plain JAX beside a kernel that only copies: the matmul's fusion is MXU-bound on its own
+    # (137 GFLOP at v6e's 918 TFLOP/s is 150 us), and the table holds XLA's ops, never the kernel itself.
+    r = evaluator.estimate(kernel("matmul_beside_kernel"), MATMUL_REF, "tpu-v6e", "full")
+    assert r.ok and r.estimate is not None, r.failure
+    est = r.estimate
+    out = est.outside_kernel
+    assert out is not None and out.basis == "fusions"
+    table = est.xla_fusions
+    assert table is not None and table.fusions
+    assert all(f.opcode != "custom-call" for f in table.fusions)  # the pallas_call is costed from its jaxpr
+    assert out.flops == pytest.approx(2 * 4096**3, rel=0.01)
+    assert out.time_us >= 2 * 4096**3 / 918e12 * 1e6
+    assert out.time_us == pytest.approx(sum(f.estimated_time_us for f in table.fusions))
+    kernels = sum(c.estimated_time_us for c in est.per_call)
+    assert est.estimated_time_us >= kernels + out.time_us
+    assert any("beside the kernels" in a for a in est.assumptions)
