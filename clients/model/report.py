@@ -42,6 +42,12 @@ class ModelReport(BaseModel):
     step_after_us: float
     speedup: float = Field(description="step_before_us / step_after_us: an end-to-end estimate")
     arithmetic: str
+    composed_us: float | None = Field(
+        None,
+        description="the composed step compiled and estimated as one program (estimate), beside Amdahl's",
+    )
+    composed_speedup: float | None = Field(None, description="step_before_us / composed_us (estimate)")
+    composed_note: str = ""
     regions: list[RegionRow]
     composed: dict[str, Any] | None = Field(None, description="compose's verdict and path, when it ran")
     notes: list[str] = Field(default_factory=list)
@@ -66,5 +72,7 @@ def text(r: ModelReport) -> str:
         f"(estimate; {r.tier}; nothing measured)"
     )
     lines.append(f"  {r.arithmetic}")
+    if r.composed_note:
+        lines.append(f"  {r.composed_note}")
     lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines)

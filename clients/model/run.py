@@ -263,6 +263,9 @@ def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, note
         check_sizes=s.check_sizes or ["the server's default check sizes"], tier=tier, step_before_us=before,
         step_after_us=after, speedup=before / after if after else 1.0, arithmetic=arithmetic, regions=out,
         composed=composed, notes=notes,
+        composed_us=estimate.composed_us if estimate is not None else None,
+        composed_speedup=estimate.composed_speedup if estimate is not None else None,
+        composed_note=estimate.composed_note if estimate is not None else "",
     )  # fmt: skip
 
 

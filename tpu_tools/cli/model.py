@@ -203,6 +203,8 @@ def render_step_estimate(e, why_none: str = "") -> None:
         )  # fmt: skip
     console.print(t)
     console.print(f"  step: {e.arithmetic} (estimate)", markup=False, highlight=False)
+    if e.composed_note:
+        console.print(f"  one program: {e.composed_note}", markup=False, highlight=False)
     for n in e.notes:
         console.print(f"  note: {n}", markup=False, highlight=False)
 

@@ -220,6 +220,16 @@ class StepEstimate(BaseModel):
     step_after_us: float = Field(description="step_before_us - replaced_before_us + replaced_after_us")
     speedup: float = Field(description="step_before_us / step_after_us (estimate)")
     arithmetic: str = Field(description="the sum, written out")
+    composed_us: float | None = Field(
+        None,
+        description="the composed step compiled at the target size and estimated as one program: its kernels "
+        "from their own jaxprs, the model's other ops fusion by fusion as XLA compiled them around the kernels",
+    )
+    composed_tier: str | None = None
+    composed_speedup: float | None = Field(None, description="step_before_us / composed_us (estimate)")
+    composed_note: str = Field(
+        "", description="how the one-program estimate compares with Amdahl's, or why none"
+    )
     regions: list[RegionEstimate]
     notes: list[str] = Field(default_factory=list)
 
@@ -424,11 +434,53 @@ def estimate_step(
         "fusions and kernels are summed one after another: no overlap, no layout copies at a kernel's boundary",
     ]
     notes += [f"{r.region}: {r.note}" for r in rows if r.after_us is None]
-    return StepEstimate(
+    step = StepEstimate(
         tier=tier, target=hs.target, size=hs.size, step_before_us=hs.step_us, replaced_before_us=before,
         replaced_after_us=after, step_after_us=step_after, speedup=hs.step_us / step_after,
         arithmetic=arithmetic, regions=rows, notes=notes,
     )  # fmt: skip
+    composed = out / "composed.py"
+    if composed.is_file():
+        if on_progress:
+            on_progress(f"estimate the composed step as one program on {target} at size {hs.size}")
+        whole = evaluator.estimate(
+            str(composed),
+            reference,
+            target,
+            hs.size,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+        )
+        _composed_estimate(step, whole, hs.step_us)
+    return step
+
+
+def _composed_estimate(step: StepEstimate, whole: Any, before_us: float) -> None:
+    """Put the one-program estimate of the composed step beside Amdahl's sum, and say how far apart they are."""
+    if not whole.ok or whole.estimate is None:
+        why = whole.failure.summary if whole.failure is not None else "no estimate"
+        step.composed_note = f"no one-program estimate of the composed step: {why}"
+        return
+    est = whole.estimate
+    step.composed_us = est.estimated_time_us
+    step.composed_tier = est.tier
+    step.composed_speedup = before_us / est.estimated_time_us if est.estimated_time_us > 0 else None
+    kernels = sum(c.estimated_time_us for c in est.per_call)
+    rest = est.estimated_time_us - kernels
+    amdahl_rest = step.step_before_us - step.replaced_before_us
+    basis = (
+        est.outside_kernel.basis
+        if est.outside_kernel is not None
+        else ("fusions" if est.xla_fusions is not None else "roofline")
+    )
+    step.composed_note = (
+        f"the composed step as one program: {est.estimated_time_us:.4g} us (tier {est.tier}) against Amdahl's "
+        f"{step.step_after_us:.4g} us ({est.estimated_time_us / step.step_after_us - 1:+.1%}): its "
+        f"{len(est.per_call)} kernel call(s) {kernels:.4g} us (Amdahl's kernels {step.replaced_after_us:.4g} us), "
+        f"everything else {rest:.4g} us (outside ops costed by {basis}, plus the launch; Amdahl's rest of the "
+        f"model {amdahl_rest:.4g} us)"
+    )
 
 
 def _kernel_shape_error(report) -> str | None:

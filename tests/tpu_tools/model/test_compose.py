@@ -87,6 +87,15 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
         in e.arithmetic
     )
     assert any("nothing ran on a chip" in n for n in e.notes)
+    # beside Amdahl, the composed step compiled and estimated as one program: with this plain-JAX kernel it is
+    # the model's own computation re-emitted, so XLA compiles it as it compiles the model
+    assert e.composed_us is not None and e.composed_us > 0
+    assert e.composed_speedup == pytest.approx(hs.step_us / e.composed_us)
+    assert e.composed_us == pytest.approx(hs.step_us, rel=0.1), e.composed_note
+    assert (
+        f"{e.composed_us:.4g} us" in e.composed_note
+        and f"Amdahl's {e.step_after_us:.4g} us" in e.composed_note
+    )
 
 
 @pytest.mark.slow  # an end-to-end scenario: make test-slow
