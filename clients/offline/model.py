@@ -209,13 +209,27 @@ def _role_of(messages: Sequence[Message]) -> str | None:
     return None
 
 
+TASK_ID_FIELD_RE = re.compile(r'"id":\s*"([^"]+)"')
+
+
 def _task_of(text: str) -> tuple[str | None, str | None]:
-    """(task id, operator) named in the prompt, either may be None."""
+    """(task id, operator) named in the prompt, either may be None.
+
+    The task's own `"id"` wins; else the task id named first in the text. A prompt also quotes other
+    tasks (retrieved examples: 1p's flash kernel in 7p's prompt), so the registry's order never decides."""
     from maxkernel.jaxbench.registry import UnknownTaskError, list_task_ids, load_task, resolve_id
 
-    for tid in list_task_ids():
-        if tid in text:
+    own = TASK_ID_FIELD_RE.search(text)
+    if own:
+        try:
+            tid = resolve_id(own.group(1))
             return tid, str(load_task(tid).CONFIG["operator"])
+        except UnknownTaskError:
+            pass
+    named = [(i, tid) for tid in list_task_ids() if (i := text.find(tid)) >= 0]
+    if named:
+        tid = min(named)[1]
+        return tid, str(load_task(tid).CONFIG["operator"])
     for short in TASK_SHORT_RE.findall(text):
         try:
             tid = resolve_id(short)

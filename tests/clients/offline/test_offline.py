@@ -133,3 +133,17 @@ def test_unknown_operator_says_to_use_an_llm():
     assert reply.finish_reason == "unsupported" and reply.cost_usd == 0.0
     assert "offline model has no template for operator" in reply.text and "--model gemini" in reply.text
     assert reply.usage.input_tokens > 0
+
+
+def test_the_task_is_the_one_the_prompt_is_about_not_an_example_it_quotes():
+    # 7p's prompt quotes 1p's flash kernel among its retrieved examples: the model once wrote 1p's flash
+    # kernel for 7p (a 3-argument workload for a 6-input reference) because the registry lists 1p first.
+    from maxkernel.clients.offline.model import _task_of
+
+    prompt = (
+        '## Task\n{\n  "id": "7p_Ragged_Paged_Attention",\n  "operator": "ragged_paged_attention"\n}\n'
+        "### 3. _flash_kernel (jaxbench/tasks/1p_Flash_Attention/pallas_reference.py)\n"
+    )
+    assert _task_of(prompt) == ("7p_Ragged_Paged_Attention", "ragged_paged_attention")
+    # no id field: the task named first in the text, whatever the registry's order
+    assert _task_of("tune 12p_RMSNorm; see also 1p_Flash_Attention")[0] == "12p_RMSNorm"
