@@ -104,6 +104,7 @@ def test_jax_flash_attention_is_estimated_at_its_production_shape(evaluator):
     assert est.estimated_time_us > 0.5 * 4 * 4 * 64 * 4096**2 * 128 / 197e12 * 1e6
 
 
+@pytest.mark.slow  # a 4096^3 program compiled with the LLO dump (~25 s): make test-slow
 def test_xla_ops_beside_a_kernel_are_costed_fusion_by_fusion(evaluator):
     # 4096^3 bf16 in plain JAX beside a kernel that only copies: the matmul's fusion is MXU-bound on its own
     # (137 GFLOP at v6e's 918 TFLOP/s is 150 us), and the table holds XLA's ops, never the kernel itself.
