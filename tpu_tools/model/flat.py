@@ -51,7 +51,7 @@ def flatten(
     leaves, in_tree = jax.tree_util.tree_flatten(tuple(args))
     closed, out_shape = jax.make_jaxpr(workload, return_shape=True)(*args)
     out_tree = jax.tree_util.tree_structure(out_shape)
-    flat = _Flattener(keep=True)
+    flat = _Flattener(keep=True, unroll_scans=True)
     names = [f"x{i}" for i in range(len(leaves))]
     outs = flat.walk(closed.jaxpr, list(closed.consts), names)
     program = ProgramDescription(

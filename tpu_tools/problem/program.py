@@ -182,7 +182,8 @@ class _Flattener:
     be evaluated again (tpu_tools/model/flat.py).
     """
 
-    def __init__(self, keep: bool = False) -> None:
+    def __init__(self, keep: bool = False, unroll_scans: bool = False) -> None:
+        self.unroll_scans = unroll_scans
         self.eqns: list[Equation] = []
         self.census: collections.Counter[str] = collections.Counter()
         self.unrenderable: set[str] = set()
@@ -246,6 +247,16 @@ class _Flattener:
             here = (
                 scope if library else scope + _name_stack(e)
             )  # jax's own scopes (einsum's) are not the user's
+            if (
+                name == "scan"
+                and self.unroll_scans
+                and 0 < int(e.params.get("length", 0)) <= MAX_UNROLLED_SCAN
+            ):
+                unrolled = _unrolled_scan(e)  # a layer stack: each layer's regions become the model's own
+                outs = self.walk(unrolled.jaxpr, list(unrolled.consts), ins, here, path, raw_ins)
+                for var, o in zip(e.outvars, outs, strict=True):
+                    env[var] = o
+                continue
             inner = e.params.get("jaxpr", e.params.get("call_jaxpr", e.params.get("fun_jaxpr")))
             if name in _INLINE and inner is not None:
                 closed_consts = list(getattr(inner, "consts", []))
@@ -295,6 +306,48 @@ class _Flattener:
                 if r[0] == "const":
                     self.const_values[self.operand(a, env)] = r[1]
         return outs
+
+
+# A scan longer than this stays one equation (its body is not split into regions): 128 covers every layer
+# stack of a production decoder (Llama-3-70B: 80 layers) without unrolling a long time loop.
+MAX_UNROLLED_SCAN = 128
+
+
+def _unrolled_scan(eqn: Any) -> Any:
+    """The scan `eqn` as straight-line jax: its body once per iteration (`x[i]` sliced from each scanned
+    input, the carries threaded, the per-iteration outputs stacked), each equation keeping its named scopes.
+
+    A model that scans its layers (stacked weights, lax.scan or nn.scan) is one `scan` equation; unrolled,
+    its attention and MLP are regions like any other, merged by signature with a count of the layers."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax._src import core as jax_core  # eval_jaxpr re-binds under each equation's own name stack
+
+    p = eqn.params
+    body = p["jaxpr"]
+    n_consts, n_carry, length = int(p["num_consts"]), int(p["num_carry"]), int(p["length"])
+    n_ys = len(body.jaxpr.outvars) - n_carry
+
+    def run(*ops: Any) -> tuple[Any, ...]:
+        consts, carry, xs = (
+            ops[:n_consts],
+            list(ops[n_consts : n_consts + n_carry]),
+            ops[n_consts + n_carry :],
+        )
+        ys: list[list[Any]] = [[] for _ in range(n_ys)]
+        order = range(length - 1, -1, -1) if p.get("reverse") else range(length)
+        for i in order:
+            x_i = [lax.index_in_dim(x, i, keepdims=False) for x in xs]
+            outs = jax_core.eval_jaxpr(body.jaxpr, body.consts, *consts, *carry, *x_i)
+            carry = list(outs[:n_carry])
+            for j, y in enumerate(outs[n_carry:]):
+                ys[j].append(y)
+        if p.get("reverse"):
+            ys = [col[::-1] for col in ys]
+        return (*carry, *(jnp.stack(col) for col in ys))
+
+    return jax.make_jaxpr(run)(*(v.aval for v in eqn.invars))
 
 
 def _name_stack(eqn: Any) -> tuple[str, ...]:

@@ -107,3 +107,14 @@ def test_cli_bad_inputs_exit_2_with_one_line_and_write_nothing(tmp_path):
         assert p.returncode == 2 and len(lines) == 1 and message in lines[0], (argv, p.stderr[-2000:])
         assert "Traceback" not in p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["there.py"] and existing.read_text() == "# mine\n"
+
+
+@pytest.mark.slow  # the region spliced into the whole unrolled stack at small and derived: ~30 s
+def test_a_region_inside_a_scanned_layer_stack_splices_back_bit_identically(tmp_path):
+    from conftest_paths import REFS
+
+    model = str(REFS / "scanned_layers_model.py")
+    report, text = extract_region(model, "attn")
+    assert "bit-identical" in report.checks[0] and "3 instance" in report.checks[0], report.checks
+    ref = load_reference(str(write_new(tmp_path / "attn.py", text)))
+    assert [list(x.shape) for x in ref.input_shapes("full")] == [s.shape_full for s in report.inputs]

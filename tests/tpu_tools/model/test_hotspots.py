@@ -136,3 +136,16 @@ def test_cli_json_and_picture(tmp_path):
     assert report["kind"] == "hotspots" and report["regions"]
     page = html.read_text()
     assert "<svg" in page and "attention.sdpa" in page and "estimate" in page
+
+
+def test_a_scanned_layer_stack_is_split_into_its_layers_regions(tmp_path):
+    # One lax.scan over stacked weights used to be one opaque region holding the whole stack; unrolled,
+    # each layer's named scopes are regions, merged across the layers with their count.
+    from conftest_paths import REFS
+
+    r = find_hotspots(str(REFS / "scanned_layers_model.py"), "tpu-v6e", "small")
+    by_name = {c.region.name: c for c in r.regions}
+    assert by_name["attn"].region.count == 3 and by_name["attn"].region.kind == "attention"
+    assert by_name["mlp"].region.count == 3
+    assert "head" in by_name and by_name["head"].region.count == 1
+    assert sum(c.total_us for c in r.regions) == pytest.approx(r.step_us - 5.0, rel=0.1)
