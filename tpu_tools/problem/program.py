@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import enum
 import math
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -22,7 +23,8 @@ from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.hardware.mesh import MeshSpec
 
 _INLINE = ("jit", "pjit", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "closed_call",
-           "core_call", "remat", "checkpoint", "custom_lin")  # fmt: skip
+           "core_call", "remat", "remat2", "checkpoint", "custom_lin")  # fmt: skip
+_TRANSFORM = re.compile(r"^\w+\(.*\)$")
 _DROP_PARAMS = ("sharding", "out_sharding")  # placement hints, None on one device
 _REDUCERS = {"add": "add", "max": "max", "min": "min", "mul": "mul", "and": "bitwise_and", "or": "bitwise_or"}
 
@@ -351,9 +353,12 @@ def _unrolled_scan(eqn: Any) -> Any:
 
 
 def _name_stack(eqn: Any) -> tuple[str, ...]:
-    """The named scopes around `eqn` inside its own jaxpr ("attention/sdpa" -> ("attention", "sdpa"))."""
+    """The named scopes around `eqn` inside its own jaxpr ("attention/sdpa" -> ("attention", "sdpa")).
+
+    jnp.einsum scopes itself by its spec ("bqd,bkd->bqk"), and a transform marks what it traced ("vmap()",
+    "vmap(BTNH,BSNH->BNTS)", "jvp()"): neither is a boundary the user drew."""
     text = str(getattr(eqn.source_info, "name_stack", "") or "")
-    return tuple(p for p in text.split("/") if p and "->" not in p)  # jnp.einsum scopes itself by its spec
+    return tuple(p for p in text.split("/") if p and "->" not in p and not _TRANSFORM.match(p))
 
 
 def _jax_dir() -> str:

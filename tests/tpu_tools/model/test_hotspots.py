@@ -149,3 +149,18 @@ def test_a_scanned_layer_stack_is_split_into_its_layers_regions(tmp_path):
     assert by_name["mlp"].region.count == 3
     assert "head" in by_name and by_name["head"].region.count == 1
     assert sum(c.total_us for c in r.regions) == pytest.approx(r.step_us - 5.0, rel=0.1)
+
+
+def test_transforms_and_remat_are_not_boundaries_the_user_drew():
+    # jax.nn.dot_product_attention vmaps inside the user's "attention" scope (its ops carry "vmap(...)" in
+    # their name stack), and a fori_loop of a jax.checkpoint'ed step binds remat: the attention is one
+    # region of kind attention, and the checkpointed step is a region with a count of its iterations.
+    from conftest_paths import REFS
+
+    r = find_hotspots(str(REFS / "mixed_style_model.py"), "tpu-v6e", "small")
+    by_name = {c.region.name: c for c in r.regions}
+    assert by_name["attention"].region.kind == "attention"
+    assert not [n for n in by_name if "vmap" in n]
+    assert by_name["mlp"].region.count == 2 and by_name["mlp"].region.ops.get("dot_general") == 2
+    assert "remat2" not in {op for c in r.regions for op in c.region.ops}
+    assert by_name["stem"].region.ops.get("conv_general_dilated") == 1  # the user's jitted function
