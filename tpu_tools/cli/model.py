@@ -204,7 +204,7 @@ def render_step_estimate(e, why_none: str = "") -> None:
     console.print(t)
     console.print(f"  step: {e.arithmetic} (estimate)", markup=False, highlight=False)
     if e.composed_note:
-        console.print(f"  one program: {e.composed_note}", markup=False, highlight=False)
+        console.print(f"  {e.composed_note}", markup=False, highlight=False)
     for n in e.notes:
         console.print(f"  note: {n}", markup=False, highlight=False)
 

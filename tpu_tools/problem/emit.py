@@ -127,6 +127,8 @@ def _call(prim: str, args: list[str], p: Mapping[str, str]) -> str:
         return f"lax.split({a[0]}, {p['sizes']}, {p['axis']})"
     if prim == "concatenate":
         return f"lax.concatenate([{', '.join(a)}], {p['dimension']})"
+    if prim == "stack":  # jnp.stack binds its own primitive (a scanned layer stack's per-layer outputs too)
+        return f"jnp.stack([{', '.join(a)}], axis={p['axis']})"
     if prim == "pad":
         return f"lax.pad({a[0]}, {a[1]}, {p['padding_config']})"
     if prim == "rev":
@@ -151,7 +153,7 @@ EMITTABLE = (
 
 
 # Written only as plain JAX (an extracted region, a composed step): never offered to a Pallas body.
-PLAIN_ONLY = {"sort"}
+PLAIN_ONLY = {"sort", "stack"}
 
 
 def unsupported_ops(program: Program, *, mosaic: bool = True) -> list[str]:
