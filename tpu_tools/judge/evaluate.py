@@ -593,11 +593,16 @@ class Evaluator:
             error = str(res.get("error", "unknown"))
             if "compiler_vmem_bytes" in res:
                 need, limit = int(res["compiler_vmem_bytes"]), int(res["compiler_vmem_limit"])
+                not_compiled = bool(res.get("not_compiled"))
                 report.failure = Failure(
                     kind="vmem_exhausted",
-                    summary=f"no estimate: the compiler needs {need} B of VMEM, over its {limit} B limit",
+                    summary=(
+                        f"no estimate: {str(res.get('compile_error') or error).splitlines()[0][:300]}"
+                        if not_compiled  # our check on the traced body, before any compile: its own words
+                        else f"no estimate: the compiler needs {need} B of VMEM, over its {limit} B limit"
+                    ),
                     message=str(res.get("compile_error") or error),
-                    stage="compile",
+                    stage="trace" if not_compiled else "compile",
                     requested_bytes=need,
                     capacity_bytes=limit,
                 )
@@ -606,7 +611,7 @@ class Evaluator:
                     kind="compile_error",
                     summary=f"no estimate: {error.splitlines()[0][:300]}",
                     message=str(res["compile_error"]),
-                    stage="compile",
+                    stage="trace" if res.get("not_compiled") else "compile",
                 )
             else:
                 kind = "tampered" if error.startswith("tampered") else "python_error"

@@ -172,6 +172,8 @@ def _estimate_one(
         }
         if "vmem_needed" in facts:
             out["compiler_vmem_bytes"], out["compiler_vmem_limit"] = facts["vmem_needed"], facts["vmem_limit"]
+        if facts.get("not_compiled"):
+            out["not_compiled"] = True
         return out
     out = {"ok": True, "estimate": est.model_dump(mode="json"), "layout_problems": layout_problems(calls)}
     out["compiled"] = "compile_ms" in facts  # the compiler accepted it: its VMEM verdict stands

@@ -122,3 +122,12 @@ def test_xla_ops_beside_a_kernel_are_costed_fusion_by_fusion(evaluator):
     kernels = sum(c.estimated_time_us for c in est.per_call)
     assert est.estimated_time_us >= kernels + out.time_us
     assert any("beside the kernels" in a for a in est.assumptions)
+
+
+def test_a_body_that_can_never_compile_gets_no_estimate_and_never_blames_the_compiler(evaluator):
+    r = evaluator.estimate(kernel("value_over_vmem"), MATMUL_REF, "tpu-v6e", "small")
+    assert not r.ok and r.estimate is None and _verdict_exit(r) == 1
+    f = r.failure
+    assert f.kind == "vmem_exhausted" and f.stage == "trace", f
+    assert f.summary.startswith("no estimate: a kernel body value is float32[8192, 8192]")
+    assert "the compiler needs" not in f.summary  # no compile ran: the words are the check's own
