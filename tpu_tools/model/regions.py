@@ -27,6 +27,9 @@ REDUCTION = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", 
              "reduce_or", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}  # fmt: skip
 MOVEMENT = {"gather", "scatter", "scatter-add", "scatter_add", "sort", "top_k", "dynamic_slice",
             "dynamic_update_slice"}  # fmt: skip
+# A loop left as one equation (a while with a dynamic trip count, a scan too long to unroll): its body is
+# invisible at this level, so it is a region of its own, kind "loop", never named by what surrounds it.
+LOOPS = {"while", "scan"}
 # Equations that compute nothing: they never start a group on their own.
 SHAPE_ONLY = {"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "convert_element_type",
               "iota", "slice", "concatenate", "split", "stop_gradient", "copy", "copy_p"}  # fmt: skip
@@ -182,6 +185,8 @@ def _mark_path(eqns, producer, d1: int, d2: int, members: dict[int, int], const_
 
 
 def _step_kind(prim: str) -> str:
+    if prim in LOOPS:
+        return "loop"
     if prim in MATMUL:
         return "matmul"
     if prim in REDUCTION:
@@ -205,7 +210,11 @@ def _pattern_groups(eqns: Sequence[Equation], lo: int, hi: int) -> list[tuple[in
             cur_kind = k
             continue
         start_new = False
-        if k == "attention":
+        if k == "loop":
+            start_new = True
+        elif cur_kind == "loop":
+            start_new = k != "shape"
+        elif k == "attention":
             start_new = cur_kind != "attention"
         elif cur_kind == "attention":
             # equations inside the attention's span that are not on its path (a reshape of v) stay in
@@ -224,7 +233,7 @@ def _pattern_groups(eqns: Sequence[Equation], lo: int, hi: int) -> list[tuple[in
             groups[-1][1] = i + 1
             if k != "shape" and cur_kind in (None, "shape"):
                 cur_kind = k
-            elif k in ("matmul", "reduce", "movement", "attention"):
+            elif k in ("matmul", "reduce", "movement", "attention", "loop"):
                 cur_kind = k
     return [(a, b) for a, b in groups]
 
@@ -240,6 +249,8 @@ def _group_is_norm_prefix(eqns, g) -> bool:
 
 def classify(eqns: Sequence[Equation]) -> str:
     prims = collections.Counter(e.primitive for e in eqns)
+    if any(prims[p] for p in LOOPS):
+        return "loop"
     n_mm = sum(prims[p] for p in MATMUL)
     if n_mm >= 2 and (prims["exp"] or prims["exp2"]) and prims["reduce_max"] + prims["reduce_sum"]:
         return "attention"

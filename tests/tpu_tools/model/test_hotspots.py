@@ -164,3 +164,12 @@ def test_transforms_and_remat_are_not_boundaries_the_user_drew():
     assert by_name["mlp"].region.count == 2 and by_name["mlp"].region.ops.get("dot_general") == 2
     assert "remat2" not in {op for c in r.regions for op in c.region.ops}
     assert by_name["stem"].region.ops.get("conv_general_dilated") == 1  # the user's jitted function
+
+
+def test_a_data_dependent_while_loop_is_a_loop_region_not_an_elementwise_one():
+    from conftest_paths import REFS
+
+    r = find_hotspots(str(REFS / "while_loop_model.py"), "tpu-v6e", "small")
+    (loop,) = [c for c in r.regions if c.region.ops.get("while")]
+    assert loop.region.kind == "loop" and loop.region.ops == {"while": 1}
+    assert {"proj", "norm"} <= {c.region.name for c in r.regions}
