@@ -183,12 +183,7 @@ def estimate_one(
     from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
     from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, scoped_vmem_error
     from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
-    from maxkernel.tpu_tools.problem.kernel_values import (
-        over_tiles_message,
-        over_vmem_message,
-        value_over_tile_budget,
-        value_over_vmem,
-    )
+    from maxkernel.tpu_tools.problem.kernel_values import refusal
 
     facts: dict[str, Any] = {}
     if traced is None:
@@ -200,14 +195,11 @@ def estimate_one(
     table = None
     outside = None
     spec = chip if isinstance(chip, ChipSpec) else get_chip(chip)
-    over = value_over_vmem(traced.jaxpr, spec.vmem_bytes) if calls else None
-    if over is not None:  # no compile can take it, and Mosaic would spend minutes saying so
-        facts["error"] = over_vmem_message(over, spec.vmem_bytes, spec.name)
-        facts["vmem_needed"], facts["vmem_limit"] = over.nbytes, spec.vmem_bytes
-        facts["not_compiled"] = True
-        note = "not compiled: " + facts["error"]
-    elif calls and (wide := value_over_tile_budget(traced.jaxpr)) is not None:  # minutes of compile
-        facts["error"], facts["not_compiled"] = over_tiles_message(wide), True
+    refused = refusal(traced.jaxpr, spec.vmem_bytes, spec.name) if calls else None
+    if refused is not None:  # no compile can take it, or Mosaic would spend minutes on it
+        facts["error"], facts["not_compiled"] = refused.message, True
+        if refused.kind == "vmem_exhausted":
+            facts["vmem_needed"], facts["vmem_limit"] = refused.value.nbytes, spec.vmem_bytes
         note = "not compiled: " + facts["error"]
     elif dump_root is None:
         note = "the LLO dump could not be switched on in this process"

@@ -325,27 +325,18 @@ def _fmt(specs: list[ArraySpec]) -> str:
 def _value_over_vmem(jaxpr, target_name: str) -> Failure | None:
     """A kernel-body value larger than the chip's VMEM, or over the compile's tile budget, fails here,
     before minutes of Mosaic work."""
-    from maxkernel.tpu_tools.problem.kernel_values import (
-        over_tiles_message,
-        over_vmem_message,
-        value_over_tile_budget,
-        value_over_vmem,
-    )
+    from maxkernel.tpu_tools.problem.kernel_values import refusal
 
-    capacity = _physical_vmem(target_name)
-    value = value_over_vmem(jaxpr, capacity)
-    if value is None or capacity is None:
-        wide = value_over_tile_budget(jaxpr)
-        if wide is None:
-            return None
-        return Failure(kind="compile_error", summary=over_tiles_message(wide), stage="trace", line=wide.line)
+    r = refusal(jaxpr, _physical_vmem(target_name), target_name)
+    if r is None:
+        return None
     return Failure(
-        kind="vmem_exhausted",
-        summary=over_vmem_message(value, capacity, target_name),
+        kind=r.kind,
+        summary=r.message,
         stage="trace",
-        line=value.line,
-        requested_bytes=value.nbytes,
-        capacity_bytes=capacity,
+        line=r.value.line,
+        requested_bytes=r.value.nbytes if r.kind == "vmem_exhausted" else None,
+        capacity_bytes=r.capacity_bytes,
     )
 
 

@@ -22,14 +22,16 @@ value that large is 256 MiB of f32, already over every chip's VMEM, so only a wa
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 __all__ = [
     "MAX_VALUE_TILES",
     "KernelValue",
+    "Refusal",
     "largest_kernel_value",
+    "refusal",
     "value_over_tile_budget",
     "value_over_vmem",
 ]
@@ -136,27 +138,37 @@ def _value(kernel: str, nbytes: int, tiles: int, eqn, v) -> KernelValue:
     )
 
 
-def _largest(traced_jaxpr: Any, by: str) -> KernelValue | None:
+def _largest(traced_jaxpr: Any) -> tuple[KernelValue | None, KernelValue | None]:
+    """(the largest live value by bytes, the largest by vreg tiles) over every kernel body, in one walk."""
     from maxkernel.tpu_tools.problem.pallas_info import _kernel_name_and_source, _walk
 
     jaxpr = getattr(traced_jaxpr, "jaxpr", traced_jaxpr)
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    best, best_key = None, -1
+    best: list[KernelValue | None] = [None, None]
+    keys = [-1, -1]
     for eqn, _label in _walk(jaxpr, ""):
         body = eqn.params.get("jaxpr")
         if body is None:
             continue
         name = _kernel_name_and_source(eqn.params)[0]
         for nbytes, tiles, e, v in _values(getattr(body, "jaxpr", body)):
-            key = nbytes if by == "bytes" else tiles
-            if key > best_key:  # the first of equal size: the earliest line
-                best, best_key = _value(name, nbytes, tiles, e, v), key
-    return best
+            for i, key in enumerate((nbytes, tiles)):
+                if key > keys[i]:  # the first of equal size: the earliest line
+                    best[i], keys[i] = _value(name, nbytes, tiles, e, v), key
+    return best[0], best[1]
 
 
 def largest_kernel_value(traced_jaxpr: Any, by: str = "bytes") -> KernelValue | None:
     """The largest live value (by `bytes` or vreg `tiles`) of any pallas_call kernel body (None if none)."""
-    return _largest(traced_jaxpr, by)
+    by_bytes, by_tiles = _largest(traced_jaxpr)
+    return by_bytes if by == "bytes" else by_tiles
+
+
+def _largest_or_none(traced_jaxpr: Any) -> tuple[KernelValue | None, KernelValue | None]:
+    try:
+        return _largest(traced_jaxpr)
+    except Exception:  # noqa: BLE001 - private jaxpr internals moved: the compiler decides
+        return None, None
 
 
 def value_over_vmem(traced_jaxpr: Any, vmem_bytes: int | None) -> KernelValue | None:
@@ -164,13 +176,33 @@ def value_over_vmem(traced_jaxpr: Any, vmem_bytes: int | None) -> KernelValue | 
 
     Never raises: a jaxpr this walk cannot read leaves the verdict to the compiler.
     """
-    if not vmem_bytes:
-        return None
-    try:
-        found = largest_kernel_value(traced_jaxpr)
-    except Exception:  # noqa: BLE001 - private jaxpr internals moved: the compiler decides
-        return None
+    found = _largest_or_none(traced_jaxpr)[0] if vmem_bytes else None
     return found if found is not None and found.nbytes > vmem_bytes else None
+
+
+class Refusal(BaseModel):
+    """Why a kernel is not compiled: the value, the failure kind and the one line that says so."""
+
+    kind: Literal["vmem_exhausted", "compile_error"]
+    message: str
+    value: KernelValue
+    capacity_bytes: int | None = Field(None, description="the chip's physical VMEM, for vmem_exhausted")
+
+
+def refusal(traced_jaxpr: Any, vmem_bytes: int | None, chip: str) -> Refusal | None:
+    """The pre-compile verdict every compile path shares (one walk of the kernel bodies): a value over the
+    chip's physical VMEM first, else one over the tile budget; None when the compiler should decide."""
+    by_bytes, by_tiles = _largest_or_none(traced_jaxpr)
+    if vmem_bytes and by_bytes is not None and by_bytes.nbytes > vmem_bytes:
+        return Refusal(
+            kind="vmem_exhausted",
+            message=over_vmem_message(by_bytes, vmem_bytes, chip),
+            value=by_bytes,
+            capacity_bytes=vmem_bytes,
+        )
+    if by_tiles is not None and by_tiles.tiles > MAX_VALUE_TILES:
+        return Refusal(kind="compile_error", message=over_tiles_message(by_tiles), value=by_tiles)
+    return None
 
 
 def over_vmem_message(value: KernelValue, vmem_bytes: int, chip: str) -> str:
@@ -184,10 +216,7 @@ def over_vmem_message(value: KernelValue, vmem_bytes: int, chip: str) -> str:
 
 def value_over_tile_budget(traced_jaxpr: Any, budget: int = MAX_VALUE_TILES) -> KernelValue | None:
     """The kernel-body value spanning more vreg tiles than `budget`, None when all are within it."""
-    try:
-        found = largest_kernel_value(traced_jaxpr, by="tiles")
-    except Exception:  # noqa: BLE001 - private jaxpr internals moved: the compiler decides
-        return None
+    found = _largest_or_none(traced_jaxpr)[1]
     return found if found is not None and found.tiles > budget else None
 
 
