@@ -445,6 +445,7 @@ async def autotune_kernel(
             objective=objective,
             workdir=workdir,
             check_sizes=check_sizes,
+            on_progress=progress,
         )
 
     try:

@@ -203,6 +203,11 @@ async def test_autotune_kernel_prunes_and_keeps_failures_as_data(client):
         "BLOCK_M, BLOCK_K, BLOCK_N = 128, 256, 128", "BLOCK_M, BLOCK_K, BLOCK_N = ${bm}, ${bk}, 128"
     ).replace(fit, "")
     assert "${bm}" in template and "_fit(m" not in template
+    stages = []
+
+    async def on_progress(progress, total, message):
+        stages.append(message)
+
     r = await client.call_tool(
         "autotune_kernel",
         {
@@ -211,6 +216,7 @@ async def test_autotune_kernel_prunes_and_keeps_failures_as_data(client):
             "reference": "ref.py",
             "max_configs": 2,
         },
+        progress_callback=on_progress,
     )
     assert not r.is_error, text(r)
     rep = r.structured_content
@@ -223,6 +229,9 @@ async def test_autotune_kernel_prunes_and_keeps_failures_as_data(client):
     (wide,) = [c for c in rep["configs"] if c["config"] == {"bm": 128, "bk": 512}]
     assert wide["status"] == "invalid" and "written for one shape" in wide["failure"], wide
     assert rep["best"]["status"] == "valid" and rep["best"]["config"] == {"bm": 128, "bk": 128}
+    # live progress names each stage of the sweep, not one "queued" until it ends
+    assert any(m.startswith("autotune: estimating 4 configs at full") for m in stages), stages
+    assert any(m.startswith("autotune: config 1/2") for m in stages), stages
 
 
 @pytest.mark.anyio

@@ -16,6 +16,7 @@ import re
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from string import Template
 from typing import Any, Literal
@@ -23,9 +24,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.hardware.targets import estimate_chip
-from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.judge.evaluate import Evaluator, ProgressFn
+from maxkernel.tpu_tools.pool.workers import JobOutcome
 
 MAX_SPACE = 4096
+MIN_PER_PART = 4  # configs per estimate child at least: each child pays a jax start-up
 Status = Literal["pruned", "not_run", "compile_failed", "invalid", "valid"]
 Objective = Literal["estimate", "measured"]
 CheckFn = Callable[[dict[str, Any]], Sequence[str]]
@@ -194,8 +197,6 @@ def supported_buffer_counts(evaluator: Evaluator, counts: Sequence[int]) -> dict
     """pl.Buffered counts the installed JAX accepts: probed once per jax version, cached on disk."""
     from importlib.metadata import version
 
-    from maxkernel.tpu_tools.pool.workers import JobSpec
-
     path = _cache_dir() / f"buffered-jax-{version('jax')}.json"
     cached: dict[str, bool] = {}
     try:
@@ -204,12 +205,12 @@ def supported_buffer_counts(evaluator: Evaluator, counts: Sequence[int]) -> dict
         cached = {}
     missing = sorted({int(n) for n in counts if str(n) not in cached})
     if missing:
-        out = evaluator.pool.run(
-            JobSpec(
-                fn="maxkernel.tpu_tools.cost.autotune:probe_buffer_counts_job",
-                kwargs={"counts": missing},
-                timeout_s=120,
-            )
+        out = evaluator._run(
+            "maxkernel.tpu_tools.cost.autotune:probe_buffer_counts_job",
+            {"counts": missing},
+            timeout_s=120,
+            on_progress=None,
+            cancel=None,
         )
         if out.status != "ok" or not out.result:
             return {}  # unknown: prune nothing
@@ -236,13 +237,16 @@ def autotune(
     check: CheckFn | None = None,
     validate_seeds: int = 1,
     check_sizes: list[str] | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> AutotuneReport:
     """Sweep `space` over `template_source` for `reference` on `target`; see the module docstring.
 
     `size` is the target size (None: the reference's production size): configs are traced, pruned,
     estimated, ranked and compiled at it, and validated at the check sizes (`Evaluator.validate`;
-    `check_sizes` None: small plus the derived size).
+    `check_sizes` None: small plus the derived size). Ranked by the estimate, a config whose estimate
+    is no better than a valid one's cannot become `best`, so it is not compiled or validated.
     """
+    say = on_progress or (lambda _msg: None)
     if max_configs < 1:
         raise SpaceError(f"max_configs should be >= 1, got {max_configs}")
     configs = expand(space)
@@ -299,36 +303,54 @@ def autotune(
         )
     elif to_estimate:
         from maxkernel.tpu_tools.judge.outcomes import hide_paths_for, outcome_failure
-        from maxkernel.tpu_tools.pool.workers import JobSpec
 
         assert side is not None
         hidden = hide_paths_for(_abs(reference), str(work))
 
-        def run_batch(batch: list[ConfigResult]):
-            return evaluator.pool.run(
-                JobSpec(
-                    fn="maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
-                    kwargs={
-                        "kernel_paths": [r.kernel_path for r in batch],
-                        "reference_side": side.model_dump(mode="json"),
-                        "target": target,
-                        "size": size or "default",
-                    },
-                    timeout_s=evaluator.timeout_s,
-                    hide_paths=hidden,
-                )
+        def run_chunk(chunk: list[ConfigResult], c: int, k: int):
+            return evaluator._run(
+                "maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
+                {
+                    "kernel_paths": [r.kernel_path for r in chunk],
+                    "reference_side": side.model_dump(mode="json"),
+                    "target": target,
+                    "size": size or "default",
+                },
+                timeout_s=evaluator.timeout_s,
+                on_progress=(lambda m: say(f"autotune: {m} (part {c} of {k})")) if k > 1 else say,
+                cancel=None,
+                hide_paths=hidden,
             )
+
+        def run_batch(batch: list[ConfigResult]) -> tuple[JobOutcome, list[dict]]:
+            """Estimate `batch` split over the pool's workers (each part one child, one jax start-up)."""
+            k = max(1, min(int(getattr(evaluator.pool, "max_workers", 1)), len(batch) // MIN_PER_PART))
+            parts = [batch[c::k] for c in range(k)]
+            say(
+                f"autotune: estimating {len(batch)} configs at {size or 'default'} on {target} in {k} part(s)"
+            )
+            with ThreadPoolExecutor(max_workers=k) as ex:
+                outs = list(ex.map(lambda c: run_chunk(parts[c], c + 1, k), range(k)))
+            for out in outs:
+                if out.status != "ok" or out.result is None:
+                    return out, []
+            by_path = {
+                r.kernel_path: res
+                for part, out in zip(parts, outs, strict=True)
+                for r, res in zip(part, out.result["results"], strict=True)
+            }
+            return outs[0], [by_path[r.kernel_path] for r in batch]
 
         batch = to_estimate
         for _round in range(2):  # the second round re-estimates configs kept with a raised VMEM limit
-            outcome = run_batch(batch)
+            outcome, results_of = run_batch(batch)
             if outcome.status != "ok" or outcome.result is None:
                 notes.append(
                     f"no static estimates ({outcome_failure(outcome, 'estimate').summary}): unranked"
                 )
                 break
             retry = []
-            for r, res in zip(batch, outcome.result["results"], strict=True):
+            for r, res in zip(batch, results_of, strict=True):
                 limit = _prune_by_estimate(r, res, can_raise)
                 if limit is not None:
                     r.config["vmem_limit_bytes"] = limit
@@ -361,8 +383,20 @@ def autotune(
     validate_target = target if chip_present else "cpu"
     if not chip_present:
         notes.append("no accelerator attached: validated in TPU interpret mode on CPU")
-    for r in ranked[:max_configs]:
+
+    def key(r: ConfigResult) -> float:
+        return r.estimate_us if r.estimate_us is not None else float("inf")
+
+    best_valid: ConfigResult | None = None
+    skipped = 0
+    chosen = ranked[:max_configs]
+    for n, r in enumerate(chosen, 1):
         assert r.kernel_path is not None
+        if objective == "estimate" and best_valid is not None and key(r) >= key(best_valid):
+            skipped += 1  # it cannot become best: its estimate is no better than a valid config's
+            r.failure = f"not evaluated: its estimate is no better than valid config {best_valid.config}'s"
+            continue
+        say(f"autotune: config {n}/{len(chosen)} {r.config}: compile at {size or 'default'}, validate")
         comp = evaluator.compile(r.kernel_path, reference, target, size)
         r.compile_ok = comp.ok
         if not comp.ok:
@@ -376,6 +410,13 @@ def autotune(
         r.status = "valid" if val.ok else "invalid"
         if not val.ok:
             r.failure = val.failure.summary if val.failure else "validation failed"
+        elif best_valid is None or key(r) < key(best_valid):
+            best_valid = r
+    if skipped:
+        notes.append(
+            f"{skipped} of the top {len(chosen)} configs not evaluated: ranked by the estimate, none could "
+            f"beat the valid config {best_valid.config if best_valid else None}"
+        )
 
     kind: Literal["estimate", "measured"] = "estimate"
     valid = [r for r in results if r.status == "valid"]
