@@ -388,12 +388,20 @@ def _user_source(eqn: Any) -> str:
     try:
         from jax._src import source_info_util
 
-        frame = source_info_util.user_frame(eqn.source_info.traceback)
+        frames = list(source_info_util.user_frames(eqn.source_info.traceback))
     except Exception:
         return ""
+    # jax skips its own frames only: a Flax/Equinox layer (installed code) is not the line the user wrote
+    frame = next((f for f in frames if not _installed(f.file_name)), frames[0] if frames else None)
     if frame is None:
         return ""
     return f"{frame.file_name}:{frame.start_line} ({frame.function_name})"
+
+
+def _installed(path: str) -> bool:
+    """Whether `path` is an installed library's file (site-packages), not the user's own code."""
+    parts = path.replace("\\", "/").split("/")
+    return "site-packages" in parts or "dist-packages" in parts
 
 
 def _trace(ref: Any, size: str) -> tuple[list, Any, _Flattener, list[str], list[str], bool]:

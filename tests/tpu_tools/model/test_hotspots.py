@@ -173,3 +173,40 @@ def test_a_data_dependent_while_loop_is_a_loop_region_not_an_elementwise_one():
     (loop,) = [c for c in r.regions if c.region.ops.get("while")]
     assert loop.region.kind == "loop" and loop.region.ops == {"while": 1}
     assert {"proj", "norm"} <= {c.region.name for c in r.regions}
+
+
+def test_a_layer_from_an_installed_library_points_at_the_users_line(tmp_path, monkeypatch):
+    # Flax's nn.Dense or Equinox's Linear run their matmul in site-packages: jax skips only its own frames,
+    # so the origin named the library's line. The user's own call is the line they can act on.
+    lib = tmp_path / "venv" / "lib" / "site-packages" / "layerlib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text(
+        "import jax, jax.numpy as jnp\n\n\ndef dense(x, w):\n    with jax.named_scope('dense'):\n"
+        "        return jnp.dot(x, w)\n"
+    )
+    monkeypatch.syspath_prepend(str(lib.parent))
+    model = tmp_path / "user_model.py"
+    model.write_text(
+        textwrap.dedent(
+            """
+            import jax, jax.numpy as jnp
+            import layerlib
+            SIZES = {"full": {"n": 512}, "small": {"n": 128}}
+            CONFIG = {"name": "user_model", "dtype": "float32", **SIZES["full"]}
+
+
+            def create_inputs(dtype=None, *, key=None, size="full"):
+                n = SIZES[size]["n"]
+                k1, k2 = jax.random.split(jax.random.key(0) if key is None else key)
+                return jax.random.normal(k1, (n, n)), jax.random.normal(k2, (n, n))
+
+
+            def workload(x, w):
+                return jnp.tanh(layerlib.dense(x, w))  # the user's line
+            """
+        )
+    )
+    r = find_hotspots(str(model), "tpu-v6e", "small")
+    (dense,) = [c for c in r.regions if c.region.name == "dense"]
+    lines = [o for o in dense.region.origin if ".py:" in o]
+    assert lines and all(o.startswith(f"{model}:") and "(workload)" in o for o in lines), lines
