@@ -131,3 +131,10 @@ def test_a_body_that_can_never_compile_gets_no_estimate_and_never_blames_the_com
     assert f.kind == "vmem_exhausted" and f.stage == "trace", f
     assert f.summary.startswith("no estimate: a kernel body value is float32[8192, 8192]")
     assert "the compiler needs" not in f.summary  # no compile ran: the words are the check's own
+
+
+def test_profile_refuses_the_same_body_before_any_compile(evaluator):
+    # On a chip, profile compiles natively; the body check runs first there too (here: the estimate path).
+    r = evaluator.profile(kernel("value_over_vmem"), MATMUL_REF, "tpu-v6e", "small")
+    assert not r.ok and r.failure.kind == "vmem_exhausted" and r.failure.stage == "trace", r.failure
+    assert "float32[8192, 8192]" in r.failure.summary
