@@ -325,7 +325,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         if flash is not None:
             return flash
     if kind == "matmul":
-        from maxkernel.clients.offline.templates import matmul_epilogue
+        from maxkernel.clients.offline.templates import grouped_matmul, matmul_epilogue
+
+        gmm = grouped_matmul.build(program, sym)
+        if gmm is not None:
+            return gmm
 
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
