@@ -205,12 +205,14 @@ def supported_buffer_counts(evaluator: Evaluator, counts: Sequence[int]) -> dict
         cached = {}
     missing = sorted({int(n) for n in counts if str(n) not in cached})
     if missing:
-        out = evaluator._run(
-            "maxkernel.tpu_tools.cost.autotune:probe_buffer_counts_job",
-            {"counts": missing},
-            timeout_s=120,
-            on_progress=None,
-            cancel=None,
+        from maxkernel.tpu_tools.pool.workers import JobSpec
+
+        out = evaluator.pool.run(  # seconds, once per jax version: not worth a cancel
+            JobSpec(
+                fn="maxkernel.tpu_tools.cost.autotune:probe_buffer_counts_job",
+                kwargs={"counts": missing},
+                timeout_s=120,
+            )
         )
         if out.status != "ok" or not out.result:
             return {}  # unknown: prune nothing

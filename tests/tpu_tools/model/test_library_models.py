@@ -42,6 +42,7 @@ def test_equinox_layers_without_scopes_are_grouped_by_pattern_and_merged_across_
     assert not [c for c in r.regions if "random_seed" in c.region.ops]
 
 
+@pytest.mark.slow  # each splice runs the whole model op by op at two sizes: tens of seconds
 @pytest.mark.parametrize("model,region", [(FLAX, "Block.attn"), (EQX, None)])
 def test_a_library_models_region_extracts_and_splices_back_bit_identically(model, region):
     if region is None:  # Equinox: the merged gate matmul of both layers
