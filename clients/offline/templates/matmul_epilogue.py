@@ -26,6 +26,11 @@ from maxkernel.clients.offline.templates import MiB, Template
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 LAYOUT = ("transpose", "convert_element_type", "reshape")
+# The first proposal: the cheapest blocks by the cost model at the target whose VMEM count (an upper bound:
+# f32 accumulator and output, two buffers of each operand) stays under 40 MiB, under every chip's limit the
+# kernel sets (3/4 of physical VMEM, at most 64 MiB; 7x: 48 MiB). At 19k's 4096x8192x8192 the 24 MiB it had kept
+# 512-row blocks, streaming the weight 8 times (memory-bound, 866 us llo); 1024 rows are compute-bound (675 us).
+_FIRST_VMEM = 40 * MiB
 
 SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), generated from the reference's program.
 
@@ -379,8 +384,8 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         for bm in row_blocks
         for bn in col_blocks
         for bk in k_blocks
-        if bm <= 512 and bk <= 512 and (cols is None or bn <= 2048)
-        and vmem(config(bm, bn, bk), {}) <= 24 * MiB
+        if bk <= 512 and (cols is None or bn <= 2048)
+        and vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM
     ]  # fmt: skip
     first = (
         min(fits, key=lambda c: cost(c, {}))

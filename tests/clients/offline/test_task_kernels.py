@@ -26,7 +26,12 @@ from tests.clients.offline.test_shape_generic import (
 )
 
 CHIP = get_chip("tpu-v6e")
-FAMILIES = ["12p_RMSNorm", "19k_Matmul_Subtract_Multiply_ReLU", "8p_GEMM"]  # rowwise (2 grid axes), matmul
+FAMILIES = [
+    "12p_RMSNorm",
+    "19k_Matmul_Subtract_Multiply_ReLU",
+    "8p_GEMM",
+    "11p_Megablox_GMM",
+]  # rowwise, matmul, grouped
 SINGLE_CHIP = [t for t in list_task_ids() if not t.split("_")[0].endswith("m")]
 
 
