@@ -133,8 +133,8 @@ def _trace_back(g: _Graph, name: str) -> tuple[list[int], str] | None:
             return None
         i = g.producer[name]
         e = g.eqns[i]
-        if e["primitive"] not in PASS | {"reshape", "transpose"}:
-            return None
+        if e["primitive"] not in PASS | {"reshape", "transpose", "split", "squeeze"}:
+            return None  # split/squeeze: q, k and v cut from one fused qkv projection
         chain.append(i)
         name = e["inputs"][0]
     return sorted(chain), name
@@ -197,6 +197,12 @@ def recognise(program: Program) -> dict[str, Any] | None:
         ):
             scale = (i, next(j for j, a in enumerate(ins) if a.startswith("lit:")))
             ops.append("scale")
+            lab[out] = lab[cur]
+        elif (
+            prim == "div" and scale is None and len(ins) == 2 and ins[0] == cur and ins[1].startswith("lit:")
+        ):
+            scale = (i, 1)  # scores / sqrt(d), as Flax and many users write it
+            ops.append("scale_div")
             lab[out] = lab[cur]
         elif prim == "add" and bias is None and len(ins) == 2 and cur in ins and ins[0] != ins[1]:
             other = ins[1 - ins.index(cur)]  # an input broadcast onto the scores (a relative-position bias)
@@ -548,10 +554,11 @@ def build(program: Program, sym: Symbolic) -> Template | None:
 
     score_lines = []
     for op in r["ops"]:  # in the reference's order
-        if op == "scale":
+        if op in ("scale", "scale_div"):
             e = eqns[r["scale"][0]]
             lit = operand(sym.literal(e, r["scale"][1]))
-            score_lines.append(f"    s = s * {lit}  # the reference's scale, in its dtype")
+            sign = "*" if op == "scale" else "/"
+            score_lines.append(f"    s = s {sign} {lit}  # the reference's scale, in its dtype")
         else:
             score_lines.append("    s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
     scale_line = "\n".join(score_lines) or "    # (no scale)"

@@ -152,3 +152,50 @@ def test_flash_validates_at_small_and_a_partial_kv_block_and_compiles_at_full(ma
         assert report.ok, report.failure
     full = evaluator.compile(str(kernel), str(ref), "tpu-v6e", "full")
     assert full.ok, full.failure
+
+
+FUSED_QKV = """
+import jax
+import jax.numpy as jnp
+
+SIZES = {"full": {"b": 4, "s": 2048, "h": 16}, "small": {"b": 1, "s": 256, "h": 2}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    key = jax.random.key(0 if key is None else key) if not isinstance(key, jax.Array) else key
+    return (jax.random.normal(key, (s["b"], s["s"], 3 * s["h"] * 64), jnp.float32).astype(jnp.bfloat16),)
+
+
+def workload(qkv):
+    b, s, _ = qkv.shape
+    q, k, v = (t[:, :, 0] for t in jnp.split(qkv.reshape(b, s, 3, -1, 64), 3, axis=2))
+    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / 64**0.5
+    logits = jnp.where(jnp.tril(jnp.ones((s, s), bool)), logits, -1e30)
+    p = jax.nn.softmax(logits, axis=-1).astype(jnp.bfloat16)
+    return jnp.einsum("bhqk,bkhd->bqhd", p, v).reshape(b, s, -1)
+"""
+
+
+def test_a_fused_qkv_split_and_a_divided_scale_are_plain_attention(tmp_path):
+    # Flax's attention as users write it (and as `extract` cuts it from a Flax block): q, k, v split from
+    # one projection, the scores divided by sqrt(d); both used to leave the whole-score template in place.
+    path = tmp_path / "fused_qkv.py"
+    path.write_text(FUSED_QKV)
+    program = describe(str(path)).model_dump(mode="json")
+    r = recognise(program)
+    assert r is not None and r["causal"] and r["ops"] == ["scale_div"] and r["two_pass"]
+    assert {program["equations"][i]["primitive"] for i in r["prefix"]} >= {"split", "squeeze", "reshape"}
+    source = first_kernel(program, CHIP)
+    assert "template=flash_program" in source and "s = s / " in source
+
+
+@pytest.mark.slow  # interpret-mode validation at the check sizes and a compile at the production size
+def test_the_fused_qkv_flash_kernel_validates_and_compiles_at_full(tmp_path, evaluator):
+    ref = tmp_path / "fused_qkv.py"
+    ref.write_text(FUSED_QKV)
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text(first_kernel(describe(str(ref)).model_dump(mode="json"), CHIP))
+    assert evaluator.compile(str(kernel), str(ref), "tpu-v6e", "full").ok
+    report = evaluator.validate(str(kernel), str(ref), "cpu", None, seeds=1)
+    assert report.ok, report.failure.summary
