@@ -10,6 +10,7 @@ of the best config so far and never proposes a config twice. Kernels carry an
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -598,6 +599,18 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
             "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
         )
+    if found.kind == "matmul":  # [B, S, K] x [K, N]: the 2-D templates on the rows merged, then wrapped
+        from maxkernel.clients.offline.leading import collapse, wrap
+
+        twin = collapse(program)
+        if twin is not None:
+            try:
+                t, target, dims = program_template(twin)
+            except NoTemplateFits:
+                t = None
+            # the twin's k-tiled (or structured) template; its row-tiled fallback is no better than ours
+            if t is not None and not set(t.tunables) <= {"block_rows", "block_axis1"}:
+                return dataclasses.replace(t, source=wrap(t.source, twin)), target, dims
     sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
     plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
     try:
