@@ -42,12 +42,10 @@ def test_11p_is_served_by_the_grouped_template_and_its_kernel_is_right_for_ragge
     t = grouped_matmul.build(program, Symbolic(program))
     small = t.render({"block_m": 128, "block_n": 128, "block_k": 128}, "program")
     mod = _module(tmp_path, small)
-    m, k, n = 520, 200, 384  # no block divides M or K
-    sizes = [
-        [0, 37, 300, 0, 163, 20],
-        [520, 0, 0, 0, 0, 0],
-        [5, 5, 5, 5, 5, 5],
-    ]  # the last: rows past the groups
+    m, k, n = 300, 200, 128  # no block divides M or K
+    # empty groups, groups straddling row tiles, and 3 rows past the last group (they must come out zero);
+    # a kernel that takes every group as M/G rows fails here on 63% of the elements (tried)
+    sizes = [[0, 37, 200, 0, 40, 20]]
     k1, k2 = jax.random.split(jax.random.key(1))
     lhs = jax.random.normal(k1, (m, k), jnp.float32).astype(jnp.bfloat16)
     rhs = (jax.random.normal(k2, (6, k, n), jnp.float32) * 0.05).astype(jnp.bfloat16)
