@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from maxkernel.tpu_tools.problem import safe_ast
+
 # Canonical short prefixes for the modules kernels call into (import aliases are resolved to these).
 _CANONICAL = {
     "jax.experimental.pallas.tpu": "pltpu",
@@ -290,7 +292,7 @@ def _segment(src: str, node: ast.AST | None) -> str:
 def parse_kernels(src: str, path: str = "<string>") -> list[ParsedKernel]:
     """Every (kernel function, pallas_call) pair in `src`; [] when there is none or it does not parse."""
     try:
-        tree = ast.parse(src)
+        tree = safe_ast.parse(src)
     except SyntaxError:
         return []
     aliases = _aliases(tree)
@@ -344,7 +346,7 @@ def reference_primitives(src: str) -> tuple[dict, list[str]]:
     Lets a query be built from a reference without importing it (the prompts' "what is this task").
     """
     try:
-        tree = ast.parse(src)
+        tree = safe_ast.parse(src)
     except SyntaxError:
         return {}, []
     aliases = _aliases(tree)
@@ -356,7 +358,7 @@ def reference_primitives(src: str) -> tuple[dict, list[str]]:
             if isinstance(node.value, ast.Dict):
                 for k, v in zip(node.value.keys, node.value.values, strict=False):
                     try:
-                        config[ast.literal_eval(k)] = ast.literal_eval(v)  # type: ignore[arg-type]
+                        config[safe_ast.literal_eval(k)] = safe_ast.literal_eval(v)  # type: ignore[arg-type]
                     except (ValueError, TypeError, SyntaxError):
                         continue
     skip = {"create_inputs", "get_flops"}

@@ -10,9 +10,10 @@ Primitives without a public `lax` form here are reported, never guessed.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from maxkernel.tpu_tools.problem import safe_ast
 
 Program = Mapping[str, Any]  # ProgramDescription.model_dump(): inputs, equations, outputs, census, ...
 
@@ -45,7 +46,7 @@ class Unsupported(ValueError):
 
 
 def _tuple(text: str) -> tuple:
-    value = ast.literal_eval(text)
+    value = safe_ast.literal_eval(text)
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
@@ -219,7 +220,7 @@ def body_lines(
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"
             args = [operand(a) for a in e["inputs"]]
-            if e["primitive"] == "dot_general" and ast.literal_eval(params["dimension_numbers"])[1][0]:
+            if e["primitive"] == "dot_general" and safe_ast.literal_eval(params["dimension_numbers"])[1][0]:
                 # batched: XLA:CPU has no bf16 x bf16 -> f32 batched dot; f32 operands hold bf16 exactly
                 args = [f"lax.convert_element_type({a}, jnp.float32)" for a in args]
             expr = f"lax.convert_element_type({_call(e['primitive'], args, params)}, jnp.{out_dtype})"
@@ -243,7 +244,7 @@ def _merged_batch(e: dict, params: dict) -> tuple[list[str], list[str], int, str
     Rewrites `params` in place; the result is reshaped back by the caller."""
     if e["primitive"] != "dot_general":
         return None
-    (lc, rc), (lb, rb) = ast.literal_eval(params["dimension_numbers"])
+    (lc, rc), (lb, rb) = safe_ast.literal_eval(params["dimension_numbers"])
     nb = len(lb)
     if nb < 2 or tuple(lb) != tuple(range(nb)) or tuple(rb) != tuple(range(nb)):
         return None
