@@ -219,25 +219,43 @@ def analyse(program: Program, out_axis: int = 0) -> RowPlan:
         whole.why = f"outputs disagree on their size along axis {out_axis}"
         return whole
     seeds: list[Axis] = [_seed(s["shape"], rows, out_axis) for s in program["inputs"]]
-    why = ""
-    for _ in range(n + 1):
-        if not any(a is not None for a in seeds):
-            break
+    names = program["input_names"]
+    why, tried, budget = "", set(), [_MAX_WALKS]
+
+    def search(seeds: list[Axis]) -> RowPlan | None:
+        """The first walk that separates the rows, dropping guessed row inputs one at a time: the
+        culprit's first, then the others from the last (a [N] bias with N == R is a guess to drop, not
+        the activation it is added to)."""
+        nonlocal why
+        key = tuple(seeds)
+        if key in tried or budget[0] <= 0 or not any(a is not None for a in seeds):
+            return None
+        tried.add(key)
+        budget[0] -= 1
         try:
             return _walk(program, rows, seeds, out_axis)
         except _Mixes as e:
-            why = str(e)
+            why = why or str(e)
             culprit = e.culprit
-            names = program["input_names"]
-            # drop the culprit's (latest) row input, or the last row input when it cannot be traced
             cands = [i for i, a in enumerate(seeds) if a is not None]
-            drop = (
+            first = (
                 names.index(culprit) if culprit in names and seeds[names.index(culprit)] is not None else None
             )
-            seeds[drop if drop is not None else cands[-1]] = None
+            for drop in ([first] if first is not None else []) + [i for i in reversed(cands) if i != first]:
+                found = search([None if i == drop else a for i, a in enumerate(seeds)])
+                if found is not None:
+                    return found
+        return None
+
+    plan = search(seeds)
+    if plan is not None:
+        return plan
     whole.rows = rows
     whole.why = why or "no input carries the output's rows"
     return whole
+
+
+_MAX_WALKS = 64  # row walks per program: inputs are few, and each walk is one pass over the equations
 
 
 def _seed(shape: list[int], rows: int, out_axis: int) -> Axis:

@@ -224,9 +224,17 @@ def _column_axes(
     for e in epi:
         if e["primitive"] in ELEMENTWISE:
             continue
+        out_shape = e["out_specs"][0]["shape"]
+        if e["primitive"] == "reshape" and e["inputs"][0] in names and out_shape == [1, sp.n]:
+            # a bias along N made a (1, N) row (Flax's Dense): its N must be written from the bias's axis
+            if (
+                axes.get(names.index(e["inputs"][0])) != 0
+                or sym.shape_elems(e, "new_sizes")[-1] not in written
+            ):
+                return None
+            continue
         if e["primitive"] != "broadcast_in_dim":
             return None
-        out_shape = e["out_specs"][0]["shape"]
         dims = tuple(ast.literal_eval(str(e["params"]["broadcast_dimensions"])))
         if len(out_shape) != 2 or out_shape[1] != sp.n or dims not in ((), (1,), (0, 1)):
             return None

@@ -56,23 +56,43 @@ def test_a_3d_dense_gets_the_k_tiled_matmul_on_merged_rows(tmp_path):
     source = first_kernel(program, CHIP)
     assert "template=matmul" in source and "block_k=" in source  # k-tiled, not one batch row per step
     assert "def _workload_rows(" in source and "lead = x0.shape[:-1]" in source
+    assert "N_AXES = {(1, 1), (2, 0), (3, 1)}" in source  # columns blocked: weight, (1, N) bias, residual
 
 
 def test_a_program_that_mixes_the_leading_axes_is_left_as_it_is(tmp_path):
     assert collapse(_program(tmp_path, MIXES_ROWS)) is None
 
 
-@pytest.mark.slow  # interpret-mode validation at small and derived, and a compile at the production size
-def test_the_wrapped_kernel_validates_and_compiles_at_full(tmp_path):
+def _blocks(text: str, **values: int) -> str:
+    for name, value in values.items():
+        line = next(x for x in text.splitlines() if x.startswith(f"{name} = "))
+        text = text.replace(line, f"{name} = {value}")
+    return text
+
+
+@pytest.mark.slow  # interpret-mode validations at small and derived, and a compile at the production size
+def test_the_wrapped_kernel_validates_with_blocked_columns_and_a_dropped_bias_column_fails(tmp_path):
     from maxkernel.tpu_tools.judge.evaluate import Evaluator
     from maxkernel.tpu_tools.pool.workers import WorkerPool
 
     ref = tmp_path / "dense3d.py"
     ref.write_text(DENSE.replace("EPILOGUE", PLAIN))
-    kernel = tmp_path / "kernel.py"
-    kernel.write_text(first_kernel(describe(str(ref)).model_dump(mode="json"), CHIP))
+    text = first_kernel(describe(str(ref)).model_dump(mode="json"), CHIP)
+    kernel, small, bad = tmp_path / "kernel.py", tmp_path / "small_blocks.py", tmp_path / "bad.py"
+    kernel.write_text(text)
+    # at the check sizes N is 256 and 384: 128-column blocks make two and three, the last one partial
+    small.write_text(_blocks(text, BLOCK_ROWS=64, BLOCK_COLS=128, BLOCK_K=256))
+    assert "    def x2_map(i, j, k):\n        return j," in small.read_text()
+    bad.write_text(
+        small.read_text().replace(
+            "    def x2_map(i, j, k):\n        return j,", "    def x2_map(i, j, k):\n        return 0,"
+        )
+    )
     with WorkerPool(max_workers=1) as pool:
         ev = Evaluator(pool, timeout_s=600)
         assert ev.compile(str(kernel), str(ref), "tpu-v6e", "full").ok
-        report = ev.validate(str(kernel), str(ref), "cpu", None, seeds=1)
-        assert report.ok, report.failure.summary
+        for path in (kernel, small):
+            report = ev.validate(str(path), str(ref), "cpu", None, seeds=1)
+            assert report.ok, report.failure.summary
+        wrong = ev.validate(str(bad), str(ref), "cpu", None, seeds=1)  # every column block reads bias block 0
+        assert not wrong.ok and wrong.failure.kind in ("output_mismatch", "shape_specialized"), wrong.failure

@@ -99,6 +99,15 @@ def test_rows_follow_the_activation_not_a_weight_whose_size_matches(tmp_path):
     assert not plan.tiled and "reduces over rows" in plan.why
 
 
+def test_rows_follow_the_activation_not_a_bias_as_long_as_the_rows(tmp_path):
+    # [M, K] @ [K, N] + bias[N] reshaped to (1, N), with N == M: the bias was guessed a row input, its
+    # axis met the activation's on different axes, and the activation (not the guess) was dropped: untiled
+    body = "def workload(x, w, b):\n    return x @ w + b.reshape(1, -1)"
+    ref = write_ref(tmp_path, "square_bias", "SHAPES = [(256, 128), (128, 256), (256,)]", body)
+    plan = analyse(describe(str(ref)).model_dump(mode="json"))
+    assert plan.tiled and plan.input_axes == [0, None, None], plan.why
+
+
 def test_the_program_survives_the_prompt_round_trip(tmp_path):
     program = describe(str(write_ref(tmp_path, "mm", *REFS["matmul"]))).model_dump(mode="json")
     text = f"Task.\n\n{program_section(program)}\n\n## Chip\nv6e"
