@@ -76,6 +76,7 @@ def test_a_mesh_backend_gets_more_client_threads_than_devices():
     assert minimal_env({"PJRT_NPROC": "5"}) == {"PJRT_NPROC": "5"}
 
 
+@pytest.mark.slow  # a multi-chip compile and estimate (~15 s): make test-slow
 def test_estimate_adds_ici_time_from_the_chip_table():
     from maxkernel.tpu_tools.hardware.chips import get_chip
 

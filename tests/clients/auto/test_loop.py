@@ -173,6 +173,7 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
     assert json.loads((store.root / "summary.json").read_text())["stop_reason"] == "completed 1 iteration(s)"
 
 
+@pytest.mark.slow  # a whole Auto loop through its debug bound (~13 s): make test-slow
 @pytest.mark.anyio
 async def test_wrong_kernels_end_after_the_debug_bound(pool, workspace, tmp_path):
     other_broken = BROKEN_PLUS_ONE.replace("+ one", "+ uno")

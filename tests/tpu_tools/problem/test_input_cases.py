@@ -80,6 +80,7 @@ def evaluator():
         yield Evaluator(pool, timeout_s=120)
 
 
+@pytest.mark.slow  # four interpret-mode validations over input cases (~20 s): make test-slow
 def test_validation_on_cases_catches_a_kernel_right_only_for_normal_inputs(evaluator):
     clipped = kernel("clipped_plus_one")
     # the first check is the standard one (small alone: this test is about cases, not sizes)
