@@ -18,13 +18,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, REDUCE
+
 Program = Mapping[str, Any]
-ELEMENTWISE = frozenset(
-    """add sub mul div rem max min neg abs sign floor ceil round exp exp2 log log1p expm1 tanh logistic sqrt
-    rsqrt cbrt integer_pow pow square erf erfc erf_inv sin cos tan atan2 select_n convert_element_type eq ne
-    lt le gt ge and or not xor clamp is_finite nextafter reduce_precision copy copy_p stop_gradient""".split()
-)
-REDUCE = frozenset({"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin"})
+ROW_REDUCE = REDUCE | {"argmax", "argmin"}  # over the last axis: one value per row
 
 
 class _NotCollapsible(Exception):
@@ -96,7 +93,7 @@ def _rewrite_eqn(e: dict, lead: list[int], shapes_in: dict[str, list[int]]) -> d
             raise _NotCollapsible(f"broadcast_in_dim {src_shape} along {dims}")
         params["shape"] = str(tuple(_col(out_shapes[0], lead)))
         params["broadcast_dimensions"] = str(new_dims)
-    elif prim in REDUCE:
+    elif prim in ROW_REDUCE:
         axes = tuple(ast.literal_eval(params.get("axes", "()")))
         if axes != (r - 1,):
             raise _NotCollapsible(f"{prim} over axes {axes}")

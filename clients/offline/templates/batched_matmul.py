@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
@@ -106,6 +106,23 @@ BLOCKS = (128, 256, 512, 1024)
 PASS = {"convert_element_type"}
 
 
+def block_problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
+    """Why a (block_m, block_n, block_k) config is illegal: a block that is not one of BLOCKS."""
+    return [
+        f"{k}={c[k]} is not one of {list(BLOCKS)}"
+        for k in ("block_m", "block_n", "block_k")
+        if c[k] not in BLOCKS
+    ]
+
+
+def first_proposal(vmem: Callable[..., int], cost: Callable[..., float]) -> dict[str, int]:
+    """The cheapest (block_m, block_n, block_k) by `cost` at the target whose VMEM count stays under 40 MiB
+    (the matmul template's rule: an upper bound, under every chip's kernel limit of 48 MiB or more)."""
+    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in BLOCKS for c in BLOCKS]
+    fitting = [c for c in configs if vmem(c, {}) <= 40 * MiB] or configs[:1]
+    return min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
+
+
 def recognise(program: Program) -> dict[str, Any] | None:
     """The operands of a program that is one batched dot_general of two inputs, or None."""
     eqns, names = program["equations"], program["input_names"]
@@ -156,30 +173,20 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
         return int(2 * item * (bm * bk + bk * bn + bm * bn) + 4 * bm * bn * 2)
 
-    def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
-        return [
-            f"{k}={c[k]} is not one of {list(BLOCKS)}"
-            for k in ("block_m", "block_n", "block_k")
-            if c[k] not in BLOCKS
-        ]
-
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
         steps = b_t * -(-m_t // bm) * -(-n_t // bn) * -(-k_t // bk)
         hbm = item * b_t * (m_t * k_t * -(-n_t // bn) + k_t * n_t * -(-m_t // bm) + m_t * n_t)
         return hbm / 1.6e12 * 1e6 + 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
-    # the first proposal: the cost model's cheapest blocks at the target under a 40 MiB VMEM count (the
-    # matmul template's rule); 512 blocks streamed 14p's activations 28 times at full (0.45x of XLA)
-    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in BLOCKS for c in BLOCKS]
-    first = min((c for c in configs if vmem(c, {}) <= 40 * MiB), key=lambda c: cost(c, {}))
+    first = first_proposal(vmem, cost)  # 512 blocks streamed 14p's activations 28 times at full (0.45x)
     return Template(
         name="batched_matmul",
         operators=("program",),
         source=SOURCE,
         tunables={"block_m": BLOCKS, "block_n": BLOCKS, "block_k": BLOCKS},
         dims_of=lambda sizes: {"B": b_t, "M": m_t, "K": k_t, "N": n_t},
-        problems=problems,
+        problems=block_problems,
         vmem_bytes=vmem,
         cost_us=cost,
         initial=first,

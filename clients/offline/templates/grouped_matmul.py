@@ -19,6 +19,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.batched_matmul import BLOCKS, block_problems, first_proposal
 from maxkernel.tpu_tools.problem.emit import Program, body_lines
 
 SOURCE = '''"""Grouped matmul (offline template `grouped_matmul`), generated from the reference's traced program.
@@ -143,7 +144,6 @@ def workload(${args}):
 ${body}
     return ${outs}
 '''
-BLOCKS = (128, 256, 512, 1024)
 _DIMS = (
     "dot_dimension_numbers=(((1,), ({c},)), ((), ())), lhs_ragged_dimensions=(0,), rhs_group_dimensions=(0,))"
 )
@@ -233,13 +233,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             need = max(need, 2 * item * (bm * bk + bk * bn) + 2 * 4 * bm * bn + 4 * bm * bn)
         return int(need)
 
-    def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
-        return [
-            f"{k}={c[k]} is not one of {list(BLOCKS)}"
-            for k in ("block_m", "block_n", "block_k")
-            if c[k] not in BLOCKS
-        ]
-
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         total = 0.0
         for m, k, n, g in dots:
@@ -250,9 +243,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             total += hbm / 1.6e12 * 1e6 + 0.35 * steps
         return total + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
-    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in BLOCKS for c in BLOCKS]
-    fitting = [c for c in configs if vmem(c, {}) <= 24 * MiB] or configs[:1]
-    initial = min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))  # the model's own ranking
+    initial = first_proposal(vmem, cost)
     outs = ", ".join(program["outputs"])
     fixed = {
         "args": ", ".join(names),
@@ -267,7 +258,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         source=SOURCE,
         tunables={"block_m": BLOCKS, "block_n": BLOCKS, "block_k": BLOCKS},
         dims_of=lambda sizes: {"M": dots[0][0], "K": dots[0][1], "N": dots[0][2], "G": dots[0][3]},
-        problems=problems,
+        problems=block_problems,
         vmem_bytes=vmem,
         cost_us=cost,
         initial=initial,
