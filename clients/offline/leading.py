@@ -113,6 +113,8 @@ def collapse(program: Program) -> dict[str, Any] | None:
     if found is None:
         return None
     row_input, lead = found
+    if len(program["out_specs"][0]["shape"]) != len(lead) + 1:
+        return None  # the output must be lead + [N] to be given its leading axes back
     try:
         twin = copy.deepcopy(dict(program))
         shapes = {n: s["shape"] for n, s in zip(program["input_names"], program["inputs"], strict=True)}
@@ -124,8 +126,6 @@ def collapse(program: Program) -> dict[str, Any] | None:
         twin["equations"] = eqns
         twin["inputs"] = [{**s, "shape": _col_input(s["shape"], lead)} for s in program["inputs"]]
         twin["out_specs"] = [{**s, "shape": _col(s["shape"], lead)} for s in program["out_specs"]]
-        if len(program["out_specs"][0]["shape"]) != len(lead) + 1:
-            return None
         variants = {}
         for size, v in (program.get("variants") or {}).items():
             if v.get("mismatch"):
@@ -166,7 +166,6 @@ def collapse(program: Program) -> dict[str, Any] | None:
     names = program["input_names"]
     twin["collapsed"] = {
         "row_input": names[row_input],
-        "rank": len(lead) + 1,
         "inputs": [
             n for n, s in zip(names, program["inputs"], strict=True) if len(s["shape"]) == len(lead) + 1
         ],

@@ -591,7 +591,7 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
     from maxkernel.clients.offline.classify import classify
     from maxkernel.clients.offline.dims import Symbolic, program_at
     from maxkernel.clients.offline.rows import analyse
-    from maxkernel.clients.offline.templates.fused import build
+    from maxkernel.clients.offline.templates.fused import BLOCK_NAMES, build
 
     found = classify(program)
     if found.kind == "none":
@@ -609,7 +609,7 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             except NoTemplateFits:
                 t = None
             # the twin's k-tiled (or structured) template; its row-tiled fallback is no better than ours
-            if t is not None and not set(t.tunables) <= {"block_rows", "block_axis1"}:
+            if t is not None and not set(t.tunables) <= set(BLOCK_NAMES):
                 return dataclasses.replace(t, source=wrap(t.source, twin)), target, dims
     sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
     plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target

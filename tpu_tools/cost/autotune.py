@@ -308,13 +308,14 @@ def autotune(
 
         assert side is not None
         hidden = hide_paths_for(_abs(reference), str(work))
+        side_json = side.model_dump(mode="json")
 
         def run_chunk(chunk: list[ConfigResult], c: int, k: int):
             return evaluator._run(
                 "maxkernel.tpu_tools.judged.estimate_jobs:estimate_batch_job",
                 {
                     "kernel_paths": [r.kernel_path for r in chunk],
-                    "reference_side": side.model_dump(mode="json"),
+                    "reference_side": side_json,
                     "target": target,
                     "size": size or "default",
                 },
@@ -369,10 +370,7 @@ def autotune(
             if not batch:
                 break
 
-    ranked = sorted(
-        (r for r in results if r.status == "not_run"),
-        key=lambda r: r.estimate_us if r.estimate_us is not None else float("inf"),
-    )
+    ranked = sorted((r for r in results if r.status == "not_run"), key=_by_estimate)
     from maxkernel.tpu_tools.cost import tuned_configs  # the per-chip cache of tuned configs (suite helper)
 
     cached = tuned_configs.lookup(estimate_chip(target), reference, size, template_source) if size else None
@@ -386,15 +384,12 @@ def autotune(
     if not chip_present:
         notes.append("no accelerator attached: validated in TPU interpret mode on CPU")
 
-    def key(r: ConfigResult) -> float:
-        return r.estimate_us if r.estimate_us is not None else float("inf")
-
     best_valid: ConfigResult | None = None
     skipped = 0
     chosen = ranked[:max_configs]
     for n, r in enumerate(chosen, 1):
         assert r.kernel_path is not None
-        if objective == "estimate" and best_valid is not None and key(r) >= key(best_valid):
+        if objective == "estimate" and best_valid is not None and _by_estimate(r) >= _by_estimate(best_valid):
             skipped += 1  # it cannot become best: its estimate is no better than a valid config's
             r.failure = f"not evaluated: its estimate is no better than valid config {best_valid.config}'s"
             continue
@@ -412,12 +407,12 @@ def autotune(
         r.status = "valid" if val.ok else "invalid"
         if not val.ok:
             r.failure = val.failure.summary if val.failure else "validation failed"
-        elif best_valid is None or key(r) < key(best_valid):
+        elif best_valid is None or _by_estimate(r) < _by_estimate(best_valid):
             best_valid = r
     if skipped:
         notes.append(
             f"{skipped} of the top {len(chosen)} configs not evaluated: ranked by the estimate, none could "
-            f"beat the valid config {best_valid.config if best_valid else None}"
+            f"beat the valid config {best_valid.config if best_valid else '?'}"
         )
 
     kind: Literal["estimate", "measured"] = "estimate"
@@ -436,9 +431,7 @@ def autotune(
         timed = [r for r in valid if r.measured_median_ms is not None]
         best = min(timed, key=lambda r: r.measured_median_ms or 0.0, default=None)
     else:
-        best = min(
-            valid, key=lambda r: r.estimate_us if r.estimate_us is not None else float("inf"), default=None
-        )
+        best = min(valid, key=_by_estimate, default=None)
     if best is not None and size:
         t_us = (
             best.measured_median_ms * 1e3
@@ -469,6 +462,11 @@ def autotune(
         evaluated=sum(1 for r in results if r.compile_ok is not None),
         notes=notes,
     )
+
+
+def _by_estimate(r: ConfigResult) -> float:
+    """The ranking key: the static estimate, unranked configs last."""
+    return r.estimate_us if r.estimate_us is not None else float("inf")
 
 
 def _abs(reference: str) -> str:

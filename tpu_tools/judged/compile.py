@@ -236,7 +236,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
                         stage="trace",
                     )
                 )
-            if target.kind == "tpu" and (over := _value_over_vmem(traced.jaxpr, target_name)) is not None:
+            if target.kind == "tpu" and (over := body_refusal(traced.jaxpr, target_name)) is not None:
                 return finish(over)
             stage = stage_now[0] = "lower"
             t0 = time.perf_counter()
@@ -322,7 +322,7 @@ def _fmt(specs: list[ArraySpec]) -> str:
     return ", ".join(f"{s.dtype}{s.shape}" for s in specs) or "nothing"
 
 
-def _value_over_vmem(jaxpr, target_name: str) -> Failure | None:
+def body_refusal(jaxpr, target_name: str) -> Failure | None:
     """A kernel-body value larger than the chip's VMEM, or over the compile's tile budget, fails here,
     before minutes of Mosaic work."""
     from maxkernel.tpu_tools.problem.kernel_values import refusal

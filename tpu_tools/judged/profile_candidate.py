@@ -17,7 +17,7 @@ from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.mesh import MeshSpec, aot_args
 from maxkernel.tpu_tools.judged import integrity, timed_loop
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
-from maxkernel.tpu_tools.judged.compile import _value_over_vmem
+from maxkernel.tpu_tools.judged.compile import body_refusal
 from maxkernel.tpu_tools.judged.timed_loop import (
     WARMUP_SETS,
     CandidateSide,
@@ -221,7 +221,7 @@ def _run(
             summary=f"output {fmt(got)} differs from the reference's {fmt(want)}",
             stage="trace",
         )
-    if calls and tgt.kind == "tpu" and (over := _value_over_vmem(jaxpr, tgt.name)) is not None:
+    if calls and tgt.kind == "tpu" and (over := body_refusal(jaxpr, tgt.name)) is not None:
         return over  # the same pre-compile verdict as compile and estimate: on a chip, no native compile
     if not calls and not plan.native:
         side.execution = f"plain JAX (no pallas_call): runs natively on {device.platform}; {plan.description}"

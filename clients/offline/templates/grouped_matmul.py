@@ -181,25 +181,19 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     if found is None:
         return None
     at = sym.at(sym.target)
-    target_shapes = sym.eqn_shapes_at(sym.target)
     names = program["input_names"]
-
-    def shape_at(var: str) -> list[int]:
-        if var in names:
-            return list(at["inputs"][names.index(var)]["shape"])
-        for i, e in enumerate(program["equations"]):
-            if var in e["outputs"]:
-                return list(target_shapes[i][e["outputs"].index(var)])
-        raise KeyError(var)
+    eqns = program["equations"]
+    shapes = {n: s["shape"] for n, s in zip(names, at["inputs"], strict=True)}  # every value at the target
+    for e, outs in zip(eqns, sym.eqn_shapes_at(sym.target), strict=True):
+        shapes.update(zip(e["outputs"], outs, strict=True))
 
     dots = []
     for d in found:
-        ls, rs = shape_at(d["lhs"]), shape_at(d["rhs"])
+        ls, rs = shapes[d["lhs"]], shapes[d["rhs"]]
         m, k = ls
         g, n = rs[0], (rs[1] if d["rhs_nk"] else rs[2])
         dots.append((m, k, n, g))
-    ragged = {d["eq"]: d for d in found}
-    eqns = program["equations"]
+    ragged = {eqns[d["eq"]]["outputs"][0]: d for d in found}  # by the ragged dot's output name
     for d in found:  # f32 result cast once to a narrower dtype: the kernel rounds its accumulator to that
         out = eqns[d["eq"]]["outputs"][0]
         users = [e for e in eqns if out in e["inputs"]]
@@ -211,12 +205,12 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             d["dtype"] = users[0]["out_specs"][0]["dtype"]
 
     def extra(e: Mapping[str, Any], expr: str) -> str:
-        idx = next((i for i, x in enumerate(program["equations"]) if x["outputs"] == e["outputs"]), None)
-        if idx not in ragged:
+        d = ragged.get(e["outputs"][0]) if e["primitive"] == "ragged_dot_general" else None
+        if d is None:
             return expr
         lhs, rhs, gs = e["inputs"]
-        dtype = ragged[idx].get("dtype", e["out_specs"][0]["dtype"])
-        return f"_gmm({lhs}, {rhs}, {gs}, jnp.{dtype}, rhs_nk={ragged[idx]['rhs_nk']})"
+        dtype = d.get("dtype", e["out_specs"][0]["dtype"])
+        return f"_gmm({lhs}, {rhs}, {gs}, jnp.{dtype}, rhs_nk={d['rhs_nk']})"
 
     body = body_lines(program, extra=extra, sym=sym, mosaic=False)
     if sym.unsolved:
