@@ -28,7 +28,22 @@ def scratch_outside_tmp(prefix: str):
 
 # Tasks whose small workload takes 20-50 s of XLA:CPU on the 2-core box (3-D and 2-D convolutions, the
 # MoE and attention variants): their per-task checks run in `make test-slow`, the rest in `make test`.
-HEAVY_ON_CPU = {"3p", "7p", "10p", "14p", "17p", "18k", "22k", "25k", "28k", "33k", "34k", "46k", "50k"}
+HEAVY_ON_CPU = {
+    "3p",
+    "7p",
+    "10p",
+    "14p",
+    "17p",
+    "18k",
+    "22k",
+    "25k",
+    "28k",
+    "33k",
+    "34k",
+    "39k",
+    "46k",
+    "50k",
+}
 
 
 def by_weight(ids):

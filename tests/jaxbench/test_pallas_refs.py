@@ -119,7 +119,17 @@ def v6e_device_sharding():
     return NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
 
 
-@pytest.mark.parametrize("task_id", by_weight(TASKS))
+# the two slowest full-size compiles (10-16 s each on the loaded 2-core box) run in `make test-slow`
+SLOW_TO_COMPILE = {"9p", "13p"}
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        pytest.param(t, marks=pytest.mark.slow) if isinstance(t, str) and t in SLOW_TO_COMPILE else t
+        for t in by_weight(TASKS)
+    ],
+)
 def test_reference_compiles_for_v6e_at_full_size(task_id, v6e_device_sharding):
     task, ref = load_task(task_id), load_pallas_reference(task_id)
     shapes = [
