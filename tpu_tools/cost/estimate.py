@@ -48,6 +48,7 @@ __all__ = [
     "RooflineEstimate",
     "StaticEstimate",
     "default_scoped_vmem_bytes",
+    "estimate_kernel_call",
     "estimate_pallas",
     "roofline",
 ]
@@ -447,6 +448,13 @@ ASSUMPTIONS = [
     "every value they touch (jaxpr_cost.py), added to the kernels' time",
     f"a declared pl.CostEstimate under {UNDER_DECLARED_FRACTION:.0%} of the kernel body's counted flops is ignored",
 ]
+
+
+def estimate_kernel_call(
+    call: PallasCallInfo, chip: str | ChipSpec, llo: ProgramLLO | None = None
+) -> CallEstimate:
+    """One kernel's estimate with no scalar-prefetch values: how fusions.py costs XLA's own Mosaic kernels."""
+    return _estimate_call(call, _chip(chip), None, None, llo=llo)
 
 
 def _fmt_bytes(n: float) -> str:

@@ -171,6 +171,43 @@ def test_a_ragged_dot_costs_its_matmul_work():
     assert all(not f.notes for f in plain.fusions)
 
 
+def test_xla_ragged_dot_is_costed_as_the_mosaic_kernel_xla_emits():
+    """XLA lowers lax.ragged_dot to its own Mosaic kernel, whose windows it picks per chip and dtype: for f32
+    on v5e, 128-wide output windows with K split, so every output column tile re-reads lhs. Costed as the
+    roofline of its declared work, XLA looked faster than a Pallas gmm with 512x1024x1024 blocks; costed
+    as the gridded kernel it is (its grid, windows, refetches), it is not, and it is never under its
+    roofline. The expected grid is read from the tiling XLA chose, not written here."""
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+    from maxkernel.tpu_tools.cost.estimate import estimate_pallas, roofline
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+
+    m, k, n, g = 8192, 4096, 4096, 8
+    for chip, topology, dt in (("tpu-v5e", "v5e:2x2", jnp.float32), ("tpu-v6e", "v6e:2x2", jnp.bfloat16)):
+        shapes = [((m, k), dt), ((g, k, n), dt), ((g,), jnp.int32)]
+        compiled = _compile(_ragged, shapes, topology)
+        tm, tk, tn = (
+            int(x) for x in re.search(r'ragged_dot_tiling="(\d+),(\d+),(\d+)"', compiled.as_text()).groups()
+        )
+        grid = (-(-n // tn), -(-m // tm) + g - 1, -(-k // tk))
+        table = cost_fusions(compiled, chip)
+        rd = max(table.fusions, key=lambda f: f.flops)
+        assert any(f"grid {grid[0]} x {grid[1]} x {grid[2]}" in note for note in rd.notes), rd.notes
+        assert any("upper bound" in note for note in rd.notes)  # the run-time m-tile count, said so
+        size = jnp.dtype(dt).itemsize
+        floor = roofline(2 * m * k * n, (m * k + g * k * n + m * n) * size, chip).time_us
+        assert rd.estimated_time_us >= floor
+        assert rd.bytes_accessed >= grid[0] * m * k * size  # lhs once per output column tile, at least
+        if dt == jnp.float32:
+            assert rd.estimated_time_us > 5 * floor
+            dev = SingleDeviceSharding(_device(topology))
+            args = [jax.ShapeDtypeStruct(s, d, sharding=dev) for s, d in shapes]
+            calls = find_pallas_calls(
+                jax.jit(lambda a, b, gs: gmm(a, b, gs, tiling=(512, 1024, 1024))).trace(*args).jaxpr
+            )
+            assert estimate_pallas(calls, chip).estimated_time_us < table.total_us
+
+
 SLICE_START = """HloModule m, is_scheduled=true
 
 ENTRY %main (w: bf16[8,896,256]) -> bf16[2,896,256] {
