@@ -24,22 +24,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.cost.block_schedule import (
-    array_bytes,
-    block_padded_bytes,
-    block_schedule,
-    bounded_grid,
-    itemsize,
-    kernel_block_shape,
-    padded_bytes,
-    round_up,
+from maxkernel.tpu_tools.cost.call_estimate import (
+    STEP_OVERHEAD_US,
+    TRANSCENDENTAL_VPU_OPS,
+    UNDER_DECLARED_FRACTION,
+    VPU_ELEMENT_OPS_PER_CYCLE,
+    VPU_OPS_PER_ELEMENT,
+    CallEstimate,
+    _chip,
+    _estimate_call,
+    _fmt_bytes,
+    _vpu_ops_per_s,
+    estimate_kernel_call,
 )
-from maxkernel.tpu_tools.cost.branches import KernelBranches
 from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
-from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
-from maxkernel.tpu_tools.hardware.megacore import core_split, cores_per_device, parallel_prefix
+from maxkernel.tpu_tools.hardware.chips import ChipSpec
+from maxkernel.tpu_tools.hardware.megacore import cores_per_device, parallel_prefix
 from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
 from maxkernel.tpu_tools.reports import Failure
 
@@ -54,29 +56,11 @@ __all__ = [
 ]
 
 MiB = 1 << 20
-
-# Shortest time one Pallas grid step takes on TPU (loop bookkeeping, DMA issue/wait, semaphores): a step
-# costs max(this, compute, DMA). The JAX Pallas TPU guides quote ~0.35 us per grid step, and the
-# published v5e bf16 128^3-block matmul at n=8192 is 91.8 ms / 64^3 steps = 0.350 us per step while
-# its DMA (64 KiB) and bundles (185 / 1.5 GHz) take less (benchmarks/data/v5e_matmul_published.csv).
-# Calibrated on v5e; used for every chip.
-STEP_OVERHEAD_US = 0.35
-# A declared pl.CostEstimate below this fraction of the flops the kernel body counts is ignored.
-UNDER_DECLARED_FRACTION = 0.5
-
 # Default scoped-VMEM limit Mosaic compiles a kernel against when `vmem_limit_bytes` is not given.
 # Inferred from public "Scoped allocation with size ... and limit 16.00M / 32.00M exceeded scoped vmem
 # limit" compile errors (16 MiB on v4/v5e/v5p, 32 MiB on v6e); 7x assumed equal to v6e. The
 # compile-only check (tier B) is the real verdict; this only flags the risk.
 DEFAULT_SCOPED_VMEM_BYTES = {4: 16 * MiB, 5: 16 * MiB, 6: 32 * MiB, 7: 32 * MiB}
-
-# VPU throughput: one (8,128) vreg per cycle per ALU slot; we assume 2 useful elementwise ops per cycle
-# per lane-sublane (an assumption: TPU VPUs issue several VALU slots, but loads/stores/converts compete).
-VPU_ELEMENT_OPS_PER_CYCLE = 8 * 128 * 2
-# Without any flop count, an elementwise kernel is charged this many VPU ops per element it touches.
-VPU_OPS_PER_ELEMENT = 2
-# A transcendental (exp, rsqrt, ...) costs this many VPU-op equivalents (the EUP is slower per element).
-TRANSCENDENTAL_VPU_OPS = 4
 
 
 class RooflineEstimate(BaseModel):
@@ -89,41 +73,6 @@ class RooflineEstimate(BaseModel):
     time_us: float
     bound: Literal["compute", "memory"]
     arithmetic_intensity: float = Field(description="flops per byte")
-
-
-class CallEstimate(BaseModel):
-    """The pipeline model's view of one pallas_call."""
-
-    kernel_name: str
-    grid: tuple[int, ...]
-    steps: int
-    estimated_time_us: float
-    compute_time_us: float = Field(description="sum over steps of MXU/VPU time")
-    dma_time_us: float = Field(description="sum over steps of HBM<->VMEM DMA time (overlapped or not)")
-    overhead_time_us: float
-    prologue_us: float
-    epilogue_us: float
-    flops: float
-    flops_source: str = Field(
-        description="cost_estimate | kernel body | matmul blocks | total_flops | elementwise"
-    )
-    tier: Literal["llo", "model"] = "model"
-    bundles_per_step: int | None = Field(default=None, description="compiler's grid-loop bundles (llo tier)")
-    mxu_efficiency: float = Field(description="fraction of MXU rows/columns the blocks fill")
-    hbm_bytes_moved: int
-    min_hbm_bytes: int = Field(description="each operand read or written exactly once")
-    refetch_factors: dict[str, float] = Field(description="bytes moved / array bytes, per operand")
-    vmem_bytes_needed: int
-    padding_waste_fraction: float
-    index_maps: str = Field(description="affine (closed form) | enumerated | sampled | unknown prefetch")
-    ici_time_us: float = Field(
-        default=0.0, description="remote-DMA bytes over one ICI link (multi-chip kernels)"
-    )
-    cores: int = Field(default=1, description="TensorCores the grid is split across (megacore: 2)")
-    steps_per_core: int = Field(
-        default=0, description="the busiest core's grid steps (= steps without a split)"
-    )
-    notes: list[str] = Field(default_factory=list)
 
 
 class OutsideKernelCost(BaseModel):
@@ -170,10 +119,6 @@ class StaticEstimate(BaseModel):
     assumptions: list[str]
 
 
-def _chip(chip: str | ChipSpec) -> ChipSpec:
-    return chip if isinstance(chip, ChipSpec) else get_chip(chip)
-
-
 def default_scoped_vmem_bytes(chip: str | ChipSpec) -> int:
     c = _chip(chip)
     return DEFAULT_SCOPED_VMEM_BYTES.get(c.generation, 16 * MiB)
@@ -193,229 +138,6 @@ def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec, cores: i
         time_us=max(t_c, t_m),
         bound="compute" if t_c >= t_m else "memory",
         arithmetic_intensity=flops / bytes_accessed if bytes_accessed else math.inf,
-    )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Compute per step
-
-
-def _matmul_blocks(call: PallasCallInfo) -> tuple[int, int, int] | None:
-    """(bm, bk, bn) when the call looks like a tiled matmul: lhs [bm,bk], rhs [bk,bn], out [bm,bn]."""
-    if len(call.inputs) < 2 or not call.outputs:
-        return None
-    a, b, o = (kernel_block_shape(x) for x in (call.inputs[0], call.inputs[1], call.outputs[0]))
-    if len(a) < 2 or len(b) < 2 or len(o) < 2:
-        return None
-    (bm, bk), (bk2, bn), (om, on) = a[-2:], b[-2:], o[-2:]
-    if bk == bk2 and om == bm and on == bn:
-        return bm, bk, bn
-    return None
-
-
-def _vpu_ops_per_s(c: ChipSpec) -> float:
-    # Clock inferred from the MXU peak: peak = 2 flops * rows * cols * num_mxus * clock.
-    clock_hz = c.peak_bf16_flops_per_s / (2 * c.mxu_shape[0] * c.mxu_shape[1] * c.num_mxus)
-    return clock_hz * VPU_ELEMENT_OPS_PER_CYCLE
-
-
-def _vmem_needed(call: PallasCallInfo, moved: Sequence[int] | None = None) -> tuple[int, int, int]:
-    """(VMEM bytes with double buffering + scratch, padded bytes of blocks, real bytes of blocks).
-
-    As Mosaic allocates (read from our v5e LLO dumps): one buffer per block when the kernel has a single
-    step or the block's index never changes (moved once), two otherwise. Mosaic's internal scratch is
-    left out: a v6e kernel allocating 32 MiB of blocks + 72 KiB of it compiles under the 32 MiB limit.
-    """
-    need, padded, real = 0, 0, 0
-    single_step = (call.num_steps or 1) <= 1
-    for i, b in enumerate(call.blocks):
-        if not b.pipelined or b.memory_space != "vmem":
-            continue
-        pb = block_padded_bytes(b)
-        once = single_step or (moved is not None and moved[i] <= pb)
-        need += (b.buffer_count or (1 if once else 2)) * pb
-        padded += pb
-        real += b.block_bytes
-    for s in call.scratch:
-        if s.memory_space == "vmem" and s.bytes:
-            need += padded_bytes(s.shape, itemsize(s.dtype))
-    return need, padded, real
-
-
-def _estimate_call(
-    call: PallasCallInfo,
-    c: ChipSpec,
-    total_flops: float | None,
-    scalar_prefetch: Sequence[Any] | None,
-    body_flops_per_step: float | None = None,
-    llo: ProgramLLO | None = None,
-    branches: KernelBranches | None = None,
-) -> CallEstimate:
-    grid, notes = bounded_grid(call)
-    steps = max(1, math.prod(grid))
-    sched = block_schedule(call, scalar_prefetch)
-    notes += sched.notes
-    bw = c.hbm_bytes_per_s
-
-    # Work per step.
-    mm = _matmul_blocks(call)
-    ce = call.cost_estimate
-    mxu_eff = 1.0
-    transcendentals = float(ce.transcendentals) if ce else 0.0
-    if mm is not None:
-        bm, bk, bn = mm
-        rows, cols = c.mxu_shape
-        # The MXU consumes [*, rows] x [rows, cols] weight tiles: partial tiles waste the array.
-        mxu_eff = (bk / round_up(bk, rows)) * (bn / round_up(bn, cols))
-    counted = body_flops_per_step * steps if body_flops_per_step else 0.0
-    if counted and branches is not None and branches.known:
-        counted = min(counted, branches.expected_flops() * steps)  # branches run on their share of the steps
-    if ce is not None and ce.flops > 0 and counted and ce.flops < UNDER_DECLARED_FRACTION * counted:
-        notes.append(
-            f"ignored pl.CostEstimate of {call.kernel_name}: it declares {ce.flops:.3g} flops, the kernel "
-            f"body computes {counted:.3g}"
-        )
-        ce = None
-    if ce is not None and ce.flops > 0:
-        flops, src = float(ce.flops), "cost_estimate"
-    elif counted:
-        flops, src = counted, "kernel body"
-    elif mm is not None:
-        flops, src = 2.0 * mm[0] * mm[1] * mm[2] * steps, "matmul blocks"
-    elif total_flops is not None:
-        flops, src = float(total_flops), "total_flops"
-    else:
-        flops, src = 0.0, "elementwise"
-    elements = sum(math.prod(kernel_block_shape(b)) for b in call.blocks if b.pipelined)
-    vpu_rate = _vpu_ops_per_s(c)
-    vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
-    mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
-    if mm is not None or counted:  # the body has matmul/conv flops: they run on the MXU
-        mxu_s = flops / steps / (c.mxu_flops_per_s(mm_dtype) * mxu_eff)
-    else:
-        mxu_s = 0.0
-        vpu_ops += flops / steps  # non-matmul flops run on the VPU
-    vpu_s = vpu_ops / vpu_rate
-    compute_s = max(mxu_s, vpu_s)  # assumption: MXU and VPU work overlap within a step
-    tier: Literal["llo", "model"] = "model"
-    bundles = None
-    straight_s = 0.0
-    if llo is not None and c.clock_ghz:
-        # The compiler's schedule: one grid step runs the loop body; the rest runs once. The MXU's
-        # f32 passes take longer than the schedule shows (same bundles, ~2.5x time), so the dtype's
-        # MXU time is a floor under the bundle time.
-        bundles = llo.loop_bundles if llo.loop_bundles else llo.straight_line_bundles
-        hz = c.clock_ghz * 1e9
-        compute_s = max(bundles / hz, mxu_s if str(mm_dtype) in ("float32", "f32") else 0.0)
-        straight_s = (llo.straight_line_bundles / hz) if llo.loop_bundles else 0.0
-        tier = "llo"
-        if llo.inner_loop_bundles:
-            notes.append(f"{call.kernel_name}: {llo.inner_loop_bundles} bundles in inner loops counted once")
-        if llo.predicated_bundles:
-            notes.append(
-                f"{call.kernel_name}: {llo.predicated_bundles} bundles under pl.when-sized branches charged every step"
-            )
-
-    # pl.when branches run on the grid steps whose predicate holds (evaluated over the grid where it is a
-    # function of the program ids). Tier model: the counted flops above are already per share. Tier llo:
-    # the loop holds every branch's bundles, so a step is charged their expected share.
-    if branches is not None and branches.known:
-        taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
-        how = "flops counted per branch on the steps that run it"
-        share = branches.active_fraction(
-            c.mxu_flops_per_s(mm_dtype) * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
-        )
-        if tier == "llo" and share is not None and share < 0.999:
-            compute_s *= share
-            how = f"a step's compute is {share:.2f} of the loop's bundles, weighted by each branch's counted work"
-        notes.append(
-            f"{call.kernel_name}: pl.when branches taken on {', '.join(taken)} of the {branches.steps} grid "
-            f"steps (predicates evaluated over the grid): {how}"
-            + (
-                f"; {branches.unknown} predicate(s) read memory and stay charged every step"
-                if branches.unknown
-                else ""
-            )
-        )
-    # Non-pipelined HBM operands (pl.ANY / HBM): the kernel DMAs them itself; charge them once.
-    manual = [b for b in call.blocks if not b.pipelined and b.memory_space in ("any", "hbm")]
-    manual_bytes = sum(array_bytes(b) for b in manual)
-    if manual:
-        notes.append("operands in pl.ANY/HBM are manual DMAs: charged once each, spread over the steps")
-
-    # Pipeline: step t computes while the DMAs of transition t -> t+1 run; no step is shorter than
-    # the fixed per-step cost (what it adds on top of compute and DMA is the overhead).
-    floor_s = STEP_OVERHEAD_US * 1e-6
-    manual_per_step = manual_bytes / steps
-    steady = 0.0
-    dma_s = 0.0
-    overhead_s = 0.0
-    for count, overlapped, exposed in sched.classes:
-        t_dma = (overlapped + manual_per_step) / bw
-        t_exposed = exposed / bw  # single-buffered blocks: their fetch waits for the step to finish
-        busy = max(compute_s, t_dma)
-        steady += count * (max(floor_s, busy) + t_exposed)
-        overhead_s += count * max(0.0, floor_s - busy)
-        dma_s += count * (t_dma + t_exposed)
-    last_busy = max(compute_s, manual_per_step / bw)
-    last_step = max(floor_s, last_busy)
-    overhead_s += max(0.0, floor_s - last_busy)
-    prologue_s = sched.first_fetch_bytes / bw
-    epilogue_s = sched.last_writeback_bytes / bw
-    # Megacore: the leading parallel axes run on both TensorCores at once; the busiest core's share of
-    # the steps sets the time (each core streams its own blocks at the chip table's per-core rate).
-    split = core_split(grid, call.dimension_semantics, cores_per_device(c.name))
-    if split.split_axes:
-        share = split.steps_per_core / steps
-        steady, last_step, overhead_s = steady * share, last_step * share, overhead_s * share
-        notes.append(f"{call.kernel_name}: megacore split, {split.note}")
-    elif split.note:
-        notes.append(f"{call.kernel_name}: {split.note}")
-    # ICI: bytes this device sends to others (remote DMAs), over one link; no overlap with compute assumed.
-    ici_s = 0.0
-    if call.remote_dma_bytes:
-        if c.ici_link_gbps:
-            ici_s = call.remote_dma_bytes / (c.ici_link_gbps * 1e9)
-            notes.append(
-                f"{call.kernel_name}: {call.remote_dmas} remote DMA(s), {_fmt_bytes(call.remote_dma_bytes)} over ICI "
-                f"at {c.ici_link_gbps:g} GB/s per link ({c.ici_source}); not overlapped with compute"
-            )
-        else:
-            notes.append(f"{call.kernel_name}: remote DMAs not costed: no ICI bandwidth known for {c.name}")
-    total_s = prologue_s + steady + last_step + epilogue_s + straight_s + ici_s
-
-    moved = sum(sched.moved_per_block) + manual_bytes
-    min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
-    refetch = {}
-    for b, m in zip(call.blocks, sched.moved_per_block, strict=True):
-        if b.pipelined and array_bytes(b):
-            refetch[f"{'in' if b.role == 'input' else 'out'}{b.position}"] = m / array_bytes(b)
-    vmem, padded, real = _vmem_needed(call, sched.moved_per_block)
-    return CallEstimate(
-        kernel_name=call.kernel_name,
-        grid=grid,
-        steps=steps,
-        estimated_time_us=total_s * 1e6,
-        compute_time_us=compute_s * steps * 1e6,
-        dma_time_us=(dma_s + prologue_s + epilogue_s) * 1e6,
-        overhead_time_us=overhead_s * 1e6,
-        prologue_us=prologue_s * 1e6,
-        epilogue_us=epilogue_s * 1e6,
-        flops=flops,
-        flops_source=src,
-        tier=tier,
-        bundles_per_step=bundles,
-        mxu_efficiency=mxu_eff,
-        hbm_bytes_moved=int(moved),
-        min_hbm_bytes=int(min_bytes),
-        refetch_factors=refetch,
-        vmem_bytes_needed=vmem,
-        padding_waste_fraction=(padded - real) / padded if padded else 0.0,
-        index_maps=sched.mode,
-        ici_time_us=ici_s * 1e6,
-        cores=split.cores if split.split_axes else 1,
-        steps_per_core=split.steps_per_core,
-        notes=notes,
     )
 
 
@@ -448,20 +170,6 @@ ASSUMPTIONS = [
     "every value they touch (jaxpr_cost.py), added to the kernels' time",
     f"a declared pl.CostEstimate under {UNDER_DECLARED_FRACTION:.0%} of the kernel body's counted flops is ignored",
 ]
-
-
-def estimate_kernel_call(
-    call: PallasCallInfo, chip: str | ChipSpec, llo: ProgramLLO | None = None
-) -> CallEstimate:
-    """One kernel's estimate with no scalar-prefetch values: how fusions.py costs XLA's own Mosaic kernels."""
-    return _estimate_call(call, _chip(chip), None, None, llo=llo)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:

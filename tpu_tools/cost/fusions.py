@@ -599,7 +599,7 @@ def _fmt_gb(n: float) -> str:
 
 def _as_kernel(ins: HloInstruction, table: dict[str, HloInstruction], c: ChipSpec, prog: ProgramLLO | None):
     """A Mosaic custom call's CallEstimate from its own grid, windows and (if dumped) its LLO, or None."""
-    from maxkernel.tpu_tools.cost.estimate import estimate_kernel_call  # estimate imports this module
+    from maxkernel.tpu_tools.cost.call_estimate import estimate_kernel_call
     from maxkernel.tpu_tools.cost.mosaic_call import kernel_call
 
     call = kernel_call(ins, table)

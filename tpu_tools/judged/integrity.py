@@ -121,6 +121,10 @@ def _entries(name: str, value) -> dict[str, tuple[int, str]]:
 # The estimator's rooms: a kernel estimated in-process must not be able to rewrite its own estimate.
 ESTIMATOR_MODULES = (
     "maxkernel.tpu_tools.cost.estimate",
+    "maxkernel.tpu_tools.cost.call_estimate",
+    "maxkernel.tpu_tools.cost.fusions",
+    "maxkernel.tpu_tools.cost.mosaic_call",
+    "maxkernel.tpu_tools.cost.branches",
     "maxkernel.tpu_tools.cost.block_schedule",
     "maxkernel.tpu_tools.problem.pallas_info",
     "maxkernel.tpu_tools.cost.jaxpr_cost",
