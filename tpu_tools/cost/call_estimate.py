@@ -83,7 +83,7 @@ class CallEstimate(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _chip(chip: str | ChipSpec) -> ChipSpec:
+def chip_spec(chip: str | ChipSpec) -> ChipSpec:
     return chip if isinstance(chip, ChipSpec) else get_chip(chip)
 
 
@@ -104,7 +104,7 @@ def _matmul_blocks(call: PallasCallInfo) -> tuple[int, int, int] | None:
     return None
 
 
-def _vpu_ops_per_s(c: ChipSpec) -> float:
+def vpu_ops_per_s(c: ChipSpec) -> float:
     # Clock inferred from the MXU peak: peak = 2 flops * rows * cols * num_mxus * clock.
     clock_hz = c.peak_bf16_flops_per_s / (2 * c.mxu_shape[0] * c.mxu_shape[1] * c.num_mxus)
     return clock_hz * VPU_ELEMENT_OPS_PER_CYCLE
@@ -133,15 +133,16 @@ def _vmem_needed(call: PallasCallInfo, moved: Sequence[int] | None = None) -> tu
     return need, padded, real
 
 
-def _estimate_call(
+def estimate_call(
     call: PallasCallInfo,
     c: ChipSpec,
-    total_flops: float | None,
-    scalar_prefetch: Sequence[Any] | None,
+    total_flops: float | None = None,
+    scalar_prefetch: Sequence[Any] | None = None,
     body_flops_per_step: float | None = None,
     llo: ProgramLLO | None = None,
     branches: KernelBranches | None = None,
 ) -> CallEstimate:
+    """One kernel's pipeline estimate; without scalar-prefetch values a table-read index is fetched every step."""
     grid, notes = bounded_grid(call)
     steps = max(1, math.prod(grid))
     sched = block_schedule(call, scalar_prefetch)
@@ -178,7 +179,7 @@ def _estimate_call(
     else:
         flops, src = 0.0, "elementwise"
     elements = sum(math.prod(kernel_block_shape(b)) for b in call.blocks if b.pipelined)
-    vpu_rate = _vpu_ops_per_s(c)
+    vpu_rate = vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
     mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
     if mm is not None or counted:  # the body has matmul/conv flops: they run on the MXU
@@ -268,7 +269,7 @@ def _estimate_call(
         if c.ici_link_gbps:
             ici_s = call.remote_dma_bytes / (c.ici_link_gbps * 1e9)
             notes.append(
-                f"{call.kernel_name}: {call.remote_dmas} remote DMA(s), {_fmt_bytes(call.remote_dma_bytes)} over ICI "
+                f"{call.kernel_name}: {call.remote_dmas} remote DMA(s), {fmt_bytes(call.remote_dma_bytes)} over ICI "
                 f"at {c.ici_link_gbps:g} GB/s per link ({c.ici_source}); not overlapped with compute"
             )
         else:
@@ -310,14 +311,7 @@ def _estimate_call(
     )
 
 
-def estimate_kernel_call(
-    call: PallasCallInfo, chip: str | ChipSpec, llo: ProgramLLO | None = None
-) -> CallEstimate:
-    """One kernel's estimate with no scalar-prefetch values: how fusions.py costs XLA's own Mosaic kernels."""
-    return _estimate_call(call, _chip(chip), None, None, llo=llo)
-
-
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"

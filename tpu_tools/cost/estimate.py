@@ -31,11 +31,11 @@ from maxkernel.tpu_tools.cost.call_estimate import (
     VPU_ELEMENT_OPS_PER_CYCLE,
     VPU_OPS_PER_ELEMENT,
     CallEstimate,
-    _chip,
-    _estimate_call,
-    _fmt_bytes,
-    _vpu_ops_per_s,
-    estimate_kernel_call,
+    MiB,
+    chip_spec,
+    estimate_call,
+    fmt_bytes,
+    vpu_ops_per_s,
 )
 from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
@@ -50,12 +50,10 @@ __all__ = [
     "RooflineEstimate",
     "StaticEstimate",
     "default_scoped_vmem_bytes",
-    "estimate_kernel_call",
     "estimate_pallas",
     "roofline",
 ]
 
-MiB = 1 << 20
 # Default scoped-VMEM limit Mosaic compiles a kernel against when `vmem_limit_bytes` is not given.
 # Inferred from public "Scoped allocation with size ... and limit 16.00M / 32.00M exceeded scoped vmem
 # limit" compile errors (16 MiB on v4/v5e/v5p, 32 MiB on v6e); 7x assumed equal to v6e. The
@@ -120,13 +118,13 @@ class StaticEstimate(BaseModel):
 
 
 def default_scoped_vmem_bytes(chip: str | ChipSpec) -> int:
-    c = _chip(chip)
+    c = chip_spec(chip)
     return DEFAULT_SCOPED_VMEM_BYTES.get(c.generation, 16 * MiB)
 
 
 def roofline(flops: float, bytes_accessed: float, chip: str | ChipSpec, cores: int = 1) -> RooflineEstimate:
     """Time = max(flops / peak bf16, bytes / HBM bandwidth), over `cores` TensorCores (megacore: 2)."""
-    c = _chip(chip)
+    c = chip_spec(chip)
     t_c = flops / (c.peak_bf16_flops_per_s * cores) * 1e6
     t_m = bytes_accessed / (c.hbm_bytes_per_s * cores) * 1e6
     return RooflineEstimate(
@@ -175,7 +173,7 @@ ASSUMPTIONS = [
 def _plain_estimate(c: ChipSpec, flops: float, nbytes: float) -> StaticEstimate:
     rl = roofline(flops, nbytes, c, cores_per_device(c.name))  # XLA splits its work over a megacore's cores
     rate = (
-        f"{_fmt_bytes(nbytes)} at {c.hbm_gbps:.0f} GB/s"
+        f"{fmt_bytes(nbytes)} at {c.hbm_gbps:.0f} GB/s"
         if rl.bound == "memory"
         else f"{flops / 1e9:.3g} GFLOP at {c.peak_bf16_tflops:.0f} TFLOP/s"
     )
@@ -209,7 +207,7 @@ def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
     mxu_s = program.outside_flops / c.mxu_flops_per_s(program.outside_matmul_dtype or "bfloat16")
     vpu_s = (
         program.outside_vpu_ops + program.outside_transcendentals * TRANSCENDENTAL_VPU_OPS
-    ) / _vpu_ops_per_s(c)
+    ) / vpu_ops_per_s(c)
     mem_s = program.outside_bytes / c.hbm_bytes_per_s
     inside = sum(f for f in program.kernel_flops_per_step)  # per step: only used for the share's sign
     total = program.outside_flops + inside
@@ -298,7 +296,7 @@ def estimate_pallas(
     skip_kernels): when given, the work outside the kernels is costed fusion by fusion, as the XLA baseline
     is, instead of by the roofline of the jaxpr's count.
     """
-    c = _chip(chip)
+    c = chip_spec(chip)
     if not calls:
         if total_flops is None or total_bytes is None:
             raise ValueError("no pallas_call found: pass total_flops and total_bytes (XLA cost analysis)")
@@ -317,7 +315,7 @@ def estimate_pallas(
     )
     matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
     per = [
-        _estimate_call(
+        estimate_call(
             call,
             c,
             share,
@@ -423,7 +421,7 @@ def _reason(
     if bound == "memory":
         name, factor = max(worst.refetch_factors.items(), key=lambda kv: kv[1], default=("", 1.0))
         extra = f"; {name} of {worst.kernel_name} moved {factor:.3g}x its size" if factor > 1.05 else ""
-        return f"memory-bound: {_fmt_bytes(moved)} moved at {c.hbm_gbps:.0f} GB/s{extra}"
+        return f"memory-bound: {fmt_bytes(moved)} moved at {c.hbm_gbps:.0f} GB/s{extra}"
     if bound == "compute":
         eff = f" at {worst.mxu_efficiency:.0%} MXU fill" if worst.mxu_efficiency < 0.999 else ""
         if worst.bundles_per_step:

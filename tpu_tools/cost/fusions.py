@@ -20,8 +20,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cost.call_estimate import estimate_call, fmt_bytes
 from maxkernel.tpu_tools.cost.hlo_text import HloComputation, HloInstruction, HloModule, Shape, parse_hlo
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+from maxkernel.tpu_tools.cost.mosaic_call import declared_cost, kernel_call
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
 from maxkernel.tpu_tools.hardware.megacore import cores_per_device
 
@@ -233,12 +235,8 @@ def _custom_call_work(ins: HloInstruction, table: dict[str, HloInstruction], wor
     its backend_config (XLA fills it for its own ragged dot: 2*M*K*N), else, for a ragged dot, from its
     operand shapes. Bytes stay the caller's: its operands read and outputs written, VMEM ones excluded.
     Says how the flops were found in `work.notes`; False when none were."""
-    cfg = ins.backend_config()
-    est = ((cfg.get("custom_call_config") or {}).get("cost_estimate") or {}) if isinstance(cfg, dict) else {}
-    try:
-        flops, trans = float(est.get("flops") or 0), float(est.get("transcendentals") or 0)
-    except (TypeError, ValueError):
-        flops, trans = 0.0, 0.0
+    ce = declared_cost(ins.backend_config())
+    flops, trans = (float(ce.flops), float(ce.transcendentals)) if ce else (0.0, 0.0)
     how = "custom call: flops from the kernel's declared cost_estimate"
     if flops <= 0 and ("ragged_dot" in ins.attrs or "ragged-dot" in ins.attrs):
         flops = _ragged_dot_flops(ins, table)
@@ -422,7 +420,8 @@ def _cost_op(
     tier: Literal["llo", "model"] = "model"
     llo_s = None
     prog = llo.get(ins.name)
-    if prog is not None and prog.is_kernel:
+    kernel_prog = prog if prog is not None and prog.is_kernel else None
+    if kernel_prog is not None:
         prog = None  # a Mosaic kernel's loop is one grid step: costed by _as_kernel below
     if prog is not None and c.clock_ghz:
         bundles = _llo_bundles(prog)
@@ -438,7 +437,7 @@ def _cost_op(
         "overhead" if fixed_s > busy else ("compute" if compute_s >= hbm_s else "memory")
     )
     per_run = busy + fixed_s
-    kernel = _as_kernel(ins, table, c, llo.get(ins.name)) if ins.opcode == "custom-call" else None
+    kernel = _as_kernel(ins, table, c, kernel_prog) if ins.opcode == "custom-call" else None
     if kernel is not None and kernel.estimated_time_us * 1e-6 > busy:
         # What XLA emitted runs as a gridded kernel: its own blocks, refetches and bundles per step, never
         # under the roofline of its declared work.
@@ -452,7 +451,7 @@ def _cost_op(
         grid = " x ".join(str(g) for g in kernel.grid)
         notes.append(
             f"XLA's own Mosaic kernel, costed as a pallas_call: grid {grid} ({kernel.steps} steps), its windows "
-            f"moving {_fmt_gb(nbytes)} of HBM traffic"
+            f"moving {fmt_bytes(nbytes)} of HBM traffic"
             + (f", {kernel.bundles_per_step} bundles per step" if kernel.bundles_per_step else "")
         )
         notes += kernel.notes
@@ -593,19 +592,10 @@ def _cost_computation(
     return out
 
 
-def _fmt_gb(n: float) -> str:
-    return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
-
-
 def _as_kernel(ins: HloInstruction, table: dict[str, HloInstruction], c: ChipSpec, prog: ProgramLLO | None):
     """A Mosaic custom call's CallEstimate from its own grid, windows and (if dumped) its LLO, or None."""
-    from maxkernel.tpu_tools.cost.call_estimate import estimate_kernel_call
-    from maxkernel.tpu_tools.cost.mosaic_call import kernel_call
-
     call = kernel_call(ins, table)
-    if call is None:
-        return None
-    return estimate_kernel_call(call, c, prog if prog is not None and prog.is_kernel else None)
+    return estimate_call(call, c, llo=prog) if call is not None else None
 
 
 def is_mosaic_kernel(ins: HloInstruction) -> bool:

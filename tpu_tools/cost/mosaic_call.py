@@ -3,7 +3,7 @@
 XLA lowers some ops to Mosaic kernels of its own: a `tpu_custom_call` whose backend config carries the
 kernel's MLIR (base64). Its grid (`iteration_bounds`), its windows (`window_params`: the block each
 step DMAs), their index functions and its dimension semantics are all in that text, so the kernel can be
-costed exactly as a user's pallas_call is (estimate._estimate_call: blocks fetched when their index
+costed exactly as a user's pallas_call is (call_estimate.estimate_call: blocks fetched when their index
 changes, the compiler's bundles per step, megacore). Costing it as the roofline of its declared flops and
 bytes hid what the chip really runs: XLA's f32 ragged dot on v5e uses 128-wide output windows and pads K.
 
@@ -30,7 +30,7 @@ from maxkernel.tpu_tools.problem.pallas_info import (
     UnknownIndexError,
 )
 
-__all__ = ["kernel_call", "mosaic_body"]
+__all__ = ["MlirIndexMap", "declared_cost", "kernel_call"]
 
 _DYNAMIC = -(2**63)  # iteration_bounds' marker of an axis known only at run time
 _DTYPES = {"bf16": "bfloat16", "f32": "float32", "f16": "float16", "i32": "int32", "i8": "int8", "i16": "int16",
@@ -44,16 +44,27 @@ _BINOPS = {"arith.addi": np.add, "arith.subi": np.subtract, "arith.muli": np.mul
            "arith.maxsi": np.maximum, "arith.minsi": np.minimum}  # fmt: skip
 
 
-def mosaic_body(ins: HloInstruction) -> str | None:
-    """The kernel's MLIR text, or None when the op is no Mosaic call or its body is bytecode."""
-    if ins.opcode != "custom-call" or 'custom_call_target="tpu_custom_call"' not in ins.attrs:
-        return None
-    cfg = ins.backend_config()
+def _mosaic_body(cfg: dict) -> str | None:
+    """The kernel's MLIR text from its backend config (base64), or None when it is bytecode or absent."""
     body = ((cfg.get("custom_call_config") or {}).get("body") if isinstance(cfg, dict) else None) or ""
     try:
         raw = base64.b64decode(body)
         return raw.decode() if raw.lstrip().startswith(b"module") else None
     except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def declared_cost(cfg: dict) -> CostEstimateInfo | None:
+    """The `cost_estimate` a Mosaic custom call declares in its backend config (XLA fills it for its own
+    kernels), or None when absent or unreadable."""
+    est = ((cfg.get("custom_call_config") or {}).get("cost_estimate") or {}) if isinstance(cfg, dict) else {}
+    try:
+        return CostEstimateInfo(
+            flops=int(float(est.get("flops") or 0)),
+            transcendentals=int(float(est.get("transcendentals") or 0)),
+            bytes_accessed=int(float(est.get("bytes_accessed") or 0)),
+        )
+    except (TypeError, ValueError):
         return None
 
 
@@ -135,9 +146,6 @@ class MlirIndexMap:
                 raise UnknownIndexError(f"{self.fn.name}: {op} not evaluated")
         raise UnknownIndexError(f"{self.fn.name}: no return")
 
-    def at(self, point: Sequence[int], scalar_prefetch: Sequence[Any] | None = None) -> tuple[int, ...]:
-        return tuple(int(x) for x in self.evaluate(np.asarray([point]), scalar_prefetch)[0])
-
 
 def _i64_array(attrs: str, key: str) -> list[int] | None:
     m = re.search(key + r"\s*=\s*array<i64(?::\s*([-\d,\s]*))?>", attrs)
@@ -148,7 +156,10 @@ def _i64_array(attrs: str, key: str) -> list[int] | None:
 
 def kernel_call(ins: HloInstruction, table: dict[str, HloInstruction]) -> PallasCallInfo | None:
     """The Mosaic custom call `ins` as a PallasCallInfo (grid, windows, index maps), or None if unreadable."""
-    text = mosaic_body(ins)
+    if ins.opcode != "custom-call" or 'custom_call_target="tpu_custom_call"' not in ins.attrs:
+        return None
+    cfg = ins.backend_config()
+    text = _mosaic_body(cfg)
     if text is None:
         return None
     funcs = _funcs(text)
@@ -164,7 +175,7 @@ def kernel_call(ins: HloInstruction, table: dict[str, HloInstruction]) -> Pallas
     sems = tuple(re.findall(r"#tpu\.dimension_semantics<(\w+)>", main.attrs)) or None
     rank = len(bounds)
     args = main.args
-    prefetch = [a for a in args[rank : rank + n_prefetch]]
+    prefetch = args[rank : rank + n_prefetch]
     windowed = args[rank + n_prefetch : len(args) - n_scratch]
     if len(windowed) != len(windows) or any(a[1] is None for a in windowed + prefetch):
         return None
@@ -203,16 +214,7 @@ def kernel_call(ins: HloInstruction, table: dict[str, HloInstruction]) -> Pallas
         )
     if any(m is None for m in maps):
         return None
-    cfg = ins.backend_config()
-    est = ((cfg.get("custom_call_config") or {}).get("cost_estimate") or {}) if isinstance(cfg, dict) else {}
-    try:
-        ce = CostEstimateInfo(
-            flops=int(est.get("flops") or 0),
-            transcendentals=int(est.get("transcendentals") or 0),
-            bytes_accessed=int(est.get("bytes_accessed") or 0),
-        )
-    except (TypeError, ValueError):
-        ce = None
+    ce = declared_cost(cfg)
     call = PallasCallInfo(
         kernel_name=ins.name,
         path=ins.op_name or ins.name,

@@ -373,6 +373,6 @@ def test_vmem_model_counts_buffers_as_mosaic_allocates():
         )(x, y)
 
     # the compiler allocated 3182592 and 1347584 bytes for these two (libtpu 0.0.42, v5e), of which
-    # 36864 are its internal scratch, which the model leaves out (see estimate._vmem_needed)
+    # 36864 are its internal scratch, which the model leaves out (see call_estimate._vmem_needed)
     assert _est(_trace(nogrid, s, s)).vmem_bytes_needed == 3182592 - 36864 == 3 * (1 << 20)
     assert _est(_trace(const_index, s, s)).vmem_bytes_needed == 1347584 - 36864
