@@ -6,9 +6,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-slow test-cluster lint venv bench clean
 
+# The optional test libraries (pyproject's tokamax, models and torch extras) go in after the pinned stack,
+# under a constraint file of what that install chose, so no test library can move jax, libtpu or flax.
+PIN := $(VENV)/jax-pin.txt
+TEST_EXTRAS := tokamax,models,torch
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
+	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax)==' > $(PIN)
+	$(BIN)/pip install -q --disable-pip-version-check -c $(PIN) -e ".[dev,$(TEST_EXTRAS)]"
 	touch $(STAMP)
 
 venv: $(STAMP)
