@@ -24,8 +24,13 @@ def _shapes_of(side: ReferenceSide) -> tuple:
     return tuple(jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in side.input_specs)
 
 
-def _hidden(side: ReferenceSide) -> list[str]:
-    return [os.path.realpath(side.reference.path)] if side.reference is not None else []
+def _hidden(side: ReferenceSide, kernel_path: str) -> list[str]:
+    """The reference's path, hidden from the candidate, unless the candidate is that very file: estimating
+    the reference itself (the XLA baseline) reads nothing it does not already hold."""
+    if side.reference is None:
+        return []
+    ref = os.path.realpath(side.reference.path)
+    return [] if os.path.realpath(kernel_path) == ref else [ref]
 
 
 def analyze_job(kernel_path: str, reference_side: dict, target: str = "tpu-v5e", size: str = "small") -> dict:
@@ -35,7 +40,7 @@ def analyze_job(kernel_path: str, reference_side: dict, target: str = "tpu-v5e",
 
     job_env.scrub()
     side = ReferenceSide.model_validate(reference_side)
-    guard = Guard(_hidden(side), extra_modules=ESTIMATOR_MODULES)
+    guard = Guard(_hidden(side, kernel_path), extra_modules=ESTIMATOR_MODULES)
     report = run_analyze(kernel_path, side, target, size, guard=guard)
     if guard.before:  # armed: the candidate was imported
         changed, reached = guard.check()
@@ -230,7 +235,7 @@ def estimate_batch_job(
     results = []
     # The candidates run their Python here: each is estimated under the integrity guard, and once one has
     # changed the estimator (or the clocks, jax.jit ...) nothing after it in this process is trusted.
-    guard = Guard(_hidden(side), extra_modules=ESTIMATOR_MODULES)
+    guard = Guard([], extra_modules=ESTIMATOR_MODULES)
     tampered: str | None = None
     with scope:
         for i, path in enumerate(kernel_paths):
@@ -240,6 +245,7 @@ def estimate_batch_job(
                     {"ok": False, "error": f"tampered: not estimated after an earlier candidate {tampered}"}
                 )
                 continue
+            guard.hidden = _hidden(side, path)  # per candidate: one of them may be the reference itself
             guard.arm()
             try:
                 result = _estimate_one(path, side.flops, shapes, chip, dump_root, allow_plain)

@@ -49,3 +49,33 @@ def test_in_a_batch_nothing_after_a_tampering_candidate_is_trusted():
     assert not first["ok"] and first["error"].startswith("tampered")
     assert not second["ok"] and "earlier candidate" in second["error"]
     assert estimate_batch_job  # the job under test (imported so a rename breaks this test loudly)
+
+
+def _cli_estimate(kernel: str, reference: str) -> tuple[int, dict]:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).parent / "maxkernel")
+    argv = [exe, "estimate", kernel, "-r", reference, "-t", "tpu-v6e", "--size", "small", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.slow
+def test_the_reference_estimated_against_itself_is_its_xla_baseline_and_a_reader_still_tampers(tmp_path):
+    # Issue 33: `estimate reference.py -r reference.py` said `tampered` (the candidate "reached" the
+    # hidden reference: its own file), while a byte copy worked. The copy and the file itself now agree.
+    import shutil
+
+    copy = tmp_path / "copy_of_reference.py"
+    shutil.copy(MATMUL_REF, copy)
+    rc_self, itself = _cli_estimate(MATMUL_REF, MATMUL_REF)
+    rc_copy, copied = _cli_estimate(str(copy), MATMUL_REF)
+    assert rc_self == rc_copy == 0 and itself["ok"] and copied["ok"], itself.get("failure")
+    assert itself["estimate"]["estimated_time_us"] == copied["estimate"]["estimated_time_us"] > 0
+    # The adversary: another file that reads the reference is still refused.
+    rc, stolen = _cli_estimate(str(ADV / "reads_reference_file.py"), MATMUL_REF)
+    assert rc == 1 and not stolen["ok"] and stolen["failure"]["kind"] == "tampered", stolen
+    assert "matmul_reference.py" in stolen["failure"]["summary"]
