@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 PIN := $(VENV)/jax-pin.txt
 TEST_EXTRAS := tokamax,models,torch
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
 	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax)==' > $(PIN)
