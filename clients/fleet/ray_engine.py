@@ -31,6 +31,36 @@ class RayUnavailable(Exception):
     """The Ray cluster cannot be reached (or Ray is not installed): one line, exit 1."""
 
 
+class NoRayCluster(RayUnavailable):
+    """`--engine ray` with no --ray-address and no cluster on this machine: the caller's mistake, exit 2."""
+
+
+# Ray's own words (ray._private.services) when address="auto" finds no cluster on this machine.
+_NO_CLUSTER_AT_AUTO = "Could not find any running Ray instance"
+
+
+def connect_error(address: str, e: Exception, command: str = "COMMAND") -> RayUnavailable:
+    """What `ray.init` failing means, in one line. With no --ray-address and no cluster running here, the
+    line names the README's one-box recipe (clients/fleet/local_cluster.py) with the caller's `command`."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    if address == "auto" and isinstance(e, ConnectionError) and _NO_CLUSTER_AT_AUTO in first:
+        return NoRayCluster(
+            "--engine ray found no Ray cluster on this machine and no --ray-address was given: give "
+            '--ray-address HEAD_IP:6379 of a running cluster (README, "A fleet on Ray"), or try it on one '
+            f"box: python -m maxkernel.clients.fleet.local_cluster --unshare --workers 2 -- {command}"
+        )
+    return RayUnavailable(f"cannot connect to the Ray cluster at {address}: {first}")
+
+
+def _this_command() -> str:
+    """The command line that was run, for the one-box recipe (COMMAND when not run as a console script)."""
+    import os
+    import shlex
+
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return shlex.join([name, *sys.argv[1:]]) if name.startswith("maxkernel") else "COMMAND"
+
+
 def _remote_serve():
     import ray
 
@@ -77,8 +107,7 @@ class RayEngine:
                 namespace="maxkernel",
             )
         except Exception as e:  # ConnectionError, or no cluster at 'auto'
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise RayUnavailable(f"cannot connect to the Ray cluster at {self.address}: {first}") from None
+            raise connect_error(self.address, e, _this_command()) from None
         # Ray's driver prints the cluster's error messages (a node died, a worker was killed) on stdout;
         # they are diagnostics, so they go to stderr and `--json` stdout stays JSON.
         self._stdout, sys.stdout = sys.stdout, sys.stderr

@@ -547,10 +547,12 @@ class SearchProgress:
 
 
 def _open_ray(args: argparse.Namespace) -> Any:
-    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
+    from maxkernel.clients.fleet.ray_engine import NoRayCluster, RayUnavailable, open_ray
 
     try:
         return open_ray(args, args.concurrency, profile_target=args.target)
+    except NoRayCluster as e:  # no --ray-address and nothing running here: exit 2 with the recipe
+        raise BaseUsageError(str(e)) from None
     except RayUnavailable as e:
         raise ServerDown(str(e)) from None
 

@@ -271,10 +271,12 @@ async def run_suite(
 
 
 def _open_ray(args: argparse.Namespace, settings: Any) -> Any:
-    from maxkernel.clients.fleet.ray_engine import RayUnavailable, open_ray
+    from maxkernel.clients.fleet.ray_engine import NoRayCluster, RayUnavailable, open_ray
 
     try:
         return open_ray(args, settings.concurrency, profile_target=settings.target)
+    except NoRayCluster as e:  # no --ray-address and nothing running here: exit 2 with the recipe
+        raise UsageError(str(e)) from None
     except RayUnavailable as e:
         raise NoServer(str(e)) from None
 

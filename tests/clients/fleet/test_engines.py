@@ -157,3 +157,56 @@ def test_the_suite_live_line_shows_hosts_up_and_busy():
     assert "|" not in line.line().split("ETA")[1]  # no engine yet: no fleet part
     line.engine = Fleet()
     assert line.line() == "1/3 done | correct 1 | ETA ? | ray: 2 hosts up, 1 busy, 1 lost"
+
+
+# Ray's ConnectionError when ray.init(address="auto") finds no cluster on the machine (ray/_private/services.py)
+RAY_NO_CLUSTER = (
+    "Could not find any running Ray instance. Please specify the one to connect to by setting `--address` "
+    "flag or `RAY_ADDRESS` environment variable."
+)
+
+
+def test_no_cluster_and_no_address_names_the_one_box_recipe_with_the_command():
+    from maxkernel.clients.fleet.ray_engine import NoRayCluster, RayUnavailable, connect_error
+
+    command = "maxkernel-orchestrate suite --engine ray --reference 12p"
+    e = connect_error("auto", ConnectionError(RAY_NO_CLUSTER), command)
+    assert isinstance(e, NoRayCluster) and "\n" not in str(e)
+    assert f"python -m maxkernel.clients.fleet.local_cluster --unshare --workers 2 -- {command}" in str(e)
+    assert "--ray-address" in str(e) and "A fleet on Ray" in str(e)
+    # a cluster that was named but cannot be reached is not the caller's mistake: exit 1, Ray's own words
+    e = connect_error("10.0.0.1:6379", ConnectionError("Failed to connect to GCS at 10.0.0.1:6379"))
+    assert type(e) is RayUnavailable and str(e).endswith(
+        "at 10.0.0.1:6379: Failed to connect to GCS at 10.0.0.1:6379"
+    )
+
+
+@pytest.mark.parametrize("verb", ["suite", "search"])
+def test_engine_ray_with_no_cluster_is_one_line_exit_2_naming_the_recipe(verb, tmp_path):
+    """The real ray.init(address="auto"), in a private PID and network namespace (no Ray process of another
+    test is visible, none can bind a real interface) and with a fresh Ray temp dir (no stale cluster file):
+    it starts nothing, fails at once, and the CLI says what to run instead."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray")
+    from maxkernel.clients.fleet.local_cluster import UNSHARE
+
+    if shutil.which("unshare") is None or subprocess.run([*UNSHARE, "true"], capture_output=True).returncode:
+        pytest.skip("needs a private network + PID namespace (unshare) so no other Ray cluster is visible")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(tmp_path / "ray")}
+    (tmp_path / "ray").mkdir()
+    argv = [verb, "--engine", "ray", "--reference", "12p", "--run-dir", str(tmp_path / "run"), "--quiet"]
+    code = "import sys; from maxkernel.clients.cli import main; sys.argv[0] = 'maxkernel-orchestrate'; sys.exit(main())"
+    p = subprocess.run(
+        [*UNSHARE, sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120
+    )
+    err = p.stderr.strip()
+    assert p.returncode == 2, (p.returncode, err)
+    assert "\n" not in err and err.startswith(
+        f"maxkernel-orchestrate {verb}: --engine ray found no Ray cluster"
+    )
+    assert f"local_cluster --unshare --workers 2 -- maxkernel-orchestrate {verb} --engine ray" in err, err
+    assert not (tmp_path / "run").exists()
