@@ -8,121 +8,19 @@ to order proposals (the static estimate from tpu_tools is the verdict).
 
 from __future__ import annotations
 
-import itertools
-import json
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from string import Template as _StrTemplate
-from typing import Any
-
-Config = dict[str, Any]
-Dims = dict[str, int]
-MiB = 1 << 20
-DEFAULT_VMEM_LIMIT_BYTES = 64 * MiB
-CONFIG_MARKER = "# offline-config: "
-
-
-class UnknownTemplateError(LookupError):
-    """No template serves this operator or task; the message says what to do instead."""
-
-
-@dataclass(frozen=True)
-class Template:
-    """One kernel family: its source text, search space and legality rules."""
-
-    name: str
-    operators: tuple[str, ...]
-    source: str
-    tunables: Mapping[str, tuple[Any, ...]]
-    dims_of: Callable[[Mapping[str, Any]], Dims] = field(repr=False)
-    problems: Callable[[Config, Dims], list[str]] = field(repr=False)
-    vmem_bytes: Callable[[Config, Dims], int] = field(repr=False)
-    cost_us: Callable[[Config, Dims], float] = field(repr=False)
-    initial: Config = field(default_factory=dict)
-    fixed: Callable[[str], dict[str, str]] = field(default=lambda op: {}, repr=False)
-    constraints: tuple[str, ...] = ()
-    grid_axes: Callable[[Config], list[str]] = field(default=lambda c: [], repr=False)
-    semantics: Callable[[Config], list[str]] = field(default=lambda c: [], repr=False)
-
-    def check(self, config: Config, dims: Dims) -> list[str]:
-        """Why `config` is illegal at `dims` (empty list: legal). Unknown or missing keys are errors."""
-        out = [f"unknown tunable {k!r}" for k in config if k not in self.tunables]
-        out += [f"missing tunable {k!r}" for k in self.tunables if k not in config]
-        return out or self.problems(config, dims)
-
-    def legal(self, config: Config, dims_list: list[Dims]) -> bool:
-        return all(not self.check(config, d) for d in dims_list)
-
-    def space(self, dims_list: list[Dims]) -> dict[str, list[Any]]:
-        """Per tunable, the values that appear in at least one config legal at every dims."""
-        keep: dict[str, set] = {k: set() for k in self.tunables}
-        for cfg in self.configs():
-            if self.legal(cfg, dims_list):
-                for k, v in cfg.items():
-                    keep[k].add(v)
-        return {k: [v for v in vals if v in keep[k]] for k, vals in self.tunables.items()}
-
-    def configs(self) -> list[Config]:
-        keys = list(self.tunables)
-        return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*self.tunables.values())]
-
-    def params(self, operator: str, vmem_limit_bytes: int = DEFAULT_VMEM_LIMIT_BYTES) -> dict[str, str]:
-        if operator not in self.operators:
-            raise UnknownTemplateError(f"template {self.name!r} does not serve operator {operator!r}")
-        return {
-            "operator": operator,
-            "config_marker": CONFIG_MARKER,
-            "vmem_limit_bytes": str(int(vmem_limit_bytes)),
-            **self.fixed(operator),
-        }
-
-    def placeholder_source(self, operator: str, vmem_limit_bytes: int = DEFAULT_VMEM_LIMIT_BYTES) -> str:
-        """The source with fixed parameters filled and `${tunable}` placeholders left (autotune_kernel's input)."""
-        text = _StrTemplate(self.source).safe_substitute(self.params(operator, vmem_limit_bytes))
-        return text.replace("${config_json}", f"template={self.name} (generic: tunables are placeholders)")
-
-    def render(self, config: Config, operator: str, vmem_limit_bytes: int = DEFAULT_VMEM_LIMIT_BYTES) -> str:
-        """A complete candidate module for `config` (illegal keys raise ValueError)."""
-        bad = [p for p in self.check(config, {}) if "tunable" in p]
-        if bad:
-            raise ValueError(f"{self.name}: {'; '.join(bad)}")
-        values = {k: str(v) for k, v in config.items()}
-        values["config_json"] = config_text(self.name, config)
-        return _StrTemplate(self.source).substitute({**self.params(operator, vmem_limit_bytes), **values})
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """Canonical text of a config, for sets and dict keys."""
-    return json.dumps(dict(config), sort_keys=True)
-
-
-def config_text(template: str, config: Mapping[str, Any]) -> str:
-    """`template=matmul block_m=128 ...`: the marker the model reads back out of kernels and plans."""
-    return " ".join([f"template={template}", *(f"{k}={v}" for k, v in config.items())])
-
-
-def parse_config_text(text: str) -> tuple[str, Config] | None:
-    """The (template, config) of the last marker in `text`, or None."""
-    found = _MARKER_RE.findall(text)
-    if not found:
-        return None
-    pairs = dict(p.split("=", 1) for p in found[-1].split())
-    template = pairs.pop("template", "")
-    return template, {k: int(v) if v.lstrip("-").isdigit() else v for k, v in pairs.items()}
-
-
-_MARKER_RE = re.compile(r"offline-config: (template=\w+(?:[ \t]+\w+=[\w.]+)*)")
-
-
-def divides(block: int, dim: int, align: int) -> str | None:
-    """None when `block` (clamped to `dim`) tiles `dim` legally, else the reason."""
-    b = min(block, dim)
-    if dim % b:
-        return f"{dim} is not divisible by block {b}"
-    if b != dim and b % align:
-        return f"block {b} is not a multiple of {align} (and not the full dim {dim})"
-    return None
+from maxkernel.clients.offline.templates.base import (  # noqa: F401 - the package's public names
+    CONFIG_MARKER,
+    DEFAULT_VMEM_LIMIT_BYTES,
+    Config,
+    Dims,
+    MiB,
+    Template,
+    UnknownTemplateError,
+    config_key,
+    config_text,
+    divides,
+    parse_config_text,
+)
 
 
 def _registry() -> dict[str, Template]:

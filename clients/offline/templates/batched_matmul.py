@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
-from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.tpu_tools.problem.emit import Program
 
 SOURCE = '''"""Batched matmul (offline template `batched_matmul`), generated from the reference's traced program.

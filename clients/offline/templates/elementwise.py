@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from maxkernel.clients.offline.templates import Template, divides
+from maxkernel.clients.offline.templates.base import Template, divides
 
 SOURCE = '''"""Elementwise ${operator} over a lane-dense 2-D view (offline template `elementwise`)."""
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from maxkernel.clients.offline.dims import Symbolic
-from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 PASS = {"convert_element_type", "stop_gradient"}  # value-preserving for the axis labels

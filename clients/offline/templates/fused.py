@@ -18,8 +18,9 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.rows import RowPlan, analyse
-from maxkernel.clients.offline.templates import MiB, Template
-from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
+from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.row_blocks import legal_blocks, nbytes, row_body, tiled_axes
+from maxkernel.tpu_tools.problem.emit import Program, operand
 
 SOURCE = '''"""${title} (offline template `${name}`), generated from the reference's traced program.
 
@@ -91,38 +92,8 @@ TITLE = {
     "elementwise": "Elementwise map",
     "fused": "Fused program",
 }
-_ALIGN = {4: 8, 2: 16, 1: 32}  # sublane multiple of a block's second-to-last dim, by itemsize
 BLOCK_NAMES = ("block_rows", "block_axis1")  # the tunable of grid axis k (the outputs' axis k)
 _INITIAL_VMEM = 24 * MiB  # the first proposal leaves room for the compiler's own scratch
-
-
-def _itemsize(dtype: str) -> int:
-    import numpy as np
-
-    try:
-        return int(np.dtype(dtype).itemsize)
-    except TypeError:
-        return 2 if "16" in dtype else 4
-
-
-def _nbytes(shape: Sequence[int], dtype: str) -> int:
-    return math.prod(shape) * _itemsize(dtype)
-
-
-def _align(rank: int, axis: int, dtype: str) -> int:
-    """The multiple a block along `axis` must be (unless it is the whole dim): lanes, sublanes, or free."""
-    if rank == 1:  # Mosaic's rank-1 rule: a power of 2 at least 128 lanes x the dtype's packing
-        return 128 * max(1, 4 // _itemsize(dtype))
-    if axis == rank - 1:
-        return 128
-    if axis == rank - 2:
-        return _ALIGN.get(_itemsize(dtype), 8)
-    return 1
-
-
-def tiled_axes(plans: Sequence[RowPlan], name: str) -> dict[int, int]:
-    """{axis of value `name`: grid axis k} over the tiling plans."""
-    return {ax: k for k, p in enumerate(plans) if (ax := p.axes.get(name)) is not None}
 
 
 def plans_of(program: Program, plan: RowPlan) -> list[RowPlan]:
@@ -138,29 +109,6 @@ def plans_of(program: Program, plan: RowPlan) -> list[RowPlan]:
         if second.tiled and not clash:
             plans.append(second)
     return plans
-
-
-def row_body(
-    program: Program, plans: Sequence[RowPlan], sym: Symbolic, equations: list[dict] | None = None
-) -> str:
-    """The program's equations (or the subset `equations`) as indented source: shapes along a tiled axis
-    are its block size `b<k>`, every other number that follows the size is written from `sh`."""
-    offsets = {program["equations"][i]["outputs"][0]: k for k, p in enumerate(plans) for i in p.offset_iotas}
-
-    def shape_of(e: dict, key: str) -> str:
-        elems = sym.shape_elems(e, key)
-        for ax, k in tiled_axes(plans, e["outputs"][0]).items():
-            elems[ax] = f"b{k}"
-        return shape_source(elems)
-
-    def extra(e: dict, expr: str) -> str:
-        k = offsets.get(e["outputs"][0])
-        if k is not None:
-            return f"lax.add({expr}, lax.convert_element_type(r{k}, {e['params']['dtype']}))"
-        return expr
-
-    sub = program if equations is None else {**program, "equations": equations}
-    return "\n".join(f"    {line}" for line in body_lines(sub, shape_of, extra, sym))
 
 
 def _index(rank: int, axes: Mapping[int, int], ngrid: int) -> tuple[str, str]:
@@ -267,21 +215,6 @@ def _result(ranks: list[int]) -> str:
     return items[0] if len(items) == 1 else "(" + ", ".join(items) + ")"
 
 
-def _legal_blocks(program: Program, plans: Sequence[RowPlan], sym: Symbolic) -> list[tuple[int, ...]]:
-    """Per grid axis, the block sizes that are legal at the target: multiples of every blocked array's
-    alignment along it (a block at or past the dim clamps to the whole dim, which is always legal)."""
-    at = sym.at(sym.target)
-    out = []
-    for k, p in enumerate(plans):
-        n = at["out_specs"][0]["shape"][k]
-        arrays = [(s, a) for s, a in zip(at["inputs"], p.input_axes, strict=True) if a is not None]
-        arrays += [(s, k) for s in at["out_specs"]]
-        align = max(_align(len(s["shape"]), a, s["dtype"]) for s, a in arrays)
-        top = max(align, 1 << max(n - 1, 0).bit_length())
-        out.append(tuple(b for b in (1 << j for j in range(top.bit_length())) if b % align == 0))
-    return out
-
-
 def _vmem_fn(program: Program, plans: Sequence[RowPlan], sym: Symbolic):
     """VMEM a config needs at the target size: blocks double-buffered, plus f32 temporaries."""
     at = sym.at(sym.target)
@@ -300,10 +233,10 @@ def _vmem_fn(program: Program, plans: Sequence[RowPlan], sym: Symbolic):
         return [min(int(c[BLOCK_NAMES[axes[d]]]), x) if d in axes else x for d, x in enumerate(shape)]
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        total = sum(2 * _nbytes(blocked(s["shape"], ax, c), s["dtype"]) for s, ax in ins)
+        total = sum(2 * nbytes(blocked(s["shape"], ax, c), s["dtype"]) for s, ax in ins)
         outs = {k: k for k in range(len(plans))}
-        total += sum(2 * _nbytes(blocked(s["shape"], outs, c), s["dtype"]) for s in at["out_specs"])
-        total += 3 * max([_nbytes(blocked(sh, ax, c), "float32") for sh, ax in values] or [0])
+        total += sum(2 * nbytes(blocked(s["shape"], outs, c), s["dtype"]) for s in at["out_specs"])
+        total += 3 * max([nbytes(blocked(sh, ax, c), "float32") for sh, ax in values] or [0])
         return int(total)
 
     return vmem
@@ -346,7 +279,7 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
             return bmm
     if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
         one = plans[:1]
-        smallest = {BLOCK_NAMES[0]: min(_legal_blocks(program, one, sym)[0])}
+        smallest = {BLOCK_NAMES[0]: min(legal_blocks(program, one, sym)[0])}
         if _vmem_fn(program, one, sym)(smallest, {}) <= _INITIAL_VMEM:
             plans = one
     parts = _source_parts(program, plans, sym, plan.why or "rows are not separable")
@@ -355,10 +288,10 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
             "numbers that follow the size in no way it can write: " + "; ".join(sym.unsolved[:3])
         )
     at = sym.at(sym.target)
-    blocks = _legal_blocks(program, plans, sym) if plans else [(1,)]
+    blocks = legal_blocks(program, plans, sym) if plans else [(1,)]
     names = BLOCK_NAMES[: len(plans)] if plans else ("block_rows",)
     vmem = _vmem_fn(program, plans, sym)
-    hbm = sum(_nbytes(s["shape"], s["dtype"]) for s in at["inputs"] + at["out_specs"])
+    hbm = sum(nbytes(s["shape"], s["dtype"]) for s in at["inputs"] + at["out_specs"])
     extents = [at["out_specs"][0]["shape"][k] for k in range(len(plans))]
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
-from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.batched_matmul import BLOCKS, block_problems, first_proposal
 from maxkernel.tpu_tools.problem.emit import Program, body_lines
 

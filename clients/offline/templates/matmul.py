@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from maxkernel.clients.offline.templates import MiB, Template, divides
+from maxkernel.clients.offline.templates.base import MiB, Template, divides
 
 SOURCE = '''"""Tiled [M, K] @ [K, N] matmul with a fused epilogue (offline template `matmul`, ${operator}).
 

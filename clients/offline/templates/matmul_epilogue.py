@@ -22,7 +22,8 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
-from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
 LAYOUT = ("transpose", "convert_element_type", "reshape")
@@ -251,8 +252,6 @@ def _k_blocks(k: int) -> tuple[int, ...]:
 
 def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template:
     """The template for a program `split` accepted: rows and K blocked for the target size."""
-    from maxkernel.clients.offline.templates.fused import _align, _legal_blocks, _nbytes, row_body
-
     eqns = program["equations"]
     names = program["input_names"]
     hoist = set(sp.chain) | set(_folded(eqns, sp))
@@ -334,14 +333,14 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
     at = sym.at(sym.target)
     m_t, k_t = at["inputs"][names.index(sp.lhs)]["shape"]
     n_t = sym.eqn_shapes_at(sym.target)[sp.dot][0][1]  # the dot's (M, N) at the target
-    row_blocks = _legal_blocks(program, [plan], sym)[0]
+    row_blocks = legal_blocks(program, [plan], sym)[0]
     k_blocks = _k_blocks(k_t)
     fixed["target"] = f"{sym.target}: M={m_t}, K={k_t}, N={n_t}"
     item = 2 if "16" in at["inputs"][names.index(sp.lhs)]["dtype"] else 4
     col_blocks: tuple[int, ...] = (n_t,)  # N whole
     if cols is not None:  # lane multiples up to N that every input blocked along N can take
         ins = at["inputs"]
-        align = max(_align(len(ins[a]["shape"]), d, ins[a]["dtype"]) for a, d in cols.items())
+        align = max(block_align(len(ins[a]["shape"]), d, ins[a]["dtype"]) for a, d in cols.items())
         col_blocks = tuple(b for b in _k_blocks(n_t) if b % align == 0) or (n_t,)
     # each other input's shape at the target and its axis along N (None: not blocked by columns)
     other_specs = [(at["inputs"][names.index(n)]["shape"], (cols or {}).get(names.index(n))) for n in others]
@@ -359,7 +358,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
                 bn if a == col else min(bm, x) if a == 0 and len(shape) == 2 else x
                 for a, x in enumerate(shape)
             ]
-            other += 2 * _nbytes(blk, "float32")
+            other += 2 * nbytes(blk, "float32")
         return int(2 * item * (bm * bk + bk * bn) + 4 * bm * bn * 4 + other)
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:

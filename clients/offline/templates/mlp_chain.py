@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
-from maxkernel.clients.offline.templates import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines
 
 SOURCE = '''"""Gated MLP (offline template `mlp_chain`), generated from the reference's traced program.

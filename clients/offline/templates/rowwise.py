@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from maxkernel.clients.offline.templates import MiB, Template, divides
+from maxkernel.clients.offline.templates.base import MiB, Template, divides
 
 SOURCE = '''"""Row-blocked ${operator} over the last axis (offline template `rowwise`).
 
