@@ -549,7 +549,7 @@ def _cost_computation(
         op = ins.opcode
         if op in FREE_OPS or op.endswith("-done"):
             continue
-        if skip_kernels and is_mosaic_kernel(ins):  # the caller costs the pallas_calls from their own jaxpr
+        if skip_kernels and _holds_kernel(module, ins):  # the caller costs the pallas_calls from their jaxpr
             continue
         if op == "while" and depth < 6:
             trips = _trip_count(module, ins, table)
@@ -599,12 +599,31 @@ def _as_kernel(ins: HloInstruction, table: dict[str, HloInstruction], c: ChipSpe
 
 
 def is_mosaic_kernel(ins: HloInstruction) -> bool:
-    """A pallas_call as XLA holds it: a custom call to Mosaic from a pallas_call (not XLA's own Mosaic kernels,
-    such as its ragged dot, which belong to the XLA side)."""
-    return (
-        ins.opcode == "custom-call"
-        and 'custom_call_target="tpu_custom_call"' in ins.attrs
-        and "pallas_call" in (ins.op_name or "")
+    """A pallas_call as XLA holds it: a custom call to Mosaic that jax lowered (not one of XLA's own Mosaic
+    kernels, such as its ragged dot, which belong to the XLA side).
+
+    jax's lowering (jax._src.tpu_custom_call) always writes the kernel as MLIR bytecode and says so with
+    `serialization_format` in the backend config; XLA's own kernels carry MLIR text and no such key. The
+    name stack is not enough: a pallas_call traced inside a library's own scope (tokamax's ragged dot) has
+    an op_name without "pallas_call", and one compiled with its metadata stripped has none."""
+    if ins.opcode != "custom-call" or 'custom_call_target="tpu_custom_call"' not in ins.attrs:
+        return False
+    if "pallas_call" in (ins.op_name or ""):
+        return True
+    cfg = ins.backend_config()
+    return "serialization_format" in ((cfg.get("custom_call_config") or {}) if isinstance(cfg, dict) else {})
+
+
+def _holds_kernel(module: HloModule, ins: HloInstruction) -> bool:
+    """A pallas_call's custom call, or a fusion XLA made of one and the producers of its inputs
+    (allow_input_fusion): the kernel reads what they compute in its own DMAs."""
+    if is_mosaic_kernel(ins):
+        return True
+    return ins.opcode == "fusion" and any(
+        is_mosaic_kernel(i)
+        for c in ins.calls
+        if c in module.computations
+        for i in module.computations[c].instructions
     )
 
 

@@ -24,9 +24,10 @@ _COMP_HEAD = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _INSTR = re.compile(r"^\s*(ROOT\s+)?%([\w.\-]+)\s*=\s*(.*)$")
 _ATTR_REF = re.compile(r"\b(calls|to_apply|body|condition)=%([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_OPNAME = re.compile(r'op_name="([^"]*)"')
+_OPNAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _FRAME = re.compile(r"stack_frame_id=(\d+)")
 _SRC = re.compile(r'source_file="([^"]*)"\s+source_line=(\d+)')
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,32 @@ def _frames(text: str) -> dict[int, str]:
     return out
 
 
+def _open_braces(text: str) -> int:
+    """How many `{` the text leaves open, braces inside quoted strings not counted."""
+    if text.count("{") == text.count("}"):
+        return 0
+    bare = _STRING.sub("", text)
+    return bare.count("{") - bare.count("}")
+
+
+def _instruction_lines(text: str):
+    """The text's lines, an instruction that spans several joined into one.
+
+    An attribute may hold newlines: jax puts a pallas_call's `kernel_metadata` (a dict, one key a line) in
+    the custom call's frontend_attributes, and XLA's own Mosaic kernels break `operand_layout_constraints`
+    over lines. Read line by line, such a call lost its metadata (op_name) and backend config."""
+    lines = iter(text.splitlines())
+    for line in lines:
+        if _INSTR.match(line) and _open_braces(line) > 0:
+            parts = [line]
+            for more in lines:
+                parts.append(more.strip())
+                if _open_braces(" ".join(parts)) <= 0:
+                    break
+            line = " ".join(parts)
+        yield line
+
+
 def parse_hlo(text: str) -> HloModule:
     """Computations and instructions of an HLO module's text (unknown lines skipped, counted)."""
     frames = _frames(text)
@@ -218,7 +245,7 @@ def parse_hlo(text: str) -> HloModule:
     entry = None
     current: HloComputation | None = None
     skipped = 0
-    for line in text.splitlines():
+    for line in _instruction_lines(text):
         head = _COMP_HEAD.match(line)
         if head:
             current = HloComputation(name=head.group(2), instructions=[], is_entry=bool(head.group(1)))
@@ -228,7 +255,7 @@ def parse_hlo(text: str) -> HloModule:
             continue
         if current is None:
             continue
-        if line.strip() == "}":
+        if line.strip() == "}" or line.startswith("},"):  # a computation's end (`}, execution_thread=...`)
             current = None
             continue
         m = _INSTR.match(line)

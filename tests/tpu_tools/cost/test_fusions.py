@@ -244,3 +244,66 @@ def test_a_kernel_fused_with_its_producer_keeps_its_declared_flops():
     (f,) = cost_hlo_text(FUSED_KERNEL, "tpu-v5e").fusions
     assert f.flops == 2 * 256 * 128 * 512 and "cost_estimate" in f.notes[0]
     assert f.vpu_ops == 256 * 128  # the fused negate
+
+
+def _tiled_matmul(x_ref, y_ref, o_ref):
+    o_ref[...] = jnp.dot(x_ref[...], y_ref[...], preferred_element_type=jnp.float32)
+
+
+def _scaled_then_kernel(x, y):
+    """x * 2 in XLA, then a pallas_call matmul that declares its cost and carries kernel metadata (as
+    megablox's gmm and tokamax's ragged dot do: a dict that XLA prints over several lines)."""
+    from jax.experimental import pallas as pl
+
+    m, n = x.shape[0], y.shape[1]
+    return pl.pallas_call(
+        _tiled_matmul,
+        out_shape=jax.ShapeDtypeStruct((m, n), jnp.float32),
+        grid=(m // 512, n // 512),
+        in_specs=[
+            pl.BlockSpec((512, x.shape[1]), lambda i, j: (i, 0)),  # x is (m, k): row tile i
+            pl.BlockSpec((y.shape[0], 512), lambda i, j: (0, j)),  # y is (k, n): column tile j
+        ],
+        out_specs=pl.BlockSpec((512, 512), lambda i, j: (i, j)),
+        cost_estimate=pl.CostEstimate(flops=2 * m * n * x.shape[1], transcendentals=0, bytes_accessed=0),
+        metadata={"xprof_metadata": '{"tiling": 512}'},
+    )(x * 2, y)
+
+
+def test_a_kernel_call_without_its_name_stack_is_still_the_kernel_not_an_xla_op():
+    """Issue 33: tokamax's ragged dot was costed twice, once from its jaxpr and again as an "XLA op outside
+    the kernels" (2067 us against a 1046 us roofline): its custom call's kernel_metadata spans lines, so
+    the line-by-line reader lost its op_name and backend config, and a custom call was a pallas_call only
+    if its name stack said "pallas_call". A jax-lowered Mosaic call is now told by its backend config
+    (bytecode, `serialization_format`), with or without metadata; XLA's own Mosaic kernels stay XLA's."""
+    from maxkernel.tpu_tools.cost.estimate import estimate_pallas
+    from maxkernel.tpu_tools.cost.fusions import is_mosaic_kernel
+    from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+
+    shapes = [((2048, 2048), jnp.bfloat16)] * 2
+    args = [jax.ShapeDtypeStruct(s, d, sharding=SingleDeviceSharding(_device("v6e:2x2"))) for s, d in shapes]
+    traced = jax.jit(_scaled_then_kernel).trace(*args)
+    text = traced.lower().compile().as_text()
+    assert "kernel_metadata" in text  # the multi-line attribute is there to be read
+    stripped = re.sub(r"metadata=\{op_name=[^}]*\}", "", text)  # and a call with no name stack at all
+    calls = find_pallas_calls(traced.jaxpr)
+    for hlo in (text, stripped):
+        (kernel,) = [
+            i for c in parse_hlo(hlo).computations.values() for i in c.instructions if is_mosaic_kernel(i)
+        ]
+        assert kernel.backend_config()["custom_call_config"]["cost_estimate"]
+        outside = cost_hlo_text(hlo, "tpu-v6e", skip_kernels=True)
+        assert outside.flops == 0 and all(f.opcode != "custom-call" for f in outside.fusions), outside.fusions
+        est = estimate_pallas(calls, "tpu-v6e", program=program_cost(traced.jaxpr), outside_fusions=outside)
+        (call,) = est.per_call
+        assert est.outside_kernel is not None and est.outside_kernel.flops == 0
+        # the total is the kernel, the x * 2 beside it and the launch: not the kernel plus itself
+        assert est.outside_kernel.time_us < 0.5 * call.estimated_time_us
+        assert est.estimated_time_us == pytest.approx(
+            call.estimated_time_us + est.outside_kernel.time_us + PROGRAM_OVERHEAD_US
+        )
+    # XLA's own Mosaic kernel (lax.ragged_dot's) is still XLA's: costed as an op of the program.
+    xla = parse_hlo(_compile(_ragged, RAGGED_SHAPES, "v6e:2x2").as_text())
+    mosaic = [i for c in xla.computations.values() for i in c.instructions if "tpu_custom_call" in i.attrs]
+    assert mosaic and not any(is_mosaic_kernel(i) for i in mosaic)
