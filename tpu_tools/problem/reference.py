@@ -60,15 +60,15 @@ class Reference:
         A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
         a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
         """
-        from maxkernel.tpu_tools.problem.sizes import DERIVED
+        from maxkernel.tpu_tools.problem.sizes import SYNTHETIC
 
-        if size == DERIVED and DERIVED not in self.info.sizes:
-            derived = self.derived_size()
-            if not derived.ok or self._create_sized is None:
-                raise UsageError(f"reference {self.info.name!r}: {derived.describe()}")
-            table = self.sizes_table | {DERIVED: derived.dims}
+        if size in SYNTHETIC and size not in self.info.sizes:
+            if self._create_sized is None:
+                raise UsageError(f"reference {self.info.name!r}: {self.derived_size().describe()}")
+            dims = self.check_size(size).dims  # the derived or unaligned size, or one precise error
+            table = self.sizes_table | {size: dims}
             if case is None:
-                return self._create_sized(derived.dims, seed)
+                return self._create_sized(dims, seed)
         elif size not in self.info.sizes:
             raise UsageError(f"reference {self.info.name!r} has no size {size!r}; it has {self.info.sizes}")
         else:
@@ -85,8 +85,8 @@ class Reference:
                 )
             case = case.model_copy(update={"base": size})
             inputs = self._create_sized(merged_size(table, case), seed)
-        elif size == DERIVED and DERIVED not in self.info.sizes:
-            inputs = self._create_sized(table[DERIVED], seed)  # type: ignore[misc]
+        elif size in SYNTHETIC and size not in self.info.sizes:
+            inputs = self._create_sized(table[size], seed)  # type: ignore[misc]
         else:
             inputs = self._create(size, seed)
         return transform_inputs(inputs, case, seed)
@@ -136,12 +136,13 @@ class Reference:
                 )
             else:
                 base = smallest_size(self.info.sizes, self.input_elements)
-                self._derived = derive_size(self.sizes_table, self.elements_at, base)
+                target = self.default_size()[0]  # the alignment kept is the one small and the target share
+                self._derived = derive_size(self.sizes_table, self.elements_at, base, target)
         return self._derived
 
     def check_size(self, name: str):
         """The CheckSize for a name: a SIZES entry, or the derived size (UsageError when unknown)."""
-        from maxkernel.tpu_tools.problem.sizes import DERIVED, CheckSize
+        from maxkernel.tpu_tools.problem.sizes import DERIVED, UNALIGNED, CheckSize
 
         if name in self.info.sizes:
             return CheckSize(name=name, dims=dict(self.sizes_table.get(name, {})))
@@ -150,9 +151,16 @@ class Reference:
             if not derived.ok:
                 raise UsageError(f"reference {self.info.name!r}: {derived.describe()}")
             return CheckSize(name=name, dims=dict(derived.dims), derived=derived)
+        if name == UNALIGNED:
+            unaligned = self.derived_size().unaligned
+            if unaligned is None or not unaligned.ok:
+                why = unaligned.describe() if unaligned else self.derived_size().describe()
+                raise UsageError(f"reference {self.info.name!r}: {why}")
+            return CheckSize(name=name, dims=dict(unaligned.dims))
         raise UsageError(
             f"reference {self.info.name!r} has no size {name!r}; it has {self.info.sizes} "
-            f"(and {DERIVED!r}, the derived intermediate size)"
+            f"(and {DERIVED!r}, the derived intermediate size, and {UNALIGNED!r}, off the alignment "
+            "small and the target share)"
         )
 
     def default_check_sizes(self) -> tuple[list[str], list[str]]:

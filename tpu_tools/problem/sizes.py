@@ -2,26 +2,38 @@
 
 The **target size** is the shape the kernel is for (compile, estimate, tune, profile and score use it):
 `full` if the reference's SIZES has it, else the largest by element count. The **check sizes** are
-where validation interprets the kernel off the chip: `small`, plus one **derived** intermediate size
-built here from the reference's own SIZES, so that a kernel written for one shape (hard-coded dims,
-zeros above the small rows, a grid that floors away a remainder) fails.
+where validation interprets the kernel off the chip: `small`, plus one **derived** size built here from
+the reference's own SIZES, so that a kernel written for one shape (hard-coded dims, zeros above some
+row count, a grid that floors away a remainder the target has) fails, while a kernel whose blocks
+divide both small and the target passes: the derived size keeps every alignment those two share.
 
 How the derived size is built (`derive_size`), one dimension at a time in SIZES order:
 - a dimension grows only if it scales between the reference's sizes (its value differs somewhere),
   is an integer, and is not tied to others (see below); the others are held, each with the reason;
-- its grain is the alignment every size shares, capped at the TPU lane width: gcd(values, 128);
-- preferred value: the smallest multiple of the grain above small that is not a multiple of small
-  (small + grain), so a kernel that floors `dim // block` drops rows; where the grain is small itself
-  no such value exists, and the odd multiple 3 x small is used (then 2 x small), never above the
-  largest size;
+- its grain is the alignment small and the target share, gcd(small, target) (no cap: a 512-row
+  block that divides small 512 and the target 2048 divides every value tried);
+- first every such dimension takes one step (more grid steps): small + grain where the grain is
+  below small (not a multiple of small, so a grid floored by small's block count drops a remainder
+  the target would too), else 2 x small (then 3 x small);
+- then the dimension that scales most toward the target (ties: the largest target value, then SIZES
+  order) grows past `SWITCH_ROWS` (1024), to the first multiple of its grain above it, or as far as
+  the budget and the target allow (one multiple lower when that one is a multiple of small and the
+  grain is finer): a kernel that does real work up to 1024 rows and writes zeros above fails. It grows
+  no further: interpret mode's time grows with the grid. A kernel that switches above the derived size
+  still passes off the chip (on a chip, validation also runs at the target size);
 - a value the reference refuses (create_inputs or tracing its workload raises) or one that takes the
-  inputs and outputs past the budget (`MAX_GROWTH` x small's elements, at most `MAX_ELEMENTS`) falls
-  back to the next value; a dimension with none left is held, saying why;
+  inputs and outputs past the budget (`MAX_GROWTH` x small's elements, at least `MIN_BUDGET_ELEMENTS`,
+  at most `MAX_ELEMENTS`) falls back to the next value; a dimension with none left is held, saying why;
 - tied dimensions stay consistent: where the reference refuses a grown value as it stands, the
   dimensions tied to it in every size are recomputed with it (a product: hidden = heads x head_dim;
   a fixed multiple: out_features = 16 x num_groups) and the tie holds from then on. Ties are only
   hypotheses until the reference refuses without them: two sizes agree by chance too (16p's seq_len
   equals num_heads x head_dim in both).
+
+The **unaligned** size (`DerivedSize.unaligned`) is small with each scaling dimension moved off its
+grain (small + min(grain / 2, 128)): where validation probes the kernel's shape contract. What the
+kernel does there (raises its own error, leaves a remainder unwritten, or is right) is reported as a
+finding, not a failure: the target keeps the alignment by construction.
 Pure logic: the caller passes `probe(dims) -> element count` (it raises where the reference refuses).
 """
 
@@ -34,12 +46,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 DERIVED = "derived"  # the check-size name of the derived intermediate size
+UNALIGNED = "unaligned"  # the check-size name of the shape-contract probe (off the shared alignment)
+SYNTHETIC = (DERIVED, UNALIGNED)  # check sizes built here, not written in SIZES
 DEFAULT_CHECK_SIZES: tuple[str, ...] = ("small", DERIVED)
 PRODUCTION = "full"
-LANES = 128  # the TPU lane width: the grain a dimension keeps is never coarser
+LANES = 128  # the TPU lane width: the unaligned probe moves a dimension at most this far off its grain
 MAX_GROWTH = 8  # the derived size's inputs + outputs stay within this many times small's
 MIN_BUDGET_ELEMENTS = 1 << 20  # ... or this many elements, whichever is larger
 MAX_ELEMENTS = 1 << 25  # and never more than this (interpret mode on CPU must stay seconds)
+SWITCH_ROWS = 1024  # the lead dimension grows past this row count where the budget allows (a kernel
+# that does real work up to 1024 rows and writes zeros above passes small; interpret time grows with
+# the grid, so it grows no further)
 
 Probe = Callable[[dict[str, Any]], int]
 
@@ -52,6 +69,24 @@ class DimChange(BaseModel):
     why: str
 
 
+class UnalignedSize(BaseModel):
+    """The shape-contract probe: small, each scaling dimension moved off the alignment small and the
+    target share (validation reports what the kernel does there as its contract)."""
+
+    dims: dict[str, Any] = Field(default_factory=dict, description="the full size dict used")
+    off: dict[str, int] = Field(
+        default_factory=dict, description="dimensions moved off their grain -> the grain they break"
+    )
+    held: dict[str, str] = Field(default_factory=dict, description="scaling dimensions kept, and why")
+    ok: bool = True
+    why: str = ""
+
+    def describe(self) -> str:
+        if not self.ok:
+            return f"no unaligned size: {self.why}"
+        return ", ".join(f"{k}={self.dims[k]} (not a multiple of {g})" for k, g in self.off.items())
+
+
 class DerivedSize(BaseModel):
     """The derived intermediate check size, dimension by dimension, with the reasons."""
 
@@ -61,6 +96,12 @@ class DerivedSize(BaseModel):
     held: dict[str, str] = Field(default_factory=dict, description="dimensions kept at small, and why")
     elements: int | None = Field(default=None, description="input + output elements at this size")
     budget_elements: int | None = None
+    target: str | None = Field(default=None, description="the target size whose alignment it keeps")
+    grains: dict[str, int] = Field(
+        default_factory=dict, description="scaling dimension -> the alignment small and the target share"
+    )
+    target_dims: dict[str, Any] = Field(default_factory=dict, description="the target's scaling dimensions")
+    unaligned: UnalignedSize | None = Field(default=None, description="the shape-contract probe")
     ok: bool = Field(default=True, description="False: no dimension could grow (`why` says which and why)")
     why: str = ""
 
@@ -141,30 +182,26 @@ def _ties(table: dict[str, dict]) -> tuple[dict[str, tuple[str, str]], dict[str,
     return product, ratio
 
 
-def _ladder(small: int, values: list[int]) -> tuple[list[int], str]:
-    """The values to try for one dimension, best first, and the grain they keep."""
-    largest = max(values)
-    grain = math.gcd(*values, LANES)
-    out: list[int] = []
-    if grain < small and small + grain <= largest:
-        out.append(small + grain)  # not a multiple of small: a floored grid drops a remainder
-    for m in (3, 2):
-        if m * small <= largest and m * small not in out:
-            out.append(m * small)
-    if not out and largest > small and largest % grain == 0:
-        out.append(largest)
-    return out, f"grain {grain} (gcd of its sizes and {LANES})"
+def _steps(small: int, grain: int, upper: int) -> list[int]:
+    """The one-step values of a dimension, best first: each keeps `grain`, none passes `upper`."""
+    out = [small + grain] if grain < small else []  # not a multiple of small
+    out += [m * small for m in (2, 3) if m * small not in out]
+    return [v for v in out if v <= upper]
 
 
 def _why(small: int, v: int, grain_text: str) -> str:
     if v % small:
-        return f"{small} -> {v}: not a multiple of small, keeps the {grain_text}"
-    return f"{small} -> {v} = {v // small} x small: every larger value that keeps the {grain_text} is a multiple of small"
+        return f"{small} -> {v}: not a multiple of small, keeps {grain_text}"
+    return f"{small} -> {v} = {v // small} x small: every larger value that keeps {grain_text} is a multiple of small"
 
 
-def derive_size(table: dict[str, dict], probe: Probe, base: str = "small") -> DerivedSize:
-    """The derived intermediate size of a reference's SIZES table (see the module docstring)."""
-    out = DerivedSize(base=base)
+def derive_size(
+    table: dict[str, dict], probe: Probe, base: str = "small", target: str | None = None
+) -> DerivedSize:
+    """The derived intermediate size of a reference's SIZES table (see the module docstring).
+
+    `target` names the size whose alignment it keeps with small (None: every size's)."""
+    out = DerivedSize(base=base, target=target)
     if base not in table:
         out.ok, out.why = False, f"the reference has no {base!r} size to grow from (sizes: {list(table)})"
         return out
@@ -182,7 +219,8 @@ def derive_size(table: dict[str, dict], probe: Probe, base: str = "small") -> De
     out.budget_elements = budget
     product, ratio = _ties(table)
     rows = list(table.values())
-    active: set[str] = set()  # dependents whose tie the reference has shown it needs
+    aim = table.get(target) if target is not None else None
+    state: dict[str, Any] = {"dims": dict(small), "elements": base_elements, "active": set()}
 
     def tied(dims: dict, on: set[str]) -> dict:
         dims = dict(dims)
@@ -202,7 +240,29 @@ def derive_size(table: dict[str, dict], probe: Probe, base: str = "small") -> De
             d for d, (i, _) in ratio.items() if i == k
         }
 
-    dims, elements = dict(small), base_elements
+    def trial(k: str, value: int) -> tuple[dict, int, set[str]] | str:
+        """(dims, elements, ties on) with k at value, or why not: as it stands first, then where the
+        reference refuses, with the ties a change of k would move."""
+        active: set[str] = state["active"]
+        extra = ties_of(k) - active
+        reasons = []
+        for on in (active, active | extra) if extra else (active,):
+            dims = tied(state["dims"] | {k: value}, on)
+            try:
+                n = probe(dims)
+            except Exception as e:  # noqa: BLE001 - the reference refuses this shape
+                reasons.append(f"{value}: the reference refuses it ({type(e).__name__}: {str(e)[:120]})")
+                continue
+            if n > budget:
+                return f"{value}: {n} elements, over the budget of {budget}"
+            return dims, n, set(on)
+        return "; ".join(reasons)
+
+    def take(accepted: tuple[dict, int, set[str]]) -> None:
+        state["dims"], state["elements"], state["active"] = accepted
+
+    scaling: list[str] = []
+    spans: dict[str, tuple[int, int]] = {}  # k -> (small, the largest value any size has)
     for k, v in small.items():
         if not _is_int(v):
             out.held[k] = "not an integer dimension" if k != "dtype" else "the dtype, not a dimension"
@@ -210,39 +270,79 @@ def derive_size(table: dict[str, dict], probe: Probe, base: str = "small") -> De
         if any(k not in r for r in rows):
             out.held[k] = "not in every SIZES entry"
             continue
-        if k in active:
-            continue  # recomputed from the dimensions it is tied to
         values = [int(r[k]) for r in rows]
         if len(set(values)) == 1:
             out.held[k] = f"{v} in every SIZES entry: the reference fixes it"
             continue
-        ladder, grain_text = _ladder(int(v), values)
+        if aim is not None and _is_int(aim.get(k)):
+            out.grains[k] = math.gcd(int(v), int(aim[k]))
+            out.target_dims[k] = aim[k]
+        else:
+            out.grains[k] = math.gcd(*values)
+        spans[k] = (int(v), max(values))
+        scaling.append(k)
+
+    def grain_text(k: str) -> str:
+        g = out.grains[k]
+        if k in out.target_dims:
+            return f"the alignment small and the target share (gcd({small[k]}, {out.target_dims[k]}) = {g})"
+        return f"the alignment every size shares ({g})"
+
+    # 1. every scaling dimension one step: more grid steps, off small's multiples where the grain allows
+    for k in scaling:
+        if k in state["active"]:
+            continue  # recomputed from the dimensions it is tied to
+        v, upper = spans[k]
+        ladder = _steps(v, out.grains[k], upper)
         if not ladder:
             out.held[k] = f"no larger size has it above {v}"
             continue
         reasons: list[str] = []
-        extra = ties_of(k) - active
         for value in ladder:
-            accepted = None
-            # first as it stands; where the reference refuses, with the ties a change of k would move
-            for on in (active, active | extra) if extra else (active,):
-                trial = tied(dims | {k: value}, on)
-                try:
-                    n = probe(trial)
-                except Exception as e:  # noqa: BLE001 - the reference refuses this shape
-                    reasons.append(f"{value}: the reference refuses it ({type(e).__name__}: {str(e)[:120]})")
-                    continue
-                if n > budget:
-                    reasons.append(f"{value}: {n} elements, over the budget of {budget}")
+            got = trial(k, value)
+            if isinstance(got, str):
+                reasons.append(got)
+                if "over the budget" in got:
                     break
-                accepted = (trial, n, on)
-                break
-            if accepted is not None:
-                dims, elements, active = accepted[0], accepted[1], set(accepted[2])
-                out.grown[k] = DimChange(small=v, value=value, why=_why(int(v), value, grain_text))
-                break
+                continue
+            take(got)
+            out.grown[k] = DimChange(small=v, value=value, why=_why(v, value, grain_text(k)))
+            break
         else:
             out.held[k] = "held at small: " + "; ".join(reasons)
+
+    # 2. the dimension that scales most grows as far as the budget allows (largest accepted multiple)
+    leads = [k for k in out.grown if k not in state["active"]]
+    if leads:
+        lead = max(leads, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
+        v, upper = spans[lead]
+        g, now = out.grains[lead], state["dims"][lead]
+        lo, hi = now // g, min(upper, (SWITCH_ROWS // g + 1) * g) // g  # past SWITCH_ROWS, no further
+        best: tuple[dict, int, set[str]] | None = None
+        while lo < hi:  # elements grow with the dimension; a refusal counts as too far
+            mid = (lo + hi + 1) // 2
+            got = trial(lead, mid * g)
+            if isinstance(got, str):
+                hi = mid - 1
+            else:
+                lo, best = mid, got
+        value = lo * g
+        if best is not None and g < v and value % v == 0 and value - g > now:
+            value -= g  # not a multiple of small, as the first step
+            got = trial(lead, value)
+            best = None if isinstance(got, str) else got
+        if best is not None and value > now:
+            take(best)
+            out.grown[lead] = DimChange(
+                small=v,
+                value=value,
+                why=(
+                    f"{v} -> {value}: the dimension that scales most toward the target "
+                    f"({spans[lead][1] // v}x), grown past {SWITCH_ROWS} rows where the budget and the "
+                    f"target allow; keeps {grain_text(lead)}"
+                ),
+            )
+    dims, elements, active = state["dims"], state["elements"], state["active"]
     for k in active:
         out.grown.pop(k, None)
         out.held.pop(k, None)
@@ -260,4 +360,43 @@ def derive_size(table: dict[str, dict], probe: Probe, base: str = "small") -> De
     if not out.grown:
         out.ok = False
         out.why = "no dimension can grow: " + "; ".join(f"{k}: {w}" for k, w in out.held.items())
+    out.unaligned = _unaligned(
+        small, [k for k in scaling if k not in active], out.grains, active, tied, probe, budget
+    )
+    return out
+
+
+def _unaligned(
+    small: dict,
+    scaling: list[str],
+    grains: dict[str, int],
+    active: set[str],
+    tied: Callable[[dict, set[str]], dict],
+    probe: Probe,
+    budget: int,
+) -> UnalignedSize:
+    """Small, each scaling dimension with a grain moved off it by min(grain / 2, LANES), where the
+    reference takes it (ties kept as the derived size found them)."""
+    out = UnalignedSize(dims=dict(small))
+    for k in scaling:
+        g = grains[k]
+        if g < 2:
+            out.held[k] = f"its grain is {g}: every value keeps it"
+            continue
+        value = small[k] + min(g // 2, LANES)
+        dims = tied(out.dims | {k: value}, active)
+        try:
+            n = probe(dims)
+        except Exception as e:  # noqa: BLE001 - the reference refuses this shape
+            out.held[k] = f"{value}: the reference refuses it ({type(e).__name__}: {str(e)[:120]})"
+            continue
+        if n > budget:
+            out.held[k] = f"{value}: {n} elements, over the budget of {budget}"
+            continue
+        out.dims, out.off[k] = dims, g
+    if not out.off:
+        out.ok = False
+        out.why = "no dimension can leave its alignment: " + (
+            "; ".join(f"{k}: {w}" for k, w in out.held.items()) or "nothing scales"
+        )
     return out

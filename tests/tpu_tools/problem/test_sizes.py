@@ -1,7 +1,9 @@
 """The target size and the derived intermediate check size (problem/sizes.py), dimension by dimension."""
 
+import math
+
 import pytest
-from conftest_paths import REFS
+from conftest_paths import MATMUL_REF, REFS
 
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.problem.reference import load_reference
@@ -14,25 +16,87 @@ def _grown(ref) -> dict:
     return {k: c.value for k, c in d.grown.items()}
 
 
-def test_rmsnorm_grows_rows_past_small_and_the_lane_dim_to_a_non_multiple():
+def test_rmsnorm_keeps_the_shared_alignment_and_grows_one_step_each():
     ref = load_reference("12p")
     assert ref.default_size()[0] == "full"
-    # batch and seq_len keep their grain (2, 128): only multiples of small exist, so 3x then 2x (budget);
-    # emb_dim's grain is 128 < 1024, so 1152: not a multiple of small
-    assert _grown(ref) == {"batch": 6, "seq_len": 256, "emb_dim": 1152}
     d = ref.derived_size()
+    # grains: gcd(small, full) = 2, 128, 1024: each grows one step, a multiple of small where the grain
+    # is small itself; the lead (seq_len, 32x) has no budget left to grow past 1024
+    assert d.grains == {"batch": 2, "seq_len": 128, "emb_dim": 1024}
+    assert _grown(ref) == {"batch": 4, "seq_len": 256, "emb_dim": 2048}
     assert d.elements <= d.budget_elements
-    assert "not a multiple of small" in d.grown["emb_dim"].why
+    assert "gcd(1024, 8192) = 1024" in d.grown["emb_dim"].why
 
 
 def test_gemm_and_flash_attention_and_triangle_multiplication():
-    assert _grown(load_reference("8p")) == {"M": 384, "K": 384, "N": 1024}
+    assert _grown(load_reference("8p")) == {"M": 512, "K": 512, "N": 1792}  # N's grain is 896: small's own
     flash = load_reference("1p")
-    assert _grown(flash) == {"batch": 3, "seq_len": 384}
+    assert _grown(flash) == {"batch": 2, "seq_len": 512, "num_heads": 4}
     held = flash.derived_size().held
     assert "fixes it" in held["head_dim"]  # 128 in both sizes
-    assert "over the budget" in held["num_heads"]  # says which and why
     assert _grown(load_reference("17p")) == {"N": 256}
+
+
+def test_the_matmul_example_grows_rows_past_1024_within_the_budget():
+    """examples/matmul_reference.py: small 256 x 512 x 256, full 4096^3. One step each (grains 256, 512,
+    256 are small's own), then m, the first in SIZES of the dims that scale most, past 1024 rows."""
+    d = load_reference(MATMUL_REF).derived_size()
+    assert d.dims == {"m": 1280, "k": 1024, "n": 512}, d
+    assert d.grains == {"m": 256, "k": 512, "n": 256} and d.target == "full"
+    assert "past 1024 rows" in d.grown["m"].why and d.elements <= d.budget_elements
+    u = d.unaligned
+    assert u.ok and u.dims == {"m": 384, "k": 640, "n": 384} and u.off == {"m": 256, "k": 512, "n": 256}
+
+
+def _table(small: int, target: int) -> dict:
+    return {"small": {"rows": small, "cols": 128}, "full": {"rows": target, "cols": 128}}
+
+
+def _cells(dims: dict) -> int:
+    return 2 * dims["rows"] * dims["cols"]
+
+
+@pytest.mark.parametrize(
+    ("small", "target", "expected"),
+    [
+        (512, 2048, 1536),  # flash's seq % 512: grain 512 (no lane cap), past 1024, a multiple of small
+        (256, 4224, 1152),  # grain 128 < small: past 1024 and not a multiple of small (1280 is 5 x 256)
+        (64, 8192, 1088),  # a grain below small: the first multiple past 1024
+        (24, 600, 600),  # the target is within reach: the target's own rows
+        (640, 4096, 1152),  # grain 128: 768 first (off small's multiples), then the first past 1024
+    ],
+)
+def test_the_grain_is_what_small_and_the_target_share(small, target, expected):
+    d = derive_size(_table(small, target), _cells, target="full")
+    assert d.grains["rows"] == math.gcd(small, target) and d.dims["rows"] == expected, d
+    assert d.dims["rows"] % d.grains["rows"] == 0 and target % d.grains["rows"] == 0
+
+
+def test_a_block_that_divides_small_and_the_target_divides_every_grown_value():
+    """The contract: a kernel whose blocks divide both sizes is never handed a remainder."""
+    for small, target in [(256, 4096), (384, 4096), (96, 1920), (512, 8192), (640, 4224), (8, 4096)]:
+        d = derive_size(
+            {"small": {"m": small, "n": small}, "full": {"m": target, "n": 2 * target}},
+            _cells2,
+            target="full",
+        )
+        for k, change in d.grown.items():
+            for block in range(1, small + 1):
+                if small % block == 0 and d.target_dims[k] % block == 0:
+                    assert change.value % block == 0, (small, target, k, change.value, block)
+
+
+def _cells2(dims: dict) -> int:
+    return dims["m"] * dims["n"]
+
+
+def test_the_unaligned_probe_breaks_each_grain_by_at_most_a_lane():
+    d = derive_size(_table(512, 2048) | {"tiny": {"rows": 1024, "cols": 128}}, _cells, target="full")
+    u = d.unaligned
+    assert u.ok and u.dims["rows"] == 512 + 128 and u.off == {"rows": 512}  # 640: the issue's seq
+    assert "not a multiple of 512" in u.describe()
+    ones = derive_size({"small": {"b": 1}, "full": {"b": 7}}, lambda d: d["b"], target="full")
+    assert not ones.unaligned.ok and "grain is 1" in ones.unaligned.why
 
 
 def test_a_shape_the_reference_refuses_is_held_with_its_reason():
@@ -57,18 +121,18 @@ def test_tied_dimensions_stay_consistent():
     """hidden = heads x head_dim in every size: grown apart the reference's reshape refuses, so the tie holds."""
     ref = load_reference(str(REFS / "tied_heads_reference.py"))
     dims = ref.derived_size().dims
-    assert dims == {"seq": 192, "heads": 6, "head_dim": 128, "hidden": 768}
+    assert dims == {"seq": 960, "heads": 4, "head_dim": 128, "hidden": 512}
     assert dims["hidden"] == dims["heads"] * dims["head_dim"]
     assert "tied" in ref.derived_size().grown["hidden"].why
     x, w = ref.create_inputs(DERIVED, 1)
-    assert x.shape == (192, 768) and w.shape == (6, 128)
+    assert x.shape == (960, 512) and w.shape == (4, 128)
 
 
 def test_own_reference_without_full_targets_its_largest_size():
     ref = load_reference(str(REFS / "norm_rows_reference.py"))
     size, why = ref.default_size()
     assert size == "big" and "largest" in why
-    assert _grown(ref) == {"rows": 32, "cols": 384}  # grains 8 and 128: neither a multiple of small
+    assert _grown(ref) == {"rows": 600, "cols": 512}  # grains 24 and 256: the big rows are within reach
     assert ref.default_check_sizes() == (["small", DERIVED], [])
 
 
