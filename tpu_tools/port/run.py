@@ -1,0 +1,185 @@
+"""`maxkernel port` end to end: load the source, translate (or take --check's port), write, check, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.port import aten
+from maxkernel.tpu_tools.port.check import check_port, first_op_off, read_params, to_torch
+from maxkernel.tpu_tools.port.report import PortChange, PortReport
+from maxkernel.tpu_tools.port.source import SourceFailure, TorchSource, load_source
+from maxkernel.tpu_tools.port.translate import Translation, translate
+from maxkernel.tpu_tools.port.write import render, write
+from maxkernel.tpu_tools.reports import Tolerance
+
+
+def default_out(source: str) -> Path:
+    """examples/torch/gemm.py -> examples/torch/gemm_port.py (beside the source)."""
+    p = Path(source)
+    return p.with_name(f"{p.stem}_port.py")
+
+
+def changes_seen(source: TorchSource, tr: Translation | None) -> list[PortChange]:
+    """What the port does differently from the source: layout, narrowed dtypes, mode, in-place ops."""
+    out: list[PortChange] = []
+    ops = {s.op for s in tr.statements} if tr else set()
+    spatial = [x for x in source.inputs if hasattr(x, "dim") and x.dim() >= 3]
+    if spatial and ops & {"aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.convolution", "aten.max_pool2d",
+                          "aten.avg_pool2d", "aten.batch_norm", "aten.conv_transpose2d"}:  # fmt: skip
+        out.append(
+            PortChange(kind="layout", detail="NCHW kept: the port takes and returns the source's layout")
+        )
+    narrowed = sorted(
+        d for d in source.dtypes | {str(x.dtype)[6:] for x in spatial} if d in ("float64", "int64")
+    )
+    for d in narrowed:
+        to = "float32" if d == "float64" else "int32"
+        out.append(PortChange(kind="dtype", detail=f"{d} narrowed to {to} (TPUs have no 64-bit types)"))
+    modal = [s.op for s in (tr.statements if tr else []) if s.op in ("aten.batch_norm", "aten.dropout")]
+    out.append(
+        PortChange(
+            kind="mode",
+            detail="eval mode"
+            + (
+                f": {', '.join(sorted(set(modal)))} as in inference (running statistics, no dropout)"
+                if modal
+                else ""
+            ),
+        )
+    )
+    for op in source.in_place_ops:
+        out.append(
+            PortChange(kind="in_place", detail=f"{op} runs in place in the source; the port is functional")
+        )
+    return out
+
+
+def _locator(source: TorchSource, tr: Translation, text: str, names: list[str]):
+    """For a port this tool wrote: the first statement whose value leaves the tolerance (op + source line)."""
+
+    def locate(inputs: list[np.ndarray], tol: Tolerance) -> str | None:
+        import jax.numpy as jnp
+        import torch
+
+        ns: dict[str, Any] = {}
+        exec(compile(text, "<port>", "exec"), ns)  # noqa: S102 - the text this tool rendered
+        args = ", ".join(i.var for i in tr.inputs)
+        body = [f"    {v} = {v.upper()}" for v in tr.constants] + [
+            f"    {s.var} = {s.expr}" for s in tr.statements
+        ]
+        keep = ", ".join(f"{s.var!r}: {s.var}" for s in tr.statements)
+        exec(f"def _trace({args}):\n" + "\n".join(body) + f"\n    return {{{keep}}}\n", ns)  # noqa: S102
+        values = ns["_trace"](*[jnp.asarray(x) for x in inputs])
+        actual = {k: np.asarray(v) for k, v in values.items() if hasattr(v, "shape")}
+        gm = tr.program.module()
+        acts = [i for i in tr.inputs if i.kind == "activation"]
+        every = dict(source.model.named_parameters()) | dict(source.model.named_buffers())
+        state = {n: to_torch(a, every[n]) for n, a in zip(names, inputs[len(acts) :], strict=True)}
+        gm.load_state_dict(state, strict=False)
+        seen: dict[str, np.ndarray] = {}
+
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, n):
+                r = super().run_node(n)
+                if isinstance(r, torch.Tensor):
+                    seen[n.name] = r.detach().float().numpy() if r.is_floating_point() else r.numpy()
+                return r
+
+        call = list(source.inputs)
+        for k, inp in enumerate(acts):
+            call[inp.position] = to_torch(inputs[k], source.inputs[inp.position])
+        with torch.no_grad():
+            Recorder(gm).run(*call)
+        order = [(s.var, f"{s.op}" + (f" ({s.where})" if s.where else "")) for s in tr.statements]
+        return first_op_off(seen, actual, order, tol)
+
+    return locate
+
+
+def port_source(
+    source_path: str,
+    *,
+    out: str | None = None,
+    check: str | None = None,
+    seeds: int = 3,
+    seed_offset: int | None = None,
+    allow_weak_check: bool = False,
+) -> PortReport:
+    """Port SOURCE to a JAX reference (or check --check's port) and check it against the source on CPU.
+
+    Raises UsageError for bad input (no Model, inputs that cannot be built, an op no path translates).
+    """
+    try:
+        source = load_source(source_path)
+    except SourceFailure as e:
+        return PortReport(
+            ok=False, status="source_error", summary=str(e), source=source_path, source_line=e.line
+        )
+    if source.random_ops:
+        raise UsageError(
+            f"{source_path}: the forward draws random numbers in eval mode ({', '.join(source.random_ops)}): "
+            "no port can match it seed for seed"
+        )
+    base = dict(source=source_path, source_sha256=source.sha256, source_kind=source.kind)
+    tr: Translation | None = None
+    locate = None
+    required: set[str] | None = None
+    if check is None:
+        try:
+            tr = translate(source)
+        except aten.RandomOp as e:
+            raise UsageError(f"{source_path}: the forward draws random numbers: {e}") from None
+        except aten.Unsupported as e:
+            raise UsageError(f"{source_path}: no path can translate {e}") from None
+        port = Path(out) if out else default_out(source_path)
+        name = Path(source_path).stem
+        text = render(tr, name=name, source_name=Path(source_path).name, port_path=tr.path)
+        write(text, port)
+        port_file = str(port)
+        names = [i.source_name for i in tr.inputs if i.kind == "param"]
+        locate = _locator(source, tr, text, names)
+        required = read_params(tr.program)
+    else:
+        if not Path(check).is_file():
+            raise UsageError(f"port file not found: {check}")
+        port_file = check
+        try:
+            from maxkernel.tpu_tools.port.translate import _export
+
+            required = read_params(_export(source)[0])
+        except Exception:
+            required = None  # a source torch.export cannot trace (Triton): every declared param still varies
+    try:
+        result = check_port(
+            source,
+            port_file,
+            seeds=seeds,
+            seed_offset=seed_offset,
+            allow_weak_check=allow_weak_check,
+            required_params=required,
+            locate=locate,
+        )
+    except SourceFailure as e:
+        return PortReport(ok=False, status="source_error", summary=str(e), source_line=e.line, **base)
+    changes = (tr.changes if tr else []) + changes_seen(source, tr)
+    made = tr.path if tr else "given"
+    if result.ok:
+        verb = f"ported by {made}" if tr else "the given port"
+        summary = f"{verb} -> {port_file}: {result.summary}"
+    else:
+        summary = f"port refused ({result.status}): {result.summary}"
+    return PortReport(
+        ok=result.ok,
+        status=("ported" if tr else "checked") if result.ok else "refused",
+        summary=summary,
+        port=port_file,
+        port_path=made,
+        paths_tried=tr.paths_tried if tr else [],
+        changes=changes,
+        check=result,
+        **base,
+    )
