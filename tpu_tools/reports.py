@@ -22,6 +22,7 @@ FailureKind = Literal[
     "smem_exhausted",
     "compile_error",  # any other compiler failure
     "runtime_error",  # the compiled kernel failed while executing (out-of-bounds DMA, ...)
+    "interpret_unsupported",  # jax's TPU interpreter itself failed: numbers not checkable off the chip
     "shape_mismatch",  # output shape/dtype differs from the reference's
     "shape_specialized",  # right (or compiles) at one size, fails at another: written for one shape only
     "output_mismatch",  # numbers differ beyond tolerance

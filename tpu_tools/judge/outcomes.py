@@ -118,3 +118,19 @@ def stamp_sandbox(report: R, outcome: JobOutcome) -> R:
         if line not in warnings:
             warnings.append(line)
     return report
+
+
+def interpret_limit(failure: Failure, target: str, size: str, passed: list[str], failed: str) -> Failure:
+    """An `interpret_unsupported` verdict says what did run: the real compile for the target passed, the
+    sizes the interpreter could check, and that on the chip the numbers would be checked natively."""
+    ran = f"; at {', '.join(passed)} the interpreter ran it and the numbers matched" if passed else ""
+    return failure.model_copy(
+        update={
+            "summary": (
+                f"{failure.summary} (at {failed}). What ran: the real compile for {target} at {size!r} "
+                f"passed{ran}; validate on a {target} chip to check the numbers"
+            )[:1500],
+            "sizes_passed": list(passed),
+            "sizes_failed": [failed],
+        }
+    )

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from maxkernel.tpu_tools.judge.outcomes import interpret_limit
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.sizes import SizeCheck
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
@@ -22,7 +23,7 @@ ProgressFn = Callable[[str], None]
 
 # Failures that depend on the shape the kernel met: where one size works, these at another mean the
 # kernel was written for one shape. Integrity, timeout and the reference's own failures keep their
-# kinds: they say something else.
+# kinds: they say something else, as does `interpret_unsupported` (jax's interpreter failed, not the kernel).
 SIZE_DEPENDENT = {
     "python_error",
     "lowering_error",
@@ -234,6 +235,8 @@ def validate_at_sizes(
             )
             if passed and failure.kind in SIZE_DEPENDENT:
                 failure = specialized(failure, passed, name, "right")
+            if failure.kind == "interpret_unsupported":  # jax's interpreter failed, not the kernel
+                failure = interpret_limit(failure, target, comp.size, passed, name)
             return finish(failure)
         passed.append(name)
     return finish()

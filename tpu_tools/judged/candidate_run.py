@@ -30,7 +30,15 @@ from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged import job_env
 from maxkernel.tpu_tools.judged.classify import classify_exception, unpartitioned_failure
 from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.judged.interpreter_limits import (
+    InterpreterFailure,
+    interpreter_failure,
+    jaxpr_workload,
+    lowering_rules,
+    vmapped_semantics,
+)
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target, traced_as
 from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
 from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.problem.work_check import (
@@ -82,9 +90,29 @@ def _base_exception_failure(exc: BaseException, stage: str, path: Path) -> Failu
     )
 
 
-def _failure(exc: BaseException, stage: str, path: Path) -> Failure:
+def interpret_unsupported(found: InterpreterFailure, exc: BaseException, stage: str) -> Failure:
+    """jax's TPU interpreter failed where the candidate did not raise: the numbers cannot be checked off
+    the chip. Not a verdict on the kernel, and not a pass."""
+    return Failure(
+        kind="interpret_unsupported",
+        summary=(
+            f"TPU interpret mode cannot run this kernel: jax's {found.function} failed "
+            f"({_STAGE_WORDS.get(stage, stage)}, entered through {found.entry}): {found.error}; the "
+            "interpreter raised it, not the kernel, so its numbers could not be checked off the chip"
+        )[:1500],
+        message="".join(traceback.format_exception(exc))[-6000:],
+        stage=stage,
+    )
+
+
+def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=None) -> Failure:
+    """`program`: the candidate's traced program where it was interpreted off the chip, so that the
+    interpreter itself may be what failed (`interpret_unsupported`); `rules`: the lowering rules before
+    the candidate was imported (interpreter_limits.lowering_rules)."""
     if not isinstance(exc, Exception):
         return _base_exception_failure(exc, stage, path)
+    if program is not None and (found := interpreter_failure(exc, path, program, rules or {})) is not None:
+        return interpret_unsupported(found, exc, stage)
     failure = classify_exception(exc, stage, path)
     failure.message = (
         candidate_frames(exc, path, 6000)
@@ -167,6 +195,7 @@ def candidate_job(
         return report.model_dump(mode="json")
 
     def run() -> dict:
+        rules = lowering_rules()  # before the candidate's import: the rules it brings are told apart
         try:
             cand = load_candidate(kernel_path)
         except UsageError as e:
@@ -202,13 +231,25 @@ def candidate_job(
                 report.devices = mesh_spec.device_count
                 where = "chips" if plan.native else "CPU devices, remote DMAs eager"
                 report.execution += f"; over a mesh {mesh_spec.describe()} ({where})"
+            # Off the chip (no mesh) the candidate is traced as the target chip and the traced program is
+            # what the interpreter runs: a kernel that asks for the chip at trace time sees the target.
+            as_target = not plan.native and tgt.kind == "tpu" and tgt.chip is not None and mesh_spec is None
+            from_jaxpr = not plan.native and mesh_spec is None
+
+            def trace():
+                with trace_as_target(tgt) if as_target else contextlib.nullcontext():
+                    return jax.make_jaxpr(cand.workload, return_shape=True)(*shapes)
+
             try:
-                jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
+                jaxpr, out_shape = trace()
                 census = census_of(jaxpr)
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001 - the candidate's failure, whatever it raised
                 return done(_failure(e, "trace", path))
+            if as_target:
+                report.execution += f"; {traced_as(tgt)}, then interpreted on CPU"
+            program = jaxpr  # what ran: an interpreter failure is told apart from the candidate's by it
             report.has_pallas_call = census.num_pallas_calls > 0
             report.work = census
             if mesh_spec is not None and (n := unpartitioned_kernels(jaxpr)):
@@ -242,7 +283,22 @@ def candidate_job(
                     execution.tpu_interpret_mode(detect_races=detect_races, cores=cores, eager_dma=eager)
                 )
             workload = cand.workload
-            if not plan.native and (seq := sequential_workload(cand.workload, jaxpr)) is not None:
+            if from_jaxpr:
+                if cores > 1:  # the interpreter's settings are taken at trace time: trace under them
+                    try:
+                        jaxpr, out_shape = trace()
+                    except SystemExit:
+                        raise
+                    except BaseException as e:  # noqa: BLE001
+                        return done(_failure(e, "trace", path))
+                jaxpr, vmapped = vmapped_semantics(jaxpr)
+                workload = jaxpr_workload(jaxpr, jax.tree_util.tree_structure(out_shape))
+                if vmapped:
+                    report.execution += (
+                        f"; vmapped grid axes of {', '.join(sorted(set(vmapped)))} interpreted as parallel, as "
+                        "Mosaic compiles them (jax's interpreter fails on them otherwise: safe_zip length mismatch)"
+                    )
+            if not plan.native and (seq := sequential_workload(workload, jaxpr)) is not None:
                 workload, axes = seq
                 chip = tgt.chip.name if tgt.chip else None
                 n = cores_per_device(chip)
@@ -265,7 +321,9 @@ def candidate_job(
             except SystemExit:
                 raise
             except BaseException as e:  # noqa: BLE001
-                return done(_failure(e, "compile", path))
+                return done(
+                    _failure(e, "compile", path, program=None if plan.native else program, rules=rules)
+                )
             if mesh_spec is not None and not allow_plain_jax:
                 if guard.changed_so_far():  # the HLO is read through jax: only while jax is untouched
                     return done(None)  # done() names the tampering
@@ -292,7 +350,9 @@ def candidate_job(
                 except SystemExit:
                     raise
                 except BaseException as e:  # noqa: BLE001
-                    return done(_failure(e, "run", path))
+                    return done(
+                        _failure(e, "run", path, program=None if plan.native else program, rules=rules)
+                    )
                 if races:
                     report.races_found = True
                     text = race_log.getvalue().strip()

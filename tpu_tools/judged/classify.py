@@ -42,6 +42,22 @@ def _first_line(text: str, limit: int = 300) -> str:
     return ""
 
 
+def _cause(text: str) -> str:
+    """The error's one line: for an error raised in a host callback (XLA's "CpuCallback error: Traceback
+    (most recent call last): ..."), the innermost real error and where, not the traceback's header."""
+    from maxkernel.tpu_tools.judged.interpreter_limits import callback_error
+
+    parsed = callback_error(text)
+    if parsed is None:
+        return _first_line(text)
+    frames, error = parsed
+    head = _first_line(text.split("Traceback (most recent call last):", 1)[0]).rstrip(": ")
+    where = f" at {Path(frames[-1][0]).name}:{frames[-1][1]} in {frames[-1][2]}" if frames else ""
+    return _first_line(
+        f"{error} (in a host callback{where}; {head})" if head else f"{error} (in a host callback{where})"
+    )
+
+
 _BLOCK_SPEC = re.compile(
     r"Block spec for (?P<arg>.+?) in pallas_call (?P<kernel>\S+) .*?has block shape \((?P<block>.*?)\), "
     r"array shape \((?P<array>.*?)\)",
@@ -183,7 +199,7 @@ def classify_exception(
     if stage == "compile":
         return Failure(
             kind="compile_error",
-            summary=f"compiler error: {_first_line(text)}{where}",
+            summary=f"compiler error: {_cause(text)}{where}",
             message=full,
             stage=stage,
             line=line,
@@ -191,13 +207,13 @@ def classify_exception(
     if stage == "run":
         return Failure(
             kind="runtime_error",
-            summary=f"kernel failed while running: {_first_line(text)}{where}",
+            summary=f"kernel failed while running: {_cause(text)}{where}",
             message=full,
             stage=stage,
             line=line,
         )
     return Failure(
-        kind="python_error", summary=f"{_first_line(text)}{where}", message=full, stage=stage, line=line
+        kind="python_error", summary=f"{_cause(text)}{where}", message=full, stage=stage, line=line
     )
 
 

@@ -15,6 +15,7 @@ from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.candidate import load_candidate
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure, unpartitioned_failure
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 
 
@@ -143,7 +144,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     aot = target.kind == "tpu" and not plan.native
     lowering_only = False
     if aot:
-        scope = execution.abstract_tpu_mesh(target)
+        scope = trace_as_target(target)  # tracing sees the chip (get_tpu_info, the default device)
         try:
             sharding = execution.aot_sharding(target)
         except Exception as e:  # no libtpu here: the lowering rules still run, the Mosaic compiler cannot

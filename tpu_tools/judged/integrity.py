@@ -37,6 +37,8 @@ WATCHED_MODULES = (
     "maxkernel.tpu_tools.hardware.mesh",
     "maxkernel.tpu_tools.pool.handover",
     "maxkernel.tpu_tools.judged.candidate_run",
+    "maxkernel.tpu_tools.judged.interpreter_limits",
+    "maxkernel.tpu_tools.judged.target_trace",
     "maxkernel.tpu_tools.judged.integrity",
     "maxkernel.tpu_tools.pool.child",
     "multiprocessing.connection",
