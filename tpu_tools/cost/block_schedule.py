@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.problem.pallas_info import (
+from maxkernel.tpu_tools.problem.pallas_info import (  # bounded_grid: the estimate and census share it
     BlockInfo,
     IndexMap,
     PallasCallInfo,
     UnknownIndexError,
+    bounded_grid,
     index_maps,
 )
 
@@ -124,34 +125,6 @@ class BlockSchedule(BaseModel):
     last_writeback_bytes: int
     mode: str
     notes: list[str] = Field(default_factory=list)
-
-
-def bounded_grid(call: PallasCallInfo) -> tuple[tuple[int, ...], list[str]]:
-    """The grid with each run-time (dynamic) axis at the most its scalar-prefetch operands allow, and why.
-
-    A grid axis known only at run time (megablox gmm's m-tile count depends on the group sizes) walks
-    tables handed in as scalar-prefetch operands: the index maps read them at that program id, so the
-    axis cannot run past the longest of them (gmm: tiles_m + num_groups - 1, its exact bound). That is
-    an upper bound, said so. With no such operand nothing bounds it: it counts as 1, also said so.
-    """
-    lengths = [s[0] for s in call.scalar_prefetch_shapes if s]
-    bound = max(lengths) if lengths else None
-    grid, notes = [], []
-    for i, g in enumerate(call.grid):
-        if g is not None:
-            grid.append(int(g))
-        elif bound:
-            grid.append(int(bound))
-            notes.append(
-                f"grid axis {i} is known only at run time: bounded by {bound}, the longest scalar-prefetch "
-                f"operand its index maps can read (an upper bound; the run-time count depends on its values)"
-            )
-        else:
-            grid.append(1)
-            notes.append(
-                f"grid axis {i} is known only at run time and no scalar-prefetch operand bounds it: counted as 1"
-            )
-    return tuple(grid), notes
 
 
 def block_schedule(call: PallasCallInfo, scalar_prefetch: Sequence[Any] | None) -> BlockSchedule:

@@ -27,6 +27,8 @@ __all__ = [
     "PallasCallInfo",
     "ScratchInfo",
     "UnknownIndexError",
+    "bounded_grid",
+    "call_info",
     "find_pallas_calls",
     "index_maps",
 ]
@@ -105,6 +107,68 @@ class PallasCallInfo(BaseModel):
 def index_maps(info: PallasCallInfo) -> list[IndexMap]:
     """Evaluators for the index map of each block of `info.blocks` (inputs, then outputs)."""
     return info._index_maps
+
+
+def _blocks_walked(info: PallasCallInfo, axis: int) -> tuple[int, str] | None:
+    """The most steps grid axis `axis` can take before some block it moves runs off its array: for each
+    pipelined block whose index map moves with the axis (read without scalar prefetch), its blocks left
+    along that dim over the step; the largest, and whose it is. None when no block moves with it."""
+    rank = len(info.grid)
+    best: tuple[int, str] | None = None
+    for b, imap in zip(info.blocks, index_maps(info), strict=False):
+        if not b.pipelined or b.uses_scalar_prefetch or imap is None:
+            continue
+        pts = np.zeros((2, rank), np.int64)
+        pts[1, axis] = 1
+        try:
+            idx = imap.evaluate(pts)
+        except Exception:  # noqa: BLE001 - a map we cannot evaluate bounds nothing
+            continue
+        for j, (size, kind) in enumerate(zip(b.block_shape, b.block_dims, strict=False)):
+            step = int(idx[1, j] - idx[0, j])
+            if step <= 0 or not size or kind != "blocked" or j >= len(b.array_shape):
+                continue
+            n = -(-(-(-b.array_shape[j] // size) - int(idx[0, j])) // step)
+            if n > 0 and (best is None or n > best[0]):
+                best = (n, f"{b.role} {b.position}'s {-(-b.array_shape[j] // size)} blocks along dim {j}")
+    return best
+
+
+def bounded_grid(info: PallasCallInfo) -> tuple[tuple[int, ...], list[str]]:
+    """The grid with each run-time (dynamic) axis at the most it can run, and why: the one rule that the
+    estimate (its steps) and the work census (the body's work x its steps) share.
+
+    A grid axis known only at run time (megablox gmm's m-tile count depends on the group sizes; a MoE
+    kernel's token-tile count) walks tables handed in as scalar-prefetch operands, or the blocks of an
+    operand. Its index maps read the tables at that program id, so it cannot run past the longest of them
+    (gmm: tiles_m + num_groups - 1, its exact bound); a block whose index moves with it runs off its array
+    after its blocks along that dim. The smaller where both are known: an upper bound, said so. With
+    neither, it counts as 1, also said so.
+    """
+    lengths = [s[0] for s in info.scalar_prefetch_shapes if s]
+    tables = max(lengths) if lengths else None
+    grid, notes = [], []
+    for i, g in enumerate(info.grid):
+        if g is not None:
+            grid.append(int(g))
+            continue
+        walked = _blocks_walked(info, i)
+        bounds = [(tables, "the longest scalar-prefetch operand its index maps can read")] if tables else []
+        bounds += [(walked[0], f"{walked[1]}, which its index map walks")] if walked else []
+        if not bounds:
+            grid.append(1)
+            notes.append(
+                f"grid axis {i} is known only at run time and neither a scalar-prefetch operand nor a block "
+                "it moves bounds it: counted as 1"
+            )
+            continue
+        n, why = min(bounds)
+        grid.append(int(n))
+        notes.append(
+            f"grid axis {i} is known only at run time: bounded by {n}, {why} (an upper bound; the run-time "
+            "count depends on the data)"
+        )
+    return tuple(grid), notes
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -470,6 +534,11 @@ def remote_dma_census(kernel_jaxpr) -> tuple[int, int]:
 
     walk(getattr(kernel_jaxpr, "jaxpr", kernel_jaxpr))
     return count, total
+
+
+def call_info(eqn) -> PallasCallInfo:
+    """One `pallas_call` equation read as its PallasCallInfo (the work census counts a body x its grid)."""
+    return _call_info(eqn, "pallas_call")
 
 
 def find_pallas_calls(closed_jaxpr: Any) -> list[PallasCallInfo]:

@@ -71,6 +71,10 @@ class WorkCensus(BaseModel):
     outside_collectives: list[str] = Field(
         default_factory=list, description="XLA collectives (psum, all_gather, ...) outside every kernel"
     )
+    dynamic_grids: list[str] = Field(
+        default_factory=list,
+        description="grid axes known only at run time, and the bound they were counted at",
+    )
 
     @property
     def outside_matmul_flops(self) -> float:
@@ -142,13 +146,27 @@ def _subjaxprs(eqn) -> list[tuple[Any, float]]:
     return out
 
 
-def _grid_size(eqn) -> int:
+def _grid_size(eqn, notes: list[str]) -> int:
+    """Grid steps of a pallas_call: a run-time (dynamic) axis at the most it can run, by the rule the
+    estimate uses (pallas_info.bounded_grid), said in `notes`. Counted once, the body of a gmm whose m-tile
+    count is data weighed one step against an epilogue over the whole output: compile, at the production
+    size, warned that validate would refuse it, and validate, at the small size, accepted it."""
     gm = eqn.params.get("grid_mapping")
     grid = getattr(gm, "grid", ()) or ()
     try:
         return int(math.prod(int(g) for g in grid))
-    except TypeError:  # a dynamic grid dimension: count the body once
+    except TypeError:  # a dynamic grid dimension
+        pass
+    from maxkernel.tpu_tools.problem.pallas_info import bounded_grid, call_info
+
+    try:
+        info = call_info(eqn)
+        bounded, why = bounded_grid(info)
+    except Exception as e:  # noqa: BLE001 - a kernel we cannot read: its body counted once, said so
+        notes.append(f"{_kernel_name(eqn, 0)}: a grid axis known only at run time, counted once ({e})"[:300])
         return 1
+    notes += [f"{info.kernel_name}: {w}" for w in why]
+    return int(math.prod(bounded))
 
 
 def _kernel_name(eqn, index: int) -> str:
@@ -177,7 +195,8 @@ class _Walker:
             if name == "pallas_call":
                 self.census.num_pallas_calls += 1
                 body = eqn.params["jaxpr"]
-                self.walk(getattr(body, "jaxpr", body), mult * _grid_size(eqn), True)
+                steps = _grid_size(eqn, self.census.dynamic_grids)
+                self.walk(getattr(body, "jaxpr", body), mult * steps, True)
                 continue
             subs = _subjaxprs(eqn)
             if name == "cond" and not inside:
@@ -225,6 +244,7 @@ class _Walker:
             self.census.callbacks += c.callbacks
             self.census.debug_callbacks += c.debug_callbacks
             self.census.pallas_under_cond += c.pallas_under_cond
+            self.census.dynamic_grids += c.dynamic_grids
 
 
 def _data_flow(jaxpr, census: WorkCensus) -> None:

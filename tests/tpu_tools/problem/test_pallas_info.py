@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import runpy
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest_paths import KERNELS
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -181,3 +183,115 @@ def test_recurses_into_cond_scan_and_custom_vjp():
 
 def test_plain_jnp_has_no_calls():
     assert find_pallas_calls(jax.make_jaxpr(lambda x: jnp.dot(x, x) + 1)(_sds((64, 64)))) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Run-time grid axes: one bound for the estimate and the work census (issue 33)
+
+
+def _dynamic_rows(x, n_valid, walk=True):
+    """A kernel whose grid length is data (row tiles holding tokens); `walk=False`: its block never moves."""
+
+    def body(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0  # [8, cols]
+
+    def row_tile(i):  # x is (rows, cols): row tile i (or always the first, when not walking)
+        return (i if walk else 0, 0)
+
+    return pl.pallas_call(
+        body,
+        grid=(n_valid[0] // 8,),
+        in_specs=[pl.BlockSpec((8, x.shape[1]), row_tile)],
+        out_specs=pl.BlockSpec((8, x.shape[1]), row_tile),
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+    )(x)
+
+
+def _gmm_shapes(m, k, n, g):
+    return (
+        jax.ShapeDtypeStruct((m, k), jnp.bfloat16),
+        jax.ShapeDtypeStruct((g, k, n), jnp.bfloat16),
+        jax.ShapeDtypeStruct((g,), jnp.int32),
+    )
+
+
+def _gmm_silu(lhs, rhs, group_sizes):
+    """megablox gmm (its m-tile count is a run-time grid axis) and a SiLU epilogue in jnp."""
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+    return jax.nn.silu(gmm(lhs, rhs, group_sizes, preferred_element_type=jnp.float32, tiling=(128, 128, 128)))
+
+
+def _ragged_silu(lhs, rhs, group_sizes):
+    return jax.nn.silu(jax.lax.ragged_dot(lhs, rhs, group_sizes, preferred_element_type=jnp.float32))
+
+
+def test_a_run_time_grid_axis_is_bounded_by_its_tables_or_the_blocks_it_walks():
+    from maxkernel.tpu_tools.problem.pallas_info import bounded_grid
+
+    (gmm,) = find_pallas_calls(jax.make_jaxpr(_gmm_silu)(*_gmm_shapes(8192, 4096, 4096, 8)))
+    grid, notes = bounded_grid(gmm)
+    assert gmm.grid == (32, None, 32) and grid == (32, 64 + 8 - 1, 32)  # tiles_m + groups - 1
+    assert "scalar-prefetch" in notes[0] and "upper bound" in notes[0]
+    x, n = jax.ShapeDtypeStruct((4096, 1024), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32)
+    (rows,) = find_pallas_calls(jax.make_jaxpr(_dynamic_rows)(x, n))
+    grid, notes = bounded_grid(rows)
+    assert rows.grid == (None,) and grid == (4096 // 8,)
+    assert "512 blocks along dim 0" in notes[0] and "upper bound" in notes[0]
+    (still,) = find_pallas_calls(jax.make_jaxpr(lambda x, n: _dynamic_rows(x, n, walk=False))(x, n))
+    grid, notes = bounded_grid(still)
+    assert grid == (1,) and "counted as 1" in notes[0]
+
+
+def test_the_work_census_counts_a_run_time_grid_alike_at_every_size():
+    """Issue 33: the census counted a dynamic grid's body once, so gmm with a SiLU epilogue had 89% of its
+    flops "outside" at the production size (compile warned validate would refuse it) and 3% at the small
+    size (validate accepted it). Counted at the grid's bound, it is the kernel's work at both sizes, and
+    compile's warning and validate's verdict (one function, work_verdict) agree; the adversary whose real
+    work is in jnp beside a dynamic-grid kernel is refused at both sizes, and compile says so."""
+    from types import SimpleNamespace
+
+    from maxkernel.tpu_tools.judged.compile import _work_warnings
+    from maxkernel.tpu_tools.problem.work_check import census_of, work_verdict
+
+    for m, k, n, g in ((8192, 2048, 1408, 8), (512, 128, 128, 4)):
+        shapes = _gmm_shapes(m, k, n, g)
+        ref = census_of(jax.make_jaxpr(_ragged_silu)(*shapes))
+        jaxpr = jax.make_jaxpr(_gmm_silu)(*shapes)
+        census = census_of(jaxpr)
+        assert census.inside_matmul_flops >= 2 * m * k * n, (m, census.inside_flops)  # at least the real work
+        assert any("upper bound" in d for d in census.dynamic_grids), census.dynamic_grids
+        assert work_verdict(census, ref) is None
+        assert _work_warnings(jaxpr, SimpleNamespace(census=ref)) == []
+    adversary = runpy.run_path(str(KERNELS / "adversarial" / "dynamic_grid_work_outside.py"))["workload"]
+    reference = runpy.run_path(str(KERNELS / "corpus" / "ragged_rows_reference.py"))["workload"]
+    for rows, cols in ((4096, 1024), (64, 128)):
+        x, nv = jax.ShapeDtypeStruct((rows, cols), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32)
+        ref = census_of(jax.make_jaxpr(reference)(x, nv))
+        jaxpr = jax.make_jaxpr(adversary)(x, nv)
+        why = work_verdict(census_of(jaxpr), ref)
+        assert why is not None and "outside the pallas_calls" in why, why
+        (warning,) = _work_warnings(jaxpr, SimpleNamespace(census=ref))
+        assert "validate will refuse it (work_outside_kernel)" in warning
+
+
+@pytest.mark.slow
+def test_compile_warns_and_validate_refuses_the_dynamic_grid_adversary_alike():
+    """End to end through the CLI: compile's warning (production size) and validate's verdict (its check
+    sizes) say the same of a dynamic-grid kernel whose work is outside it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = str(Path(sys.executable).parent / "maxkernel")
+    ref = str(KERNELS / "corpus" / "ragged_rows_reference.py")
+    adversary = str(KERNELS / "adversarial" / "dynamic_grid_work_outside.py")
+
+    def run(*argv):
+        proc = subprocess.run([exe, *argv, "-r", ref, "--json"], capture_output=True, text=True, timeout=300)
+        return json.loads(proc.stdout)
+
+    compiled = run("compile", adversary)
+    assert compiled["ok"] and any("(work_outside_kernel)" in w for w in compiled["warnings"]), compiled
+    validated = run("validate", adversary)
+    assert not validated["ok"] and validated["failure"]["kind"] == "work_outside_kernel", validated["failure"]
