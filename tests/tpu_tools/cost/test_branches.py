@@ -119,3 +119,35 @@ def test_a_predicate_that_reads_memory_is_charged_every_step():
     assert kb is not None and kb.unknown == 1 and kb.conds[0][1].fraction is None
     est = _estimate(f, shapes)
     assert not any("grid steps (predicates evaluated" in n for n in est.per_call[0].notes)
+
+
+def _flash_eqn(batch, heads, seq):
+    """The pallas_call equation of jax's causal flash attention (grid: batch, heads, q blocks, kv blocks)."""
+    from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
+
+    from maxkernel.tpu_tools.problem.pallas_info import _walk
+
+    s = jax.ShapeDtypeStruct((batch, heads, seq, 128), jnp.bfloat16)
+    jaxpr = jax.make_jaxpr(lambda q, k, v: flash_attention(q, k, v, causal=True, sm_scale=0.1))(s, s, s)
+    (eqn,) = [e for e, _ in _walk(jaxpr.jaxpr, "")]
+    return eqn
+
+
+def test_predicates_read_over_the_axes_they_use_give_the_every_step_shares_exactly():
+    """Issue 33 (estimate time at long sequences): the predicates are evaluated on the axes the body reads
+    (flash: q block, kv block), not on every step; each share is the same fraction as on every step, and
+    a grid past MAX_STEPS whose predicates read a few axes is still evaluated."""
+    from maxkernel.tpu_tools.cost.branches import MAX_STEPS
+
+    eqn = _flash_eqn(2, 3, 1024)  # 2 x 3 x 8 x 8 steps
+    fast, every = kernel_branches(eqn), kernel_branches(eqn, every_step=True)
+    assert fast is not None and fast.known and fast.steps == 2 * 3 * 8 * 8
+    assert fast == every  # every fraction, flop and element count identical
+    assert any(b.fraction is not None and 0 < b.fraction < 1 for c in fast.conds for b in c)
+    big = kernel_branches(_flash_eqn(16, 32, 16384))  # 8M steps: over MAX_STEPS, 16K points read
+    assert big.steps > MAX_STEPS and big.known
+    assert [[b.fraction for b in c] for c in big.conds if c[0].fraction is not None] == [
+        [b.fraction for b in c]
+        for c in kernel_branches(_flash_eqn(1, 1, 16384)).conds
+        if c[0].fraction is not None
+    ]
