@@ -15,6 +15,7 @@ import json
 import math
 from pathlib import Path
 
+from maxkernel.tpu_tools.cli import tables
 from maxkernel.tpu_tools.profile.scoreboard import SuiteScore, TaskRow
 
 
@@ -83,24 +84,30 @@ def summary_lines(sc: SuiteScore) -> list[str]:
     return lines
 
 
+def score_table(rows: list[TaskRow], name=lambda s: s):
+    """One line per task, its name shown as `name(task)` (tpu_tools/cli/tables.py fits it to the terminal)."""
+    cells = [
+        [name(r.task), r.status, "yes" if r.correct else "no", _tier(r).replace("estimate", "est."),
+         _fmt(r.kernel_time_us), _fmt(r.baseline_time_us), _fmt(r.speedup_vs_baseline, ".2f"),
+         _fmt(r.speedup_vs_expert, ".2f")]
+        for r in rows
+    ]  # fmt: skip
+    t = tables.new_table()
+    tables.add_name_column(t, "task")
+    for k, header in enumerate(("status", "ok", "tier"), start=1):
+        tables.add_word_column(t, header, [c[k] for c in cells])
+    for header in ("kernel µs", "XLA µs", "x XLA", "x expert"):
+        tables.add_number_column(t, header)
+    for c in cells:
+        t.add_row(*c)
+    return t
+
+
 def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     con = Console(stderr=True, highlight=False)
-    t = Table("task", "status", "ok", "tier", "kernel µs", "XLA µs", "x XLA", "x expert", box=None)
-    for r in rows:
-        t.add_row(
-            r.task,
-            r.status,
-            "yes" if r.correct else "no",
-            _tier(r).replace("estimate", "est."),
-            _fmt(r.kernel_time_us),
-            _fmt(r.baseline_time_us),
-            _fmt(r.speedup_vs_baseline, ".2f"),
-            _fmt(r.speedup_vs_expert, ".2f"),
-        )
-    con.print(t)
+    tables.print_named(con, lambda name, full: score_table(rows, name), [r.task for r in rows], "tasks")
     con.print("est. = the static estimate for the target chip, not a measurement", markup=False)
     for r in rows:
         if r.note:

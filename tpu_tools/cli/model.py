@@ -71,43 +71,65 @@ def _live(args):
 
 
 def render_hotspots(r, html_path: str | None = None) -> None:
-    from rich.table import Table
-
     from maxkernel.tpu_tools.cli.render import console
+    from maxkernel.tpu_tools.cli.tables import print_named
 
     console.print(
         f"[bold]hotspots[/] {r.model} on [bold]{r.target}[/] (size {r.size}): step {r.step_us:.4g} us, "
         f"estimate ({r.tier}); compile {r.compile_time_ms / 1e3:.1f} s, analysis {r.analysis_time_ms / 1e3:.1f} s",
         highlight=False,
     )
-    t = Table(show_edge=False)
-    for col in (
-        "region",
-        "kind",
-        "×",
-        "µs each",
-        "µs total",
-        "share",
-        "bound",
-        "headroom",
-        "GFLOP",
-        "HBM MiB",
-    ):
-        t.add_column(col, justify="left" if col in ("region", "kind", "bound") else "right")
+    name, _ = print_named(
+        console,
+        lambda name, full: hotspot_table(r, name, full),
+        _region_names(r),
+        "region ids",
+        "GFLOP and HBM MiB",
+    )
     for c in r.regions:
-        g = c.region
-        t.add_row(
-            g.id, g.kind, str(g.count), f"{c.time_us:.4g}", f"{c.total_us:.4g}", f"{100 * c.share:.1f}%",
-            f"fused into {', '.join(c.fused_into)}" if not c.fusions and c.fused_into else c.bound,
-            f"{c.headroom:.2f}x", f"{c.flops / 1e9:.3g}", f"{c.hbm_bytes / 2**20:.4g}",
-        )  # fmt: skip
-    console.print(t)
+        if not c.fusions and c.fused_into:
+            console.print(
+                f"  {name(c.region.id)}: fused into {', '.join(map(name, c.fused_into))}", markup=False
+            )
     mark = "[green]✓[/]" if r.sum_ok else "[yellow]![/]"
     console.print(f"{mark} {r.sum_note}", highlight=False)
     for n in r.notes:
         console.print(f"  note: {n}", markup=False, highlight=False)
     if html_path:
         console.print(f"  picture: {html_path}", markup=False, highlight=False)
+
+
+def _region_names(r) -> list[str]:
+    return [c.region.id for c in r.regions] + [n for c in r.regions for n in c.fused_into]
+
+
+def hotspot_table(r, name=lambda s: s, full: bool = True):
+    """The hotspot table, each region id shown as `name(id)`, without GFLOP and HBM MiB unless `full`
+    (tpu_tools/cli/tables.py picks both for the terminal's width). A region XLA fused into its neighbours'
+    fusions is bound "fused"; render_hotspots lists what it is fused into below the table."""
+    from maxkernel.tpu_tools.cli import tables
+
+    def bound(c) -> str:
+        return "fused" if not c.fusions and c.fused_into else c.bound
+
+    t = tables.new_table()
+    tables.add_name_column(t, "region")
+    tables.add_word_column(t, "kind", [c.region.kind for c in r.regions])
+    for col in ("×", "µs\neach", "µs\ntotal", "share"):
+        tables.add_number_column(t, col)
+    tables.add_word_column(t, "bound", [bound(c) for c in r.regions])
+    tables.add_number_column(t, "head-\nroom")
+    if full:
+        tables.add_number_column(t, "GFLOP")
+        tables.add_number_column(t, "HBM\nMiB")
+    for c in r.regions:
+        g = c.region
+        cells = [name(g.id), g.kind, str(g.count), f"{c.time_us:.4g}", f"{c.total_us:.4g}", f"{100 * c.share:.1f}%",
+                 bound(c), f"{c.headroom:.2f}x"]  # fmt: skip
+        if full:
+            cells += [f"{c.flops / 1e9:.3g}", f"{c.hbm_bytes / 2**20:.4g}"]
+        t.add_row(*cells)
+    return t
 
 
 def cmd_extract(args) -> int:
@@ -180,8 +202,7 @@ def cmd_compose(args) -> int:
 
 def render_step_estimate(e, why_none: str = "") -> None:
     """Before/after per replaced region and for the whole step, with the Amdahl sum written out."""
-    from rich.table import Table
-
+    from maxkernel.tpu_tools.cli import tables
     from maxkernel.tpu_tools.cli.render import console
 
     if e is None:
@@ -191,17 +212,23 @@ def render_step_estimate(e, why_none: str = "") -> None:
     console.print(
         f"[bold]estimate[/] on {e.target} at size {e.size} ({e.tier}; nothing measured):", highlight=False
     )
-    t = Table(show_edge=False)
-    for col in ("region", "×", "before µs each", "before µs", "after µs each", "after µs", "speedup", "note"):
-        t.add_column(col, justify="left" if col in ("region", "note") else "right")
-    for r in e.regions:
-        t.add_row(
-            r.region, str(r.count), f"{r.before_each_us:.4g}", f"{r.before_us:.4g}",
-            "-" if r.after_each_us is None else f"{r.after_each_us:.4g}",
-            "-" if r.after_us is None else f"{r.after_us:.4g}",
-            "-" if r.speedup is None else f"{r.speedup:.2f}x", r.note,
-        )  # fmt: skip
-    console.print(t)
+
+    def build(name, full: bool):
+        t = tables.new_table()
+        tables.add_name_column(t, "region")
+        for col in ("×", "before\nµs each", "before\nµs", "after\nµs each", "after\nµs", "speedup"):
+            tables.add_number_column(t, col)
+        t.add_column("note", ratio=1)
+        for r in e.regions:
+            t.add_row(
+                name(r.region), str(r.count), f"{r.before_each_us:.4g}", f"{r.before_us:.4g}",
+                "-" if r.after_each_us is None else f"{r.after_each_us:.4g}",
+                "-" if r.after_us is None else f"{r.after_us:.4g}",
+                "-" if r.speedup is None else f"{r.speedup:.2f}x", r.note,
+            )  # fmt: skip
+        return t
+
+    tables.print_named(console, build, [r.region for r in e.regions], "region ids")
     console.print(f"  step: {e.arithmetic} (estimate)", markup=False, highlight=False)
     if e.composed_note:
         console.print(f"  {e.composed_note}", markup=False, highlight=False)
