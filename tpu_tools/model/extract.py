@@ -239,6 +239,7 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     import jax
 
     from maxkernel.tpu_tools.model.regions import _specs
+    from maxkernel.tpu_tools.pool.child import report_progress
     from maxkernel.tpu_tools.problem.reference import load_reference
     from maxkernel.tpu_tools.problem.tolerances import default_tolerance
 
@@ -248,8 +249,13 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
         raise UsageError(str(e)) from None
     sizes = ref.info.sizes
     big, small = ("full" if "full" in sizes else sizes[0]), ("small" if "small" in sizes else sizes[0])
+    report_progress(f"trace {ref.info.name} at size {big}")
     flat_f, insts_f, merged_f = _trace(ref, big)
     reg_f = _find(merged_f, region_id, ref.info.name, big)  # an unknown id fails before the model runs
+    report_progress(
+        f"{region_id}: {reg_f.count} instance(s), {len(flat_f.equations)} equations in the step; run the model "
+        f"at size {small} to record the region's inputs"
+    )
     flat_s, insts_s, merged_s, _, _, seen = _model_at(ref, small)
     reg_s = _find(merged_s, region_id, ref.info.name, small)
     inst_s, inst_f = insts_s[reg_s.instances[0]], insts_f[reg_f.instances[0]]
@@ -266,6 +272,7 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     tol = default_tolerance(widest)
     flops = {big: reg_f.flops, small: reg_s.flops}
     checks: list[str] = []
+    report_progress("run the model at its derived check size")
     derived, at_derived = _at_derived(ref, region_id, inst_s)
     if derived is not None:
         flops[DERIVED] = at_derived.flops
@@ -278,8 +285,13 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
             mod = load_reference(tmp)
         except ReferenceFailure as e:
             raise ExtractFailure(f"the extracted file does not load: {e}") from None
+        n_checks = 2 if derived is not None else 1
+        report_progress(f"splice check 1/{n_checks}: the model at size {small} with the extracted region")
         checks.append(_splice_check(ref, region_id, mod.workload, small))
         if derived is not None:
+            report_progress(
+                f"splice check 2/{n_checks}: the model at size {DERIVED} with the extracted region"
+            )
             checks.append(_splice_check(ref, region_id, mod.workload, DERIVED))
         else:
             checks.append(f"no derived check size: {at_derived}")

@@ -150,6 +150,7 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     from maxkernel.tpu_tools.hardware.targets import parse_target
     from maxkernel.tpu_tools.model import regions as regions_mod
     from maxkernel.tpu_tools.model.flat import evaluate, flatten
+    from maxkernel.tpu_tools.pool.child import report_progress
     from maxkernel.tpu_tools.problem.reference import load_reference
 
     t0 = time.perf_counter()
@@ -164,6 +165,7 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     size = size or ("full" if "full" in ref.info.sizes else ref.default_size()[0])
     if size not in ref.info.sizes:
         raise UsageError(f"model {ref.info.name!r} has no size {size!r}; it has {ref.info.sizes}")
+    report_progress(f"trace {ref.info.name} at size {size}")
     try:
         shapes = ref.input_shapes(size)
         flat = flatten(ref.workload, shapes, name=ref.info.name, size=size)
@@ -173,6 +175,10 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
         ) from None
     insts = regions_mod.instances(flat)
     merged = regions_mod.merge(flat, insts)
+    report_progress(
+        f"traced in {time.perf_counter() - t0:.1f} s: {len(flat.equations)} equations, {len(insts)} region "
+        f"instances, {len(merged)} regions; compile the step for {tgt.name} (XLA, off the chip)"
+    )
     scopes: list[str | None] = [None] * len(flat.equations)
     for inst in insts:
         for i in range(inst.start, inst.stop):
@@ -183,7 +189,11 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     with scope:
         compiled = jax.jit(lambda *xs: evaluate(flat, xs, scopes=scopes)).trace(*args).lower().compile()
     compile_ms = (time.perf_counter() - t_compile) * 1e3
+    report_progress(f"compiled in {compile_ms / 1e3:.1f} s; cost its fusions")
     table, tier, notes = _fusion_table(compiled, chip)
+    report_progress(
+        f"costed {len(table['fusions'])} fusions ({tier}); attribute them to the {len(merged)} regions"
+    )
     per_inst: dict[int, list[Any]] = collections.defaultdict(list)
     unattributed = by_neighbour = 0.0
     owners = _owners(table["fusions"], compiled.as_text())
