@@ -5,13 +5,26 @@ child that traces and compiles the candidate for the target; the estimate's chil
 LLO dump and costs it). Kernels at the shapes their models run:
 
 - flash:  jax.experimental.pallas.ops.tpu.flash_attention, causal, bf16 q/k/v [B,H,S,D] = [8,16,2048,128]
+- flash8k, flash16k: the same kernel at long sequences, [8,16,8192,128] and [8,16,16384,128] (default
+  128 blocks: 0.5M and 2M grid steps; issue 33: an estimate there once ran past 300 s)
 - gmm:    jax's megablox gmm, lhs bf16[8192,4096], rhs bf16[8,4096,4096], 8 groups, tiling (512,1024,1024)
 - matmul: the 8p_GEMM task's Pallas reference at its full size, bf16 [8192,8192] x [8192,28672]
 
 Prints compile s, estimate s and estimate/compile side by side (issue #25's goal: at most ~2x).
 Compiles only (no chip). On a shared CPU the absolute seconds move with the load; the ratio is the figure.
 
+Measured 2026-12-04 on the 2-core box at load average ~7 (jax 0.10.2, libtpu 0.0.42.1):
+
+    kernel    chip      compile s estimate s  ratio  estimate
+    flash     tpu-7x          5.7        6.0   1.04  llo 11.5 ms
+    flash     tpu-v6e         5.0        3.7   0.74  llo 11.5 ms
+    flash8k   tpu-7x          3.2        5.4   1.70  llo 184 ms
+    flash8k   tpu-v6e         5.3        7.8   1.48  llo 184 ms
+    flash16k  tpu-7x          7.2        8.3   1.16  llo 734 ms
+    flash16k  tpu-v6e         7.0        5.9   0.84  llo 734 ms
+
     .venv/bin/python benchmarks/estimate_speed.py [--chips tpu-v5e,tpu-v6e,tpu-7x] [--kernels flash,gmm,matmul]
+    .venv/bin/python benchmarks/estimate_speed.py --chips tpu-7x,tpu-v6e --kernels flash8k,flash16k
 """
 
 from __future__ import annotations
@@ -73,6 +86,18 @@ def workload(lhs, rhs, group_sizes):
 
 KERNELS = {
     "flash": ("flash_ref.py", FLASH_REF, "flash_kernel.py", FLASH_KERNEL),
+    "flash8k": (
+        "flash8k_ref.py",
+        FLASH_REF.replace('"s": 2048', '"s": 8192'),
+        "flash_kernel.py",
+        FLASH_KERNEL,
+    ),
+    "flash16k": (
+        "flash16k_ref.py",
+        FLASH_REF.replace('"s": 2048', '"s": 16384'),
+        "flash_kernel.py",
+        FLASH_KERNEL,
+    ),
     "gmm": ("gmm_ref.py", GMM_REF, "gmm_kernel.py", GMM_KERNEL),
     "matmul": (None, "8p", None, str(ROOT / "jaxbench" / "tasks" / "8p_GEMM" / "pallas_reference.py")),
 }
@@ -105,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernels", default="flash,gmm,matmul")
     args = ap.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="mk-estimate-speed-"))
-    print(f"{'kernel':<8} {'chip':<9} {'compile s':>9} {'estimate s':>10} {'ratio':>6}  estimate")
+    print(f"{'kernel':<9} {'chip':<9} {'compile s':>9} {'estimate s':>10} {'ratio':>6}  estimate")
     for name in args.kernels.split(","):
         reference, kernel = _files(name, folder)
         for chip in args.chips.split(","):
@@ -120,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             if not c_out.get("ok"):
                 what += " (compile failed)"
             print(
-                f"{name:<8} {chip:<9} {c_wall:>9.1f} {e_wall:>10.1f} {e_wall / c_wall:>6.2f}  {what}",
+                f"{name:<9} {chip:<9} {c_wall:>9.1f} {e_wall:>10.1f} {e_wall / c_wall:>6.2f}  {what}",
                 flush=True,
             )
     return 0
