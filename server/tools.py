@@ -62,9 +62,11 @@ from maxkernel.tpu_tools.cli.args import (  # the CLI's defaults: one grammar on
     DEFAULT_SEED_OFFSET,
     DEFAULT_SEEDS,
     DEFAULT_SIZE,
+    DEFAULT_STRICT_SHAPES,
     DEFAULT_TARGET,
     DEFAULT_TIMEOUT_S,
     PROFILE_TIMEOUT_S,
+    STRICT_SHAPES_HELP,
     size_kwargs,
 )
 from maxkernel.tpu_tools.cost.analyze import AnalysisReport
@@ -74,6 +76,7 @@ from maxkernel.tpu_tools.hardware.chips import CHIPS, ChipSpec
 from maxkernel.tpu_tools.model.compose import COMPOSE_CHECK_SIZES_TEXT, ComposeReport
 from maxkernel.tpu_tools.model.extract import ExtractReport
 from maxkernel.tpu_tools.model.hotspots import HotspotReport
+from maxkernel.tpu_tools.port.report import PortReport
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.program import ProgramDescription
 from maxkernel.tpu_tools.problem.tasks import TaskSummary
@@ -147,6 +150,7 @@ async def validate_kernel(
         ),
     ] = None,
     timeout_s: Timeout = DEFAULT_TIMEOUT_S,
+    strict_shapes: Annotated[bool, Field(description=STRICT_SHAPES_HELP)] = DEFAULT_STRICT_SHAPES,
 ) -> ValidationReport:
     """Compile the kernel for the target at the target size (the real compiler), then run it and the
     reference on fresh inputs at every check size and compare (on CPU: TPU interpret mode, races).
@@ -175,6 +179,7 @@ async def validate_kernel(
             on_progress=progress,
             cancel=cancel,
             caller="mcp",
+            strict_shapes=strict_shapes,
         ),
     )
     return finish(report, "validate_kernel")
@@ -644,6 +649,70 @@ async def compose_kernels(
     return await run_refusable(ctx, run)
 
 
+async def port_source(
+    ctx: Context[AppState],
+    source: Annotated[
+        str,
+        Field(
+            description="workspace path of a PyTorch source: KernelBench format (Model, get_inputs, "
+            "get_init_inputs), an nn.Module file with an inputs function, or a Triton kernel with its launcher"
+        ),
+    ],
+    check: Annotated[
+        str | None,
+        Field(description="workspace path of a port written elsewhere: check it instead of writing one"),
+    ] = None,
+    out: Annotated[
+        str | None,
+        Field(description="workspace path of the port to write (default SOURCE_port.py beside it)"),
+    ] = None,
+    seeds: Seeds = DEFAULT_SEEDS,
+    seed_offset: SeedOffset = DEFAULT_SEED_OFFSET,
+    allow_weak_check: Annotated[
+        bool, Field(description="accept when a trivial output would also pass")
+    ] = False,
+    timeout_s: Timeout = DEFAULT_TIMEOUT_S,
+) -> PortReport:
+    """Port a PyTorch/Triton source to a JAX reference (CONFIG, SIZES full/small, SOURCE_PARAMS,
+    create_inputs drawing activations and parameters from the key, workload), and check it against the
+    source on CPU over fresh seeds with validate's tolerance and weak-check guard; or, with `check`, check
+    a port written elsewhere. Runs in a child process (`maxkernel port --json`): torch never loads here."""
+    import sys
+
+    st = state_of(ctx)
+    try:
+        src = st.workspace.resolve(source, kind="source")
+        given = st.workspace.resolve(check, kind="port") if check else None
+        dest = st.workspace.resolve(out, kind="output", must_exist=False) if out else None
+    except WorkspaceError as e:
+        raise ToolError(str(e)) from None
+    if given is not None and dest is not None:
+        raise ToolError("check checks an existing port; out names a port to write: give one")
+    cmd = [
+        sys.executable,
+        "-m",
+        "maxkernel.tpu_tools.cli.main",
+        "port",
+        str(src),
+        "--json",
+        "--seeds",
+        str(seeds),
+    ]
+    cmd += ["--check", str(given)] if given else (["--out", str(dest)] if dest else [])
+    cmd += ["--seed-offset", str(seed_offset)] if seed_offset is not None else []
+    cmd += ["--allow-weak-check"] if allow_weak_check else []
+    try:
+        with anyio.fail_after(timeout_s):
+            proc = await anyio.run_process(cmd, check=False, cwd=str(st.workspace.root))
+    except TimeoutError:
+        raise ToolError(f"port_source ran past timeout_s={timeout_s:g}") from None
+    text = proc.stdout.decode(errors="replace").strip()
+    if text:
+        return PortReport.model_validate_json(text)
+    err = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+    raise ToolError(err.removeprefix("maxkernel: "))
+
+
 def list_chips() -> list[ChipSpec]:
     """TPU generations a kernel can target: VMEM, SMEM, HBM size and bandwidth, peak FLOP/s, MXU shape."""
     return list(CHIPS.values())
@@ -671,3 +740,4 @@ def register(server: MCPServer) -> None:
         server.tool(title=title, annotations=READS)(fn)
     server.tool(title="Extract a model region as a reference", annotations=WRITES)(extract_region)
     server.tool(title="Compose kernels into a model and validate it", annotations=WRITES)(compose_kernels)
+    server.tool(title="Port a PyTorch/Triton source to JAX, checked on CPU", annotations=WRITES)(port_source)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.pool.sandbox import SandboxInfo
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.sizes import CheckSize, SizeCheck
+from maxkernel.tpu_tools.problem.sizes import CheckSize, ShapeContract, SizeCheck
 from maxkernel.tpu_tools.problem.source import ReferenceInfo
 from maxkernel.tpu_tools.problem.work_check import WorkCensus
 
@@ -152,6 +152,16 @@ class SeedResult(BaseModel):
     trivial_outputs_passing: list[str] = Field(
         default_factory=list, description="zeros / mean / input copies that would also pass"
     )
+    mismatch_tails: list[int] | None = Field(
+        default=None,
+        description="the first wrong output is wrong exactly where some index_i >= tails[i] (trailing slabs, "
+        "a dropped remainder); None where the wrong part is not such slabs",
+    )
+    mismatch_shape: list[int] | None = Field(default=None, description="that output's shape")
+    mismatch_leaf: int | None = Field(default=None, description="that output's place, when there are several")
+    mismatch_unwritten: bool = Field(
+        default=False, description="every wrong element is NaN: never written (interpret mode fills with NaN)"
+    )
 
 
 class Tolerance(BaseModel):
@@ -197,6 +207,11 @@ class ValidationReport(SizesRecord):
     work: WorkCensus | None = Field(default=None, description="flops inside/outside the pallas_calls (jaxpr)")
     races_found: bool = False
     weak_check: bool = False
+    shape_contract: ShapeContract | None = Field(
+        default=None,
+        description="what the kernel does off the alignment small and the target share: a finding, not a "
+        "failure (unless strict_shapes)",
+    )
     failure: Failure | None = None
     warnings: list[str] = []
     environment: Environment | None = None

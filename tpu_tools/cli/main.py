@@ -75,6 +75,7 @@ def cmd_validate(args) -> int:
         allow_plain_jax=args.allow_plain_jax,
         allow_weak_check=args.allow_weak_check,
         caller="cli",
+        strict_shapes=args.strict_shapes,
     )
     _print_json(report) if args.json else render_validation(report)
     return _verdict_exit(report)
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-weak-check", action="store_true", help="accept when a trivial output would also pass"
     )
+    cli_args.add_strict_shapes(p)
     p.set_defaults(func=cmd_validate)
 
     p = cli_args.subparser(sub, "chips", help="TPU chip specs")

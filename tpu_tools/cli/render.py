@@ -104,6 +104,8 @@ def render_validation(r: ValidationReport) -> None:
         console.print(table)
     for note in r.reference.notes if r.reference else []:
         console.print(f"  note: {note}")
+    if r.shape_contract:
+        console.print(f"  shape contract: {r.shape_contract.finding}")
     for w in r.warnings:
         console.print(f"  [yellow]warning[/]: {w}")
     if r.failure:

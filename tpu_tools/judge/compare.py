@@ -18,6 +18,24 @@ def within(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> np.ndarr
     return ok
 
 
+def tails(wrong: np.ndarray) -> list[int] | None:
+    """Per axis, where the trailing run of all-wrong slices starts, if the wrong elements are exactly
+    those slabs (a remainder a floored grid never wrote); None otherwise."""
+    starts = []
+    for axis in range(wrong.ndim):
+        whole = wrong.all(axis=tuple(a for a in range(wrong.ndim) if a != axis))
+        right = np.nonzero(~whole)[0]
+        starts.append(int(right[-1]) + 1 if right.size else 0)
+    covered = np.zeros_like(wrong)
+    for axis, start in enumerate(starts):
+        index = [None] * wrong.ndim
+        index[axis] = slice(None)
+        covered |= (np.arange(wrong.shape[axis]) >= start)[tuple(index)]
+    if any(0 < s < n for s, n in zip(starts, wrong.shape, strict=True)) and np.array_equal(covered, wrong):
+        return starts
+    return None
+
+
 def compare_outputs(
     seed: int, expected: list[np.ndarray], actual: list[np.ndarray], tol: Tolerance
 ) -> SeedResult:
@@ -26,10 +44,19 @@ def compare_outputs(
     max_abs = max_rel = 0.0
     worst: tuple[float, list[int], float, float] | None = None
     nan = inf = ref_nan = 0
+    box: dict = {}  # where the first wrong output is wrong (the shape contract reads it)
     for leaf, (e, a) in enumerate(zip(expected, actual, strict=True)):
         e64 = e.astype(np.float64)
         a64 = a.astype(np.float64)
         ok = within(e, a, tol)
+        if not box and not ok.all() and ok.ndim:
+            wrong = ~ok
+            box = {
+                "mismatch_tails": tails(wrong),
+                "mismatch_shape": list(ok.shape),
+                "mismatch_leaf": leaf if len(expected) > 1 else None,
+                "mismatch_unwritten": bool(np.isnan(a64[wrong]).all() and not np.isnan(e64[wrong]).any()),
+            }
         total += ok.size
         mismatched += int(ok.size - ok.sum())
         nan += int(np.isnan(a64).sum())
@@ -62,6 +89,7 @@ def compare_outputs(
         nan_count=nan,
         inf_count=inf,
         reference_nan_count=ref_nan,
+        **box,
     )
 
 

@@ -274,13 +274,16 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
         caller: Literal["api", "cli", "mcp"] = "api",
+        strict_shapes: bool = False,
     ) -> ValidationReport:
         """Compile for `target` at the target size `size` (default: the production size), then run the
         kernel against the reference at every check size (default: small and the derived size).
 
         A compile failure is the verdict. A kernel that works at one size and fails at another fails as
         `shape_specialized`, naming the sizes. With `case`, the case runs over the first check size only.
-        On a chip, validation also runs at the target size.
+        On a chip, validation also runs at the target size. With the default check sizes, one more run off
+        the alignment small and the target share reports the kernel's shape contract (`shape_contract`), a
+        finding; `strict_shapes` makes it a check.
         """
         from maxkernel.tpu_tools.judge.sizes import validate_at_sizes
 
@@ -306,6 +309,7 @@ class Evaluator:
             on_progress=on_progress,
             cancel=cancel,
             caller=caller,
+            strict_shapes=strict_shapes,
         )
 
     def validate_at(

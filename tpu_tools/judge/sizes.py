@@ -16,7 +16,13 @@ from typing import Any
 
 from maxkernel.tpu_tools.judge.outcomes import interpret_limit
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.sizes import SizeCheck
+from maxkernel.tpu_tools.problem.sizes import (
+    UNALIGNED,
+    DerivedSize,
+    ShapeContract,
+    SizeCheck,
+    UnalignedSize,
+)
 from maxkernel.tpu_tools.reports import Failure, ValidationReport
 
 ProgressFn = Callable[[str], None]
@@ -98,6 +104,7 @@ def validate_at_sizes(
     on_progress: ProgressFn | None,
     cancel: threading.Event | None,
     caller: str = "api",
+    strict_shapes: bool = False,
 ) -> ValidationReport:
     """`Evaluator.validate` (see there); the seeds come resolved, the same list at every size."""
     from pathlib import Path
@@ -239,4 +246,153 @@ def validate_at_sizes(
                 failure = interpret_limit(failure, target, comp.size, passed, name)
             return finish(failure)
         passed.append(name)
+    # 3. The shape contract: one more run, off the alignment small and the target share (a finding)
+    derived = next((c.derived for c in comp.check_sizes if c.derived is not None), None)
+    unaligned = derived.unaligned if derived is not None else None
+    if case is None and unaligned is not None and unaligned.ok and (check_sizes is None or strict_shapes):
+        run = ev.validate_at(
+            kernel_path,
+            reference,
+            target,
+            UNALIGNED,
+            seeds=seed_list[:1],
+            repeats=repeats,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            timeout_s=timeout_s,
+            on_progress=say(f"shape contract at {UNALIGNED}"),
+            cancel=cancel,
+            caller=caller,
+        )
+        report.checks.append(size_check("contract", UNALIGNED, unaligned.dims, run))
+        assert derived is not None
+        report.shape_contract = contract = shape_contract(unaligned, run, comp.size, derived)
+        if contract.fix:
+            report.warnings.append(f"the kernel drops what its grid does not cover: {contract.finding}")
+            report.warnings.append(f"fix: {contract.fix}")
+        if (failure := contract_failure(contract, run, passed, strict_shapes)) is not None:
+            return finish(failure)
+    elif strict_shapes:
+        why = unaligned.describe() if unaligned is not None else "no derived check size to take it from"
+        seen.setdefault(f"--strict-shapes: no shape-contract probe ({why})", []).append("validate")
     return finish()
+
+
+# At the unaligned size, the kernel refusing the shape (its own error, or the compiler's).
+RAISES = {
+    "python_error",
+    "lowering_error",
+    "mosaic_error",
+    "compile_error",
+    "runtime_error",
+    "vmem_exhausted",
+    "smem_exhausted",
+    "shape_mismatch",
+}
+# At the unaligned size these still fail the verdict: they are not about shapes.
+NOT_SHAPE = {"host_callback", "reached_reference", "tampered", "implausible", "cancelled"}
+FIX = (
+    "where the kernel is called, assert what it requires ({needs}) so a caller gets an error, not a wrong "
+    "answer; or size the grid with pl.cdiv and mask the last block"
+)
+
+
+def _axis(i: int, ndim: int) -> str:
+    return {ndim - 2: "rows", ndim - 1: "columns"}.get(i, f"axis {i}") if ndim >= 2 else "elements"
+
+
+def _first_line(text: str) -> str:
+    return next((x.strip() for x in text.splitlines() if x.strip()), "")[:400]
+
+
+def shape_contract(unaligned: UnalignedSize, run: Any, target: str, derived: DerivedSize) -> ShapeContract:
+    """The finding from one run at the unaligned size: every word from what happened there."""
+    off = unaligned.off
+    at = ", ".join(f"{k}={unaligned.dims[k]}" for k in off)
+    needs = " and ".join(f"{k} % {g} == 0" for k, g in off.items())
+    keeps = None
+    if target == derived.target and all(k in derived.target_dims for k in off):
+        keeps = all(int(derived.target_dims[k]) % g == 0 for k, g in off.items())
+        tgt = "the target (" + ", ".join(f"{k}={derived.target_dims[k]}" for k in off) + ")"
+        where = f"which {tgt} {'keeps' if keeps else 'breaks'}"
+    else:
+        tgt = f"{derived.target!r} (the target here, {target!r}, was not compared)"
+        where = f"which {tgt} keeps"
+    made = {"dims": dict(unaligned.dims), "off": dict(off), "target_keeps": keeps}
+    if run.ok:
+        return ShapeContract(
+            **made,
+            outcome="general",
+            finding=f"right at {at} too, off the alignment small and the target share: no shape contract seen",
+        )
+    f = run.failure
+    made["failure_kind"] = f.kind
+    if f.kind == "output_mismatch":
+        seed = next((s for s in run.per_seed if not s.ok and s.mismatch_shape), None)
+        state = "left unwritten" if seed is not None and seed.mismatch_unwritten else "wrong"
+        if seed is not None and seed.mismatch_tails is not None:
+            shape, n = seed.mismatch_shape, len(seed.mismatch_shape)
+            slabs = [
+                f"{_axis(i, n)} {t}-{shape[i] - 1}" for i, t in enumerate(seed.mismatch_tails) if t < shape[i]
+            ]
+            output = "" if seed.mismatch_leaf is None else f" of output {seed.mismatch_leaf}"
+            extents = {shape[i] for i, t in enumerate(seed.mismatch_tails) if t < shape[i]}
+            own = {k: g for k, g in off.items() if unaligned.dims[k] in extents} or off  # the slabs' dims
+            needs = " and ".join(f"{k} % {g} == 0" for k, g in own.items())
+            return ShapeContract(
+                **made,
+                outcome="drops_remainder",
+                finding=f"{' and '.join(slabs)}{output} {state} at {at}: requires {needs}, {where}",
+                fix=FIX.format(needs=needs),
+            )
+        if len(off) > 1:  # one run moved them all: which one it needs is not known
+            needs = "some of " + ", ".join(f"{k} % {g} == 0" for k, g in off.items())
+        share = f"{seed.mismatch_fraction:.0%} of the output" if seed is not None else "the output"
+        return ShapeContract(
+            **made,
+            outcome="wrong",
+            finding=f"{share} {state} at {at}, not only a trailing remainder: requires {needs}, {where}",
+            fix=FIX.format(needs=needs),
+        )
+    broke = ", ".join(f"{k} % {g} != 0" for k, g in off.items())
+    if f.kind in RAISES:
+        return ShapeContract(
+            **made,
+            outcome="raises",
+            finding=f"raises at {at} ({broke}): {_first_line(f.summary)}; {where} ({needs})",
+        )
+    if f.kind in SIZE_DEPENDENT:
+        return ShapeContract(
+            **made, outcome="wrong", finding=f"{f.kind} at {at} ({broke}): {_first_line(f.summary)}; {where}"
+        )
+    return ShapeContract(
+        **made,
+        outcome="could_not_tell",
+        finding=f"at {at} it could not tell ({f.kind}: {_first_line(f.summary)})",
+    )
+
+
+def contract_failure(contract: ShapeContract, run: Any, passed: list[str], strict: bool) -> Failure | None:
+    """None where the contract is a finding; the verdict where it must fail it."""
+    f = run.failure
+    if f is None:
+        return None
+    if f.kind in NOT_SHAPE:
+        return f
+    if contract.outcome == "could_not_tell" and not strict:
+        return None
+    if strict or contract.target_keeps is False:
+        why = "--strict-shapes" if strict else "the target breaks the alignment the kernel needs"
+        return Failure(
+            kind="shape_specialized",
+            summary=f"{why}: right at {', '.join(passed)}; {contract.finding}"[:1500],
+            message=f.message,
+            stage=f.stage,
+            line=f.line,
+            cause_kind=f.kind,
+            sizes_passed=list(passed),
+            sizes_failed=[UNALIGNED],
+        )
+    return None

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -130,6 +130,21 @@ class SizeCheck(BaseModel):
     summary: str = ""
     dims: dict[str, Any] = Field(default_factory=dict)
     detail: str = Field(default="", description="what ran (the compiler, the execution)")
+
+
+class ShapeContract(BaseModel):
+    """What the kernel did at the unaligned size (off the alignment small and the target share): its
+    shape contract, reported as a finding. A failure only under `--strict-shapes`."""
+
+    dims: dict[str, Any] = Field(default_factory=dict, description="the unaligned size it ran at")
+    off: dict[str, int] = Field(default_factory=dict, description="dimension -> the alignment it broke")
+    outcome: Literal["general", "raises", "drops_remainder", "wrong", "could_not_tell"]
+    finding: str = Field(description="one line, built from what happened")
+    fix: str = Field(default="", description="what to change, where the kernel drops a remainder silently")
+    failure_kind: str | None = Field(default=None, description="how the run there ended (None: right)")
+    target_keeps: bool | None = Field(
+        default=None, description="the target's dimensions are multiples of every broken alignment"
+    )
 
 
 def _is_int(v: Any) -> bool:

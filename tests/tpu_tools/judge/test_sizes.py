@@ -80,4 +80,58 @@ def test_an_honest_kernel_passes_every_size(evaluator):
         ("full", "compile"),
         ("small", "validate"),
         ("derived", "validate"),
+        ("unaligned", "contract"),
     ]
+    assert r.shape_contract.outcome == "general" and r.shape_contract.dims == {"rows": 24, "cols": 192}
+    assert r.checks[2].dims == {"rows": 1024, "cols": 256}  # rows past small up to the target's 1024
+
+
+# ---- the derived size keeps the target's alignment; the shape contract is a finding (#33) -------------
+
+ROWS_4224 = str(REFS / "rows_4224_reference.py")  # small 256 rows, target 4224: they share 128
+
+
+def test_a_grid_that_floors_a_remainder_the_target_has_fails_at_the_derived_size(evaluator):
+    """256-row blocks divide small but not the target: the derived size (1152, a multiple of the shared
+    128 and not of 256) leaves rows unwritten, as the target would."""
+    r = evaluator.validate(kernel("adversarial/floors_rows_256"), ROWS_4224, "tpu-v6e", seeds=1)
+    assert r.failure.kind == "shape_specialized", r.failure
+    assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small"], ["derived"])
+    assert r.checks[-1].dims == {"rows": 1152, "cols": 128} and r.shape_contract is None
+
+
+@pytest.mark.slow  # two validations, each with the contract probe: ~20 s
+def test_a_grid_floored_within_the_shared_alignment_passes_and_says_its_contract(evaluator):
+    """128-row blocks divide small and the target: right, with the unwritten remainder at the unaligned
+    probe (320 rows) as its contract, a warning and a fix; --strict-shapes makes it the verdict."""
+    r = evaluator.validate(kernel("adversarial/floors_rows_128_honest"), ROWS_4224, "tpu-v6e", seeds=1)
+    assert r.ok, r.failure
+    c = r.shape_contract
+    assert c.outcome == "drops_remainder" and c.target_keeps and c.failure_kind == "output_mismatch"
+    assert c.finding == (
+        "rows 256-319 left unwritten at rows=320: requires rows % 128 == 0, which the target (rows=4224) keeps"
+    )
+    assert any("pl.cdiv" in w and "rows % 128 == 0" in w for w in r.warnings), r.warnings
+    assert [(x.size, x.what, x.ok) for x in r.checks][-1] == ("unaligned", "contract", False)
+    strict = evaluator.validate(
+        kernel("adversarial/floors_rows_128_honest"), ROWS_4224, "tpu-v6e", seeds=1, strict_shapes=True
+    )
+    assert strict.failure.kind == "shape_specialized" and strict.failure.sizes_failed == ["unaligned"]
+    assert strict.failure.summary.startswith("--strict-shapes: right at small, derived; rows 256-319")
+
+
+def test_a_kernel_that_refuses_off_its_blocks_passes_and_its_message_is_the_contract(evaluator):
+    r = evaluator.validate(kernel("adversarial/raises_off_128"), ROWS_4224, "tpu-v6e", seeds=1)
+    assert r.ok, r.failure
+    c = r.shape_contract
+    assert c.outcome == "raises" and c.failure_kind == "python_error", c
+    assert "rows=320 should be divisible by block_rows=128" in c.finding, c.finding
+    assert c.finding.startswith("raises at rows=320 (rows % 128 != 0): ") and not c.fix
+    assert not any("pl.cdiv" in w for w in r.warnings)
+
+
+def test_explicit_check_sizes_skip_the_contract_probe(evaluator):
+    r = evaluator.validate(
+        kernel("adversarial/floors_rows_128_honest"), ROWS_4224, "tpu-v6e", seeds=1, check_sizes=["small"]
+    )
+    assert r.ok and r.shape_contract is None and [c.size for c in r.checks] == ["full", "small"]
