@@ -190,6 +190,27 @@ def optimize_model(
     return [UserMessage(text)]
 
 
+def port_to_jax(source: str, ctx: Context[AppState] | None = None) -> list[Message]:
+    """Port a PyTorch/Triton source (a workspace file) to a JAX reference by hand, then check it against the
+    source with the port_source tool (the same check `maxkernel port --check` runs)."""
+    from maxkernel.subagents.port import render_port_prompt
+
+    path = Path(source)
+    if ctx is not None:
+        from maxkernel.server.requests import state_of
+        from maxkernel.server.workspace import WorkspaceError
+
+        try:
+            path = state_of(ctx).workspace.resolve(source, kind="source")
+        except WorkspaceError as e:
+            raise _bad_argument(f"source: {e}") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise _bad_argument(f"source: cannot read {source}: {e}") from None
+    return [UserMessage(render_port_prompt(text, source))]
+
+
 def register(server: MCPServer) -> None:
     for fn, title in [
         (plan_kernel, "Plan a TPU kernel"),
@@ -197,5 +218,6 @@ def register(server: MCPServer) -> None:
         (debug_kernel, "Debug a failing kernel"),
         (analyze_profile, "Analyze a kernel profile"),
         (optimize_model, "Optimize a model step region by region"),
+        (port_to_jax, "Port a PyTorch/Triton source to JAX"),
     ]:
         server.prompt(title=title)(fn)

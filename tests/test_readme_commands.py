@@ -30,6 +30,7 @@ RUN = {
     for v in ("compile", "validate", "profile", "trace", "analyze", "estimate", "chips", "tasks")
 }
 RUN |= {("maxkernel", "examples")}
+RUN |= {("maxkernel", "port")}  # torch on CPU: the port is written and checked for real
 RUN |= {("maxkernel-orchestrate", "search-estimate")}
 PARSE = {("maxkernel", "bench"), ("maxkernel-server", None)}
 PARSE |= {("maxkernel-orchestrate", v) for v in ("auto", "search", "report", "suite")}

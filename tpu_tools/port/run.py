@@ -12,7 +12,7 @@ from maxkernel.tpu_tools.port import aten
 from maxkernel.tpu_tools.port.check import check_port, first_op_off, read_params, to_torch
 from maxkernel.tpu_tools.port.report import PortChange, PortReport
 from maxkernel.tpu_tools.port.source import SourceFailure, TorchSource, load_source
-from maxkernel.tpu_tools.port.translate import Translation, translate
+from maxkernel.tpu_tools.port.translate import Translation, export, translate
 from maxkernel.tpu_tools.port.write import render, write
 from maxkernel.tpu_tools.reports import Tolerance
 
@@ -23,39 +23,50 @@ def default_out(source: str) -> Path:
     return p.with_name(f"{p.stem}_port.py")
 
 
-def changes_seen(source: TorchSource, tr: Translation | None) -> list[PortChange]:
+def changes_seen(source: TorchSource, ops: set[str] | None) -> list[PortChange]:
     """What the port does differently from the source: layout, narrowed dtypes, mode, in-place ops."""
     out: list[PortChange] = []
-    ops = {s.op for s in tr.statements} if tr else set()
     spatial = [x for x in source.inputs if hasattr(x, "dim") and x.dim() >= 3]
-    if spatial and ops & {"aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.convolution", "aten.max_pool2d",
-                          "aten.avg_pool2d", "aten.batch_norm", "aten.conv_transpose2d"}:  # fmt: skip
+    if spatial and any(
+        o.startswith(("aten.conv", "aten.max_pool", "aten.avg_pool", "aten.batch_norm")) for o in ops
+    ):
         out.append(
             PortChange(kind="layout", detail="NCHW kept: the port takes and returns the source's layout")
         )
-    narrowed = sorted(
-        d for d in source.dtypes | {str(x.dtype)[6:] for x in spatial} if d in ("float64", "int64")
-    )
-    for d in narrowed:
+    for d in sorted(d for d in source.dtypes if d in ("float64", "int64")):
         to = "float32" if d == "float64" else "int32"
         out.append(PortChange(kind="dtype", detail=f"{d} narrowed to {to} (TPUs have no 64-bit types)"))
-    modal = [s.op for s in (tr.statements if tr else []) if s.op in ("aten.batch_norm", "aten.dropout")]
-    out.append(
-        PortChange(
-            kind="mode",
-            detail="eval mode"
-            + (
-                f": {', '.join(sorted(set(modal)))} as in inference (running statistics, no dropout)"
-                if modal
-                else ""
-            ),
+    modal = sorted(o for o in ops or () if o in ("aten.batch_norm", "aten.dropout", "aten.instance_norm"))
+    if ops is None:
+        detail = "eval mode (torch.export cannot trace this source, so its ops are not listed)"
+    elif modal:
+        detail = f"eval mode: {', '.join(modal)} as in inference (running statistics, no dropout)"
+    else:
+        detail = "eval mode (no op here behaves differently in training)"
+    out.append(PortChange(kind="mode", detail=detail))
+    if source.triton_kernels:
+        out.append(
+            PortChange(
+                kind="in_place",
+                detail=f"the Triton kernel {', '.join(source.triton_kernels)} stores into a preallocated output; "
+                "the port returns its result",
+            )
         )
-    )
     for op in source.in_place_ops:
         out.append(
             PortChange(kind="in_place", detail=f"{op} runs in place in the source; the port is functional")
         )
     return out
+
+
+def _ops(program: Any) -> set[str]:
+    import torch
+
+    return {
+        f"aten.{n.target.overloadpacket.__name__}"
+        for n in program.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    }
 
 
 def _locator(source: TorchSource, tr: Translation, text: str, names: list[str]):
@@ -128,6 +139,7 @@ def port_source(
     tr: Translation | None = None
     locate = None
     required: set[str] | None = None
+    ops: set[str] | None = None
     if check is None:
         try:
             tr = translate(source)
@@ -142,15 +154,14 @@ def port_source(
         port_file = str(port)
         names = [i.source_name for i in tr.inputs if i.kind == "param"]
         locate = _locator(source, tr, text, names)
-        required = read_params(tr.program)
+        required, ops = read_params(tr.program), _ops(tr.program)
     else:
         if not Path(check).is_file():
             raise UsageError(f"port file not found: {check}")
         port_file = check
         try:
-            from maxkernel.tpu_tools.port.translate import _export
-
-            required = read_params(_export(source)[0])
+            program = export(source)[0]
+            required, ops = read_params(program), _ops(program)
         except Exception:
             required = None  # a source torch.export cannot trace (Triton): every declared param still varies
     try:
@@ -165,7 +176,7 @@ def port_source(
         )
     except SourceFailure as e:
         return PortReport(ok=False, status="source_error", summary=str(e), source_line=e.line, **base)
-    changes = (tr.changes if tr else []) + changes_seen(source, tr)
+    changes = (tr.changes if tr else []) + changes_seen(source, ops)
     made = tr.path if tr else "given"
     if result.ok:
         verb = f"ported by {made}" if tr else "the given port"

@@ -48,7 +48,7 @@ class TorchSource:
     triton_kernels: list[str] = field(default_factory=list)
     in_place_ops: list[str] = field(default_factory=list)  # 'aten.relu_ (line 12)'
     random_ops: list[str] = field(default_factory=list)
-    dtypes: set[str] = field(default_factory=set)  # dtypes the forward computed in
+    dtypes: set[str] = field(default_factory=set)  # dtypes at the boundary: inputs, parameters, outputs
 
     @property
     def tensor_positions(self) -> list[int]:
@@ -115,17 +115,20 @@ def _run_recording(source: TorchSource, seed: int) -> None:
             name = func.overloadpacket.__name__
             if name in RANDOM_OPS or (name == "dropout" and args and len(args) > 2 and args[2]):
                 source.random_ops.append(f"aten.{name}{line_of()}")
-            elif func._schema.is_mutable and name.endswith("_") and name not in ("copy_",):
+            elif func._schema.is_mutable and name.endswith("_") and name not in ("copy_", "set_"):
                 source.in_place_ops.append(f"aten.{name}{line_of()}")
-            out = func(*args, **(kwargs or {}))
-            for t in out if isinstance(out, tuple | list) else (out,):
-                if isinstance(t, torch.Tensor):
-                    source.dtypes.add(str(t.dtype).removeprefix("torch."))
-            return out
+            return func(*args, **(kwargs or {}))
 
     torch.manual_seed(seed)
     with torch.no_grad(), Recorder():
-        source.model(*source.inputs)
+        out = source.model(*source.inputs)
+    # the dtypes at the boundary (inputs, parameters, outputs): what the port must narrow
+    boundary = [
+        *source.inputs,
+        *source.model.parameters(),
+        *(out if isinstance(out, tuple | list) else [out]),
+    ]
+    source.dtypes = {str(t.dtype).removeprefix("torch.") for t in boundary if isinstance(t, torch.Tensor)}
     source.in_place_ops = list(dict.fromkeys(source.in_place_ops))
     source.random_ops = list(dict.fromkeys(source.random_ops))
 

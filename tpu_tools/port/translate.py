@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from maxkernel.tpu_tools.port import aten
@@ -58,14 +60,14 @@ def _ident(name: str) -> str:
     return out if out[:1].isalpha() else f"p_{out}"
 
 
-def _where(node: Any, path: str) -> str:
+def _where(node: Any, path: Path) -> str:
     """'line N: code' of the source frame that made this node (the last frame in the source file)."""
     trace = node.meta.get("stack_trace") or ""
     found = ""
     lines = trace.splitlines()
     for i, line in enumerate(lines):
         m = re.match(r'\s*File "(.+)", line (\d+)', line)
-        if m and m.group(1).endswith(path):
+        if m and Path(m.group(1)).resolve() == path:
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             found = f"line {m.group(2)}: {code}"
     return found
@@ -180,7 +182,7 @@ def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
     statements: list[Statement] = []
     helpers: list[str] = []
     outputs: list[str] = []
-    src = str(source.path.resolve())
+    src = source.path.resolve()
     for node in ep.graph.nodes:
         if node.op == "placeholder":
             continue
@@ -234,8 +236,16 @@ def _try_torchax() -> PathTry:
     )
 
 
-def _export(source: TorchSource) -> tuple[Any, int | None, str]:
+def export(source: TorchSource) -> tuple[Any, int | None, str]:
     """(ExportedProgram, dynamic batch or None, note): dim 0 of every input varies where export allows."""
+    import warnings
+
+    with warnings.catch_warnings():  # torch's own deprecation notes are not the user's (one-line errors)
+        warnings.simplefilter("ignore")
+        return _export(source)
+
+
+def _export(source: TorchSource) -> tuple[Any, int | None, str]:
     import torch
 
     args = tuple(source.inputs)
@@ -264,7 +274,7 @@ def translate(source: TorchSource) -> Translation:
             "(the port_to_jax prompt) and check it with --check"
         )
     try:
-        ep, batch, note = _export(source)
+        ep, batch, note = export(source)
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise aten.Unsupported(
@@ -278,7 +288,10 @@ def translate(source: TorchSource) -> Translation:
     except aten.Unsupported as e:
         tried.append(PathTry(path="torch.export", ok=False, detail=f"no translation for {e}"))
         try:
-            out = emit(ep.run_decompositions(), source, "torch.export+decompositions")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                decomposed = ep.run_decompositions()
+            out = emit(decomposed, source, "torch.export+decompositions")
         except aten.Unsupported as e2:
             raise aten.Unsupported(str(e2)) from None
         tried.append(PathTry(path="torch.export+decompositions", ok=True, detail="core ATen ops translated"))

@@ -1,0 +1,21 @@
+"""Level 1: softmax over the last dim of logits divided by a temperature."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, x):
+        return torch.softmax(x / self.temperature, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(64, 16, 256)]
+
+
+def get_init_inputs():
+    return [0.7]
