@@ -145,7 +145,7 @@ def _wheel_from_sdist_runs(work: Path) -> None:
     sdist = dist / name
     with tarfile.open(sdist) as tar:
         members = {m.name.split("/", 1)[1] for m in tar.getmembers() if m.isfile()}
-        tar.extractall(work / "unpacked", filter="data")
+        tar.extractall(work / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     expected = set(_tracked_files(untracked=True))
     assert expected - members == set(), f"left out of the sdist: {sorted(expected - members)}"
     assert {"pyproject.toml", "setup.py", "README.md"} <= members
