@@ -134,6 +134,16 @@ def _blocks_walked(info: PallasCallInfo, axis: int) -> tuple[int, str] | None:
     return best
 
 
+def _most_blocks(info: PallasCallInfo) -> int | None:
+    """The most blocks any pipelined operand holds (its array over its block shape, dim by dim)."""
+    counts = [
+        math.prod(-(-a // (size or 1)) for a, size in zip(b.array_shape, b.block_shape, strict=False))
+        for b in info.blocks
+        if b.pipelined and len(b.block_shape) == len(b.array_shape)
+    ]
+    return max(counts) if counts else None
+
+
 def bounded_grid(info: PallasCallInfo) -> tuple[tuple[int, ...], list[str]]:
     """The grid with each run-time (dynamic) axis at the most it can run, and why: the one rule that the
     estimate (its steps) and the work census (the body's work x its steps) share.
@@ -141,19 +151,28 @@ def bounded_grid(info: PallasCallInfo) -> tuple[tuple[int, ...], list[str]]:
     A grid axis known only at run time (megablox gmm's m-tile count depends on the group sizes; a MoE
     kernel's token-tile count) walks tables handed in as scalar-prefetch operands, or the blocks of an
     operand. Its index maps read the tables at that program id, so it cannot run past the longest of them
-    (gmm: tiles_m + num_groups - 1, its exact bound); a block whose index moves with it runs off its array
-    after its blocks along that dim. The smaller where both are known: an upper bound, said so. With
-    neither, it counts as 1, also said so.
+    (gmm: tiles_m + num_groups - 1, its exact bound), nor past the blocks its largest operand holds; a block
+    whose index moves with it runs off its array after its blocks along that dim. The smaller where both
+    are known: an upper bound, said so. With neither, it counts as 1, also said so.
     """
     lengths = [s[0] for s in info.scalar_prefetch_shapes if s]
     tables = max(lengths) if lengths else None
+    most = _most_blocks(info)
+    table_note = "the longest scalar-prefetch operand its index maps can read"
+    if tables and most and most < tables:
+        # A table longer than any operand has blocks buys steps that could only revisit them: an upper
+        # bound a kernel could inflate (a long dummy table) to claim work it does not do.
+        tables, table_note = (
+            most,
+            f"{table_note} ({max(lengths)}), at most the {most} blocks of its largest operand",
+        )
     grid, notes = [], []
     for i, g in enumerate(info.grid):
         if g is not None:
             grid.append(int(g))
             continue
         walked = _blocks_walked(info, i)
-        bounds = [(tables, "the longest scalar-prefetch operand its index maps can read")] if tables else []
+        bounds = [(tables, table_note)] if tables else []
         bounds += [(walked[0], f"{walked[1]}, which its index map walks")] if walked else []
         if not bounds:
             grid.append(1)

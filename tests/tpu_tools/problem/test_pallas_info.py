@@ -263,16 +263,21 @@ def test_the_work_census_counts_a_run_time_grid_alike_at_every_size():
         assert any("upper bound" in d for d in census.dynamic_grids), census.dynamic_grids
         assert work_verdict(census, ref) is None
         assert _work_warnings(jaxpr, SimpleNamespace(census=ref)) == []
-    adversary = runpy.run_path(str(KERNELS / "adversarial" / "dynamic_grid_work_outside.py"))["workload"]
     reference = runpy.run_path(str(KERNELS / "corpus" / "ragged_rows_reference.py"))["workload"]
-    for rows, cols in ((4096, 1024), (64, 128)):
-        x, nv = jax.ShapeDtypeStruct((rows, cols), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32)
-        ref = census_of(jax.make_jaxpr(reference)(x, nv))
-        jaxpr = jax.make_jaxpr(adversary)(x, nv)
-        why = work_verdict(census_of(jaxpr), ref)
-        assert why is not None and "outside the pallas_calls" in why, why
-        (warning,) = _work_warnings(jaxpr, SimpleNamespace(census=ref))
-        assert "validate will refuse it (work_outside_kernel)" in warning
+    # The adversaries: the answer in jnp beside a dynamic-grid kernel, the second one handing the kernel a
+    # 64K-entry prefetch table to lengthen its bound (capped at the blocks of its largest operand).
+    for name in ("dynamic_grid_work_outside", "dynamic_grid_long_table"):
+        adversary = runpy.run_path(str(KERNELS / "adversarial" / f"{name}.py"))["workload"]
+        for rows, cols in ((4096, 1024), (64, 128)):
+            x, nv = jax.ShapeDtypeStruct((rows, cols), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.int32)
+            ref = census_of(jax.make_jaxpr(reference)(x, nv))
+            jaxpr = jax.make_jaxpr(adversary)(x, nv)
+            census = census_of(jaxpr)
+            assert any(f"bounded by {rows // 8}" in d for d in census.dynamic_grids), census.dynamic_grids
+            why = work_verdict(census, ref)
+            assert why is not None and "outside the pallas_calls" in why, (name, why)
+            (warning,) = _work_warnings(jaxpr, SimpleNamespace(census=ref))
+            assert "validate will refuse it (work_outside_kernel)" in warning
 
 
 @pytest.mark.slow
