@@ -210,10 +210,14 @@ def test_one_source_validates_at_small_and_a_larger_non_multiple_size_and_compil
     assert full.ok, full.failure
 
 
-def test_a_number_the_sizes_keep_but_the_derived_size_moves_is_written_from_the_shapes():
-    """2p's GQA group size is 16 in every SIZES entry; the derived check size grows the kv heads alone
-    (group 8). Read from SIZES only, the kernel hard-coded 16 and failed there as `shape_specialized`."""
+def test_a_number_every_size_keeps_is_kept_by_the_derived_size_too():
+    """2p's GQA group size is 16 in every SIZES entry. The derived check size keeps the alignment small and
+    the target share (issue 33), so it grows the query and kv heads alike (64 / 4) and a kernel with the
+    group written in is right there as at every size: describe traces the derived size, with no mismatch.
+    (The old derived size grew the kv heads alone, group 8, and failed such a kernel as shape_specialized.)"""
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    derived = load_reference("2p").derived_size().dims
+    assert derived["num_query_heads"] // derived["num_kv_heads"] == 16 and derived["num_kv_heads"] > 2
     program = describe("2p_GQA_Attention").model_dump(mode="json")
     assert "derived" in program["variants"] and not program["variants"]["derived"].get("mismatch")
-    source = first_kernel(program, CHIP)
-    assert "sh[0][2] // sh[1][2]" in source, source  # query heads // kv heads

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_paths import PLUS_ONE_REF, REFS, kernel, scratch_outside_tmp
+from conftest_paths import MATMUL_REF, PLUS_ONE_REF, REFS, kernel, scratch_outside_tmp
 
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
 from maxkernel.tpu_tools.pool.workers import WorkerPool
@@ -120,6 +120,7 @@ def test_a_grid_floored_within_the_shared_alignment_passes_and_says_its_contract
     assert strict.failure.summary.startswith("--strict-shapes: right at small, derived; rows 256-319")
 
 
+@pytest.mark.slow  # three runs (small, derived, unaligned): ~15 s
 def test_a_kernel_that_refuses_off_its_blocks_passes_and_its_message_is_the_contract(evaluator):
     r = evaluator.validate(kernel("adversarial/raises_off_128"), ROWS_4224, "tpu-v6e", seeds=1)
     assert r.ok, r.failure
@@ -135,3 +136,12 @@ def test_explicit_check_sizes_skip_the_contract_probe(evaluator):
         kernel("adversarial/floors_rows_128_honest"), ROWS_4224, "tpu-v6e", seeds=1, check_sizes=["small"]
     )
     assert r.ok and r.shape_contract is None and [c.size for c in r.checks] == ["full", "small"]
+
+
+@pytest.mark.slow  # the derived matmul (1280 x 1024 x 512) in interpret mode: ~15 s
+def test_zeros_above_1024_rows_fail_by_default(evaluator):
+    """A switch past the old derived size (384 rows): the derived size grows m past 1024."""
+    r = evaluator.validate(kernel("adversarial/zeros_above_1024_rows"), MATMUL_REF, "cpu", seeds=1)
+    assert r.failure.kind == "shape_specialized", r.failure
+    assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small"], ["derived"])
+    assert r.failure.cause_kind == "output_mismatch" and r.checks[-1].dims["m"] > 1024
