@@ -27,8 +27,9 @@ REDUCTION = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", 
              "reduce_or", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"}  # fmt: skip
 MOVEMENT = {"gather", "scatter", "scatter-add", "scatter_add", "sort", "top_k", "dynamic_slice",
             "dynamic_update_slice"}  # fmt: skip
-# A loop left as one equation (a while with a dynamic trip count, a scan too long to unroll): its body is
-# invisible at this level, so it is a region of its own, kind "loop", never named by what surrounds it.
+# A loop left as one equation (a while with a dynamic trip count; a scan over time, whose body has no
+# matmul, or a layer stack too long to unroll): its body is invisible at this level, so it is a region of
+# its own (kind "recurrence" for a scan, "loop" for a while), never named by what surrounds it.
 LOOPS = {"while", "scan"}
 # Equations that compute nothing: they never start a group on their own.
 SHAPE_ONLY = {"reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "convert_element_type",
@@ -42,7 +43,8 @@ class RegionInstance(BaseModel):
     name: str = Field(description="the user's scope (attention/sdpa), or the pattern and its ordinal")
     boundary: str = Field(description="scope (the user's) | pattern (found here)")
     kind: str = Field(
-        description="attention | matmul_epilogue | norm | softmax | reduction | movement | elementwise"
+        description="attention | matmul_epilogue | norm | softmax | reduction | movement | elementwise | "
+        "recurrence (a scan over time) | loop (a while)"
     )
     start: int
     stop: int
@@ -249,7 +251,9 @@ def _group_is_norm_prefix(eqns, g) -> bool:
 
 def classify(eqns: Sequence[Equation]) -> str:
     prims = collections.Counter(e.primitive for e in eqns)
-    if any(prims[p] for p in LOOPS):
+    if prims["scan"]:  # a recurrence over time (a layer stack is unrolled before this): a Pallas target
+        return "recurrence"
+    if prims["while"]:
         return "loop"
     n_mm = sum(prims[p] for p in MATMUL)
     if n_mm >= 2 and (prims["exp"] or prims["exp2"]) and prims["reduce_max"] + prims["reduce_sum"]:

@@ -157,10 +157,27 @@ EMITTABLE = (
 PLAIN_ONLY = {"sort", "stack"}
 
 
+# Control flow: written only as plain JAX, each body a local function (lax.switch, lax.scan, lax.while_loop)
+CONTROL = {"cond", "scan", "while"}
+
+
+def _primitives(equations: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every primitive of `equations`, their control-flow bodies' included."""
+    out: set[str] = set()
+    for e in equations:
+        out.add(e["primitive"])
+        for sub in e.get("subprograms") or ():
+            out |= _primitives(sub["equations"])
+    return out
+
+
 def unsupported_ops(program: Program, *, mosaic: bool = True) -> list[str]:
     """Primitives of `program` this emitter cannot write (sorted, unique), its unrenderable params included."""
-    known = EMITTABLE if mosaic else EMITTABLE | PLAIN_ONLY
-    bad = {p for p in program.get("census", {}) if p not in known}
+    known = EMITTABLE if mosaic else EMITTABLE | PLAIN_ONLY | CONTROL
+    prims = set(program.get("census", {}))
+    if not mosaic:
+        prims |= _primitives(program.get("equations", ()))
+    bad = {p for p in prims if p not in known}
     bad |= set(program.get("unrenderable", []))
     if program.get("error"):
         bad.add("untraceable")
@@ -188,6 +205,9 @@ def body_lines(
     """
     lines = []
     for e in program["equations"]:
+        if e["primitive"] in CONTROL and not mosaic:
+            lines.extend(_control_lines(e))
+            continue
         params = dict(e["params"])
         if sym is not None:
             params = {k: sym.param(e, k) for k in params}
@@ -235,6 +255,57 @@ def body_lines(
             expr = f"{target}_d.reshape({operand(e['inputs'][0])}.shape[:{merged[2]}] + {target}_d.shape[1:])"
             expr = expr.replace(f"{target}_l.shape", f"{merged[3]}.shape")
         lines.append(f"{target} = {expr}")
+    return lines
+
+
+def _tuple_of(names: Sequence[str]) -> str:
+    return "(" + "".join(f"{operand(n)}, " for n in names).rstrip(" ") + ")"
+
+
+def _local_fn(name: str, params: str, sub: Mapping[str, Any], ret: str, unpack: Sequence[tuple[list, str]]):
+    """`def name(params):` unpacking its tuples, the body's own lines, and `return ret`."""
+    lines = [f"def {name}({params}):"]
+    lines += [f"    {_tuple_of(names)} = {src}" for names, src in unpack if names]
+    lines += ["    " + ln for ln in body_lines({"equations": sub["equations"]}, mosaic=False)]
+    lines.append(f"    return {ret}")
+    return lines
+
+
+def _control_lines(e: Mapping[str, Any]) -> list[str]:
+    """A cond, scan or while as plain JAX: its bodies as local functions, the equation as lax.switch,
+    lax.scan or lax.while_loop over them (the same primitive with the same bodies: bit for bit)."""
+    prim, p, subs = e["primitive"], e["params"], e["subprograms"]
+    ins, outs = [operand(a) for a in e["inputs"]], e["outputs"]
+    stem = f"{outs[0]}_" if outs else "_"
+    lines: list[str] = []
+    if prim == "cond":  # lax.cond binds its predicate as an int32 index: lax.switch is the same primitive
+        names = []
+        for sub in subs:
+            names.append(f"{stem}{sub['role']}")
+            lines += _local_fn(names[-1], ", ".join(sub["inputs"]), sub, _tuple_of(sub["outputs"]), [])
+        lines.append(f"{_tuple_of(outs)} = lax.switch({ins[0]}, ({', '.join(names)},), {', '.join(ins[1:])})")
+        return lines
+    if prim == "scan":
+        nc, ncarry = int(p["num_consts"]), int(p["num_carry"])
+        (sub,) = subs
+        carry, xs = sub["inputs"][:ncarry], sub["inputs"][ncarry:]
+        body_out = sub["outputs"]
+        ret = f"{_tuple_of(body_out[:ncarry])}, {_tuple_of(body_out[ncarry:])}"
+        lines += _local_fn(f"{stem}body", "carry, xs", sub, ret, [(carry, "carry"), (xs, "xs")])
+        lines.append(
+            f"{stem}c, {stem}ys = lax.scan({stem}body, {_tuple_of(ins[nc : nc + ncarry])}, "
+            f"{_tuple_of(ins[nc + ncarry :])}, length={p['length']}, reverse={p['reverse']}, unroll={p['unroll']})"
+        )
+        if outs[:ncarry]:
+            lines.append(f"{_tuple_of(outs[:ncarry])} = {stem}c")
+        if outs[ncarry:]:
+            lines.append(f"{_tuple_of(outs[ncarry:])} = {stem}ys")
+        return lines
+    cn, bn = int(p["cond_nconsts"]), int(p["body_nconsts"])  # while
+    cond, body = subs
+    lines += _local_fn(f"{stem}cond", "carry", cond, operand(cond["outputs"][0]), [(cond["inputs"], "carry")])
+    lines += _local_fn(f"{stem}body", "carry", body, _tuple_of(body["outputs"]), [(body["inputs"], "carry")])
+    lines.append(f"{_tuple_of(outs)} = lax.while_loop({stem}cond, {stem}body, {_tuple_of(ins[cn + bn :])})")
     return lines
 
 

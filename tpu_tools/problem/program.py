@@ -26,6 +26,8 @@ _INLINE = ("jit", "pjit", "custom_jvp_call", "custom_vjp_call", "custom_vjp_call
            "core_call", "remat", "remat2", "checkpoint", "custom_lin")  # fmt: skip
 _TRANSFORM = re.compile(r"^\w+\(.*\)$")
 _DROP_PARAMS = ("sharding", "out_sharding")  # placement hints, None on one device
+# Control flow kept as one equation with its bodies as subprograms (their jaxpr params are not source text)
+_CONTROL = {"cond": ("branches",), "scan": ("jaxpr",), "while": ("cond_jaxpr", "body_jaxpr")}
 _REDUCERS = {"add": "add", "max": "max", "min": "min", "mul": "mul", "and": "bitwise_and", "or": "bitwise_or"}
 
 
@@ -47,6 +49,25 @@ class Equation(BaseModel):
         description="the user's boundaries around it: named scopes and user functions (jit, custom_vjp)",
     )
     source: str = Field(default="", description="file:line (function) of the user code that made it")
+    subprograms: list[SubProgram] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="a cond's branches, a scan's or while's body (and the while's condition): each its own "
+        "equations, written as a local function of a plain-JAX program (absent for every other primitive)",
+    )
+
+
+class SubProgram(BaseModel):
+    """One body of a control-flow equation: `inputs` are its parameters (fresh names); the loop-invariant
+    operands a scan or while body closes over keep the outer program's names."""
+
+    role: str = Field(description="branch0, branch1, ... (cond) | body (scan, while) | cond (while)")
+    inputs: list[str]
+    equations: list[Equation]
+    outputs: list[str] = Field(description="variable names (or `lit:` literals), in order")
+
+
+Equation.model_rebuild()
 
 
 class SizeVariant(BaseModel):
@@ -253,6 +274,7 @@ class _Flattener:
                 name == "scan"
                 and self.unroll_scans
                 and 0 < int(e.params.get("length", 0)) <= MAX_UNROLLED_SCAN
+                and _has_matmul(e.params["jaxpr"].jaxpr)
             ):
                 unrolled = _unrolled_scan(e)  # a layer stack: each layer's regions become the model's own
                 outs = self.walk(unrolled.jaxpr, list(unrolled.consts), ins, here, path, raw_ins)
@@ -275,9 +297,10 @@ class _Flattener:
                     env[var] = o
                 continue
             self.census[name] += 1
+            subs = self._bodies(e, ins) if name in _CONTROL else []
             params: dict[str, str] = {}
             for k, v in e.params.items():
-                if k in _DROP_PARAMS and v is None:
+                if (k in _DROP_PARAMS and v is None) or k in _CONTROL.get(name, ()):
                     continue
                 try:
                     params[k] = param_source(v)
@@ -297,6 +320,7 @@ class _Flattener:
                     params=params,
                     scope="/".join(here),
                     source=_user_source(e),
+                    subprograms=subs,
                 )
             )
             if self.keep:
@@ -309,10 +333,57 @@ class _Flattener:
                     self.const_values[self.operand(a, env)] = r[1]
         return outs
 
+    def _bodies(self, e: Any, ins: list[str]) -> list[SubProgram]:
+        """The bodies of control-flow equation `e` (operands `ins`) as subprograms, walked like the program
+        (nested calls inlined, names from the same counter, nothing unrolled inside a loop)."""
+        p = e.params
+        if e.primitive.name == "cond":
+            return [self._sub(f"branch{k}", b, [], len(b.jaxpr.invars)) for k, b in enumerate(p["branches"])]
+        if e.primitive.name == "scan":
+            nc = int(p["num_consts"])
+            return [self._sub("body", p["jaxpr"], ins[:nc], len(p["jaxpr"].jaxpr.invars) - nc)]
+        cn, bn = int(p["cond_nconsts"]), int(p["body_nconsts"])
+        n = len(p["body_jaxpr"].jaxpr.invars) - bn
+        return [
+            self._sub("cond", p["cond_jaxpr"], ins[:cn], n),
+            self._sub("body", p["body_jaxpr"], ins[cn : cn + bn], n),
+        ]
+
+    def _sub(self, role: str, closed: Any, outer: list[str], n_params: int) -> SubProgram:
+        """One body: its first invars are the outer operands `outer` (closed over), the rest `n_params`
+        fresh parameters. Its equations stay out of this program's list, census and raw twins."""
+        saved = (self.eqns, self.raw, self.census, self.keep, self.unroll_scans)
+        self.eqns, self.raw, self.census = [], [], collections.Counter()
+        self.keep, self.unroll_scans = False, False
+        try:
+            params = [self.fresh() for _ in range(n_params)]
+            body = getattr(closed, "jaxpr", closed)
+            outs = self.walk(body, list(getattr(closed, "consts", [])), [*outer, *params], library=True)
+            return SubProgram(role=role, inputs=params, equations=self.eqns, outputs=outs)
+        finally:
+            self.eqns, self.raw, self.census, self.keep, self.unroll_scans = saved
+
 
 # A scan longer than this stays one equation (its body is not split into regions): 128 covers every layer
 # stack of a production decoder (Llama-3-70B: 80 layers) without unrolling a long time loop.
 MAX_UNROLLED_SCAN = 128
+
+
+def _has_matmul(jaxpr: Any) -> bool:
+    """Whether a scan body does matmuls (a layer stack, unrolled into its layers) rather than only
+    elementwise steps (a recurrence over time, kept as one scan whatever its length)."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    for e in jaxpr.eqns:
+        if e.primitive.name in ("dot_general", "conv_general_dilated", "ragged_dot_general"):
+            return True
+        for v in e.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                if isinstance(sub, ClosedJaxpr) and _has_matmul(sub.jaxpr):
+                    return True
+                if isinstance(sub, Jaxpr) and _has_matmul(sub):
+                    return True
+    return False
 
 
 def _unrolled_scan(eqn: Any) -> Any:
