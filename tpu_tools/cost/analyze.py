@@ -216,7 +216,7 @@ def estimate_one(
             if not any(p.is_kernel for p in programs) and calls:
                 note = "the compile wrote no readable kernel dump"
             if calls and (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
-                outside = _outside_table(compiled, spec)
+                outside = _outside_table(compiled, spec, len(calls))
         except Exception as e:
             msg = f"{type(e).__name__}: {e}"
             facts["error"] = msg[:4000]
@@ -260,7 +260,7 @@ def estimate_one(
     return est, programs, facts
 
 
-def _outside_table(compiled: Any, chip: Any) -> Any:
+def _outside_table(compiled: Any, chip: Any, kernels: int | None = None) -> Any:
     """The compiled program's XLA ops beside its kernels, fusion by fusion (None if its HLO cannot be read:
     the jaxpr's roofline count stands).
 
@@ -271,7 +271,7 @@ def _outside_table(compiled: Any, chip: Any) -> Any:
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
 
     try:
-        return cost_fusions(compiled, chip, None, skip_kernels=True)
+        return cost_fusions(compiled, chip, None, skip_kernels=True, kernels=kernels)
     except Exception:  # noqa: BLE001 - an HLO we cannot read
         return None
 

@@ -542,6 +542,7 @@ def _cost_computation(
     notes: list[str],
     depth: int = 0,
     skip_kernels: bool = False,
+    budget: list[int] | None = None,
 ) -> list[FusionCost]:
     table = _symbols(comp)
     out: list[FusionCost] = []
@@ -550,7 +551,13 @@ def _cost_computation(
         if op in FREE_OPS or op.endswith("-done"):
             continue
         if skip_kernels and _holds_kernel(module, ins):  # the caller costs the pallas_calls from their jaxpr
-            continue
+            if budget is None or budget[0] > 0:
+                if budget is not None:
+                    budget[0] -= 1
+                continue
+            notes.append(
+                f"{ins.name}: a Mosaic kernel that no traced pallas_call accounts for, costed as an op here"
+            )
         if op == "while" and depth < 6:
             trips = _trip_count(module, ins, table)
             if trips is None:
@@ -567,12 +574,22 @@ def _cost_computation(
                     notes,
                     depth + 1,
                     skip_kernels,
+                    budget,
                 )
             continue
         if op == "conditional" and depth < 6:
             branches = [
                 _cost_computation(
-                    module, module.computations[b], c, cores, llo, count, notes, depth + 1, skip_kernels
+                    module,
+                    module.computations[b],
+                    c,
+                    cores,
+                    llo,
+                    count,
+                    notes,
+                    depth + 1,
+                    skip_kernels,
+                    budget,
                 )
                 for b in ins.calls
                 if b in module.computations
@@ -585,7 +602,16 @@ def _cost_computation(
             for b in ins.calls:
                 if b in module.computations:
                     out += _cost_computation(
-                        module, module.computations[b], c, cores, llo, count, notes, depth + 1, skip_kernels
+                        module,
+                        module.computations[b],
+                        c,
+                        cores,
+                        llo,
+                        count,
+                        notes,
+                        depth + 1,
+                        skip_kernels,
+                        budget,
                     )
             continue
         out.append(_cost_op(module, ins, table, c, cores, llo, count))
@@ -633,6 +659,7 @@ def cost_hlo_text(
     llo_programs: Sequence[ProgramLLO] | None = None,
     *,
     skip_kernels: bool = False,
+    kernels: int | None = None,
 ) -> FusionTable:
     """The FusionTable of a compiled program's HLO text (see `cost_fusions`)."""
     c = chip if isinstance(chip, ChipSpec) else get_chip(chip)
@@ -643,7 +670,10 @@ def cost_hlo_text(
     if entry is None:
         raise ValueError("no ENTRY computation in the HLO text")
     llo = _llo_by_name(llo_programs)
-    fusions = _cost_computation(module, entry, c, cores, llo, 1, notes, skip_kernels=skip_kernels)
+    budget = [kernels] if kernels is not None else None
+    fusions = _cost_computation(
+        module, entry, c, cores, llo, 1, notes, skip_kernels=skip_kernels, budget=budget
+    )
     if skip_kernels:
         notes.append("the program's Mosaic kernels (pallas_calls) are left out: costed from their own jaxpr")
     flops = sum(f.flops for f in fusions)
@@ -694,12 +724,15 @@ def cost_fusions(
     llo_programs: Sequence[ProgramLLO] | None = None,
     *,
     skip_kernels: bool = False,
+    kernels: int | None = None,
 ) -> FusionTable:
     """Cost a jax `Compiled` for a TPU target fusion by fusion (its HLO text; the LLO where dumped).
 
     `compiled` may also be the HLO text itself. `llo_programs`: the programs libtpu dumped for this
     compile (`llo_dump.compile_with_dump`); a fusion whose program is there and whose loop trip count
-    is found is costed from the compiler's schedule (tier `llo`) on a chip with a clock.
+    is found is costed from the compiler's schedule (tier `llo`) on a chip with a clock. `skip_kernels`:
+    leave out the pallas_calls (the caller costs them from their jaxpr), at most `kernels` of them (the
+    calls it traced): a Mosaic kernel beyond those (one built without pallas_call) is costed here.
     """
     text = compiled if isinstance(compiled, str) else compiled.as_text()
-    return cost_hlo_text(text, chip, llo_programs, skip_kernels=skip_kernels)
+    return cost_hlo_text(text, chip, llo_programs, skip_kernels=skip_kernels, kernels=kernels)

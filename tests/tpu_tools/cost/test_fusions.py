@@ -307,3 +307,22 @@ def test_a_kernel_call_without_its_name_stack_is_still_the_kernel_not_an_xla_op(
     xla = parse_hlo(_compile(_ragged, RAGGED_SHAPES, "v6e:2x2").as_text())
     mosaic = [i for c in xla.computations.values() for i in c.instructions if "tpu_custom_call" in i.attrs]
     assert mosaic and not any(is_mosaic_kernel(i) for i in mosaic)
+
+
+def test_a_mosaic_kernel_no_traced_pallas_call_accounts_for_is_costed_as_an_op():
+    """The adversary of the rule above: a Mosaic kernel built without pallas_call (jax's tpu_custom_call
+    lowering called directly) is jax-lowered too, but the jaxpr's pallas_calls do not cost it. The caller
+    says how many it traced; the Mosaic calls beyond those are costed with the XLA ops, and said so."""
+    args = [
+        jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16, sharding=SingleDeviceSharding(_device("v6e:2x2")))
+    ] * 2
+    text = jax.jit(_scaled_then_kernel).trace(*args).lower().compile().as_text()
+    traced_one = cost_hlo_text(text, "tpu-v6e", skip_kernels=True, kernels=1)
+    assert all(f.opcode != "custom-call" for f in traced_one.fusions)
+    traced_none = cost_hlo_text(text, "tpu-v6e", skip_kernels=True, kernels=0)
+    (kernel,) = [f for f in traced_none.fusions if f.opcode == "custom-call"]
+    assert (
+        kernel.flops == 2 * 1024**3
+        and traced_none.total_us > traced_one.total_us + kernel.estimated_time_us / 2
+    )
+    assert any("no traced pallas_call accounts for" in a for a in traced_none.assumptions)
