@@ -175,9 +175,11 @@ def _resume_budget(saved: Budget, args: argparse.Namespace) -> Budget:
 async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
     """Set up the store, model and servers, then run (or resume) the loop; return summary.json."""
     from maxkernel.clients.auto.loop import AutoConfig, AutoLoop
+    from maxkernel.clients.auto.source import port_first, source_parity
     from maxkernel.clients.mcp_client import KernelServerClient, ServerUnavailable
     from maxkernel.clients.progress import NullReporter, RichReporter
     from maxkernel.clients.run_store import STATE_FILE, RunStore, RunStoreError
+    from maxkernel.tpu_tools.port.source import is_torch_source
 
     if args.resume:
         try:
@@ -247,6 +249,12 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
                     spec = local.read_text(encoding="utf-8") if local.is_file() else ""
                     if not args.server:
                         server_reference = _stage_reference(reference, workspace)
+                    if is_torch_source(local):  # a PyTorch/Triton source: port it first, checked against it
+                        if args.server:
+                            raise UsageError("a PyTorch source is ported by a local server: drop --server")
+                        ported = await port_first(clients[0], store, server_reference, args.seeds)
+                        server_reference = ported["workspace_port"]
+                        spec = (workspace / server_reference).read_text(encoding="utf-8")
                 config = AutoConfig(
                     task=reference if task_id else Path(reference).stem,
                     reference=server_reference,
@@ -269,7 +277,9 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
                 )
                 loop = AutoLoop.start(model, clients, store, config, reporter=reporter)
             reporter.note(f"run directory: {store.root}")
-            return await loop.run()
+            summary = await loop.run()
+            # a ported PyTorch source: the best kernel against the source itself (a no-op otherwise)
+            return await source_parity(clients[0], store, summary, args.seeds)
     except (UsageError, ServerUnavailable):
         if fresh and created is not None and not (store.root / STATE_FILE).exists():
             shutil.rmtree(created, ignore_errors=True)  # nothing ran: leave nothing behind
@@ -294,6 +304,11 @@ def _print_summary(summary: dict) -> None:
             lines.insert(1, f"at the target size {best['target_size']!r}: {timed}; validated at {checked}")
     else:
         lines.insert(0, "best: no kernel compiled and validated")
+    if summary.get("port"):
+        port = summary["port"]
+        lines.append(f"port: {port['path']} ({port['check']}) from {port['source']}")
+    if summary.get("source_parity"):
+        lines.append(f"source parity: {summary['source_parity']['summary']}")
     s = summary["spend"]
     lines.append(
         f"spend: ${s['usd']:.4f}, {s['input_tokens'] + s['output_tokens']:,} tokens, {s['calls']} calls"

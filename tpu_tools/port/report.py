@@ -58,4 +58,8 @@ class PortReport(BaseModel):
     paths_tried: list[PathTry] = Field(default_factory=list)
     changes: list[PortChange] = Field(default_factory=list)
     check: PortCheck | None = None
+    source_reference: str | None = Field(
+        default=None,
+        description="beside the port: its inputs, the PyTorch source's outputs (validate a kernel against the source)",
+    )
     source_line: int | None = Field(default=None, description="the source's line, for source_error")

@@ -9,6 +9,7 @@ import numpy as np
 
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.port import aten
+from maxkernel.tpu_tools.port.callback import write_source_reference
 from maxkernel.tpu_tools.port.check import check_port, first_op_off, read_params, to_torch
 from maxkernel.tpu_tools.port.report import PortChange, PortReport
 from maxkernel.tpu_tools.port.source import SourceFailure, TorchSource, load_source
@@ -178,6 +179,9 @@ def port_source(
         return PortReport(ok=False, status="source_error", summary=str(e), source_line=e.line, **base)
     changes = (tr.changes if tr else []) + changes_seen(source, ops)
     made = tr.path if tr else "given"
+    source_reference = None
+    if result.ok and tr is not None:
+        source_reference = str(write_source_reference(Path(port_file), source.path))
     if result.ok:
         verb = f"ported by {made}" if tr else "the given port"
         summary = f"{verb} -> {port_file}: {result.summary}"
@@ -192,5 +196,6 @@ def port_source(
         paths_tried=tr.paths_tried if tr else [],
         changes=changes,
         check=result,
+        source_reference=source_reference,
         **base,
     )

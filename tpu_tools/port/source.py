@@ -204,3 +204,16 @@ def forward(source: TorchSource, inputs: list) -> list:
         out = source.model(*inputs)
     leaves = out if isinstance(out, list | tuple) else [out]
     return [t for t in leaves if isinstance(t, torch.Tensor)]
+
+
+def is_torch_source(path: str | Path) -> bool:
+    """A PyTorch (or Triton) source rather than a JAX reference: by its text, without importing anything."""
+    p = Path(path)
+    if not p.is_file() or p.suffix != ".py":
+        return False
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    imports_torch = any(s in text for s in ("import torch", "from torch"))
+    return imports_torch and "nn.Module" in text and "def workload(" not in text

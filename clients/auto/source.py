@@ -1,0 +1,68 @@
+"""A PyTorch/Triton source as the Auto loop's reference: ported first (checked against the source, cached in
+the run directory), and the best kernel judged against the source itself at the end (source parity)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from maxkernel.tpu_tools.errors import UsageError
+
+PORT_FILE = "port.json"
+PARITY_FILE = "source_parity.json"
+
+
+async def port_first(client: Any, store: Any, staged: str, seeds: int) -> dict:
+    """Port the staged source through the server's port_source tool; refuse the run when the port is refused."""
+    stem = Path(staged).stem
+    out = str(Path(staged).with_name(f"{stem}_port.py"))
+    report = await client.call("port_source", {"source": staged, "out": out, "seeds": seeds})
+    report["workspace_port"] = out
+    report["workspace_source_reference"] = str(Path(out).with_name(f"{stem}_port_source.py"))
+    store.write_json(PORT_FILE, report)
+    if report.get("port") and Path(report["port"]).is_file():
+        store.path("port.py").write_text(Path(report["port"]).read_text(encoding="utf-8"), encoding="utf-8")
+    if not report.get("ok"):
+        raise UsageError(
+            f"the port of {staged} was refused ({report.get('status')}): {report.get('summary')}"
+        )
+    return report
+
+
+async def source_parity(client: Any, store: Any, summary: dict, seeds: int) -> dict:
+    """The best kernel against the PyTorch source (interpret mode on CPU, fresh seeds); added to the summary."""
+    import json
+
+    if not store.path(PORT_FILE).is_file():
+        return summary
+    port = json.loads(store.path(PORT_FILE).read_text())
+    summary["port"] = {
+        "source": port.get("source"),
+        "path": port.get("port_path"),
+        "check": (port.get("check") or {}).get("status"),
+        "summary": port.get("summary"),
+    }
+    best = summary.get("best")
+    if not best or not best.get("path"):
+        summary["source_parity"] = {"ok": False, "summary": "no kernel to judge against the source"}
+    else:
+        kernel = Path(best["path"]).read_text(encoding="utf-8")
+        report = await client.validate_kernel(
+            kernel, port["workspace_source_reference"], target="cpu", seeds=seeds
+        )
+        store.write_json(PARITY_FILE, report)
+        checks = [
+            c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")
+        ]
+        failure = report.get("failure") or {}
+        summary["source_parity"] = {
+            "ok": bool(report.get("ok")),
+            "summary": (
+                f"the kernel matches the PyTorch source at {', '.join(checks)} on {seeds} fresh seeds "
+                f"(offset {report.get('seed_offset')}, interpret mode on CPU)"
+                if report.get("ok")
+                else f"the kernel does not match the PyTorch source: {failure.get('kind')}: {failure.get('summary')}"
+            ),
+        }
+    store.write_json("summary.json", summary)
+    return summary
