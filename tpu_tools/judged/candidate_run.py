@@ -111,7 +111,8 @@ def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=
     the candidate was imported (interpreter_limits.lowering_rules)."""
     if not isinstance(exc, Exception):
         return _base_exception_failure(exc, stage, path)
-    if program is not None and (found := interpreter_failure(exc, path, program, rules or {})) is not None:
+    found = interpreter_failure(exc, path, program, rules or {}) if program is not None else None
+    if found is not None and not found.vetoed:
         return interpret_unsupported(found, exc, stage)
     failure = classify_exception(exc, stage, path)
     failure.message = (
@@ -119,6 +120,11 @@ def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=
         if failure.kind in ("python_error", "runtime_error")
         else (failure.message[:6000])
     )
+    if found is not None:  # say why it is not the interpreter's limit
+        failure.message = (
+            f"raised in jax's {found.function}, but not judged an interpreter limit: the program holds "
+            f"{found.vetoed}, which may have raised it\n{failure.message}"
+        )[:6000]
     return failure
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from maxkernel.tpu_tools.cost.analyze import AnalysisReport, _limit_to_fit, _program, estimate_one, summarize
 from maxkernel.tpu_tools.cost.estimate import default_scoped_vmem_bytes
 from maxkernel.tpu_tools.hardware.targets import estimate_chip
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.reports import Failure, ReferenceSide
 
 
@@ -83,8 +84,10 @@ def run_analyze(
     chip = target.chip
     report.vmem_capacity_bytes = chip.vmem_bytes
     try:
-        args, scope = mesh.aot_args(target, in_shapes, side.reference.mesh if side.reference else None)
-        with scope:
+        spec = side.reference.mesh if side.reference else None
+        args, scope = mesh.aot_args(target, in_shapes, spec)
+        # one chip: traced as the target, as compile traces it (the default device is the chip's too)
+        with scope, trace_as_target(target) if spec is None else contextlib.nullcontext():
             traced = jax.jit(cand.workload).trace(*args)
             calls = find_pallas_calls(traced.jaxpr)
             t0 = time.perf_counter()
@@ -200,6 +203,8 @@ def _aot_shapes(target: str, shapes: tuple, mesh_spec=None) -> tuple[tuple, Any,
         if tgt.kind != "tpu":
             return shapes, contextlib.nullcontext(), None
         args, scope = mesh.aot_args(tgt, shapes, mesh_spec)
+        if mesh_spec is None:  # one chip: traced as the target, as compile traces it
+            scope = trace_as_target(tgt)
         return tuple(args), scope, dump_root
     except Exception:  # no libtpu here: trace-only estimates (tier model)
         return shapes, contextlib.nullcontext(), None

@@ -288,6 +288,7 @@ class InterpreterFailure:
     function: str  # module.function that raised (jax's)
     entry: str  # the interpreter function the failing call went through
     error: str  # the innermost real error, one line
+    vetoed: str = ""  # why it is not the interpreter's after all: the candidate's own host code ran
 
 
 def _from_traceback(exc: BaseException, candidate: Path) -> InterpreterFailure | None:
@@ -387,7 +388,8 @@ def _from_callback(exc: BaseException, candidate: Path) -> InterpreterFailure | 
 def interpreter_failure(
     exc: BaseException, candidate: Path, program, rules_before: dict[tuple[str, int], int]
 ) -> InterpreterFailure | None:
-    """The interpreter's failure, or None where the candidate (or anything but jax) may have raised it.
+    """The interpreter's failure, or None where the candidate (or anything but jax) may have raised it;
+    `vetoed` set where it looks like the interpreter's but the candidate's own host code may have raised it.
 
     `program`: the candidate's traced program (a ClosedJaxpr); `rules_before`: `lowering_rules()` before
     the candidate was imported. Where the program holds Python of the candidate's that runs after
@@ -397,6 +399,8 @@ def interpreter_failure(
     )
     if found is None:
         found = next((f for e in _chain(exc) if (f := _from_callback(e, candidate)) is not None), None)
-    if found is None or program is None or own_host_code(program, rules_before) is not None:
+    if found is None or program is None:
         return None
+    if (own := own_host_code(program, rules_before)) is not None:
+        return dataclasses.replace(found, vetoed=own)
     return found

@@ -18,6 +18,7 @@ from maxkernel.tpu_tools.hardware.mesh import MeshSpec, aot_args
 from maxkernel.tpu_tools.judged import integrity, timed_loop
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure
 from maxkernel.tpu_tools.judged.compile import body_refusal
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.judged.timed_loop import (
     WARMUP_SETS,
     CandidateSide,
@@ -206,7 +207,7 @@ def _run(
         if aot_tpu and mesh_spec is not None:
             shapes, scope = aot_args(tgt, shapes, mesh_spec)
         else:
-            scope = execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext()
+            scope = trace_as_target(tgt) if aot_tpu else contextlib.nullcontext()  # as compile traces
         with scope:
             jaxpr = jax.make_jaxpr(cand.workload)(*shapes)
     except Exception as e:
