@@ -268,9 +268,54 @@ def validate_at_sizes(
         )
         report.checks.append(size_check("contract", UNALIGNED, unaligned.dims, run))
         assert derived is not None
-        report.shape_contract = contract = shape_contract(unaligned, run, comp.size, derived)
+        contract = shape_contract(unaligned, run, comp.size, derived)
+        base = next((c.dims for c in comp.check_sizes if c.name == derived.base), None)
+        if contract.outcome == "wrong" and len(unaligned.off) > 1 and base:
+            # wrong across the output with every dimension moved: one dimension at a time says which
+            parts = []
+            for k, g in unaligned.off.items():
+                one = UnalignedSize(dims=dict(base) | {k: unaligned.dims[k]}, off={k: g})
+                alone = ev.validate_at(
+                    kernel_path,
+                    reference,
+                    target,
+                    derived.base,
+                    seeds=seed_list[:1],
+                    repeats=repeats,
+                    atol=atol,
+                    rtol=rtol,
+                    allow_plain_jax=allow_plain_jax,
+                    allow_weak_check=allow_weak_check,
+                    case=InputCase(name=f"{UNALIGNED}_{k}", sizes={k: unaligned.dims[k]}, base=derived.base),
+                    timeout_s=timeout_s,
+                    on_progress=say(f"shape contract at {k}={unaligned.dims[k]}"),
+                    cancel=cancel,
+                    caller=caller,
+                )
+                report.checks.append(size_check("contract", f"{UNALIGNED} ({k})", one.dims, alone))
+                if (
+                    failure := contract_failure(
+                        one_contract := shape_contract(one, alone, comp.size, derived), alone, passed, False
+                    )
+                ) is not None:
+                    return finish(failure)
+                if one_contract.outcome not in ("general", "could_not_tell"):
+                    parts.append(one_contract)
+            if parts:
+                contract = contract.model_copy(
+                    update={
+                        "outcome": parts[0].outcome,
+                        "finding": "; ".join(c.finding for c in parts),
+                        "fix": FIX.format(
+                            needs=" and ".join(f"{k} % {g} == 0" for c in parts for k, g in c.off.items())
+                        )
+                        if any(c.fix for c in parts)
+                        else "",
+                    }
+                )
+        report.shape_contract = contract
         if contract.fix:
-            report.warnings.append(f"the kernel drops what its grid does not cover: {contract.finding}")
+            report.warnings.append(f"the kernel is silently wrong off its alignment: {contract.finding}")
             report.warnings.append(f"fix: {contract.fix}")
         if (failure := contract_failure(contract, run, passed, strict_shapes)) is not None:
             return finish(failure)

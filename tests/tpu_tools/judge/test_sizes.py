@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest_paths import MATMUL_REF, PLUS_ONE_REF, REFS, kernel, scratch_outside_tmp
+from conftest_paths import KERNELS, MATMUL_REF, PLUS_ONE_REF, REFS, kernel, scratch_outside_tmp
 
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
 from maxkernel.tpu_tools.pool.workers import WorkerPool
@@ -145,3 +145,54 @@ def test_zeros_above_1024_rows_fail_by_default(evaluator):
     assert r.failure.kind == "shape_specialized", r.failure
     assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small"], ["derived"])
     assert r.failure.cause_kind == "output_mismatch" and r.checks[-1].dims["m"] > 1024
+
+
+@pytest.mark.slow  # jax's matmul at small, derived (1280 x 1024 x 512), unaligned and each dim alone: ~60 s
+def test_jax_matmul_passes_by_default_and_its_contract_names_each_dimension(evaluator):
+    """jax's ops/tpu/matmul.py (grid = dims // blocks) with 256 x 256 blocks, 512-deep k: right at every
+    size that keeps the alignment small and the target share; at 384 x 640 x 384 the output is wrong
+    throughout, so each dimension is probed alone: rows and columns left unwritten, k's remainder dropped."""
+    r = evaluator.validate(kernel("jax_matmul_blocks_256"), MATMUL_REF, "tpu-v6e", seeds=1)
+    assert r.ok, r.failure
+    c = r.shape_contract
+    assert c.outcome == "drops_remainder", c
+    assert "rows 256-383 left unwritten at m=384: requires m % 256 == 0" in c.finding, c.finding
+    assert "columns 256-383 left unwritten at n=384: requires n % 256 == 0" in c.finding, c.finding
+    assert "wrong at k=640, not only a trailing remainder: requires k % 512 == 0" in c.finding, c.finding
+    assert "which the target (m=4096) keeps" in c.finding and "pl.cdiv" in c.fix
+    assert [x.size for x in r.checks if x.what == "contract"] == [
+        "unaligned",
+        "unaligned (m)",
+        "unaligned (k)",
+        "unaligned (n)",
+    ]
+
+
+@pytest.mark.slow  # jax's flash attention at three sizes: ~30 s
+def test_jax_flash_attention_passes_by_default_and_its_refusal_is_the_contract(evaluator):
+    """256-wide blocks: small seq 256, the target 2048 and derived 512 keep them; at 384 jax's own
+    _verify_block raises, and that message is the contract."""
+    r = evaluator.validate(
+        kernel("jax_flash_blocks_256"), str(KERNELS / "corpus" / "attention_reference.py"), "tpu-v6e", seeds=1
+    )
+    assert r.ok, r.failure
+    c = r.shape_contract
+    assert c.outcome == "raises" and c.failure_kind == "python_error", c
+    assert "seq_len=384 should be divisible by" in c.finding or "=384 should be divisible by" in c.finding, c
+    assert c.finding.startswith("raises at heads=3, seq=384 (heads % 2 != 0, seq % 256 != 0): ")
+    assert not c.fix and c.target_keeps
+
+
+def test_strict_shapes_is_one_flag_with_one_default_on_the_shell_and_over_mcp():
+    import inspect
+
+    from maxkernel.server.tools import validate_kernel
+    from maxkernel.tpu_tools.cli.args import DEFAULT_STRICT_SHAPES
+    from maxkernel.tpu_tools.cli.main import build_parser
+
+    args = build_parser().parse_args(["validate", "k.py", "-r", PLUS_ONE_REF])
+    assert args.strict_shapes is DEFAULT_STRICT_SHAPES is False
+    assert (
+        build_parser().parse_args(["validate", "k.py", "-r", PLUS_ONE_REF, "--strict-shapes"]).strict_shapes
+    )
+    assert inspect.signature(validate_kernel).parameters["strict_shapes"].default is DEFAULT_STRICT_SHAPES

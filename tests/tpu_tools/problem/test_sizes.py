@@ -157,3 +157,12 @@ def test_ties_are_imposed_only_where_the_reference_needs_them():
 
     tied = derive_size(table, needs_tie)
     assert tied.dims["c"] == 4 * tied.dims["a"] > 16 and "tied" in tied.grown["c"].why
+
+
+def test_the_unaligned_size_is_a_check_size_the_reference_builds():
+    ref = load_reference(MATMUL_REF)
+    assert ref.check_size("unaligned").dims == {"m": 384, "k": 640, "n": 384}
+    a, b = ref.create_inputs("unaligned", 1)
+    assert a.shape == (384, 640) and b.shape == (640, 384)
+    with pytest.raises(UsageError, match="fixed inputs"):  # one size: nothing scales
+        load_reference(str(REFS / "jaxbench_style_matmul.py")).check_size("unaligned")
