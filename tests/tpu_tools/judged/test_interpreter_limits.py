@@ -128,3 +128,16 @@ def test_tracing_as_the_target_sees_its_chip_and_nothing_else_changes():
         assert pltpu.get_tpu_info().chip_version == pltpu.ChipVersion.TPU_V6E
         assert backend.get_default_device().device_kind == "TPU v6 lite"
     assert backend.get_default_device().platform == "cpu"
+
+
+def test_the_cli_exits_3_on_interpret_unsupported_neither_pass_nor_fail():
+    from maxkernel.tpu_tools.cli.main import _verdict_exit
+    from maxkernel.tpu_tools.reports import Failure, ValidationReport
+
+    def report(kind: str | None) -> ValidationReport:
+        failure = Failure(kind=kind, summary="s") if kind else None
+        return ValidationReport(
+            ok=kind is None, target="tpu-v6e", size="full", kernel_path="k.py", failure=failure
+        )
+
+    assert [_verdict_exit(report(k)) for k in (None, "runtime_error", "interpret_unsupported")] == [0, 1, 3]
