@@ -131,19 +131,18 @@ def _eqns(jaxpr):
                     yield from _eqns(inner)
 
 
-def lowering_rules() -> dict[tuple[str, int], int]:
+def lowering_rules() -> dict[tuple[str, Any], Any]:
     """Which lowering rule each primitive has now (CPU-specific and generic): taken before the candidate
-    is imported, it tells the primitives and rules the candidate brought from jax's own."""
+    is imported, it tells the primitives and rules the candidate brought from jax's own. It holds the
+    objects, not their ids: a rule re-registered twice could otherwise land at a freed rule's address."""
     from jax._src.interpreters import mlir
 
-    out = {("", id(p)): id(r) for p, r in list(mlir._lowerings.items())}
-    out.update(
-        {("cpu", id(p)): id(r) for p, r in list(mlir._platform_specific_lowerings.get("cpu", {}).items())}
-    )
+    out: dict[tuple[str, Any], Any] = {("", p): r for p, r in list(mlir._lowerings.items())}
+    out.update({("cpu", p): r for p, r in list(mlir._platform_specific_lowerings.get("cpu", {}).items())})
     return out
 
 
-def own_host_code(closed_jaxpr, before: dict[tuple[str, int], int]) -> str | None:
+def own_host_code(closed_jaxpr, before: dict[tuple[str, Any], Any]) -> str | None:
     """Where the candidate's own Python can run after tracing, or None: a host callback (debug callbacks
     included), or a primitive whose CPU lowering rule was not there before the candidate was imported
     (its own primitive, or a jax primitive it re-registered). Then an error raised while lowering or
@@ -157,7 +156,7 @@ def own_host_code(closed_jaxpr, before: dict[tuple[str, int], int]) -> str | Non
             return f"a host callback ({name})"
         for platform, rules in (("cpu", cpu_rules), ("", mlir._lowerings)):
             rule = rules.get(prim)
-            if rule is not None and before.get((platform, id(prim))) != id(rule):
+            if rule is not None and before.get((platform, prim)) is not rule:
                 return f"primitive {name}, lowered by a rule registered after the candidate was imported"
     return None
 
@@ -386,7 +385,7 @@ def _from_callback(exc: BaseException, candidate: Path) -> InterpreterFailure | 
 
 
 def interpreter_failure(
-    exc: BaseException, candidate: Path, program, rules_before: dict[tuple[str, int], int]
+    exc: BaseException, candidate: Path, program, rules_before: dict[tuple[str, Any], Any]
 ) -> InterpreterFailure | None:
     """The interpreter's failure, or None where the candidate (or anything but jax) may have raised it;
     `vetoed` set where it looks like the interpreter's but the candidate's own host code may have raised it.

@@ -96,6 +96,18 @@ def test_a_primitive_or_callback_the_candidate_brought_is_its_own_host_code():
     assert "test_interpreter_limits_own" in own_host_code(jax.make_jaxpr(mine.bind)(1.0), before)
     callback = jax.make_jaxpr(lambda x: jax.debug.callback(print, x) or x)(1.0)
     assert "callback" in own_host_code(callback, before)
+    # a jax primitive's CPU rule re-registered (twice: a freed rule's address may come back) is its own too
+    cpu = mlir._platform_specific_lowerings["cpu"]
+    had, old = jax.lax.sin_p in cpu, cpu.get(jax.lax.sin_p)
+    try:
+        for _ in range(2):
+            mlir.register_lowering(jax.lax.sin_p, lambda ctx, x: [x], platform="cpu")
+        assert "sin" in own_host_code(jax.make_jaxpr(jnp.sin)(1.0), before)
+    finally:
+        if had:
+            cpu[jax.lax.sin_p] = old
+        else:
+            del cpu[jax.lax.sin_p]
 
 
 CALLBACK = """INTERNAL: CpuCallback error: Traceback (most recent call last):
