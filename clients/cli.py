@@ -225,7 +225,13 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
 
     reporter = NullReporter() if args.quiet else RichReporter()
     workspace = Path(args.workspace) if args.workspace else store.root / "workspace"
+    ported = None
     try:
+        if fresh and not task_id and is_torch_source(reference):  # port it first, checked against it
+            if args.server:
+                raise UsageError("a PyTorch source is ported here, for a local server: drop --server")
+            workspace.mkdir(parents=True, exist_ok=True)
+            ported = port_first(store, workspace, _stage_reference(reference, workspace), args.seeds)
         async with AsyncExitStack() as stack:
             if server_factory is not None:
                 clients = [server_factory(workspace)]
@@ -249,10 +255,7 @@ async def run_auto(args: argparse.Namespace, server_factory=None) -> dict:
                     spec = local.read_text(encoding="utf-8") if local.is_file() else ""
                     if not args.server:
                         server_reference = _stage_reference(reference, workspace)
-                    if is_torch_source(local):  # a PyTorch/Triton source: port it first, checked against it
-                        if args.server:
-                            raise UsageError("a PyTorch source is ported by a local server: drop --server")
-                        ported = await port_first(clients[0], store, server_reference, args.seeds)
+                    if ported is not None:  # a PyTorch/Triton source: the port is the loop's reference
                         server_reference = ported["workspace_port"]
                         spec = (workspace / server_reference).read_text(encoding="utf-8")
                 config = AutoConfig(

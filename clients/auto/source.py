@@ -12,20 +12,30 @@ PORT_FILE = "port.json"
 PARITY_FILE = "source_parity.json"
 
 
-async def port_first(client: Any, store: Any, staged: str, seeds: int) -> dict:
-    """Port the staged source through the server's port_source tool; refuse the run when the port is refused."""
+def port_first(store: Any, workspace: Path, staged: str, seeds: int) -> dict:
+    """Port the source staged in the workspace (`maxkernel port --json` in a child, the command the
+    port_source tool runs), before any server starts: a refusal is a usage error that leaves no run behind."""
+    import json
+    import subprocess
+    import sys
+
     stem = Path(staged).stem
     out = str(Path(staged).with_name(f"{stem}_port.py"))
-    report = await client.call("port_source", {"source": staged, "out": out, "seeds": seeds})
+    cmd = [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "port", str(workspace / staged)]
+    cmd += ["--out", str(workspace / out), "--seeds", str(seeds), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(workspace))
+    if not proc.stdout.strip():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("maxkernel: ")
+        raise UsageError(f"cannot port {staged}: {last}")
+    report = json.loads(proc.stdout)
     report["workspace_port"] = out
     report["workspace_source_reference"] = str(Path(out).with_name(f"{stem}_port_source.py"))
     store.write_json(PORT_FILE, report)
-    if report.get("port") and Path(report["port"]).is_file():
-        store.path("port.py").write_text(Path(report["port"]).read_text(encoding="utf-8"), encoding="utf-8")
     if not report.get("ok"):
         raise UsageError(
             f"the port of {staged} was refused ({report.get('status')}): {report.get('summary')}"
         )
+    store.path("port.py").write_text((workspace / out).read_text(encoding="utf-8"), encoding="utf-8")
     return report
 
 

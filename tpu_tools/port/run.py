@@ -150,7 +150,9 @@ def port_source(
             raise UsageError(f"{source_path}: no path can translate {e}") from None
         port = Path(out) if out else default_out(source_path)
         name = Path(source_path).stem
-        text = render(tr, name=name, source_name=Path(source_path).name, port_path=tr.path)
+        text = render(
+            tr, name=name, source_name=Path(source_path).name, port_path=tr.path, samples=source.input_samples
+        )
         write(text, port)
         port_file = str(port)
         names = [i.source_name for i in tr.inputs if i.kind == "param"]

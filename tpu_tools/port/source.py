@@ -49,6 +49,8 @@ class TorchSource:
     in_place_ops: list[str] = field(default_factory=list)  # 'aten.relu_ (line 12)'
     random_ops: list[str] = field(default_factory=list)
     dtypes: set[str] = field(default_factory=set)  # dtypes at the boundary: inputs, parameters, outputs
+    # per get_inputs() position: its values pooled over several calls (the range the port draws from)
+    input_samples: dict[int, Any] = field(default_factory=dict)
 
     @property
     def tensor_positions(self) -> list[int]:
@@ -133,6 +135,25 @@ def _run_recording(source: TorchSource, seed: int) -> None:
     source.random_ops = list(dict.fromkeys(source.random_ops))
 
 
+def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> dict[int, Any]:
+    """Each tensor input's values over `calls` calls of the inputs function (one call may not show the
+    range: torch.randint(0, 4, (1,)) once is a single value)."""
+    import torch
+
+    pooled = {i: [x.detach().flatten()] for i, x in enumerate(first) if isinstance(x, torch.Tensor)}
+    for k in range(1, calls):
+        torch.manual_seed(seed + k)
+        try:
+            more = inputs_fn()
+        except Exception:  # noqa: BLE001 - the first call worked; a flaky extra call only narrows the range
+            break
+        more = list(more) if isinstance(more, list | tuple) else [more]
+        for i in pooled:
+            if i < len(more) and isinstance(more[i], torch.Tensor):
+                pooled[i].append(more[i].detach().flatten())
+    return {i: torch.cat(v) for i, v in pooled.items()}
+
+
 def load_source(spec: str, *, seed: int = 0) -> TorchSource:
     """Import the source, build Model(*get_init_inputs()) in eval mode and its example inputs, run it once."""
     path = Path(spec)
@@ -185,6 +206,7 @@ def load_source(spec: str, *, seed: int = 0) -> TorchSource:
     if not any(isinstance(x, torch.Tensor) for x in inputs):
         raise UsageError(f"{path}: inputs cannot be built: {inputs_fn.__name__}() returned no tensor")
     source = TorchSource(path, sha, kind, module, model, init_args, inputs, triton_kernels=kernels)
+    source.input_samples = _pooled_inputs(inputs_fn, inputs, seed)
     try:
         _run_recording(source, seed)
     except TypeError as e:

@@ -9,6 +9,7 @@ value ranges, never fixed and never zeros) and workload.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from maxkernel.tpu_tools.port.aten import DTYPES, HELPERS
 from maxkernel.tpu_tools.port.translate import PortInput, Translation
@@ -23,11 +24,13 @@ def small_batch(batch: int) -> int:
     return max(2 if batch >= 2 else 1, batch // 8)
 
 
-def _draw(inp: PortInput, key: str, shape: str) -> str:
-    """A jax.random draw in the source tensor's value range (its init's scale for a parameter)."""
+def _draw(inp: PortInput, key: str, shape: str, sample: Any = None) -> str:
+    """A jax.random draw in the source tensor's value range (its init's scale for a parameter; for an
+    activation, its values over several calls of the inputs function)."""
     import torch
 
-    t = inp.example.detach().to(torch.float64) if inp.example.is_floating_point() else inp.example
+    t = inp.example if sample is None else sample
+    t = t.detach().to(torch.float64) if t.is_floating_point() else t
     dtype = DTYPES.get(inp.dtype, "jnp.float32")
     if inp.dtype == "bool":
         return f"jax.random.bernoulli({key}, 0.5, {shape})"
@@ -48,16 +51,19 @@ def _draw(inp: PortInput, key: str, shape: str) -> str:
     return draw if abs(mean) < 0.05 * std else f"{_num(mean)} + {draw}"
 
 
-def render(tr: Translation, *, name: str, source_name: str, port_path: str) -> str:
+def render(
+    tr: Translation, *, name: str, source_name: str, port_path: str, samples: dict[int, Any] | None = None
+) -> str:
+    samples = samples or {}
     batch = tr.dynamic_batch
-    sizes = (
-        {"full": {"batch": batch}, "small": {"batch": small_batch(batch)}}
-        if batch
-        else {"full": {"batch": 0}, "small": {"batch": 0}}
-    )
+    if batch:
+        sizes = {"full": {"batch": batch}, "small": {"batch": small_batch(batch)}}
+    else:  # every shape is the source's: small is full (the port's changes say why)
+        acts = [i for i in tr.inputs if i.kind == "activation" and i.shape]
+        fixed = {"batch": int(acts[0].shape[0])} if acts else {}
+        sizes = {"full": fixed, "small": dict(fixed)}
     float_dtypes = {i.dtype for i in tr.inputs if i.example.is_floating_point()}
     default = DTYPES.get(sorted(float_dtypes)[0] if float_dtypes else "float32", "jnp.float32")
-    acts = [i for i in tr.inputs if i.kind == "activation"]
     params = [i for i in tr.inputs if i.kind == "param"]
     lines = [
         f'"""{name}: ported from {source_name} by maxkernel port ({port_path}), checked against it on CPU.',
@@ -93,7 +99,8 @@ def render(tr: Translation, *, name: str, source_name: str, port_path: str) -> s
         if inp.kind == "activation" and batch:
             parts[0] = 'd["batch"]'
         shape = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-        lines.append(f"    {inp.var} = {_draw(inp, f'keys[{k}]', shape)}")
+        sample = samples.get(inp.position) if inp.kind == "activation" else None
+        lines.append(f"    {inp.var} = {_draw(inp, f'keys[{k}]', shape, sample)}")
     names = ", ".join(i.var for i in tr.inputs)
     lines.append(f"    return ({names}{',' if len(tr.inputs) == 1 else ''})")
     lines += ["", ""]
@@ -103,9 +110,7 @@ def render(tr: Translation, *, name: str, source_name: str, port_path: str) -> s
     for s in tr.statements:
         comment = f"  # {s.op}" + (f" <- {s.where}" if s.where else "")
         lines.append(f"    {s.var} = {s.expr}{comment}")
-    outs = ", ".join(tr.outputs)
-    lines.append(f"    return {outs}" + ("" if len(tr.outputs) == 1 else ""))
-    del acts
+    lines.append(f"    return {', '.join(tr.outputs)}")
     return "\n".join(lines) + "\n"
 
 
