@@ -139,17 +139,26 @@ def render_chips(chips: list[ChipSpec]) -> None:
 
 
 def render_tasks(tasks) -> None:
-    table = Table("id", "model", "operator", "full", "small", "pallas ref", "chips")
-    for t in tasks:
-        table.add_row(
-            t.id,
-            t.model,
-            t.operator,
-            _dims(t.full),
-            _dims(t.small),
-            "✓" if t.has_pallas_reference else "",
-            f"multi-chip ×{t.mesh_devices}" if t.mesh_devices else "1",
-        )
-    console.print(table)
+    """One row per task. Where the sizes' dims do not fit beside the rest (80 columns), they are left out
+    and the line above the table says so (tpu_tools/cli/tables.py)."""
+    from maxkernel.tpu_tools.cli import tables
+
+    def build(name, full: bool) -> Table:
+        table = tables.new_table()
+        tables.add_name_column(table, "id")
+        table.add_column("model", ratio=1, overflow="fold")
+        table.add_column("operator", ratio=1, overflow="fold")
+        if full:
+            for header in ("full", "small"):  # a dim per line; a long one (7p's kv_lens tuple) folds
+                table.add_column(header, max_width=32, overflow="fold")
+        tables.add_word_column(table, "pallas ref", ["pallas ref"])
+        tables.add_word_column(table, "chips", [str(t.mesh_devices or 1) for t in tasks])
+        for t in tasks:
+            dims = ["\n".join(_dims({k: v}) for k, v in d.items()) for d in (t.full, t.small)] if full else []
+            table.add_row(name(t.id), t.model, t.operator, *dims, "✓" if t.has_pallas_reference else "",
+                          str(t.mesh_devices or 1))  # fmt: skip
+        return table
+
+    tables.print_named(console, build, [t.id for t in tasks], "ids", "the full and small sizes' dims")
     multi = sum(1 for t in tasks if t.mesh_devices)
     console.print(f"{len(tasks) - multi} single-chip tasks" + (f", {multi} multi-chip" if multi else ""))

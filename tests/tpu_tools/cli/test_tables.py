@@ -70,20 +70,24 @@ def transformer(tmp_path_factory):
 
 
 def _name_column(text: str, header: str, next_header: str, n: int) -> list[tuple[str, str]]:
-    """(name, first line) of the `n` rows of the table printed in `text`: the name column is every character
-    left of where `next_header` starts in the header line; a row's name folds onto the lines below it (a
-    line with nothing but name characters)."""
+    """(name, first line) of the `n` rows of the table printed in `text`. The name column is every character
+    left of where `next_header` starts in the header line, and a table line has the two-space gap there; a
+    row's first line has text in the last column (a number or a short word: it never wraps), the lines
+    below it carry the rest of a folded name (or of another folded cell)."""
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith(header) and next_header in ln)
     end = lines[head].index(next_header)
+    last = len(lines[head].rstrip()) - len(lines[head].split()[-1])
     rows: list[list[str]] = []
     for ln in lines[head + 2 :]:  # past the rule under the header
-        if rows and ln[:end].strip() and not ln[end:].strip():
-            rows[-1][0] += ln[:end].rstrip()
-        elif len(rows) < n and ln[end : end + 1].strip():
+        if ln[end - 2 : end] != "  ":
+            break  # prose below the table
+        if ln[last:].strip():
+            if len(rows) == n:
+                break
             rows.append([ln[:end].rstrip(), ln])
-        else:
-            break
+        elif rows:
+            rows[-1][0] += ln[:end].strip()
     return [(name, first) for name, first in rows]
 
 
@@ -202,3 +206,17 @@ def test_the_common_prefix_is_whole_components_and_keeps_names_apart(names, pref
     assert tables.common_prefix(names) == prefix
     shown = [tables.shorten(n, prefix) for n in dict.fromkeys(names)]
     assert len(set(shown)) == len(shown)
+
+
+def test_the_task_table_names_every_task_whole_at_80_columns(monkeypatch):
+    from maxkernel.tpu_tools.problem.tasks import list_tasks
+
+    tasks = list_tasks()
+    console = _at_80(monkeypatch)
+    render.render_tasks(tasks)
+    text = console.export_text()
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert "the full and small sizes' dims left out" in text  # said, not silently dropped
+    rows = _name_column(text, "id", "model", len(tasks))
+    assert [name for name, _ in rows] == [t.id for t in tasks]  # 1p_Flash_Attention, not 1p_Flas…
+    assert [first.split()[-1] for _, first in rows] == [str(t.mesh_devices or 1) for t in tasks]
