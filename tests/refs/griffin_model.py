@@ -9,10 +9,9 @@ kernel instead, which is what a region kernel for the RG-LRU competes with). Ran
 Install: see the Makefile's models stamp (`recurrentgemma==1.0.1` without its dependencies).
 """
 
-import zlib
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 from recurrentgemma import common
 from recurrentgemma import jax as griffin_lib
 
@@ -43,10 +42,21 @@ def config(d):
     )
 
 
-def _spread(key, path, x):
-    """A leaf the library initializes to one constant (a bias, a norm's scale) drawn around it instead."""
-    k = jax.random.fold_in(key, zlib.crc32(jax.tree_util.keystr(path).encode()))
-    return jnp.where(jnp.std(x) > 0, x, x + 0.1 * jax.random.normal(k, x.shape, x.dtype))
+def _draw(key, shapes):
+    """Parameters shaped like the library's init (traced abstractly: cheap), drawn here: N(0, 1/fan_in) for
+    weights, N(0, 0.1) for vectors (biases and norm scales, which the library starts at one constant, so a
+    kernel that drops one fails). With a concrete key, numpy draws them: no XLA compile per shape on CPU."""
+    leaves, tree = jax.tree_util.tree_flatten(shapes)
+    std = [s.shape[-2] ** -0.5 if len(s.shape) >= 2 else 0.1 for s in leaves]
+    if isinstance(key, jax.core.Tracer):
+        ks = jax.random.split(key, len(leaves))
+        out = [sd * jax.random.normal(k, s.shape, s.dtype) for k, s, sd in zip(ks, leaves, std, strict=True)]
+    else:
+        rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+        out = [
+            jnp.asarray(sd * rng.standard_normal(s.shape), s.dtype) for s, sd in zip(leaves, std, strict=True)
+        ]
+    return jax.tree_util.tree_unflatten(tree, out)
 
 
 def create_inputs(dtype=None, *, key=None, size="full"):
@@ -55,9 +65,10 @@ def create_inputs(dtype=None, *, key=None, size="full"):
     kt, kp = jax.random.split(key)
     tokens = jax.random.randint(kt, (d["batch"], d["seq"]), 1, d["vocab"], jnp.int32)
     positions = jnp.broadcast_to(jnp.arange(d["seq"], dtype=jnp.int32), tokens.shape)
-    params = griffin_lib.Griffin(config(d)).init(kp, tokens, positions, None, True, False)
-    # biases and norm scales start at zero: spread them like trained ones
-    params = jax.tree_util.tree_map_with_path(lambda p, x: _spread(kp, p, x), params)
+    shapes = jax.eval_shape(
+        lambda k: griffin_lib.Griffin(config(d)).init(k, tokens, positions, None, True, False), kp
+    )
+    params = _draw(kp, shapes)
     return tokens, positions, params
 
 
