@@ -4,6 +4,10 @@ It gets the inputs as files in its scratch dir, scrubs argv and the environment,
 functions and arms an audit hook (integrity.py), imports the candidate, reads its traced program (host
 callbacks, where the work runs: work_check.py), then runs every input set more than once in the order
 the parent chose and writes every run's outputs. The verdict on the numbers is the parent's.
+
+Off the chip the candidate is traced as the target chip (target_trace.py) and that traced program is
+what TPU interpret mode runs; where jax's interpreter itself fails, the failure is `interpret_unsupported`
+(interpreter_limits.py), not the kernel's.
 """
 
 from __future__ import annotations
