@@ -268,7 +268,7 @@ def validate_at_sizes(
         )
         report.checks.append(size_check("contract", UNALIGNED, unaligned.dims, run))
         assert derived is not None
-        contract = shape_contract(unaligned, run, comp.size, derived)
+        contract = shape_contract(unaligned, run, comp.size, derived, passed)
         base = next((c.dims for c in comp.check_sizes if c.name == derived.base), None)
         if contract.outcome == "wrong" and len(unaligned.off) > 1 and base:
             # wrong across the output with every dimension moved: one dimension at a time says which
@@ -295,7 +295,10 @@ def validate_at_sizes(
                 report.checks.append(size_check("contract", f"{UNALIGNED} ({k})", one.dims, alone))
                 if (
                     failure := contract_failure(
-                        one_contract := shape_contract(one, alone, comp.size, derived), alone, passed, False
+                        one_contract := shape_contract(one, alone, comp.size, derived, passed),
+                        alone,
+                        passed,
+                        False,
                     )
                 ) is not None:
                     return finish(failure)
@@ -339,8 +342,8 @@ RAISES = {
 # At the unaligned size these still fail the verdict: they are not about shapes.
 NOT_SHAPE = {"host_callback", "reached_reference", "tampered", "implausible", "cancelled"}
 FIX = (
-    "where the kernel is called, assert what it requires ({needs}) so a caller gets an error, not a wrong "
-    "answer; or size the grid with pl.cdiv and mask the last block"
+    "where the kernel is called, assert the alignment it needs ({needs} is enough: it was right there) so "
+    "a caller gets an error, not a wrong answer; or size the grid with pl.cdiv and mask the last block"
 )
 
 
@@ -352,8 +355,11 @@ def _first_line(text: str) -> str:
     return next((x.strip() for x in text.splitlines() if x.strip()), "")[:400]
 
 
-def shape_contract(unaligned: UnalignedSize, run: Any, target: str, derived: DerivedSize) -> ShapeContract:
-    """The finding from one run at the unaligned size: every word from what happened there."""
+def shape_contract(
+    unaligned: UnalignedSize, run: Any, target: str, derived: DerivedSize, passed: list[str]
+) -> ShapeContract:
+    """The finding from one run at the unaligned size: every word from what happened there (and at the
+    `passed` sizes, which keep the alignment)."""
     off = unaligned.off
     at = ", ".join(f"{k}={unaligned.dims[k]}" for k in off)
     needs = " and ".join(f"{k} % {g} == 0" for k, g in off.items())
@@ -366,6 +372,8 @@ def shape_contract(unaligned: UnalignedSize, run: Any, target: str, derived: Der
         tgt = f"{derived.target!r} (the target here, {target!r}, was not compared)"
         where = f"which {tgt} keeps"
     made = {"dims": dict(unaligned.dims), "off": dict(off), "target_keeps": keeps}
+    broke = ", ".join(f"{k} % {g} != 0" for k, g in off.items())
+    right = f"right where {needs} ({', '.join(passed)})"
     if run.ok:
         return ShapeContract(
             **made,
@@ -385,28 +393,27 @@ def shape_contract(unaligned: UnalignedSize, run: Any, target: str, derived: Der
             output = "" if seed.mismatch_leaf is None else f" of output {seed.mismatch_leaf}"
             extents = {shape[i] for i, t in enumerate(seed.mismatch_tails) if t < shape[i]}
             own = {k: g for k, g in off.items() if unaligned.dims[k] in extents} or off  # the slabs' dims
-            needs = " and ".join(f"{k} % {g} == 0" for k, g in own.items())
+            mine = " and ".join(f"{k} % {g} == 0" for k, g in own.items())
+            gone = ", ".join(f"{k} % {g} != 0" for k, g in own.items())
             return ShapeContract(
                 **made,
                 outcome="drops_remainder",
-                finding=f"{' and '.join(slabs)}{output} {state} at {at}: requires {needs}, {where}",
-                fix=FIX.format(needs=needs),
+                finding=f"{' and '.join(slabs)}{output} {state} at {at} ({gone}); right where {mine} "
+                f"({', '.join(passed)}), {where}",
+                fix=FIX.format(needs=mine),
             )
-        if len(off) > 1:  # one run moved them all: which one it needs is not known
-            needs = "some of " + ", ".join(f"{k} % {g} == 0" for k, g in off.items())
         share = f"{seed.mismatch_fraction:.0%} of the output" if seed is not None else "the output"
         return ShapeContract(
             **made,
             outcome="wrong",
-            finding=f"{share} {state} at {at}, not only a trailing remainder: requires {needs}, {where}",
+            finding=f"{share} {state} at {at} ({broke}), not only a trailing remainder; {right}, {where}",
             fix=FIX.format(needs=needs),
         )
-    broke = ", ".join(f"{k} % {g} != 0" for k, g in off.items())
     if f.kind in RAISES:
         return ShapeContract(
             **made,
             outcome="raises",
-            finding=f"raises at {at} ({broke}): {_first_line(f.summary)}; {where} ({needs})",
+            finding=f"raises at {at} ({broke}): {_first_line(f.summary)}; {right}, {where}",
         )
     if f.kind in SIZE_DEPENDENT:
         return ShapeContract(

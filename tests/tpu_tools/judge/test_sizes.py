@@ -109,7 +109,8 @@ def test_a_grid_floored_within_the_shared_alignment_passes_and_says_its_contract
     c = r.shape_contract
     assert c.outcome == "drops_remainder" and c.target_keeps and c.failure_kind == "output_mismatch"
     assert c.finding == (
-        "rows 256-319 left unwritten at rows=320: requires rows % 128 == 0, which the target (rows=4224) keeps"
+        "rows 256-319 left unwritten at rows=320 (rows % 128 != 0); right where rows % 128 == 0 (small, "
+        "derived), which the target (rows=4224) keeps"
     )
     assert any("pl.cdiv" in w and "rows % 128 == 0" in w for w in r.warnings), r.warnings
     assert [(x.size, x.what, x.ok) for x in r.checks][-1] == ("unaligned", "contract", False)
@@ -156,9 +157,9 @@ def test_jax_matmul_passes_by_default_and_its_contract_names_each_dimension(eval
     assert r.ok, r.failure
     c = r.shape_contract
     assert c.outcome == "drops_remainder", c
-    assert "rows 256-383 left unwritten at m=384: requires m % 256 == 0" in c.finding, c.finding
-    assert "columns 256-383 left unwritten at n=384: requires n % 256 == 0" in c.finding, c.finding
-    assert "wrong at k=640, not only a trailing remainder: requires k % 512 == 0" in c.finding, c.finding
+    assert "rows 256-383 left unwritten at m=384 (m % 256 != 0); right where m % 256 == 0" in c.finding, c
+    assert "columns 256-383 left unwritten at n=384 (n % 256 != 0); right where n % 256" in c.finding, c
+    assert "wrong at k=640 (k % 512 != 0), not only a trailing remainder; right where k % 512" in c.finding, c
     assert "which the target (m=4096) keeps" in c.finding and "pl.cdiv" in c.fix
     assert [x.size for x in r.checks if x.what == "contract"] == [
         "unaligned",
