@@ -40,6 +40,7 @@ ROWS = [
     (ADVERSARIAL / "right_for_three_calls.py", MATMUL_REF),
     (ADVERSARIAL / "raises_as_interpreter.py", MATMUL_REF),
     (ADVERSARIAL / "raises_through_interpreter.py", MATMUL_REF),
+    (ADVERSARIAL / "raises_in_kernel_body.py", MATMUL_REF),
 ]
 
 

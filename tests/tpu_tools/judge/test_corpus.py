@@ -110,6 +110,7 @@ ADVERSARIES = [
     # their own failure dressed as jax's interpreter's: a forged frame, and jax's real code as their rule
     ("raises_as_interpreter", MATMUL_REF, "compile_error"),
     ("raises_through_interpreter", MATMUL_REF, "compile_error"),
+    ("raises_in_kernel_body", MATMUL_REF, "python_error"),  # jax's real code, from its kernel body
 ]
 
 
