@@ -243,7 +243,7 @@ def add_check_sizes(p: argparse.ArgumentParser, default_text: str = CHECK_SIZES_
         default=DEFAULT_CHECK_SIZES,
         metavar="NAME",
         help="a check size, repeatable: validation runs the kernel at each (off the chip in interpret "
-        f"mode); a SIZES name or 'derived' (default: {default_text})",
+        f"mode); a SIZES name, 'derived' or 'unaligned' (default: {default_text})",
     )
 
 
