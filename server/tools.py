@@ -157,7 +157,9 @@ async def validate_kernel(
 
     Returns per-seed errors, the tolerance used and where it came from, what ran at which size (`checks`),
     or the classified failure; a kernel right at one size and wrong at another is `shape_specialized`.
-    With `case`, a case the reference itself cannot build or run fails as `case_unusable`.
+    With the default check sizes, `shape_contract` says what a passing kernel does off the alignment small
+    and the target share (raises, leaves a remainder unwritten, or is right): a finding, a check with
+    `strict_shapes`. With `case`, a case the reference itself cannot build or run fails as `case_unusable`.
     """
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     report = await run_blocking(

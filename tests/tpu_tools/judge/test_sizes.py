@@ -197,3 +197,19 @@ def test_strict_shapes_is_one_flag_with_one_default_on_the_shell_and_over_mcp():
         build_parser().parse_args(["validate", "k.py", "-r", PLUS_ONE_REF, "--strict-shapes"]).strict_shapes
     )
     assert inspect.signature(validate_kernel).parameters["strict_shapes"].default is DEFAULT_STRICT_SHAPES
+
+
+def test_the_wrong_part_is_told_as_trailing_slabs_only_when_it_is_one():
+    """compare.tails: a floored grid leaves trailing rows and/or columns; anything else is not a remainder."""
+    import numpy as np
+
+    from maxkernel.tpu_tools.judge.compare import tails
+
+    wrong = np.zeros((384, 384), bool)
+    wrong[256:] = True
+    assert tails(wrong) == [256, 384]  # rows 256-383
+    wrong[:, 320:] = True
+    assert tails(wrong) == [256, 320]  # and columns 320-383 (an L: both remainders)
+    wrong[10, 10] = True
+    assert tails(wrong) is None  # a stray wrong element: not a remainder
+    assert tails(np.ones((4, 4), bool)) is None  # wrong throughout
