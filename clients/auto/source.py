@@ -12,9 +12,10 @@ PORT_FILE = "port.json"
 PARITY_FILE = "source_parity.json"
 
 
-def port_first(store: Any, workspace: Path, staged: str, seeds: int) -> dict:
-    """Port the source staged in the workspace (`maxkernel port --json` in a child, the command the
-    port_source tool runs), before any server starts: a refusal is a usage error that leaves no run behind."""
+def port_in_child(workspace: Path, staged: str, seeds: int) -> dict:
+    """`maxkernel port --json` in a child (the command the port_source tool runs) on a source staged in the
+    workspace; the report, with the port's and the source reference's workspace paths. UsageError when the
+    source cannot be ported at all (bad input)."""
     import json
     import subprocess
     import sys
@@ -30,6 +31,13 @@ def port_first(store: Any, workspace: Path, staged: str, seeds: int) -> dict:
     report = json.loads(proc.stdout)
     report["workspace_port"] = out
     report["workspace_source_reference"] = str(Path(out).with_name(f"{stem}_port_source.py"))
+    return report
+
+
+def port_first(store: Any, workspace: Path, staged: str, seeds: int) -> dict:
+    """Port the source before any server starts: a refusal is a usage error that leaves no run behind."""
+    report = port_in_child(workspace, staged, seeds)
+    out = report["workspace_port"]
     store.write_json(PORT_FILE, report)
     if not report.get("ok"):
         raise UsageError(
@@ -61,18 +69,22 @@ async def source_parity(client: Any, store: Any, summary: dict, seeds: int) -> d
             kernel, port["workspace_source_reference"], target="cpu", seeds=seeds
         )
         store.write_json(PARITY_FILE, report)
-        checks = [
-            c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")
-        ]
-        failure = report.get("failure") or {}
-        summary["source_parity"] = {
-            "ok": bool(report.get("ok")),
-            "summary": (
-                f"the kernel matches the PyTorch source at {', '.join(checks)} on {seeds} fresh seeds "
-                f"(offset {report.get('seed_offset')}, interpret mode on CPU)"
-                if report.get("ok")
-                else f"the kernel does not match the PyTorch source: {failure.get('kind')}: {failure.get('summary')}"
-            ),
-        }
+        ok, text = parity_verdict(report, seeds)
+        summary["source_parity"] = {"ok": ok, "summary": text}
     store.write_json("summary.json", summary)
     return summary
+
+
+def parity_verdict(report: dict, seeds: int) -> tuple[bool, str]:
+    """(ok, sentence) from a validate report against the source reference: what ran, where, on which seeds."""
+    checks = [c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")]
+    if report.get("ok"):
+        return True, (
+            f"the kernel matches the PyTorch source at {', '.join(checks)} on {seeds} fresh seeds "
+            f"(offset {report.get('seed_offset')}, interpret mode on CPU)"
+        )
+    failure = report.get("failure") or {}
+    return (
+        False,
+        f"the kernel does not match the PyTorch source: {failure.get('kind')}: {failure.get('summary')}",
+    )

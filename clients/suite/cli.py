@@ -35,7 +35,11 @@ def register(sub: Any) -> None:
     from maxkernel.tpu_tools.cli import args as cli_args
 
     s = sub.add_parser("suite", help="run auto or search over many JaxBench tasks and score them")
-    s.add_argument("--reference", default="all", help="'all' or comma-separated task ids (8p,12p_RMSNorm,…)")
+    s.add_argument(
+        "--reference",
+        default="all",
+        help="'all', comma-separated task ids (8p,12p_RMSNorm,…), or a folder of PyTorch sources (ported first)",
+    )
     s.add_argument("--mode", choices=["auto", "search"], default="auto")
     add_model(s)
     cli_args.add_target(s)
@@ -75,9 +79,53 @@ def register(sub: Any) -> None:
     s.set_defaults(func=suite_main)
 
 
+def _torch_sources(spec: str) -> list[Path]:
+    """A folder of PyTorch/Triton sources (KernelBench format): each one a task, ported before the suite."""
+    from maxkernel.tpu_tools.port.source import is_torch_source
+
+    folder = Path(spec)
+    sources = sorted(p for p in folder.glob("*.py") if is_torch_source(p) and not p.stem.endswith("_port"))
+    if not sources:
+        raise UsageError(
+            f"--reference {spec}: a folder with no PyTorch source (Model(nn.Module), get_inputs)"
+        )
+    return sources
+
+
+def _port_sources(folder: str, suite_dir: Path, seeds: int, note: Any) -> dict[str, str]:
+    """Port every source into the suite's workspace: task -> its port (workspace path). A source that cannot be
+    ported, or whose port is refused, is left out with its reason (the suite runs the rest)."""
+    import shutil
+
+    from maxkernel.clients.auto.source import port_in_child
+
+    workspace = suite_dir / "workspace"
+    (workspace / "references").mkdir(parents=True, exist_ok=True)
+    (suite_dir / "ports").mkdir(parents=True, exist_ok=True)
+    refs: dict[str, str] = {}
+    for src in _torch_sources(folder):
+        shutil.copyfile(src, workspace / "references" / src.name)
+        try:
+            report = port_in_child(workspace, f"references/{src.name}", seeds)
+        except BaseUsageError as e:
+            note(f"{src.stem}: left out: {e}")
+            continue
+        (suite_dir / "ports" / f"{src.stem}.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
+        if report.get("ok"):
+            refs[src.stem] = str((workspace / report["workspace_port"]).resolve())  # a file here and there
+            note(f"{src.stem}: {report.get('summary')}")
+        else:
+            note(f"{src.stem}: left out: {report.get('summary')}")
+    if not refs:
+        raise UsageError(f"--reference {folder}: no source could be ported")
+    return refs
+
+
 def _task_ids(spec: str) -> list[str]:
     from maxkernel.jaxbench import registry
 
+    if Path(spec).is_dir():
+        return [p.stem for p in _torch_sources(spec)]
     if spec == "all":
         return registry.list_task_ids()
     try:
@@ -192,6 +240,19 @@ async def run_suite(
         suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
+        if Path(args.reference).is_dir() and not settings.references:  # PyTorch sources: port them first
+            if args.server:
+                raise UsageError(
+                    "a folder of PyTorch sources is ported here, for local servers: drop --server"
+                )
+            quiet = args.quiet or args.json
+            refs = _port_sources(
+                args.reference,
+                suite_dir,
+                args.seeds,
+                lambda line: None if quiet else print(line, file=sys.stderr),
+            )
+            settings = settings.model_copy(update={"tasks": list(refs), "references": refs})
     async with AsyncExitStack() as stack:
         ray_engine = getattr(args, "engine", "local") == "ray" and servers is None
         specs = (

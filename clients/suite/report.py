@@ -112,6 +112,9 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
     for r in rows:
         if r.note:
             con.print(f"{r.task}: {r.note[:300]}", markup=False)
+        if r.port:  # a PyTorch source: its port's check, and the kernel against the source itself
+            parity = "not run" if r.source_parity is None else r.source_parity_note
+            con.print(f"{r.task}: port {r.port}; source parity: {parity}", markup=False)
     for line in summary_lines(sc):
         con.print(line, markup=False)
     if sc.ranked:

@@ -289,9 +289,36 @@ class SuiteRunner:
             row.note = f"no verified kernel: {loop['why']}"
         else:
             await self._score(task, loop["source"], loop["cases"], row, verdicts)
+        await self._source_parity(task, loop["source"], row, verdicts)
         row.wall_time_s = round(time.monotonic() - started, 3)
         row.hosts = sorted(self._hosts.pop(task, set()))
         return row, verdicts
+
+    async def _source_parity(
+        self, task: str, source: str | None, row: TaskRow, verdicts: dict[str, Any]
+    ) -> None:
+        """A task ported from a PyTorch source (suite --reference DIR): its port on the row, and the scored
+        kernel judged against the source itself (validate in interpret mode on CPU, fresh seeds)."""
+        import json
+
+        from maxkernel.clients.auto.source import parity_verdict
+
+        port_file = self.store.root / "ports" / f"{task}.json"
+        if not port_file.is_file():
+            return
+        port = json.loads(port_file.read_text(encoding="utf-8"))
+        row.port = f"{port.get('port_path')} ({(port.get('check') or {}).get('status')})"
+        if source is None:
+            return
+        args = {
+            "kernel_source": source,
+            "reference": port["workspace_source_reference"],
+            "target": "cpu",
+            "seeds": self.s.verify_seeds,
+        }
+        report = await self.dispatcher.run(lambda ev: ev.call("validate_kernel", args))
+        row.source_parity, row.source_parity_note = parity_verdict(report, self.s.verify_seeds)
+        verdicts["source_parity"] = {"ok": row.source_parity, "summary": row.source_parity_note}
 
     def _budget(self):
         from maxkernel.clients.models import Budget

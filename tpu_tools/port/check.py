@@ -78,15 +78,15 @@ def _load_port(port: str):
     return ref, module
 
 
-def _make_inputs(ref: Any, module: Any, seed: int) -> tuple:
+def _make_inputs(ref: Any, module: Any, seed: int, size: str = CHECK_SIZE) -> tuple:
     """create_inputs at the check size for this seed: jitted (one compile, not one per op) where it traces."""
     import jax
 
     try:
-        fn = jax.jit(lambda k: tuple(module.create_inputs(key=k, size=CHECK_SIZE)))
+        fn = jax.jit(lambda k: tuple(module.create_inputs(key=k, size=size)))
         return fn(jax.random.key(seed))
     except Exception:  # an int-seed or untraceable create_inputs: the reference loader's own call
-        return tuple(ref.create_inputs(CHECK_SIZE, seed))
+        return tuple(ref.create_inputs(size, seed))
 
 
 def _refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
@@ -133,10 +133,16 @@ def check_port(
     moved = False
     worst_inputs: list[np.ndarray] | None = None
     worst_score = -1.0
+    run_sizes: list[str] = []
+    runs = [(CHECK_SIZE, seed) for seed in range(offset, offset + seeds)]
+    if "small" in ref.info.sizes and ref.sizes_table.get("small") != ref.sizes_table.get(CHECK_SIZE):
+        runs.append(
+            ("small", offset)
+        )  # the size validation runs kernels at: the port must be right there too
     try:
-        for seed in range(offset, offset + seeds):
+        for size, seed in runs:
             try:
-                made = _make_inputs(ref, module, seed)
+                made = _make_inputs(ref, module, seed, size)
                 inputs = [to_numpy(x) for x in made]
             except ReferenceFailure:
                 raise
@@ -150,8 +156,9 @@ def check_port(
             call = list(source.inputs)
             for k, pos in enumerate(positions):
                 want = tuple(source.inputs[pos].shape)
-                if inputs[k].shape != want:
-                    raise BadPort(f"input {k} is {inputs[k].shape} in the port, {want} in the source")
+                got = inputs[k].shape
+                if got != want if size == CHECK_SIZE else (len(got) != len(want) or got[1:] != want[1:]):
+                    raise BadPort(f"input {k} is {got} in the port at {size!r}, {want} in the source")
                 call[pos] = to_torch(inputs[k], source.inputs[pos])
             import torch
 
@@ -165,14 +172,21 @@ def check_port(
                             raise BadPort(f"the port draws {name} as all zeros (seed {seed})")
                         if arr.size > 1 and np.all(arr == arr.flat[0]):
                             raise BadPort(f"the port draws {name} as one constant (seed {seed})")
-                        if name in previous and np.array_equal(previous[name], arr):
+                        if size == CHECK_SIZE and name in previous and np.array_equal(previous[name], arr):
                             raise BadPort(f"the port's {name} does not vary with the seed")
-                    previous[name] = arr
+                    if size == CHECK_SIZE:
+                        previous[name] = arr
                     t.copy_(to_torch(arr, t))
             try:
                 expected = [torch_to_numpy(t) for t in forward(source, call)]
             except Exception as e:
                 from maxkernel.tpu_tools.problem.source import user_frame_line
+
+                if size != CHECK_SIZE:  # the source runs at its own shape: the port's smaller size is wrong
+                    raise BadPort(
+                        f"the source cannot run at the port's {size!r} size {ref.sizes_table.get(size)}: "
+                        f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+                    ) from None
 
                 line = user_frame_line(e.__traceback__, source.path)
                 raise SourceFailure(
@@ -188,7 +202,7 @@ def check_port(
             except Exception as e:
                 first = (str(e).strip().splitlines() or [""])[0][:300]
                 raise BadPort(
-                    f"the port's workload fails at seed {seed}: {type(e).__name__}: {first}"
+                    f"the port's workload fails at {size!r}, seed {seed}: {type(e).__name__}: {first}"
                 ) from None
             if [a.shape for a in actual] != [e.shape for e in expected]:
                 raise BadPort(
@@ -203,7 +217,10 @@ def check_port(
             result = compare_outputs(seed, expected, actual, tol)
             result.trivial_outputs_passing = trivial_outputs_passing(expected, inputs[: len(positions)], tol)
             per_seed.append(result)
-            if expected_first is None:
+            run_sizes.append(size)
+            if size != CHECK_SIZE:
+                pass
+            elif expected_first is None:
                 expected_first = expected
             elif any(not np.array_equal(a, b) for a, b in zip(expected_first, expected, strict=True)):
                 moved = True
@@ -220,6 +237,7 @@ def check_port(
     common = dict(per_seed=per_seed, tolerance=tol, source_params=names)
     if bad:
         r = max(bad, key=lambda r: r.mismatch_fraction or 0.0)
+        at = run_sizes[per_seed.index(r)]
         where = None
         if locate is not None and worst_inputs is not None and tol is not None:
             where = locate(worst_inputs, tol)
@@ -229,7 +247,7 @@ def check_port(
             else "outputs differ"
         )
         summary = (
-            f"the port does not match the source: {len(bad)}/{len(per_seed)} seeds fail; seed {r.seed}: "
+            f"the port does not match the source: {len(bad)}/{len(per_seed)} runs fail; {at!r} seed {r.seed}: "
             f"{worst} ({100 * (r.mismatch_fraction or 0):.3g}% of elements outside atol={tol.atol:g} "
             f"rtol={tol.rtol:g}, max abs err {r.max_abs_err:.3g})"
             + (f"; first op off: {where}" if where else "")
@@ -249,7 +267,9 @@ def check_port(
         ok=True,
         status="match",
         summary=(
-            f"the port matches the source on {len(per_seed)} fresh seeds (offset {offset}) at its own shape: "
+            f"the port matches the source on {seeds} fresh seeds (offset {offset}) at its own shape"
+            + (f" and 1 at 'small' {ref.sizes_table.get('small')}" if len(runs) > seeds else "")
+            + ": "
             f"max abs err {max(r.max_abs_err or 0 for r in per_seed):.3g} within atol={tol.atol:g} "
             f"rtol={tol.rtol:g} ({tol.source})"
         ),

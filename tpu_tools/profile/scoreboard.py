@@ -68,6 +68,13 @@ class TaskRow(BaseModel):
         default_factory=list, description="the hosts (or servers) that evaluated this task's kernels"
     )
     note: str = ""
+    port: str | None = Field(
+        default=None, description="a PyTorch source's port: its path and check ('torch.export (match)')"
+    )
+    source_parity: bool | None = Field(
+        default=None, description="the scored kernel against the PyTorch source itself (interpret mode, CPU)"
+    )
+    source_parity_note: str = ""
 
 
 def tier_time(profile: dict | None, target: str) -> tuple[float | None, str | None]:
