@@ -20,6 +20,16 @@ $(STAMP): pyproject.toml setup.py
 
 venv: $(STAMP)
 
+# The library models of the slow tests (tests/refs/gemma2_model.py, griffin_model.py), installed without their
+# dependencies and with the venv's jax/numpy pins kept: gemma 2.0.8 pulls kauldron and tfds-nightly (pip's
+# resolver ran 16 min without an answer) and recurrentgemma caps numpy < 2.4; what they import is below.
+MODELS_STAMP := $(VENV)/.models-installed
+$(MODELS_STAMP): $(STAMP)
+	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax|numpy)==' > $(VENV)/models-pins.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps gemma==2.0.8 recurrentgemma==1.0.1
+	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV)/models-pins.txt einops sentencepiece
+	touch $(MODELS_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
@@ -36,7 +46,7 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not slow and not cluster"
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) $(MODELS_STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "slow and not cluster"
 
 test-cluster: $(STAMP)

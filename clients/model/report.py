@@ -22,9 +22,17 @@ class RegionRow(BaseModel):
         None, description="its kernel's static estimate x count; None: not replaced"
     )
     speedup: float | None = None
-    reference: str = Field(description="the extracted reference the suite optimized")
+    reference: str | None = Field(
+        None, description="the extracted reference the suite optimized (None: not extracted)"
+    )
     kernel: str | None = Field(None, description="the region's best kernel that validated, if any")
     verdict: str = Field(description="the suite's verdict on the region's kernel, from what ran")
+    outcome: Literal["in_step", "no_valid_kernel", "not_faster", "not_extracted", "not_composed"] = Field(
+        "no_valid_kernel",
+        description="in_step: its kernel is in the composed step; every other outcome keeps the region as the "
+        "model has it: no kernel validated, the kernel does not beat the region, the region could not be "
+        "extracted (a tool limitation, said in the verdict), or the composed step did not match with it",
+    )
     in_step: bool = Field(False, description="the kernel is in the composed step's estimate")
 
 
@@ -62,9 +70,13 @@ def text(r: ModelReport) -> str:
         after = "-" if g.after_us is None else f"{g.after_us:.4g}"
         sp = "-" if g.speedup is None else f"{g.speedup:.2f}x"
         lines.append(
-            f"{g.region:<28} {g.count:>3} {100 * g.share:>6.1f}% {g.before_us:>11.4g} {after:>11} {sp:>8}  {g.verdict}"
+            f"{g.region:<28} {g.count:>3} {100 * g.share:>6.1f}% {g.before_us:>11.4g} {after:>11} {sp:>8}  "
+            f"{g.outcome}: {g.verdict}"
         )
-        lines.append(f"{'':<28}     reference {g.reference}" + (f"; kernel {g.kernel}" if g.kernel else ""))
+        if g.reference:
+            lines.append(
+                f"{'':<28}     reference {g.reference}" + (f"; kernel {g.kernel}" if g.kernel else "")
+            )
     if r.composed:
         lines.append(f"composed step: {r.composed.get('verdict')} ({r.composed.get('path')})")
     lines.append(

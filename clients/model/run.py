@@ -113,29 +113,46 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
     notes = []
     if len(top) < s.top:
         notes.append(f"--top {s.top}: the step has {len(top)} region(s) with a cost; all of them were taken")
-    # 2. extract the top K regions into the suite's workspace
+    # 2. extract the top K regions into the suite's workspace; one that cannot be extracted (a tool limitation
+    # found after the run started) stays as the model has it, and its row says why: never exit 2 here
     refs: dict[str, str] = {}
+    unextracted: dict[str, str] = {}
     for rid in top:
-        rep, was = stages.extract(evaluator, s.model, rid, run_dir, note)
+        cost = hs.region(rid)
+        if not cost.region.extractable:
+            unextracted[rid] = f"not extracted: {cost.region.extract_note}"
+            note(f"region {rid}: {unextracted[rid]}")
+            continue
+        try:
+            rep, was = stages.extract(evaluator, s.model, rid, run_dir, note)
+        except UsageError as e:
+            unextracted[rid] = f"not extracted: {e}"
+            note(f"region {rid}: {unextracted[rid]}")
+            continue
         refs[rid] = str(Path(rep.path).resolve())
         note(f"region {rid}: {rep.path}{' (cached)' if was else ''}")
     # 3. a suite over the extracted references (its store resumes; its live line shows progress)
     suite_dir = run_dir / stages.SUITE_DIR
-    settings = SuiteSettings(
-        tasks=top, references=refs, check_sizes=s.check_sizes, mode=s.mode, model=s.llm, target=s.target,
-        size=hs.size, concurrency=s.concurrency, iterations=s.iterations, test_cases=s.test_cases,
-        seeds=s.seeds, task_max_evaluations=s.task_max_evaluations,
-    )  # fmt: skip
-    resume = _suite_resumable(suite_dir)
-    suite = await run_suite(_suite_args(args, suite_dir, resume), servers, settings=settings)
-    rows = {r["task"]: r for r in suite["rows"]}
+    tasks = [rid for rid in top if rid in refs]
+    rows: dict[str, Any] = {}
+    if tasks:
+        settings = SuiteSettings(
+            tasks=tasks, references=refs, check_sizes=s.check_sizes, mode=s.mode, model=s.llm, target=s.target,
+            size=hs.size, concurrency=s.concurrency, iterations=s.iterations, test_cases=s.test_cases,
+            seeds=s.seeds, task_max_evaluations=s.task_max_evaluations,
+        )  # fmt: skip
+        resume = _suite_resumable(suite_dir)
+        suite = await run_suite(_suite_args(args, suite_dir, resume), servers, settings=settings)
+        rows = {r["task"]: r for r in suite["rows"]}
+    for rid, why in unextracted.items():
+        rows[rid] = {"status": "not_extracted", "note": f"{why}; left as the model has it"}
     # 4. compose the kernels that validated
     kernels: dict[str, str] = {}
     for rid in top:
         r = rows.get(rid) or {}
         if r.get("correct") and r.get("kernel_file"):
             kernels[rid] = str((suite_dir / r["kernel_file"]).resolve())
-        else:
+        elif rid not in unextracted:
             notes.append(f"{rid}: no valid kernel, left as the model has it ({_verdict(r)})")
     composed, estimate = None, None
     slower: list = []
@@ -158,7 +175,13 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
             if slower
             else "no region has a valid kernel: the step is the model's own"
         )
-    report = _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes)
+    outcomes = {rid: "not_extracted" for rid in unextracted}
+    outcomes.update({e.region: "not_faster" for e in slower})
+    if composed is not None and composed.get("ok"):
+        outcomes.update({rid: "not_composed" for rid in kernels if rid not in composed.get("kernels", [])})
+    elif composed is not None:
+        outcomes.update({rid: "not_composed" for rid in kernels})
+    report = _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes, outcomes)
     (run_dir / REPORT_JSON).write_text(report.model_dump_json(indent=1), encoding="utf-8")
     (run_dir / REPORT_TEXT).write_text(text(report) + "\n", encoding="utf-8")
     return report
@@ -235,7 +258,7 @@ def _verdict(row: dict[str, Any]) -> str:
     return row.get("note") or row.get("status") or "not correct"
 
 
-def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes) -> ModelReport:
+def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes, outcomes) -> ModelReport:
     by_region = {e.region: e for e in estimate.regions} if estimate is not None else {}
     out = []
     for rid in top:
@@ -245,9 +268,10 @@ def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, note
         out.append(
             RegionRow(
                 region=rid, count=cost.region.count, share=cost.share, before_us=cost.total_us,
-                after_us=e.after_us if e else None, speedup=e.speedup if e else None, reference=refs[rid],
+                after_us=e.after_us if e else None, speedup=e.speedup if e else None, reference=refs.get(rid),
                 kernel=str((suite_dir / r["kernel_file"]).resolve()) if r.get("correct") and r.get("kernel_file") else None,
                 verdict=_verdict(r), in_step=bool(e and e.after_us is not None),
+                outcome="in_step" if e and e.after_us is not None else outcomes.get(rid, "no_valid_kernel"),
             )
         )  # fmt: skip
     if estimate is not None:

@@ -245,6 +245,14 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     rows.sort(key=lambda r: -r.total_us)
     from maxkernel.tpu_tools.cost.estimate import roofline
 
+    for r in rows:  # what extract and compose can do with each region, said before anyone tries
+        if not r.region.extractable:
+            notes.append(f"{r.region.id}: not extractable: {r.region.extract_note}")
+        if not r.region.composable:
+            notes.append(f"{r.region.id}: not composable: {r.region.compose_note}")
+    if all(r.region.extractable and r.region.composable for r in rows):
+        notes.append("every region is extractable (plain JAX) and composable")
+
     for r in rows:  # a region costed below its own matmul floor: the per-fusion cost missed work
         floor = roofline(r.region.flops, 0.0, chip).time_us
         if not r.fused_into and floor > 0 and r.time_us < 0.9 * floor:

@@ -56,7 +56,10 @@ class RegionInstance(BaseModel):
 class Region(BaseModel):
     """Instances with one signature, merged."""
 
-    id: str = Field(description="stable id: the name as a slug (+ ~N where names repeat)")
+    id: str = Field(
+        description="stable id: the name as a slug (layers covered as layer_{0,2}), + a word telling apart "
+        "regions with one name (their kind, a primitive only one has: .with_cond)"
+    )
     name: str
     boundary: str
     kind: str
@@ -70,6 +73,12 @@ class Region(BaseModel):
     transcendentals: float = 0.0
     io_bytes: int = Field(description="bytes of one instance's inputs and outputs: a fused kernel's floor")
     signature: str
+    extractable: bool = Field(True, description="`extract` can write it as plain JAX")
+    extract_note: str = Field("", description="why it cannot be extracted, when it cannot")
+    composable: bool = Field(
+        True, description="`compose` can write the rest of the step around a kernel for it"
+    )
+    compose_note: str = Field("", description="why it cannot be composed, when it cannot")
 
 
 def _spec_of(flat: FlatProgram, name: str) -> TensorSpec | None:
@@ -113,14 +122,23 @@ def eqn_flops(eqn, flat_raw) -> tuple[float, float]:
 # ------------------------------------------------------------------ partition
 
 
+def module_scope(scope: str) -> str:
+    """A Flax module's method call scoped inside the module (conv_1d/conv_1d._pad_window) is the module's own
+    region: Griffin's Conv1D was 16 regions, one per helper call of each of its taps."""
+    parts = scope.split("/")
+    keep = [p for k, p in enumerate(parts) if not (k and p.startswith(parts[k - 1] + "."))]
+    return "/".join(keep)
+
+
 def _runs(flat: FlatProgram) -> list[tuple[str, int, int]]:
     """Contiguous runs of equations with one (scope, call path): (scope, start, stop)."""
     runs: list[tuple[str, int, int]] = []
     key_prev = None
     for i, e in enumerate(flat.equations):
-        key = (e.scope, flat.raw[i][2])
+        scope = module_scope(e.scope)
+        key = (scope, flat.raw[i][2])
         if key != key_prev:
-            runs.append((e.scope, i, i + 1))
+            runs.append((scope, i, i + 1))
             key_prev = key
         else:
             s, a, _ = runs[-1]
@@ -344,7 +362,7 @@ def instances(flat: FlatProgram) -> list[RegionInstance]:
 
 
 def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.]+", ".", name).strip(".") or "region"
+    return re.sub(r"[^A-Za-z0-9_.{},+\-]+", ".", name).strip(".") or "region"
 
 
 def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
@@ -354,14 +372,12 @@ def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
         by_sig.setdefault(r.signature, []).append(r)
     specs = _specs(flat)
     regions: list[Region] = []
-    used: collections.Counter[str] = collections.Counter()
+    unwritable = _unwritable(flat)
     for sig, group in by_sig.items():
         first = group[0]
         names = list(dict.fromkeys(g.name for g in group))
         # a numbered pattern name (matmul_epilogue.3) keeps its first number; a scope keeps its path
-        slug = _slug(_common_name(names))
-        used[slug] += 1
-        rid = slug if used[slug] == 1 else f"{slug}~{used[slug]}"
+        rid = _slug(_common_name(names))  # made unique by assign_ids below
         eqs = flat.equations[first.start : first.stop]
         flops = trans = 0.0
         for i in range(first.start, first.stop):
@@ -370,6 +386,9 @@ def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
         origin = list(dict.fromkeys([*names, *(e.source for e in eqs if e.source)]))[:8]
         in_specs = [specs[n] for n in first.inputs]
         out_specs = [specs[n] for n in first.outputs]
+        inside = {i for g in group for i in range(g.start, g.stop)}
+        own = sorted({w for i, w in unwritable.items() if first.start <= i < first.stop})
+        rest = sorted({w for i, w in unwritable.items() if i not in inside})
         regions.append(
             Region(
                 id=rid,
@@ -386,23 +405,98 @@ def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
                 transcendentals=trans,
                 io_bytes=sum(_nbytes(s) for s in (*in_specs, *out_specs)),
                 signature=sig,
+                extractable=not own,
+                extract_note=f"the emitter has no plain-JAX form for {', '.join(own)}" if own else "",
+                composable=not rest,
+                compose_note=f"the rest of the step has {', '.join(rest)}, which the emitter cannot write"
+                if rest
+                else "",
             )
         )
+    assign_ids(regions)
     return regions
 
 
+def _unwritable(flat: FlatProgram) -> dict[int, str]:
+    """Equation index -> what the plain-JAX emitter cannot write in it (a primitive, an array constant)."""
+    from maxkernel.tpu_tools.problem.emit import unsupported_ops
+
+    out: dict[int, str] = {}
+    for i, e in enumerate(flat.equations):
+        d = e.model_dump()
+        bad = unsupported_ops({"equations": [d], "census": {e.primitive: 1}}, mosaic=False)
+        if bad:
+            out[i] = bad[0]
+        elif "lit:None" in str(d):
+            out[i] = f"an array constant (in {e.primitive})"
+    return out
+
+
+def _numbers(nums: Sequence[int]) -> str:
+    """{0,2} or {0-3}: the layer numbers a merged region covers."""
+    ns = sorted(set(nums))
+    if len(ns) > 2 and ns == list(range(ns[0], ns[-1] + 1)):
+        return f"{{{ns[0]}-{ns[-1]}}}"
+    return "{" + ",".join(map(str, ns)) + "}"
+
+
+def _column(values: Sequence[str]) -> str:
+    """One path component across a merged region's instances: itself, its numbers as a set (layer_{0,2}),
+    or the distinct words ({pre_attention_norm,post_ffw_norm,+2})."""
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) == 1:
+        return distinct[0]
+    templates = {re.sub(r"\d+", "#", v) for v in distinct}
+    if len(templates) == 1 and templates.pop().count("#") == 1:
+        nums = [int(re.search(r"\d+", v).group()) for v in distinct]  # type: ignore[union-attr]
+        return re.sub(r"\d+", lambda _: _numbers(nums), distinct[0], count=1)
+    shown = distinct[:2]
+    return "{" + ",".join(shown) + (f",+{len(distinct) - 2}" if len(distinct) > 2 else "") + "}"
+
+
 def _common_name(names: Sequence[str]) -> str:
-    """layer_0/attention and layer_1/attention -> layer_*/attention; one name stays as it is."""
+    """layer_0/attn and layer_2/attn -> layer_{0,2}/attn; paths of different depths are named depth by
+    depth, joined with +; one name stays as it is."""
     if len(names) == 1:
         return names[0]
-    parts = [n.split("/") for n in names]
-    if len({len(p) for p in parts}) == 1:
-        out = []
-        for col in zip(*parts, strict=True):
-            starred = {re.sub(r"\d+", "*", c) for c in col}
-            if len(set(col)) > 1 and len(starred) > 1:
-                break
-            out.append(col[0] if len(set(col)) == 1 else starred.pop())
-        else:
-            return "/".join(out)
-    return "+".join(names[:3]) + ("+..." if len(names) > 3 else "")
+    by_depth: dict[int, list[list[str]]] = {}
+    for n in names:
+        by_depth.setdefault(len(n.split("/")), []).append(n.split("/"))
+    return "+".join("/".join(_column(col) for col in zip(*parts, strict=True)) for parts in by_depth.values())
+
+
+def _variant_words(regions: Sequence[Region]) -> list[str]:
+    """A word per region that tells apart regions with one name: its kind where kinds differ, else a
+    primitive only it has (+cond: Gemma's local attention against its global one), else its shapes."""
+    words = []
+    for r in regions:
+        others = [o for o in regions if o is not r]
+        if all(o.kind != r.kind for o in others):
+            words.append(r.kind)
+            continue
+        mine = [p for p in r.ops if all(p not in o.ops for o in others)]
+        if mine:
+            words.append("with_" + sorted(mine)[0])
+            continue
+        theirs = sorted({p for o in others for p in o.ops if p not in r.ops})
+        if theirs:
+            words.append("no_" + theirs[0])
+            continue
+        shape = "x".join(map(str, r.input_specs[0].shape)) if r.input_specs else ""
+        words.append(shape or "variant")
+    if len(set(words)) < len(words):  # still ambiguous: number them
+        words = [f"{w}{k + 1}" for k, w in enumerate(words)]
+    return words
+
+
+def assign_ids(regions: list[Region]) -> None:
+    """Ids from names (slugs); regions sharing a name get the word that tells them apart appended."""
+    by_slug: dict[str, list[Region]] = {}
+    for r in regions:
+        by_slug.setdefault(_slug(r.name), []).append(r)
+    for slug, group in by_slug.items():
+        if len(group) == 1:
+            group[0].id = slug
+            continue
+        for r, w in zip(group, _variant_words(group), strict=True):
+            r.id = f"{slug}.{w}"

@@ -287,11 +287,20 @@ class _Flattener:
                 body = getattr(inner, "jaxpr", inner)
                 user_fn = _user_function(body)
                 inner_scope, inner_path = here, path
+                in_library = user_fn is not None and _installed(_function_file(body))
+                if in_library:  # an installed library's helper (Flax's remat wrapper, a model library's
+                    user_fn = None  # jitted mask builder): its named scopes count, it is no boundary itself
                 if user_fn is not None:  # the user's own function: a boundary they drew
                     self.calls += 1
                     inner_scope, inner_path = here + (user_fn,), path + (self.calls,)
                 outs = self.walk(
-                    body, closed_consts, ins, inner_scope, inner_path, raw_ins, library=user_fn is None
+                    body,
+                    closed_consts,
+                    ins,
+                    inner_scope,
+                    inner_path,
+                    raw_ins,
+                    library=user_fn is None and not in_library,
                 )
                 for var, o in zip(e.outvars, outs, strict=True):
                     env[var] = o
@@ -454,6 +463,26 @@ def _user_function(body: Any) -> str | None:
     return fn.strip() or None
 
 
+def _function_file(body: Any) -> str:
+    info = getattr(body, "debug_info", None)
+    src = getattr(info, "func_src_info", None) or ""
+    return src.partition(" at ")[2].rsplit(":", 1)[0]
+
+
+# Frameworks a model is written with: a line inside them (nn.Dense's matmul) is not where the model writes
+# the op; a model library's own line (gemma's attention, recurrentgemma's RG-LRU) is.
+_FRAMEWORKS = {"flax", "equinox", "haiku", "optax", "jaxtyping", "typeguard", "einops", "penzai", "treescope"}
+
+
+def _framework(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = parts.index(marker)
+            return i + 1 < len(parts) and parts[i + 1] in _FRAMEWORKS
+    return False
+
+
 def _user_source(eqn: Any) -> str:
     """ "file:line (function)" of the user frame that made `eqn` ("" when jax cannot say)."""
     try:
@@ -462,8 +491,9 @@ def _user_source(eqn: Any) -> str:
         frames = list(source_info_util.user_frames(eqn.source_info.traceback))
     except Exception:
         return ""
-    # jax skips its own frames only: a Flax/Equinox layer (installed code) is not the line the user wrote
-    frame = next((f for f in frames if not _installed(f.file_name)), frames[0] if frames else None)
+    # jax skips its own frames only: a Flax/Equinox layer is not where the model writes the op; a model
+    # library's own line is (Gemma's attention in gemma/modules.py, not the user's one `apply` line)
+    frame = next((f for f in frames if not _framework(f.file_name)), frames[0] if frames else None)
     if frame is None:
         return ""
     return f"{frame.file_name}:{frame.start_line} ({frame.function_name})"

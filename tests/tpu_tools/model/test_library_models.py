@@ -25,8 +25,8 @@ def test_flax_module_paths_are_the_regions_and_lines_are_the_users():
     by_id = {c.region.id: c.region for c in r.regions}
     assert by_id["Block.attn"].kind == "attention" and by_id["Block.attn"].boundary == "scope"
     assert {"Block.attn.qkv", "Block.attn.out", "Block.mlp.up", "Block.mlp.down"} <= set(by_id)
-    assert by_id["Block.norm"].count == 2 and {"Block/norm1", "Block/norm2"} <= set(
-        by_id["Block.norm"].origin
+    assert by_id["Block.norm{1,2}"].count == 2 and {"Block/norm1", "Block/norm2"} <= set(
+        by_id["Block.norm{1,2}"].origin
     )
     assert not _own_lines(r, FLAX), "a region names a line inside flax, not the model's own"
     assert r.regions_us + r.program_overhead_us == pytest.approx(r.step_us, rel=0.1), r.sum_note
@@ -51,3 +51,74 @@ def test_a_library_models_region_extracts_and_splices_back_bit_identically(model
     report, text = extract_region(model, region)
     assert "bit-identical" in report.checks[0], report.checks
     assert "import flax" not in text and "import equinox" not in text  # plain JAX: runs without the library
+
+
+# Gemma 2 (`gemma` 2.0.8) and Griffin (`recurrentgemma` 1.0.1), unmodified, tiny configs (tests/refs/*_model.py).
+# Installed by `make test-slow` (the Makefile's models stamp: without their dependencies, jax pin kept).
+GEMMA2 = str(REFS / "gemma2_model.py")
+GRIFFIN = str(REFS / "griffin_model.py")
+
+
+def _needs(lib: str) -> None:
+    pytest.importorskip(lib, reason=f"{lib} is installed by make test-slow (the Makefile's models stamp)")
+
+
+@pytest.mark.slow  # two library models traced at two sizes and compiled for the target: ~30 s under load
+@pytest.mark.parametrize("model,lib", [(GEMMA2, "gemma"), (GRIFFIN, "recurrentgemma")])
+def test_library_models_regions_are_the_same_at_both_sizes_named_by_layers_and_the_librarys_lines(model, lib):
+    _needs(lib)
+    from maxkernel.tpu_tools.model.extract import _trace
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    ref = load_reference(model)
+    ids = {size: [r.id for r in _trace(ref, size)[2]] for size in ("small", "full")}
+    assert ids["small"] == ids["full"]
+    r = find_hotspots(model, "tpu-v5e", "small")
+    regions = {c.region.id: c.region for c in r.regions}
+    assert all(c.region.extractable and c.region.composable for c in r.regions)
+    assert "every region is extractable (plain JAX) and composable" in r.notes
+    assert not [i for i in regions if "~" in i]
+    lines = [o for c in r.regions for o in c.region.origin if ".py:" in o]
+    assert lines and all(f"/{lib}/" in o for o in lines), lines  # the library's own lines, never flax's
+    assert r.regions_us + r.program_overhead_us == pytest.approx(r.step_us, rel=0.1), r.sum_note
+    if lib == "gemma":  # local (a lax.cond builds the window) and global attention, named by their layers
+        local, glob = regions["Transformer.layer_{0,2}.attn"], regions["Transformer.layer_{1,3}.attn"]
+        assert local.kind == glob.kind == "attention" and "cond" in local.ops and "cond" not in glob.ops
+    else:  # the RG-LRU's scan over time is one recurrence region, its Conv1D one region
+        (rglru,) = [g for g in regions.values() if g.kind == "recurrence"]
+        assert rglru.id == "Griffin.blocks.{0,1}.recurrent_block.rg_lru.recurrence" and rglru.ops["scan"] == 1
+        assert [i for i in regions if "conv_1d" in i] == ["Griffin.blocks.{0,1}.recurrent_block.conv_1d"]
+
+
+@pytest.mark.slow  # every region over 5% of the step extracted and checked at small and derived: minutes
+@pytest.mark.parametrize("model,lib", [(GEMMA2, "gemma"), (GRIFFIN, "recurrentgemma")])
+def test_every_region_over_5pct_of_a_library_model_extracts_bit_identically(model, lib):
+    _needs(lib)
+    r = find_hotspots(model, "tpu-v5e", "full")
+    big = [c.region.id for c in r.regions if c.share > 0.05]
+    assert big
+    for rid in big:
+        report, text = extract_region(model, rid)
+        assert all("bit-identical" in c for c in report.checks[:2]), (rid, report.checks)
+        assert f"import {lib}" not in text and "from gemma" not in text  # plain JAX: runs without the library
+    kinds = {c.region.kind for c in r.regions if c.region.id in big}
+    assert ("recurrence" if lib == "recurrentgemma" else "attention") in kinds, kinds
+
+
+@pytest.mark.slow  # compose validates the whole step in interpret mode and compiles it for the target
+def test_a_library_models_region_composed_with_its_own_code_reads_one(tmp_path):
+    _needs("gemma")
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.model.compose import compose
+    from maxkernel.tpu_tools.model.extract import write_new
+
+    rid = "Transformer.layer_{0,2}.attn"  # the local attention: its lax.cond written as lax.switch
+    _, text = extract_region(GEMMA2, rid)
+    own = write_new(tmp_path / "own.py", text)
+    c = compose(
+        Evaluator(timeout_s=600), GEMMA2, {rid: str(own)}, str(tmp_path / "c"), target="tpu-v5e", size="small"
+    )
+    assert c.ok, c.verdict
+    est = c.estimate
+    assert est is not None and est.speedup == pytest.approx(1.0, abs=1e-9), est.arithmetic
+    assert est.composed_speedup == pytest.approx(1.0, abs=0.02), est.composed_note
