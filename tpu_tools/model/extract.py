@@ -154,8 +154,44 @@ def _body(flat, inst, fn_name: str) -> list[str]:
     return lines
 
 
-def _source(ref, reg, inst_full, inst_small, flat_full, flat_small, stats, tol, flops, derived=None) -> str:
-    """The file's text; `derived`: (instance, flat, input shapes) at the model's derived size, or None."""
+# A mask, a position or an index input is kept as the model built it (recorded at the check sizes) up to
+# this many elements; past it (a huge mask), it is drawn from its statistics like a float.
+RECORD_MAX_ELEMENTS = 1 << 22
+
+
+def _encode(value) -> str:
+    """A bool or integer array as compressed text (bools packed to bits)."""
+    import base64
+    import zlib
+
+    import numpy as np
+
+    a = np.asarray(value)
+    raw = np.packbits(a.ravel()).tobytes() if a.dtype == bool else np.ascontiguousarray(a).tobytes()
+    return base64.b64encode(zlib.compress(raw, 9)).decode()
+
+
+def _recorded(stats, values_by_size: dict[str, list[Any]]) -> dict[str, dict[int, str]]:
+    """{size: {input index: encoded value}} for the bool and int inputs small enough to keep."""
+    import math
+
+    out: dict[str, dict[int, str]] = {}
+    for size, vals in values_by_size.items():
+        keep = {
+            j: _encode(v)
+            for j, (st, v) in enumerate(zip(stats, vals, strict=True))
+            if st.kind in ("bool", "int") and math.prod(v.shape) <= RECORD_MAX_ELEMENTS
+        }
+        if keep:
+            out[size] = keep
+    return out
+
+
+def _source(
+    ref, reg, inst_full, inst_small, flat_full, flat_small, stats, tol, flops, derived=None, recorded=None
+) -> str:
+    """The file's text; `derived`: (instance, flat, input shapes) at the model's derived size, or None;
+    `recorded`: {size: {input index: encoded value}} of the masks, positions and indices the model built."""
     full = [[s.shape_full, s.dtype] for s in stats]
     small = [[s.shape_small, s.dtype] for s in stats]
     extra = (
@@ -169,9 +205,13 @@ by `maxkernel extract`: its equations re-emitted as plain JAX, inputs drawn like
 # Where it comes from:
 {origin}
 
+import base64
+import math
+import zlib
+
 import jax
 import jax.numpy as jnp
-import numpy as np  # noqa: F401  (literals)
+import numpy as np
 from jax import lax
 
 CONFIG = {{
@@ -190,18 +230,36 @@ STATS = {[s.model_dump(include={"name", "kind", "mean", "std", "min", "max", "p_
 FLOPS = {flops!r}
 
 
+# The masks, positions and indices the model built at the check sizes (recorded from its forward, seed {SEED}):
+# kept as they are for every seed (their form is the structure a kernel relies on); the floats vary by seed.
+RECORDED = {recorded or {}!r}
+
+
+def _decode(text, shape, dt):
+    raw = zlib.decompress(base64.b64decode(text))
+    if dt == "bool":
+        return jnp.asarray(np.unpackbits(np.frombuffer(raw, np.uint8), count=math.prod(shape)).astype(bool).reshape(shape))
+    return jnp.asarray(np.frombuffer(raw, np.dtype(dt)).reshape(shape))
+
+
 def create_inputs(dtype=None, *, key=None, size="full"):
     key = jax.random.key(0) if key is None else key
     keys = jax.random.split(key, max(1, len(STATS)))
     out = []
-    for k, (shape, dt), st in zip(keys, SIZES[size]["inputs"], STATS):
-        if st["kind"] == "bool":
+    for j, (k, (shape, dt), st) in enumerate(zip(keys, SIZES[size]["inputs"], STATS)):
+        if j in RECORDED.get(size, {{}}):
+            x = _decode(RECORDED[size][j], tuple(shape), dt)
+        elif st["kind"] == "bool":
             x = jax.random.bernoulli(k, st["p_true"], tuple(shape))
         elif st["kind"] == "int":
             x = jax.random.randint(k, tuple(shape), int(st["min"]), int(st["max"]) + 1, jnp.dtype(dt))
         else:
             z = jax.random.normal(k, tuple(shape), jnp.float32)
-            x = jnp.clip(st["mean"] + st["std"] * z, st["min"], st["max"]).astype(dtype or jnp.dtype(dt))
+            if st["std"] > 0:
+                x = jnp.clip(st["mean"] + st["std"] * z, st["min"], st["max"])
+            else:  # one constant in the model (a bias or scale at its init): never drawn without spread
+                x = st["mean"] + max(0.1, 0.1 * abs(st["mean"])) * z
+            x = x.astype(dtype or jnp.dtype(dt))
         out.append(x)
     return tuple(out)
 
@@ -282,7 +340,12 @@ def extract_region(reference: str, region_id: str) -> tuple[ExtractReport, str]:
     derived, at_derived = _at_derived(ref, region_id, inst_s)
     if derived is not None:
         flops[DERIVED] = at_derived.flops
-    text = _source(ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops, derived)
+    values = {small: seen[reg_s.instances[0]]}
+    if derived is not None:
+        values[DERIVED] = _model_at(ref, DERIVED)[5][derived[0].index]
+    text = _source(
+        ref, reg_f, inst_f, inst_s, flat_f, flat_s, stats, tol, flops, derived, _recorded(stats, values)
+    )
     fd, tmp = tempfile.mkstemp(prefix="extract-", suffix=".py")
     try:
         with os.fdopen(fd, "w") as f:

@@ -118,3 +118,27 @@ def test_a_region_inside_a_scanned_layer_stack_splices_back_bit_identically(tmp_
     assert "bit-identical" in report.checks[0] and "3 instance" in report.checks[0], report.checks
     ref = load_reference(str(write_new(tmp_path / "attn.py", text)))
     assert [list(x.shape) for x in ref.input_shapes("full")] == [s.shape_full for s in report.inputs]
+
+
+def test_a_parameter_the_model_holds_constant_is_drawn_with_spread(tmp_path):
+    """A bias the library initializes to zero is recorded with std 0: drawn so, a kernel that drops it would
+    pass. It is drawn around its value with spread instead."""
+
+    model = tmp_path / "zero_bias_model.py"
+    model.write_text(
+        "import jax, jax.numpy as jnp\n"
+        'SIZES = {"full": {"n": 256}, "small": {"n": 128}}\n'
+        'CONFIG = {"name": "zero_bias", "dtype": "float32"}\n\n\n'
+        'def create_inputs(dtype=None, *, key=None, size="full"):\n'
+        '    n = SIZES[size]["n"]\n'
+        "    k = jax.random.key(0) if key is None else key\n"
+        "    return jax.random.normal(k, (n, n)), jnp.zeros((n,))\n\n\n"
+        "def workload(x, b):\n"
+        '    with jax.named_scope("dense"):\n'
+        "        return jnp.tanh(x @ x + b)\n"
+    )
+    report, text = extract_region(str(model), "dense")
+    assert report.inputs[1].std == 0.0  # what the model feeds it
+    ref = load_reference(str(write_new(tmp_path / "dense.py", text)))
+    _, b = ref.create_inputs("small", 3)
+    assert float(np.std(np.asarray(b))) > 0.05

@@ -122,3 +122,26 @@ def test_a_library_models_region_composed_with_its_own_code_reads_one(tmp_path):
     est = c.estimate
     assert est is not None and est.speedup == pytest.approx(1.0, abs=1e-9), est.arithmetic
     assert est.composed_speedup == pytest.approx(1.0, abs=0.02), est.composed_note
+
+
+@pytest.mark.slow  # extracts a region of Gemma 2 (the model runs at small and derived): ~15-50 s
+def test_an_extracted_regions_masks_and_positions_keep_the_models_form(tmp_path):
+    _needs("gemma")
+    import numpy as np
+
+    from maxkernel.tpu_tools.model.extract import write_new
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    _, text = extract_region(GEMMA2, "Transformer.layer_{0,2}.attn")
+    ref = load_reference(str(write_new(tmp_path / "attn.py", text)))
+    for size in ("small", "derived"):
+        a, b = ref.create_inputs(size, 0), ref.create_inputs(size, 1)
+        (mask,) = [np.asarray(x) for x in a if x.dtype == bool]
+        (pos,) = [np.asarray(x) for x in a if "int" in str(x.dtype)]
+        s = mask.shape[-1]
+        assert (mask == np.tril(np.ones((s, s), bool))).all()  # causal, not bernoulli bools
+        assert (pos == np.arange(s)).all()  # positions 0..L-1, not random ints
+        floats = [
+            (np.asarray(x), np.asarray(y)) for x, y in zip(a, b, strict=True) if "float" in str(x.dtype)
+        ]
+        assert floats and all(not np.array_equal(x, y) for x, y in floats)  # the floats vary by seed
