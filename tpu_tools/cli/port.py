@@ -49,14 +49,15 @@ def render_port(r) -> None:
     for c in r.changes:
         console.print(f"  changed ({c.kind}): {c.detail}", markup=False, highlight=False)
     if r.check and r.check.per_seed:
-        for s in r.check.per_seed:
+        sizes = r.check.per_seed_size or ["full"] * len(r.check.per_seed)
+        for s, size in zip(r.check.per_seed, sizes, strict=False):
             trivial = (
                 f", trivial passing: {', '.join(s.trivial_outputs_passing)}"
                 if s.trivial_outputs_passing
                 else ""
             )
             console.print(
-                f"  seed {s.seed}: {'ok' if s.ok else 'FAIL'} max abs err {s.max_abs_err:.3g}{trivial}",
+                f"  {size} seed {s.seed}: {'ok' if s.ok else 'FAIL'} max abs err {s.max_abs_err:.3g}{trivial}",
                 markup=False,
                 highlight=False,
             )

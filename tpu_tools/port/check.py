@@ -228,13 +228,26 @@ def check_port(
             if not result.ok and score > worst_score:
                 worst_score, worst_inputs = score, inputs
     except BadPort as e:
-        return _refuse("bad_port", f"{e}", offset, per_seed=per_seed, tolerance=tol, source_params=names)
+        return _refuse(
+            "bad_port",
+            f"{e}",
+            offset,
+            per_seed=per_seed,
+            per_seed_size=run_sizes,
+            tolerance=tol,
+            source_params=names,
+        )
     except ReferenceFailure as e:
         return _refuse(
-            "bad_port", f"the port fails on its own: {e}", offset, per_seed=per_seed, source_params=names
+            "bad_port",
+            f"the port fails on its own: {e}",
+            offset,
+            per_seed=per_seed,
+            per_seed_size=run_sizes,
+            source_params=names,
         )
     bad = [r for r in per_seed if not r.ok]
-    common = dict(per_seed=per_seed, tolerance=tol, source_params=names)
+    common = dict(per_seed=per_seed, per_seed_size=run_sizes, tolerance=tol, source_params=names)
     if bad:
         r = max(bad, key=lambda r: r.mismatch_fraction or 0.0)
         at = run_sizes[per_seed.index(r)]

@@ -33,6 +33,7 @@ class PortCheck(BaseModel):
     size: str = Field(description="the port's SIZES entry the check ran at (the source's own shape)")
     seed_offset: int
     per_seed: list[SeedResult] = Field(default_factory=list)
+    per_seed_size: list[str] = Field(default_factory=list, description="the SIZES entry each per_seed ran at")
     tolerance: Tolerance | None = None
     worst_op: str | None = Field(
         default=None, description="the first op whose value leaves the tolerance, where it can be found"

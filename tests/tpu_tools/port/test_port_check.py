@@ -122,3 +122,12 @@ def test_weak_check_flags_a_source_whose_output_is_zero(tmp_path):
     r = port_source(str(src), out=str(tmp_path / "p.py"), seeds=2)
     assert not r.ok and r.check.status == "weak_check", r.summary
     assert "zeros" in r.summary
+
+
+def test_any_module_with_an_inputs_function_ports_and_says_what_changed(tmp_path):
+    r = port_source(str(HERE / "sources/plain_module.py"), out=str(tmp_path / "p.py"), seeds=2)
+    assert r.ok and r.source_kind == "module", r.summary
+    changes = {c.kind: c.detail for c in r.changes}
+    assert changes["in_place"].startswith("aten.mul_ (line ")
+    assert changes["mode"].startswith("eval mode")
+    assert r.check.per_seed_size == ["full", "full", "small"]
