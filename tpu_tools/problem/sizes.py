@@ -12,15 +12,17 @@ How the derived size is built (`derive_size`), one dimension at a time in SIZES 
   is an integer, and is not tied to others (see below); the others are held, each with the reason;
 - its grain is the alignment small and the target share, gcd(small, target) (no cap: a 512-row
   block that divides small 512 and the target 2048 divides every value tried);
+- every value tried also keeps blocks clamped to the dimension (block = min(B, dim) with a power of
+  two B that divides the target, "small sizes reuse the file"): it is a multiple of every such B below
+  it (`clamp_safe`); a dimension with no value that keeps both is held, saying so;
 - first every such dimension takes one step (more grid steps): small + grain where the grain is
   below small (not a multiple of small, so a grid floored by small's block count drops a remainder
   the target would too), else 2 x small (then 3 x small);
 - then the dimension that scales most toward the target (ties: the largest target value, then SIZES
-  order) grows past `SWITCH_ROWS` (1024), to the first multiple of its grain above it, or as far as
-  the budget and the target allow (one multiple lower when that one is a multiple of small and the
-  grain is finer): a kernel that does real work up to 1024 rows and writes zeros above fails. It grows
-  no further: interpret mode's time grows with the grid. A kernel that switches above the derived size
-  still passes off the chip (on a chip, validation also runs at the target size);
+  order) grows past `SWITCH_ROWS` (1024), to the first value above it that keeps both, or as far as
+  the budget and the target allow: a kernel that does real work up to 1024 rows and writes zeros
+  above fails. It grows no further: interpret mode's time grows with the grid. A kernel that switches
+  above the derived size still passes off the chip (on a chip, validation also runs at the target size);
 - a value the reference refuses (create_inputs or tracing its workload raises) or one that takes the
   inputs and outputs past the budget (`MAX_GROWTH` x small's elements, at least `MIN_BUDGET_ELEMENTS`,
   at most `MAX_ELEMENTS`) falls back to the next value; a dimension with none left is held, saying why;
@@ -51,7 +53,7 @@ SYNTHETIC = (DERIVED, UNALIGNED)  # check sizes built here, not written in SIZES
 DEFAULT_CHECK_SIZES: tuple[str, ...] = ("small", DERIVED)
 PRODUCTION = "full"
 LANES = 128  # the TPU lane width: the unaligned probe moves a dimension at most this far off its grain
-MAX_GROWTH = 8  # the derived size's inputs + outputs stay within this many times small's
+MAX_GROWTH = 12  # the derived size's inputs + outputs stay within this many times small's
 MIN_BUDGET_ELEMENTS = 1 << 20  # ... or this many elements, whichever is larger
 MAX_ELEMENTS = 1 << 25  # and never more than this (interpret mode on CPU must stay seconds)
 SWITCH_ROWS = 1024  # the lead dimension grows past this row count where the budget allows (a kernel
@@ -197,11 +199,25 @@ def _ties(table: dict[str, dict]) -> tuple[dict[str, tuple[str, str]], dict[str,
     return product, ratio
 
 
-def _steps(small: int, grain: int, upper: int) -> list[int]:
-    """The one-step values of a dimension, best first: each keeps `grain`, none passes `upper`."""
+def clamp_safe(v: int, target: int | None) -> bool:
+    """A kernel that clamps a power-of-two block to the dimension (block = min(B, dim), B dividing the
+    target: "small sizes reuse the file", 9p's SwiGLU) divides `v` too: v is a multiple of every such B
+    below it."""
+    if target is None or target <= 0:
+        return True
+    below = 1 << (v.bit_length() - 1)  # the largest power of two <= v
+    return v % min(target & -target, below) == 0
+
+
+def _steps(small: int, grain: int, upper: int, target: int | None) -> list[int]:
+    """The one-step values of a dimension, best first: each keeps `grain` and clamped blocks, none
+    passes `upper` (where none of small + grain, 2x, 3x does, the first that does)."""
     out = [small + grain] if grain < small else []  # not a multiple of small
     out += [m * small for m in (2, 3) if m * small not in out]
-    return [v for v in out if v <= upper]
+    out = [v for v in out if v <= upper and clamp_safe(v, target)]
+    if not out:
+        out = [v for v in range(small + grain, upper + 1, grain) if clamp_safe(v, target)][:1]
+    return out
 
 
 def _why(small: int, v: int, grain_text: str) -> str:
@@ -308,9 +324,15 @@ def derive_size(
         if k in state["active"]:
             continue  # recomputed from the dimensions it is tied to
         v, upper = spans[k]
-        ladder = _steps(v, out.grains[k], upper)
+        ladder = _steps(v, out.grains[k], upper, out.target_dims.get(k))
         if not ladder:
-            out.held[k] = f"no larger size has it above {v}"
+            out.held[k] = (
+                f"no larger size has it above {v}"
+                if upper <= v
+                else f"no value in {v + 1}..{upper} keeps both {grain_text(k)} and power-of-two blocks "
+                f"clamped to the dimension (a multiple of {int(out.target_dims[k]) & -int(out.target_dims[k])} "
+                "divides the target)"
+            )
             continue
         reasons: list[str] = []
         for value in ladder:
@@ -323,29 +345,33 @@ def derive_size(
             take(got)
             out.grown[k] = DimChange(small=v, value=value, why=_why(v, value, grain_text(k)))
             break
-        else:
-            out.held[k] = "held at small: " + "; ".join(reasons)
+        if k not in out.grown:
+            out.held[k] = "held at small (values that keep the grain and clamped blocks): " + "; ".join(
+                reasons
+            )
 
     # 2. the dimension that scales most grows as far as the budget allows (largest accepted multiple)
     leads = [k for k in out.grown if k not in state["active"]]
     if leads:
         lead = max(leads, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
         v, upper = spans[lead]
-        g, now = out.grains[lead], state["dims"][lead]
-        lo, hi = now // g, min(upper, (SWITCH_ROWS // g + 1) * g) // g  # past SWITCH_ROWS, no further
+        g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
+        ladder = []  # every value above now that keeps the grain and clamped blocks, to the first past SWITCH_ROWS
+        for value in range(now + g, upper + 1, g):
+            if clamp_safe(value, aim_k):
+                ladder.append(value)
+                if value > SWITCH_ROWS:
+                    break
+        lo, hi = -1, len(ladder) - 1
         best: tuple[dict, int, set[str]] | None = None
         while lo < hi:  # elements grow with the dimension; a refusal counts as too far
             mid = (lo + hi + 1) // 2
-            got = trial(lead, mid * g)
+            got = trial(lead, ladder[mid])
             if isinstance(got, str):
                 hi = mid - 1
             else:
                 lo, best = mid, got
-        value = lo * g
-        if best is not None and g < v and value % v == 0 and value - g > now:
-            value -= g  # not a multiple of small, as the first step
-            got = trial(lead, value)
-            best = None if isinstance(got, str) else got
+        value = ladder[lo] if lo >= 0 else now
         if best is not None and value > now:
             take(best)
             out.grown[lead] = DimChange(

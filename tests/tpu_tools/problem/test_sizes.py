@@ -29,7 +29,10 @@ def test_rmsnorm_keeps_the_shared_alignment_and_grows_one_step_each():
 
 
 def test_gemm_and_flash_attention_and_triangle_multiplication():
-    assert _grown(load_reference("8p")) == {"M": 512, "K": 512, "N": 1792}  # N's grain is 896: small's own
+    assert _grown(load_reference("8p")) == {"M": 2048, "K": 512}
+    # N: 896 and 28672 share 896, and 28672's clamped power-of-two blocks (up to 4096) need a multiple of
+    # them above 1024: the first value that keeps both is the target itself, over the budget
+    assert "over the budget" in load_reference("8p").derived_size().held["N"]
     flash = load_reference("1p")
     assert _grown(flash) == {"batch": 2, "seq_len": 512, "num_heads": 4}
     held = flash.derived_size().held
@@ -39,9 +42,10 @@ def test_gemm_and_flash_attention_and_triangle_multiplication():
 
 def test_the_matmul_example_grows_rows_past_1024_within_the_budget():
     """examples/matmul_reference.py: small 256 x 512 x 256, full 4096^3. One step each (grains 256, 512,
-    256 are small's own), then m, the first in SIZES of the dims that scale most, past 1024 rows."""
+    256 are small's own), then m, the first in SIZES of the dims that scale most, past 1024 rows (2048:
+    1280 would break a block clamped at 512)."""
     d = load_reference(MATMUL_REF).derived_size()
-    assert d.dims == {"m": 1280, "k": 1024, "n": 512}, d
+    assert d.dims == {"m": 2048, "k": 1024, "n": 512}, d
     assert d.grains == {"m": 256, "k": 512, "n": 256} and d.target == "full"
     assert "past 1024 rows" in d.grown["m"].why and d.elements <= d.budget_elements
     u = d.unaligned
@@ -59,11 +63,11 @@ def _cells(dims: dict) -> int:
 @pytest.mark.parametrize(
     ("small", "target", "expected"),
     [
-        (512, 2048, 1536),  # flash's seq % 512: grain 512 (no lane cap), past 1024, a multiple of small
-        (256, 4224, 1152),  # grain 128 < small: past 1024 and not a multiple of small (1280 is 5 x 256)
-        (64, 8192, 1088),  # a grain below small: the first multiple past 1024
+        (512, 2048, 2048),  # flash's seq % 512: grain 512 (no lane cap); 1536 breaks a clamped 1024 block
+        (256, 4224, 1152),  # grain 128 < small: past 1024, not a multiple of small; the target's blocks: 128
+        (64, 8192, 2048),  # past 1024 and every power-of-two block up to it divides it
         (24, 600, 600),  # the target is within reach: the target's own rows
-        (640, 4096, 1152),  # grain 128: 768 first (off small's multiples), then the first past 1024
+        (640, 4096, 2048),  # grain 128: 768, 1280, 1920 break clamped blocks; 1024, then 2048
     ],
 )
 def test_the_grain_is_what_small_and_the_target_share(small, target, expected):
@@ -121,11 +125,11 @@ def test_tied_dimensions_stay_consistent():
     """hidden = heads x head_dim in every size: grown apart the reference's reshape refuses, so the tie holds."""
     ref = load_reference(str(REFS / "tied_heads_reference.py"))
     dims = ref.derived_size().dims
-    assert dims == {"seq": 960, "heads": 4, "head_dim": 128, "hidden": 512}
+    assert dims == {"seq": 512, "heads": 4, "head_dim": 128, "hidden": 512}
     assert dims["hidden"] == dims["heads"] * dims["head_dim"]
     assert "tied" in ref.derived_size().grown["hidden"].why
     x, w = ref.create_inputs(DERIVED, 1)
-    assert x.shape == (960, 512) and w.shape == (4, 128)
+    assert x.shape == (512, 512) and w.shape == (4, 128)
 
 
 def test_own_reference_without_full_targets_its_largest_size():
@@ -166,3 +170,18 @@ def test_the_unaligned_size_is_a_check_size_the_reference_builds():
     assert a.shape == (384, 640) and b.shape == (640, 384)
     with pytest.raises(UsageError, match="fixed inputs"):  # one size: nothing scales
         load_reference(str(REFS / "jaxbench_style_matmul.py")).check_size("unaligned")
+
+
+def test_a_block_clamped_to_the_dimension_divides_every_grown_value():
+    """block = min(B, dim), B a power of two dividing the target (9p's SwiGLU: "small sizes reuse the
+    file"): right at small and the target, so right at the derived size too. 9p's mlp_dim (896 -> 28672)
+    has no such value within the budget: held, not grown to 1792 (where its 1024 block fails)."""
+    for small, target in [(256, 4096), (896, 28672), (64, 8192), (512, 2048), (640, 4096), (128, 1536)]:
+        d = derive_size(_table(small, target), _cells, target="full")
+        for change in d.grown.values():
+            for b in (2**i for i in range(3, 14)):
+                if target % b == 0 and min(b, small) == small or small % b == 0:
+                    block = min(b, change.value)
+                    assert change.value % block == 0, (small, target, change.value, b)
+    assert "rows" not in derive_size(_table(896, 28672), _cells, target="full").grown
+    assert load_reference("9p").derived_size().dims["mlp_dim"] == 896
