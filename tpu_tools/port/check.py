@@ -50,6 +50,29 @@ def read_params(program: Any) -> set[str]:
     }
 
 
+ZERO_INIT_MIN_STD = 1e-2  # a zero-initialised parameter (a bias) is drawn at least this wide
+
+
+def scale_problem(name: str, arr: np.ndarray, source: np.ndarray) -> str | None:
+    """Why the port's draw of `name` is off the source's scale (10x either way), or None.
+
+    A draw far below the source's scale can hide a missing term (a weight at 1e-8 makes x @ w vanish, so a
+    port that drops the matmul passes); far above, it can swamp one.
+    """
+    a = arr.astype(np.float64)
+    s, ref = float(a.std()), float(source.std())
+    if ref > 0:
+        if not 0.1 <= s / ref <= 10:
+            return f"the port draws {name} at std {s:.3g}; the source's has {ref:.3g} (more than 10x off)"
+        return None
+    m, ref_m = float(np.abs(a).mean()), float(np.abs(source).mean())
+    if ref_m > 0 and not 0.1 <= m / ref_m <= 10:
+        return f"the port draws {name} at mean |x| {m:.3g}; the source's constant is {ref_m:.3g} (more than 10x off)"
+    if ref_m == 0 and s < ZERO_INIT_MIN_STD:
+        return f"the port draws {name} at std {s:.3g}; a zero-initialised parameter is drawn at std >= {ZERO_INIT_MIN_STD:g}"
+    return None
+
+
 def to_numpy(x: Any) -> np.ndarray:
     arr = np.asarray(x)
     return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
@@ -126,6 +149,8 @@ def check_port(
             source_params=names,
         )
     positions = source.tensor_positions
+    # the source's own values, before any run overwrites them: the scale each port draw must keep
+    init = {n: state[n].detach().double().numpy().copy() for n in names if state[n].is_floating_point()}
     per_seed: list[SeedResult] = []
     tol: Tolerance | None = None
     previous: dict[str, np.ndarray] = {}
@@ -159,6 +184,10 @@ def check_port(
                 got = inputs[k].shape
                 if got != want if size == CHECK_SIZE else (len(got) != len(want) or got[1:] != want[1:]):
                     raise BadPort(f"input {k} is {got} in the port at {size!r}, {want} in the source")
+                sample = source.input_samples.get(pos)
+                if size == CHECK_SIZE and sample is not None and sample.is_floating_point():
+                    if (off := scale_problem(f"input {k}", inputs[k], sample.double().numpy())) is not None:
+                        raise BadPort(off)
                 call[pos] = to_torch(inputs[k], source.inputs[pos])
             import torch
 
@@ -172,6 +201,8 @@ def check_port(
                             raise BadPort(f"the port draws {name} as all zeros (seed {seed})")
                         if arr.size > 1 and np.all(arr == arr.flat[0]):
                             raise BadPort(f"the port draws {name} as one constant (seed {seed})")
+                        if (off := scale_problem(name, arr, init[name])) is not None:
+                            raise BadPort(off)
                         if size == CHECK_SIZE and name in previous and np.array_equal(previous[name], arr):
                             raise BadPort(f"the port's {name} does not vary with the seed")
                     if size == CHECK_SIZE:

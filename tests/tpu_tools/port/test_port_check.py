@@ -82,6 +82,7 @@ def test_hand_port_with_its_own_parameter_order_matches():
         ("zeroes_weight.py", "mismatch", "is 0 in the port"),
         ("fixed_weight.py", "bad_port", "draws fc1.weight as one constant"),
         ("skips_param.py", "bad_port", "does not take the source's fc1.bias"),
+        ("tiny_weight.py", "bad_port", "draws fc1.weight at std"),  # x @ W at 1e-7 hides a dropped matmul
         ("full_shape_only.py", "mismatch", "1/3 runs fail; 'small' seed"),  # right at full, wrong at small
     ],
 )
