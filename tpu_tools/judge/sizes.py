@@ -323,7 +323,13 @@ def validate_at_sizes(
         if (failure := contract_failure(contract, run, passed, strict_shapes)) is not None:
             return finish(failure)
     elif strict_shapes:
-        why = unaligned.describe() if unaligned is not None else "no derived check size to take it from"
+        why = (
+            "an extra input case runs at one check size only"
+            if case is not None
+            else unaligned.describe()
+            if unaligned is not None
+            else "no derived check size to take it from"
+        )
         seen.setdefault(f"--strict-shapes: no shape-contract probe ({why})", []).append("validate")
     return finish()
 
@@ -402,7 +408,8 @@ def shape_contract(
                 f"({', '.join(passed)}), {where}",
                 fix=FIX.format(needs=mine),
             )
-        share = f"{seed.mismatch_fraction:.0%} of the output" if seed is not None else "the output"
+        frac = None if seed is None else seed.mismatch_fraction or 0.0
+        share = "the output" if frac is None else f"{frac * 100:.2g}% of the output"
         return ShapeContract(
             **made,
             outcome="wrong",
