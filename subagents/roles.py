@@ -38,6 +38,7 @@ TOOL_NAMES: tuple[str, ...] = (
     "find_hotspots",
     "extract_region",
     "compose_kernels",
+    "port_source",
 )
 
 

@@ -37,6 +37,7 @@ SERVER_TOOLS = {
     "find_hotspots",
     "extract_region",
     "compose_kernels",
+    "port_source",
 }
 
 
@@ -95,6 +96,7 @@ async def test_lists_tools_prompts_and_resources(client):
         "debug_kernel",
         "analyze_profile",
         "optimize_model",
+        "port_to_jax",
     }
     assert {a.name for a in prompts["plan_kernel"].arguments if a.required} == {"task"}
     uris = {r.uri for r in (await client.list_resources()).resources}
