@@ -360,6 +360,13 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             raise UsageError("give a reference (--reference ID|PATH), or --resume RUN_DIR")
         remote = bool(args.server) or servers is not None
         local_reference = cli_args.check_reference(reference, remote=remote)
+        from maxkernel.tpu_tools.port.source import is_torch_source
+
+        if is_torch_source(local_reference):  # no port step here yet (auto and suite have one)
+            raise UsageError(
+                f"{reference} is a PyTorch source: port it first (maxkernel port {reference}) and search "
+                "over the port, or run auto / suite, which port it themselves"
+            )
         cli_args.check_size_names(local_reference, args.size, args.check_sizes)
         if args.size is None:  # the target size: the reference's production size (tuning and ranking there)
             args.size = _production_size(local_reference)

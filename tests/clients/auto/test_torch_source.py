@@ -70,3 +70,15 @@ def test_source_parity_refuses_a_kernel_that_is_not_the_source(tmp_path):
     )  # fmt: skip
     assert p.returncode == 1, p.stderr[-2000:]
     assert json.loads(p.stdout)["failure"]["kind"] == "output_mismatch", p.stdout[-1500:]
+
+
+def test_search_refuses_a_pytorch_source_in_one_line(capsys):
+    """search has no port step: a PyTorch source is a usage error that says what to do (fast, no torch)."""
+    from maxkernel.clients.cli import main
+
+    rc = main(
+        ["search", "--reference", str(ROOT / "examples" / "torch" / "row_logsumexp.py"), "--model", "offline"]
+    )
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "is a PyTorch source: port it first (maxkernel port" in err
