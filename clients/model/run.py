@@ -58,6 +58,8 @@ def _suite_args(args: argparse.Namespace, suite_dir: Path, resume: bool) -> argp
         engine=args.engine,
         ray_address=args.ray_address,
         profile_on=args.profile_on,
+        reference="",  # the suite's own --reference (a folder of sources): the model run passes references
+        seeds=args.seeds,
     )
 
 
