@@ -119,11 +119,16 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
     # found after the run started) stays as the model has it, and its row says why: never exit 2 here
     refs: dict[str, str] = {}
     unextracted: dict[str, str] = {}
+    uncomposable: dict[str, str] = {}
     for rid in top:
         cost = hs.region(rid)
         if not cost.region.extractable:
             unextracted[rid] = f"not extracted: {cost.region.extract_note}"
             note(f"region {rid}: {unextracted[rid]}")
+            continue
+        if not cost.region.composable:  # no kernel for it could go in a step: no suite spent on it
+            uncomposable[rid] = f"not composable: {cost.region.compose_note}"
+            note(f"region {rid}: {uncomposable[rid]}")
             continue
         try:
             rep, was = stages.extract(evaluator, s.model, rid, run_dir, note)
@@ -146,15 +151,15 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
         resume = _suite_resumable(suite_dir)
         suite = await run_suite(_suite_args(args, suite_dir, resume), servers, settings=settings)
         rows = {r["task"]: r for r in suite["rows"]}
-    for rid, why in unextracted.items():
-        rows[rid] = {"status": "not_extracted", "note": f"{why}; left as the model has it"}
+    for rid, why in (unextracted | uncomposable).items():
+        rows[rid] = {"status": "not_run", "note": f"{why}; left as the model has it"}
     # 4. compose the kernels that validated
     kernels: dict[str, str] = {}
     for rid in top:
         r = rows.get(rid) or {}
         if r.get("correct") and r.get("kernel_file"):
             kernels[rid] = str((suite_dir / r["kernel_file"]).resolve())
-        elif rid not in unextracted:
+        elif rid not in unextracted and rid not in uncomposable:
             notes.append(f"{rid}: no valid kernel, left as the model has it ({_verdict(r)})")
     composed, estimate = None, None
     slower: list = []
@@ -177,7 +182,7 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
             if slower
             else "no region has a valid kernel: the step is the model's own"
         )
-    outcomes = {rid: "not_extracted" for rid in unextracted}
+    outcomes = {rid: "not_extracted" for rid in unextracted} | {rid: "not_composed" for rid in uncomposable}
     outcomes.update({e.region: "not_faster" for e in slower})
     if composed is not None and composed.get("ok"):
         outcomes.update({rid: "not_composed" for rid in kernels if rid not in composed.get("kernels", [])})
