@@ -73,6 +73,7 @@ def register(sub: Any) -> None:
     cli_args.add_target(s)
     cli_args.add_size(s)
     cli_args.add_check_sizes(s)
+    cli_args.add_seeds(s, offset=False)
     s.add_argument("--concurrency", type=int, default=2, help="evaluations in flight")
     s.add_argument("--max-evaluations", type=int, default=40, help="evaluation budget")
     s.add_argument("--beam-size", type=int, default=2, help="beam: nodes kept per round")
@@ -323,7 +324,20 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     """Run (or resume) one search; `servers` overrides --server (tests pass in-process server objects).
 
     Every mistake is found before anything is created; a start that fails before the search runs
-    removes what it created (the run directory, a new cache file)."""
+    removes what it created (the run directory, a new cache file). A PyTorch source is the one thing
+    made before the checks end (its port decides the rest): a later mistake removes it too."""
+    port_created: list[Path] = []
+    try:
+        return await _run_search(args, servers, port_created)
+    except BaseException:
+        for path in port_created:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+async def _run_search(
+    args: argparse.Namespace, servers: list[Any] | None, port_created: list[Path]
+) -> dict[str, Any]:
     from contextlib import AsyncExitStack
 
     from maxkernel.clients.fleet.servers import Dispatcher
@@ -354,6 +368,7 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
             settings = settings.model_copy(update={"max_evaluations": args.max_evaluations})
         local_reference = (saved or {}).get("local_reference") or task.reference
         created: Path | None = None
+        ported = None
     else:
         reference = cli_args.take_reference(args)
         if not reference:
@@ -362,19 +377,25 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         local_reference = cli_args.check_reference(reference, remote=remote)
         from maxkernel.tpu_tools.port.source import is_torch_source
 
-        if is_torch_source(local_reference):  # no port step here yet (auto and suite have one)
-            raise UsageError(
-                f"{reference} is a PyTorch source: port it first (maxkernel port {reference}) and search "
-                "over the port, or run auto / suite, which port it themselves"
-            )
+        slug = Path(reference).stem if cli_args.looks_like_path(reference) else local_reference
+        run_dir = Path(args.run_dir or f"runs/search-{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}")
+        ported = None
+        if is_torch_source(local_reference):  # port it first, checked against it; the search runs on the port
+            if remote or getattr(args, "engine", "local") == "ray":
+                raise UsageError(
+                    "a PyTorch source is ported here, for a local server: drop --server/--engine"
+                )
+            cli_args.check_target(args.target)
+            cli_args.check_new_run_dir(run_dir)
+            ported, local_reference = _port_first(args, reference, run_dir)
+            port_created.extend([ported["created"]] if ported["created"] else [])
         cli_args.check_size_names(local_reference, args.size, args.check_sizes)
         if args.size is None:  # the target size: the reference's production size (tuning and ranking there)
             args.size = _production_size(local_reference)
         cli_args.check_target(args.target)
         settings = _settings(args)
-        slug = Path(reference).stem if cli_args.looks_like_path(reference) else local_reference
-        run_dir = Path(args.run_dir or f"runs/search-{slug[:40]}-{time.strftime('%Y%m%d-%H%M%S')}")
-        cli_args.check_new_run_dir(run_dir)
+        if ported is None:
+            cli_args.check_new_run_dir(run_dir)
         task = None
     _check_numbers(args)
     cli_args.check_engine(args)
@@ -405,7 +426,8 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     ref_hash = reference_hash(local_reference)
 
     if not args.resume:
-        created = cli_args.first_missing(run_dir)
+        created = ported["created"] if ported else cli_args.first_missing(run_dir)
+        port_created.clear()  # from here the start's own clean-up removes it
     cache_path = Path(args.cache or (run_dir.parent / "eval-cache.sqlite"))
     new_cache = cli_args.first_missing(cache_path)
     store = GraphStore(run_dir)
@@ -414,7 +436,9 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         workspace = Path(args.workspace) if args.workspace else run_dir / "workspace"
         if task is None:
             server_reference = local_reference
-            if Path(local_reference).exists() and not args.server and servers is None:
+            if ported is not None:  # already in the workspace, next to its source reference
+                server_reference = ported["workspace_port"]
+            elif Path(local_reference).exists() and not args.server and servers is None:
                 server_reference = _stage(local_reference, workspace)
             task = EvalTask(
                 reference=server_reference,
@@ -422,8 +446,13 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
                 profile_target=args.target,
                 **cli_args.size_kwargs(args.size),
                 check_sizes=tuple(args.check_sizes) if args.check_sizes else None,
+                seeds=getattr(args, "seeds", cli_args.DEFAULT_SEEDS),
             )
             store.set_meta(OPTIONS_META, _saved_options(args, run_dir, local_reference))
+            if ported is not None:
+                from maxkernel.clients.source_port import port_brief
+
+                store.set_meta("port", port_brief(ported))
         cache = EvalCache(cache_path)
         async with AsyncExitStack() as stack:
             if args.objective == "estimate":
@@ -478,6 +507,8 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
         if isinstance(e, EvaluatorDown):
             raise ServerDown(_connect_message(e)) from None
         raise
+    if store.get_meta("port"):  # a ported PyTorch source: the best kernel against the source itself
+        _source_parity(store, run_dir, workspace, result.best, getattr(args, "seeds", cli_args.DEFAULT_SEEDS))
     out = summary(store)
     if result.best is not None and result.reverified and result.best.config:  # the tuned-config cache
         from maxkernel.clients.search.templates import space_for
@@ -501,6 +532,40 @@ async def run_search(args: argparse.Namespace, servers: list[Any] | None = None)
     store.close()
     cache.close()
     return out
+
+
+def _port_first(args: argparse.Namespace, reference: str, run_dir: Path) -> tuple[dict, str]:
+    """Port a PyTorch/Triton source into the run's workspace before any server starts (the report and the
+    port cached in the run directory); a refused port is a UsageError that leaves nothing behind. Returns
+    the port report (with `created`: what to remove if the start fails) and the port's local path."""
+    from maxkernel.clients.source_port import port_into
+
+    created = cli_args.first_missing(run_dir)
+    workspace = Path(args.workspace) if args.workspace else run_dir / "workspace"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        workspace.mkdir(parents=True, exist_ok=True)
+        if sys.stderr.isatty() and not args.quiet:  # a refusal stays the one line a script reads
+            print(f"search: porting {reference} (checked against it on {args.seeds} seeds)", file=sys.stderr)
+        report = port_into(run_dir, workspace, _stage(reference, workspace), args.seeds)
+    except BaseUsageError:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    print(f"search: {report.get('summary')}", file=sys.stderr)
+    report["created"] = created
+    return report, str((workspace / report["workspace_port"]).absolute())
+
+
+def _source_parity(store: Any, run_dir: Path, workspace: Path, best: Any, seeds: int) -> None:
+    """The best node's kernel against the PyTorch source, recorded in the graph's meta (summary, report)."""
+    from maxkernel.clients.source_port import PORT_FILE, parity_here, port_brief
+
+    port = json.loads((run_dir / PORT_FILE).read_text(encoding="utf-8"))
+    source = store.source(best.source_hash) if best is not None else None
+    print("search: judging the best kernel against the PyTorch source", file=sys.stderr)
+    store.set_meta("port", port_brief(port))  # a resumed search of an older run records it here
+    store.set_meta("source_parity", parity_here(run_dir, workspace, port, source, seeds))
 
 
 class ServerDown(Exception):
@@ -610,6 +675,10 @@ def _print_search(out: dict[str, Any], as_json: bool) -> None:
             f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
             f"re-verified: {'yes' if out.get('reverified') else 'no'}"
         )
+    if out.get("port"):
+        port, parity = out["port"], out.get("source_parity") or {}
+        print(f"port: {port['path']} ({port['check']}) from {port['source']}")
+        print(f"source parity: {parity.get('summary', 'not judged')}")
     print(f"report: maxkernel-orchestrate report {out['run_dir']}")
 
 

@@ -42,6 +42,7 @@ def summary(store: GraphStore) -> dict[str, Any]:
         )
     rv = meta.get("reverified")
     base = root.time_us if root and root.status == "valid" else None
+    ported = {"port": meta["port"], "source_parity": meta.get("source_parity")} if meta.get("port") else {}
     return {
         "run_dir": str(store.path.parent),
         "algorithm": (meta.get("settings") or {}).get("algorithm"),
@@ -58,6 +59,7 @@ def summary(store: GraphStore) -> dict[str, Any]:
         "not_valid": [why_not_valid(n) for n in nodes if n.status in ("invalid", "failed")],
         "time_label": best.time_label if best else None,
         "curve": curve,
+        **ported,  # a PyTorch source: the port, its check, and the best kernel against the source
     }
 
 
@@ -157,6 +159,23 @@ def _line_svg(points: list[tuple[float, float]], xlabel: str, ylabel: str, w: in
     )
 
 
+def _port_section(s: dict[str, Any]) -> str:
+    """A ported PyTorch source: which path made the port, its check, and the source-parity verdict."""
+    port = s.get("port")
+    if not port:
+        return ""
+    parity = s.get("source_parity") or {}
+    verdict = parity.get("summary") or "not judged (the search did not finish)"
+    mark = "not run" if not parity else "pass" if parity.get("ok") else "fail"
+    return (
+        f'<h2>PyTorch source</h2><p id="port">port of {html.escape(str(port.get("source")))} by '
+        f"{html.escape(str(port.get('path')))}, check: <b>{html.escape(str(port.get('check')))}</b> "
+        f"({html.escape(str(port.get('summary')))})</p>"
+        f'<p id="source-parity">source parity: <b>{mark}</b>: '
+        f"{html.escape(verdict)}</p>"
+    )
+
+
 def render_html(store: GraphStore) -> str:
     s = summary(store)
     nodes = store.nodes()
@@ -214,6 +233,7 @@ ${s["cost_usd"]:.4f} spent; stopped: {html.escape(str(s["stopped"]))}. Times are
 <div class="row"><div><h2>Best so far vs evaluations</h2>{_line_svg(curve, "evaluations", f"best {label} (us)")}</div>
 <div><h2>Cost over time</h2>{_line_svg(cost, "minutes", "USD spent")}</div></div>
 {why_table}
+{_port_section(s)}
 <h2>Best kernel</h2>{evidence or "<p>no valid kernel</p>"}
 <script>for(const g of document.querySelectorAll('.node'))g.addEventListener('click',()=>{{
 navigator.clipboard&&navigator.clipboard.writeText(g.dataset.id)}});</script>

@@ -97,7 +97,7 @@ def _port_sources(folder: str, suite_dir: Path, seeds: int, note: Any) -> dict[s
     ported, or whose port is refused, is left out with its reason (the suite runs the rest)."""
     import shutil
 
-    from maxkernel.clients.auto.source import port_in_child
+    from maxkernel.clients.source_port import port_in_child
 
     workspace = suite_dir / "workspace"
     (workspace / "references").mkdir(parents=True, exist_ok=True)

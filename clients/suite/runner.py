@@ -301,7 +301,7 @@ class SuiteRunner:
         kernel judged against the source itself (validate in interpret mode on CPU, fresh seeds)."""
         import json
 
-        from maxkernel.clients.auto.source import parity_verdict
+        from maxkernel.clients.source_port import parity_verdict
 
         port_file = self.store.root / "ports" / f"{task}.json"
         if not port_file.is_file():

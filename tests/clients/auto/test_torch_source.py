@@ -1,5 +1,5 @@
-"""`auto --reference SOURCE.py` with a PyTorch source: ported first (cached in the run dir with its check),
-then the best kernel judged against the source itself (source parity). Slow: a whole offline Auto loop."""
+"""`auto` and `search` with a PyTorch source as --reference: ported first (cached in the run dir with its
+check), then the best kernel judged against the source itself (source parity). Slow: a whole offline run."""
 
 from __future__ import annotations
 
@@ -72,13 +72,63 @@ def test_source_parity_refuses_a_kernel_that_is_not_the_source(tmp_path):
     assert json.loads(p.stdout)["failure"]["kind"] == "output_mismatch", p.stdout[-1500:]
 
 
-def test_search_refuses_a_pytorch_source_in_one_line(capsys):
-    """search has no port step: a PyTorch source is a usage error that says what to do (fast, no torch)."""
+def _search(reference: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(ORCH), "search", "--reference", str(reference), "--model", "offline", "--run-dir", str(run_dir),
+         "--cache", str(run_dir.parent / "c.sqlite"), "--quiet", *extra],
+        capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_search_ports_a_pytorch_source_and_ends_with_source_parity(tmp_path):
+    """The search runs over the port (two nodes, ranked by the estimate); the best kernel is then judged
+    against the PyTorch source itself, and the summary and the HTML report say so."""
+    src = tmp_path / "row_logsumexp.py"
+    shutil.copy(ROOT / "examples" / "torch" / "row_logsumexp.py", src)
+    run = tmp_path / "run"
+    p = _search(src, run, "--objective", "estimate", "--max-evaluations", "2", "--json")
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout)
+    assert summary["nodes"] >= 1 and summary["best"]["status"] == "valid"
+    assert summary["task"]["reference"] == "references/row_logsumexp_port.py"  # the search ran on the port
+    assert summary["port"]["path"] == "torch.export" and summary["port"]["check"] == "match"
+    assert summary["source_parity"]["ok"], summary["source_parity"]
+    assert "matches the PyTorch source at small" in summary["source_parity"]["summary"]
+    port = json.loads((run / "port.json").read_text())
+    assert port["check"]["status"] == "match" and (run / "port.py").is_file()
+    parity = json.loads((run / "source_parity.json").read_text())
+    assert parity["ok"] and parity["reference"]["path"].endswith("row_logsumexp_port_source.py")
+    best = subprocess.run(
+        [str(ORCH), "report", str(run), "--json"], capture_output=True, text=True, timeout=300
+    )
+    assert json.loads(best.stdout)["source_parity"] == summary["source_parity"]
+    page = subprocess.run([str(ORCH), "report", str(run)], capture_output=True, text=True, timeout=300)
+    html = Path(page.stdout.strip()).read_text()
+    assert 'id="port"' in html and "torch.export" in html and "source parity: <b>pass</b>" in html
+
+
+@pytest.mark.slow
+def test_search_with_a_source_no_path_translates_is_one_line_exit_2_and_no_run(tmp_path):
+    src = tmp_path / "sorts.py"
+    shutil.copy(ROOT / "tests" / "tpu_tools" / "port" / "sources" / "untranslatable.py", src)
+    p = _search(src, tmp_path / "run")
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "no path can translate aten.sort" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["sorts.py"]  # no run directory, no cache
+
+
+def test_search_with_a_source_that_cannot_be_ported_is_one_line_exit_2_and_no_run(tmp_path, capsys):
+    """Bad input found by the port (no inputs function): one line, exit 2, nothing left (fast: the port
+    child stops before it exports anything)."""
     from maxkernel.clients.cli import main
 
-    rc = main(
-        ["search", "--reference", str(ROOT / "examples" / "torch" / "row_logsumexp.py"), "--model", "offline"]
-    )
+    src = tmp_path / "no_inputs.py"
+    src.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.relu(x)\n")  # fmt: skip
+    rc = main(["search", "--reference", str(src), "--model", "offline", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1
-    assert "is a PyTorch source: port it first (maxkernel port" in err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "cannot port references/no_inputs.py" in err and "no inputs function" in err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["no_inputs.py"]
