@@ -37,7 +37,7 @@ def create_inputs(dtype=None, *, key=None, size="full"):
     k = jax.random.split(key, 4)
     f = lambda kk, shape, sc: (jax.random.normal(kk, shape) * sc).astype(jnp.bfloat16)
     return (f(k[0], (s["m"], s["e"]), 1.0), f(k[1], (s["e"], s["h"]), 0.05),
-            f(k[2], (s["e"], s["h"]), 0.05), f(k[3], (s["h"], s["e"]), 0.05))
+            f(k[2], (s["e"], s["h"]), 0.05), f(k[3], (s["h"], s["e"]), 0.02))
 
 
 def workload(x, wg, wu, wd):
@@ -50,6 +50,11 @@ NORMED = "jax.nn.softmax(jax.nn.silu(x @ wg) * (x @ wu), axis=-1) @ wd"
 HIDDEN_IN_EPILOGUE = "(lambda h: h @ wd + h)(jax.nn.silu(x @ wg) * (x @ wu))"
 
 
+# wd is drawn at 0.02 so the down-projection stays under 2 at the derived size (bf16 ulp <= 1/128, under the
+# 0.01 atol): at 0.05 it reached 2-8, where one bf16 ulp (0.016-0.031) is over the atol, and the residual's
+# add cancels it into a small output. A kernel whose f32 sum order differs from XLA-on-CPU's (interpret mode
+# sums bf16 dots in another order) then flips one rounding in ~1e-6 of the elements: a known false negative
+# of an elementwise tolerance on ill-conditioned outputs, said in the closing note, not this test's subject.
 def program(tmp_path: Path, body: str, *, square: bool = False) -> tuple[Path, dict]:
     path = tmp_path / "mlp_ref.py"
     text = MLP.replace("BODY", body)
