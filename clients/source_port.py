@@ -59,35 +59,44 @@ def port_brief(report: dict) -> dict:
     }
 
 
-def parity_verdict(report: dict, seeds: int) -> tuple[bool, str]:
+def parity_verdict(report: dict, seeds: int, what: str = "the kernel") -> tuple[bool, str]:
     """(ok, sentence) from a validate report against the source reference: what ran, where, on which seeds."""
     checks = [c.get("size") for c in report.get("checks", []) if c.get("what") == "validate" and c.get("ok")]
     if report.get("ok"):
         return True, (
-            f"the kernel matches the PyTorch source at {', '.join(checks)} on {seeds} fresh seeds "
+            f"{what} matches the PyTorch source at {', '.join(checks)} on {seeds} fresh seeds "
             f"(offset {report.get('seed_offset')}, interpret mode on CPU)"
         )
     failure = report.get("failure") or {}
     return (
         False,
-        f"the kernel does not match the PyTorch source: {failure.get('kind')}: {failure.get('summary')}",
+        f"{what} does not match the PyTorch source: {failure.get('kind')}: {failure.get('summary')}",
     )
 
 
-def parity_here(run_dir: Path, workspace: Path, port: dict, kernel_source: str | None, seeds: int) -> dict:
+def parity_here(
+    run_dir: Path,
+    workspace: Path,
+    port: dict,
+    kernel: Path | None,
+    seeds: int,
+    what: str = "the kernel",
+    *,
+    allow_plain_jax: bool = False,
+) -> dict:
     """Source parity judged in this process (the validate command's evaluator; the candidate runs in its
-    own child): the kernel against the source reference, interpret mode on CPU, fresh seeds. The report
-    goes to source_parity.json; returns {ok, summary}."""
-    if not kernel_source:
-        return {"ok": False, "summary": "no kernel to judge against the source"}
+    own child): `kernel` against the source reference, interpret mode on CPU, fresh seeds. The report
+    goes to source_parity.json; returns {ok, summary}. `allow_plain_jax`: a composed model step, whose
+    ops outside its kernels are the model's own (as compose validates it)."""
+    if kernel is None:
+        return {"ok": False, "summary": f"no {what.removeprefix('the ')} to judge against the source"}
     from maxkernel.tpu_tools.judge.evaluate import Evaluator
 
-    kernel = run_dir / "best_kernel.py"
-    kernel.write_text(kernel_source, encoding="utf-8")
-    reference = str((workspace / port["workspace_source_reference"]).absolute())
-    report = (
-        Evaluator().validate(str(kernel.absolute()), reference, "cpu", seeds=seeds).model_dump(mode="json")
+    reference = str((Path(workspace) / port["workspace_source_reference"]).absolute())
+    report = Evaluator().validate(
+        str(Path(kernel).absolute()), reference, "cpu", seeds=seeds, allow_plain_jax=allow_plain_jax
     )
-    (run_dir / PARITY_FILE).write_text(json.dumps(report, indent=2), encoding="utf-8")
-    ok, text = parity_verdict(report, seeds)
+    dumped = report.model_dump(mode="json")
+    (run_dir / PARITY_FILE).write_text(json.dumps(dumped, indent=2), encoding="utf-8")
+    ok, text = parity_verdict(dumped, seeds, what)
     return {"ok": ok, "summary": text}

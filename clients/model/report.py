@@ -59,6 +59,12 @@ class ModelReport(BaseModel):
     regions: list[RegionRow]
     composed: dict[str, Any] | None = Field(None, description="compose's verdict and path, when it ran")
     notes: list[str] = Field(default_factory=list)
+    port: dict[str, Any] | None = Field(
+        None, description="a PyTorch source: the port's source, the path that made it, its check"
+    )
+    source_parity: dict[str, Any] | None = Field(
+        None, description="a PyTorch source: the composed step against the source itself (ok, summary)"
+    )
 
 
 def text(r: ModelReport) -> str:
@@ -86,5 +92,8 @@ def text(r: ModelReport) -> str:
     lines.append(f"  {r.arithmetic}")
     if r.composed_note:
         lines.append(f"  {r.composed_note}")
+    if r.port:
+        lines.append(f"port: {r.port.get('path')} ({r.port.get('check')}) from {r.port.get('source')}")
+        lines.append(f"source parity: {(r.source_parity or {}).get('summary', 'not judged')}")
     lines += [f"  note: {n}" for n in r.notes]
     return "\n".join(lines)

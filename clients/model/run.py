@@ -18,7 +18,10 @@ from pydantic import BaseModel
 
 from maxkernel.clients.model import stages
 from maxkernel.clients.model.report import REPORT_JSON, REPORT_TEXT, ModelReport, RegionRow, text
+from maxkernel.clients.source_port import PORT_FILE
+from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.port.source import is_torch_source
 
 RUN_FILE = "model_run.json"
 COMPOSED_DIR = "composed"
@@ -99,11 +102,24 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
             task_max_evaluations=args.task_max_evaluations,
         )  # fmt: skip
         run_dir = Path(args.run_dir or f"runs/model-{time.strftime('%Y%m%d-%H%M%S')}-{Path(s.model).stem}")
+    # 0. a PyTorch/Triton source: ported first and checked against it; the run is over the port
+    created = None
+    if not args.resume and is_torch_source(s.model):
+        created = cli_args.first_missing(run_dir)
+        port = _port_first(s, run_dir, note)
+        s = s.model_copy(update={"model": str((run_dir / "workspace" / port["workspace_port"]).resolve())})
     # 1. hotspots: before the run directory exists (a model that does not trace leaves nothing behind)
     note(
         f"hotspots of {s.model} on {s.target} " + (f"(size {s.size})" if s.size else "(its production size)")
     )
-    hs, cached = stages.hotspots(evaluator, s.model, s.target, s.size, run_dir if args.resume else None, note)
+    try:
+        hs, cached = stages.hotspots(
+            evaluator, s.model, s.target, s.size, run_dir if args.resume else None, note
+        )
+    except BaseException:
+        if created is not None:  # a port's run directory: nothing else ran
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     if not args.resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / RUN_FILE).write_text(s.model_dump_json(indent=1), encoding="utf-8")
@@ -189,9 +205,45 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
     elif composed is not None:
         outcomes.update({rid: "not_composed" for rid in kernels})
     report = _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, notes, outcomes)
+    if (run_dir / PORT_FILE).is_file():  # a ported PyTorch source: the composed step against the source
+        report = _source_parity(report, run_dir, composed, s.seeds, note)
     (run_dir / REPORT_JSON).write_text(report.model_dump_json(indent=1), encoding="utf-8")
     (run_dir / REPORT_TEXT).write_text(text(report) + "\n", encoding="utf-8")
     return report
+
+
+def _port_first(s: ModelRunSettings, run_dir: Path, note) -> dict:
+    """Port the source into RUN_DIR/workspace before anything traces (port.json and port.py cached in the
+    run directory); a refused port is a UsageError that leaves nothing behind."""
+    from maxkernel.clients.source_port import port_into
+
+    created = cli_args.first_missing(run_dir)
+    workspace = run_dir / "workspace"
+    staged = workspace / "references" / Path(s.model).name
+    try:
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(s.model, staged)
+        port = port_into(run_dir, workspace, f"references/{staged.name}", s.seeds)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    note(port.get("summary") or "ported")  # after it: a refusal stays the one line a script reads
+    return port
+
+
+def _source_parity(report: ModelReport, run_dir: Path, composed, seeds: int, note) -> ModelReport:
+    """The composed step (the model with its kernels in it) against the PyTorch source itself."""
+    from maxkernel.clients.source_port import parity_here, port_brief
+
+    port = json.loads((run_dir / PORT_FILE).read_text(encoding="utf-8"))
+    path = (composed or {}).get("path") if (composed or {}).get("ok") else None
+    note("judge the composed step against the PyTorch source")
+    parity = parity_here(
+        run_dir, run_dir / "workspace", port, Path(path) if path else None, seeds, "the composed step",
+        allow_plain_jax=True,  # the step's ops outside its kernels are the model's own, as compose checks it
+    )  # fmt: skip
+    return report.model_copy(update={"port": port_brief(port), "source_parity": parity})
 
 
 def not_faster(estimate, kernels: dict[str, str]) -> list:

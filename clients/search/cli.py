@@ -562,10 +562,13 @@ def _source_parity(store: Any, run_dir: Path, workspace: Path, best: Any, seeds:
     from maxkernel.clients.source_port import PORT_FILE, parity_here, port_brief
 
     port = json.loads((run_dir / PORT_FILE).read_text(encoding="utf-8"))
-    source = store.source(best.source_hash) if best is not None else None
+    kernel = None
+    if best is not None:
+        kernel = run_dir / "best_kernel.py"
+        kernel.write_text(store.source(best.source_hash), encoding="utf-8")
     print("search: judging the best kernel against the PyTorch source", file=sys.stderr)
     store.set_meta("port", port_brief(port))  # a resumed search of an older run records it here
-    store.set_meta("source_parity", parity_here(run_dir, workspace, port, source, seeds))
+    store.set_meta("source_parity", parity_here(run_dir, workspace, port, kernel, seeds))
 
 
 class ServerDown(Exception):

@@ -1,4 +1,4 @@
-"""`auto` and `search` with a PyTorch source as --reference: ported first (cached in the run dir with its
+"""`auto`, `search` and `model` with a PyTorch source as --reference: ported first (cached in the run dir with its
 check), then the best kernel judged against the source itself (source parity). Slow: a whole offline run."""
 
 from __future__ import annotations
@@ -128,6 +128,43 @@ def test_search_with_a_source_that_cannot_be_ported_is_one_line_exit_2_and_no_ru
     src.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
                    "    def forward(self, x):\n        return torch.relu(x)\n")  # fmt: skip
     rc = main(["search", "--reference", str(src), "--model", "offline", "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "cannot port references/no_inputs.py" in err and "no inputs function" in err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["no_inputs.py"]
+
+
+@pytest.mark.slow
+def test_model_ports_a_pytorch_source_and_judges_the_composed_step_against_it(tmp_path):
+    """A model run over the port (its top region through one offline Auto iteration, composed back), then
+    the composed step against the PyTorch source itself; the report carries both."""
+    src = tmp_path / "rmsnorm_gated_mlp.py"
+    shutil.copy(ROOT / "examples" / "torch" / "rmsnorm_gated_mlp.py", src)
+    run = tmp_path / "run"
+    p = subprocess.run(
+        [str(ORCH), "model", str(src), "--top", "1", "--model", "offline", "--target", "tpu-v6e",
+         "--iterations", "1", "--test-cases", "0", "--seeds", "2", "--run-dir", str(run), "--json"],
+        capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = json.loads(p.stdout)
+    assert json.loads((run / "model_run.json").read_text())["model"].endswith("rmsnorm_gated_mlp_port.py")
+    assert report["port"]["path"] == "torch.export" and report["port"]["check"] == "match"
+    assert report["composed"]["ok"] and report["source_parity"]["ok"], report["source_parity"]
+    assert "the composed step matches the PyTorch source at small" in report["source_parity"]["summary"]
+    assert json.loads((run / "port.json").read_text())["check"]["status"] == "match"
+    parity = json.loads((run / "source_parity.json").read_text())
+    assert parity["ok"] and parity["kernel_path"].endswith("composed.py")
+    assert "source parity: the composed step matches" in (run / "model_report.txt").read_text()
+
+
+def test_model_with_a_source_that_cannot_be_ported_is_one_line_exit_2_and_no_run(tmp_path, capsys):
+    from maxkernel.clients.cli import main
+
+    src = tmp_path / "no_inputs.py"
+    src.write_text("import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+                   "    def forward(self, x):\n        return torch.relu(x)\n")  # fmt: skip
+    rc = main(["model", str(src), "--model", "offline", "--run-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert "cannot port references/no_inputs.py" in err and "no inputs function" in err
