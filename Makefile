@@ -11,20 +11,27 @@ STAMP := $(VENV)/.installed
 PIN := $(VENV)/jax-pin.txt
 TEST_EXTRAS := tokamax,models,torch
 
+# `make demo` needs only the package and its dev tools; the tests also need the test libraries (the torch
+# extra alone is 1.8 GB), so the demo never installs them.
+TEST_STAMP := $(VENV)/.test-installed
+
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e ".[dev]"
-	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax)==' > $(PIN)
-	$(BIN)/pip install -q --disable-pip-version-check -c $(PIN) -e ".[dev,$(TEST_EXTRAS)]"
 	touch $(STAMP)
 
-venv: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax)==' > $(PIN)
+	$(BIN)/pip install -q --disable-pip-version-check -c $(PIN) -e ".[dev,$(TEST_EXTRAS)]"
+	touch $(TEST_STAMP)
+
+venv: $(TEST_STAMP)
 
 # The library models of the slow tests (tests/refs/gemma2_model.py, griffin_model.py), installed without their
 # dependencies and with the venv's jax/numpy pins kept: gemma 2.0.8 pulls kauldron and tfds-nightly (pip's
 # resolver ran 16 min without an answer) and recurrentgemma caps numpy < 2.4; what they import is below.
 MODELS_STAMP := $(VENV)/.models-installed
-$(MODELS_STAMP): $(STAMP)
+$(MODELS_STAMP): $(TEST_STAMP)
 	$(BIN)/pip freeze | grep -iE '^(jax|jaxlib|libtpu|flax|numpy)==' > $(VENV)/models-pins.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps gemma==2.0.8 recurrentgemma==1.0.1
 	$(BIN)/pip install -q --disable-pip-version-check -c $(VENV)/models-pins.txt einops sentencepiece
@@ -43,16 +50,16 @@ lint: $(STAMP)
 # 7 minutes on 2 cores); `-m slow` are the end-to-end scenarios (a suite over two servers, a whole model
 # run killed and resumed, autotune sweeps at production shapes, fresh clones), `make test-slow`; `-m
 # cluster` are the Ray cluster scenarios, `make test-cluster`. CI runs all three.
-test: $(STAMP) lint
+test: $(TEST_STAMP) lint
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "not slow and not cluster"
 
-test-slow: $(STAMP) $(MODELS_STAMP)
+test-slow: $(TEST_STAMP) $(MODELS_STAMP)
 	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m "slow and not cluster"
 
-test-cluster: $(STAMP)
+test-cluster: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -m cluster
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
