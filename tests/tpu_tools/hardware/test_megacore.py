@@ -90,6 +90,7 @@ def test_reduction_marked_parallel_fails_on_v5p_and_the_honest_twin_passes(evalu
     assert "one per TensorCore" in bad.execution
     good = _validate(evaluator, "reduction_arbitrary", "tpu-v5p")
     assert good.ok, good.failure
-    # On a single-core chip the same "parallel" mark runs sequentially: correct there.
-    single = _validate(evaluator, "reduction_marked_parallel", "tpu-v6e")
-    assert single.ok, single.failure
+    # On a single-core chip the chip runs the same "parallel" mark in order, but jax's interpreter
+    # permutes every parallel axis (a fixed key): whether the order-dependent kernel passes there was
+    # the luck of that permutation at each check size (it passed at 8 and 9 steps, not at 32), so
+    # nothing is asserted about v6e here; the closing note of session 11 keeps it open.
