@@ -5,7 +5,8 @@
 - `matmul`: any other dot_general (the ops after it are its epilogue);
 - `fused`: a convolution, or reductions that are not over the last axis only;
 - `rowwise`: reductions over the last axis with elementwise ops;
-- `elementwise`: elementwise ops only (plus broadcasts and reshapes).
+- `elementwise`: elementwise ops only (plus broadcasts and reshapes);
+- `recurrence`: one `scan` whose body is elementwise with a carry (templates/recurrence.py).
 `unsupported` lists the primitives no template can re-emit; a program with any is served by none.
 """
 
@@ -56,8 +57,18 @@ def _attention(program: Program) -> bool:
     return False
 
 
+def _recurrence(program: Program) -> bool:
+    """One scan over time whose body is elementwise with a carry; the template checks the rest."""
+    scans = [e for e in program["equations"] if e["primitive"] == "scan"]
+    if len(scans) != 1 or not int(scans[0]["params"].get("num_carry", "0")):
+        return False
+    return all(e["primitive"] in ELEMENTWISE for s in scans[0]["subprograms"] for e in s["equations"])
+
+
 def classify(program: Program) -> Classification:
     bad = unsupported_ops(program)
+    if bad == ["scan"] and _recurrence(program):
+        return Classification("recurrence", [], "a scan over time with an elementwise body and a carry")
     if bad:
         return Classification("none", bad, "primitives without a template: " + ", ".join(bad))
     census = program.get("census", {})

@@ -590,15 +590,24 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
     template, its shapes at the target size size it. NoTemplateFits when no template fits."""
     from maxkernel.clients.offline.classify import classify
     from maxkernel.clients.offline.dims import Symbolic, program_at
+    from maxkernel.clients.offline.fold import fold_constant_conds
     from maxkernel.clients.offline.rows import analyse
     from maxkernel.clients.offline.templates.fused import BLOCK_NAMES, build
 
+    program = fold_constant_conds(program)  # a cond on a constant is its branch (Gemma 2's key positions)
     found = classify(program)
     if found.kind == "none":
         raise NoTemplateFits(
             f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
             "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
         )
+    if found.kind == "recurrence":  # a scan over time: its own family, built from the whole program
+        from maxkernel.clients.offline.templates.recurrence import build as build_recurrence
+
+        try:
+            return build_recurrence(program)
+        except ValueError as e:
+            raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
     if found.kind == "matmul":  # [B, S, K] x [K, N]: the 2-D templates on the rows merged, then wrapped
         from maxkernel.clients.offline.leading import collapse, wrap
 
