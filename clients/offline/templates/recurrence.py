@@ -473,7 +473,7 @@ def _source_parts(
     eqns = program["equations"]
     prologue = [eqns[i] for i in rec.prologue]
     epilogue = [eqns[i] for i in rec.epilogue]
-    used = {a for e in prologue + epilogue for a in e["inputs"]}
+    used = {a for e in prologue + epilogue for a in e["inputs"]} | set(rec.xs) | set(program["outputs"])
     unmapped = sorted(n for n in used if n in names and n not in rec.maps)
     if unmapped:
         raise ValueError(f"input {unmapped[0]} is a scalar array (no block form)")
@@ -491,7 +491,8 @@ def _source_parts(
     scratch_refs += [d for d in dest.values() if d.endswith("_scr")]
     refs = [f"{n}_ref" for n in names] + out_refs + scratch_refs
     carry_dt = rec.scan["out_specs"][0]["dtype"]
-    cb = ["1"] * nb + [f"b{w_ax}"]  # the carry's block: one row of the batch, a width block
+    # the carry's block: one row of the batch and a width block (a row even without a batch: 2-D)
+    cb = ["1"] * max(nb, 1) + [f"b{w_ax}"]
     firsts = [
         f"    r{a} = pl.program_id({grid_of[a]}) * b{a}  # first index of frame axis {a}" for a in range(rank)
     ]
