@@ -491,6 +491,7 @@ def _source_parts(
     scratch_refs += [d for d in dest.values() if d.endswith("_scr")]
     refs = [f"{n}_ref" for n in names] + out_refs + scratch_refs
     carry_dt = rec.scan["out_specs"][0]["dtype"]
+    dts = _dtypes(at)
     # the carry's block: one row of the batch and a width block (a row even without a batch: 2-D)
     cb = ["1"] * max(nb, 1) + [f"b{w_ax}"]
     firsts = [
@@ -501,9 +502,11 @@ def _source_parts(
         init = f"        h_ref[...] = jnp.full({shape_source(cb)}, {rec.init[1]}, jnp.{carry_dt})"
     else:
         i = names.index(rec.init[1])
-        init = f"        h_ref[...] = {_load(rec.init[1], i, blocked[i], rec.maps[rec.init[1]])}.reshape({shape_source(cb)}).astype(jnp.{carry_dt})"
+        init = f"        h_ref[...] = {_load(rec.init[1], i, blocked[i], rec.maps[rec.init[1]], dts[rec.init[1]])}.reshape({shape_source(cb)}).astype(jnp.{carry_dt})"
     loads = [
-        f"    {n} = {_load(n, i, blocked[i], rec.maps.get(n))}" for i, n in enumerate(names) if n in used
+        f"    {n} = {_load(n, i, blocked[i], rec.maps.get(n), dts[n])}"
+        for i, n in enumerate(names)
+        if n in used
     ]
 
     def shape_of(e: dict, key: str) -> str:
@@ -527,7 +530,6 @@ def _source_parts(
         got = body_lines({**program, "equations": eqns}, shape_of, extra, sym)
         return "\n".join(f"    {ln}" for ln in got) or "    pass"
 
-    dts = _dtypes(at)
     tb = f"b{t_ax}, b{w_ax}"
     xs_stores = "\n".join(
         f"    xs{k}_scr[...] = {operand(v)}.reshape({tb}).astype(xs{k}_scr.dtype)  # [block_t, block_w]"
@@ -660,9 +662,22 @@ def _dtypes(program: Program) -> dict[str, str]:
     return specs
 
 
-def _load(name: str, i: int, kinds: list[str], m: list[int | None] | None) -> str:
-    """The load of input `name`'s block: whole, or its batch axes sliced at this step's index."""
+def _load(name: str, i: int, kinds: list[str], m: list[int | None] | None, dtype: str) -> str:
+    """The load of input `name`'s block: whole, or its batch axes (block 1) picked at this step's index.
+    A 32-bit row is loaded at a dynamic sublane offset; a packed dtype's cannot be (Mosaic cannot prove
+    the offset is a multiple of its packing), so its block is loaded whole and the row picked exactly by
+    a masked f32 sum (one nonzero term)."""
     if "slice" not in kinds:
         return f"{name}_ref[...]"
-    idx = [f"pl.ds(r{m[d]}, b{m[d]})" if k == "slice" and m else ":" for d, k in enumerate(kinds)]
-    return f"{name}_ref[{', '.join(idx)}]"
+    assert m is not None
+    if itemsize(dtype) == 4:
+        idx = [f"pl.ds(r{m[d]}, b{m[d]})" if k == "slice" else ":" for d, k in enumerate(kinds)]
+        return f"{name}_ref[{', '.join(idx)}]"
+    x = f"{name}_ref[...].astype(jnp.float32)"
+    for d, k in enumerate(kinds):
+        if k == "slice":
+            x = (
+                f"jnp.sum(jnp.where(lax.broadcasted_iota(jnp.int32, {name}_ref.shape, {d}) == r{m[d]}, "
+                f"{x}, 0.0), axis={d}, keepdims=True)"
+            )
+    return f"{x}.astype(jnp.{dtype})"
