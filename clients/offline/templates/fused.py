@@ -277,6 +277,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         bmm = batched_matmul.build(program, sym)
         if bmm is not None:
             return bmm
+        from maxkernel.clients.offline.templates import stacked_matmul
+
+        stacked = stacked_matmul.build(program, sym)
+        if stacked is not None:
+            return stacked
     if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
         one = plans[:1]
         smallest = {BLOCK_NAMES[0]: min(legal_blocks(program, one, sym)[0])}
