@@ -11,7 +11,8 @@ scratch that survives across chunks (set from the program's initial value at the
 or an input), then runs the epilogue and stores the outputs. Every equation is the reference's own,
 re-emitted on block values, so the numerics follow the reference step by step.
 
-Refused, with the reason: a reverse scan, several carries, loop-invariant operands of the body, a body
+The body may read carry-shaped inputs (loop-invariant operands), loaded once per block before the loop.
+Refused, with the reason: a reverse scan, several carries, other loop-invariant operands, a body
 that is not elementwise, a scanned input that is not a time-major view of a frame value, a carry init
 that is computed, ops around the scan that mix rows (reductions, slices along the frame).
 """
@@ -72,7 +73,7 @@ ${loads}
     # the prologue: the reference's equations on this block
 ${prologue}
 ${xs_stores}
-
+${consts}
     def _step(t, ${carry}):  # one scan step: row t of this chunk
 ${step}
 
@@ -112,6 +113,7 @@ class Recurrence:
     xs: list[str]  # per scanned input, its frame value
     ys: dict[str, str]  # per-step output (body name) -> the frame value it becomes (program name)
     init: tuple[str, str]  # ("literal", source) | ("input", name)
+    consts: list[str]  # carry-shaped inputs the body reads at every step
     carry_out: str | None  # the final carry, when the program returns it
     index: int  # the scan's equation index
     prologue: list[int]  # equation indices, in order
@@ -136,8 +138,6 @@ def recognise(program: Program) -> Recurrence:
     p = scan["params"]
     if p.get("reverse", "False") != "False":
         raise ValueError("a reverse scan")
-    if int(p["num_consts"]):
-        raise ValueError("a scan body with loop-invariant operands")
     if int(p["num_carry"]) != 1:
         raise ValueError(f"a scan with {p['num_carry']} carries (the template carries one)")
     (body,) = scan["subprograms"]
@@ -160,6 +160,12 @@ def recognise(program: Program) -> Recurrence:
         for a in e["inputs"]:
             consumers.setdefault(a, []).append(i)
     skip = {si}
+    nc = int(p["num_consts"])
+    shapes = {n: s["shape"] for n, s in zip(program["input_names"], program["inputs"], strict=True)}
+    consts = scan["inputs"][:nc]  # loop-invariant operands: the body reads them by their outer names
+    for c in consts:
+        if shapes.get(c) != carry_shape:
+            raise ValueError(f"a loop-invariant operand {c} of the scan that is not a carry-shaped input")
 
     def frame_of(name: str) -> str:
         """The frame value a scanned input is a time-major view of."""
@@ -173,7 +179,7 @@ def recognise(program: Program) -> Recurrence:
             skip.add(j)
         return e["inputs"][0]
 
-    init_name, *xs_names = scan["inputs"]
+    init_name, *xs_names = scan["inputs"][nc:]
     xs = [frame_of(n) for n in xs_names]
     ys: dict[str, str] = {}
     outs = program["outputs"]
@@ -207,10 +213,10 @@ def recognise(program: Program) -> Recurrence:
             )
         init = ("literal", operand(e["inputs"][0]))
     maps = _frame_maps(program, frame, xs, list(ys.values()), skip, carry_out)
-    if init[0] == "input":
-        want = [*range(rank - 2), rank - 1]
-        if maps.setdefault(init[1], want) != want:
-            raise ValueError(f"the initial carry {init[1]} is also used with other axes")
+    want = [*range(rank - 2), rank - 1]  # a carry-shaped input: its batch axes and W
+    for name in consts + ([init[1]] if init[0] == "input" else []):
+        if maps.setdefault(name, want) != want:
+            raise ValueError(f"the carry-shaped input {name} is also used with other axes")
     after = _downstream(eqns, si)
     live = [i for i, e in enumerate(eqns) if i not in skip and e["outputs"] and e["outputs"][0] in maps]
     return Recurrence(
@@ -220,6 +226,7 @@ def recognise(program: Program) -> Recurrence:
         xs=xs,
         ys=ys,
         init=init,
+        consts=consts,
         carry_out=carry_out,
         index=si,
         prologue=[i for i in live if i not in after],
@@ -528,7 +535,7 @@ def _source_parts(
 
     def lines(eqns: list[dict]) -> str:
         got = body_lines({**program, "equations": eqns}, shape_of, extra, sym)
-        return "\n".join(f"    {ln}" for ln in got) or "    pass"
+        return "\n".join(f"    {ln}" for ln in got) or "    # (no equations)"
 
     tb = f"b{t_ax}, b{w_ax}"
     xs_stores = "\n".join(
@@ -547,6 +554,14 @@ def _source_parts(
         step.append(f"        {d}[{row}] = {operand(body_y)}.reshape(1, b{w_ax}).astype({d}.dtype)")
     step.append(f"        return {operand(body['outputs'][0])}")
     fb = shape_source([f"b{a}" for a in range(rank)])
+    consts = "\n".join(
+        f"    {c} = {_load(c, names.index(c), blocked[names.index(c)], rec.maps[c], dts[c])}"
+        f".reshape({shape_source(cb)})  # loop-invariant in the body"
+        for c in rec.consts
+    )
+    consts += "\n" if consts else ""
+    if nb == 0 and any(c in e["inputs"] for c in rec.consts for e in epilogue):
+        raise ValueError("a loop-invariant operand the epilogue reads too, with no batch axis")
     epi = []
     for body_y, d in dest.items():
         fv = rec.ys[body_y]
@@ -630,6 +645,7 @@ def _source_parts(
         "loads": "\n".join(loads) or "    # no input is read outside the loop",
         "prologue": lines(prologue),
         "xs_stores": xs_stores,
+        "consts": consts,
         "carry": operand(carry_in),
         "step": "\n".join(step),
         "bt": f"b{t_ax}",

@@ -81,6 +81,31 @@ def workload(x):
 """
 
 
+CONST = """
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+SIZES = {"full": {"b": 4, "t": 512, "w": 256}, "small": {"b": 2, "t": 32, "w": 128}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    k1, k2 = jax.random.split(jax.random.key(0) if key is None else key)
+    x = jax.random.normal(k1, (s["b"], s["t"], s["w"]), jnp.float32)
+    return x, jax.random.uniform(k2, (s["b"], s["w"]), jnp.float32, 0.5, 0.99)
+
+
+def workload(x, lam):
+    def step(h, x_t):  # lam is closed over: a loop-invariant operand of the scan
+        h = lam * h + jnp.tanh(x_t)
+        return h, h
+
+    _, ys = lax.scan(step, jnp.zeros_like(lam), jnp.swapaxes(x, 0, 1))
+    return jnp.swapaxes(ys, 0, 1)
+"""
+
+
 def _write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / f"{name}_ref.py"
     path.write_text(text)
@@ -104,20 +129,20 @@ def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_
     assert '"parallel", "parallel", "arbitrary"' in source  # T chunks last, carried in order
     # small blocks: 4 T chunks (the carry crosses them), 2 W blocks, 2 batch rows (each from its own h0)
     template, _, _ = program_template(program)
-    mod = _module(tmp_path / "small_blocks.py", template.render({"block_t": 16, "block_w": 128}, "program"))
+    mod = _module(tmp_path / "small_blocks.py", template.render({"block_t": 8, "block_w": 128}, "program"))
     ref_mod = _module(tmp_path / "ema_copy.py", ref.read_text())
-    inputs = ref_mod.create_inputs(size={"b": 2, "t": 64, "w": 256}, key=jax.random.key(3))
+    inputs = ref_mod.create_inputs(size={"b": 2, "t": 32, "w": 256}, key=jax.random.key(3))
     want = ref_mod.workload(*inputs)
     with execution.tpu_interpret_mode():
         got = jax.jit(mod.workload)(*inputs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
-    # a kernel that restarted the carry at each chunk would be off from row 16 on: the check sees it
+    # a kernel that restarted the carry at each chunk would be off from row 8 on: the check sees it
     restart = source.replace("pl.program_id(2) == 0", "True")
     assert restart != source
-    bad = _module(tmp_path / "restart.py", restart.replace("BLOCK_T = ", "BLOCK_T = 16  #"))
+    bad = _module(tmp_path / "restart.py", restart.replace("BLOCK_T = ", "BLOCK_T = 8  #"))
     with execution.tpu_interpret_mode():
         wrong = jax.jit(bad.workload)(*inputs)
-    assert not np.allclose(np.asarray(wrong)[:, 16:], np.asarray(want)[:, 16:], atol=1e-3)
+    assert not np.allclose(np.asarray(wrong)[:, 8:], np.asarray(want)[:, 8:], atol=1e-3)
     # the offline model's first kernel, at the production size, through the real Mosaic compiler
     target = parse_target("tpu-v5e")
     sharding = execution.aot_sharding(target)
@@ -126,6 +151,18 @@ def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_
     with trace_as_target(target):
         compiled = jax.jit(first.workload).lower(*full).compile()
     assert compiled is not None
+
+
+def test_a_carry_shaped_input_the_body_closes_over_is_read_per_batch_row(tmp_path):
+    ref = _write(tmp_path, "const", CONST)
+    template, _, _ = program_template(describe(str(ref)).model_dump(mode="json"))
+    source = template.render({"block_t": 8, "block_w": 128}, "program")
+    assert "# loop-invariant in the body" in source
+    mod, ref_mod = _module(tmp_path / "k.py", source), _module(tmp_path / "r.py", CONST)
+    inputs = ref_mod.create_inputs(size={"b": 2, "t": 16, "w": 128}, key=jax.random.key(1))
+    with execution.tpu_interpret_mode():
+        got = jax.jit(mod.workload)(*inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref_mod.workload(*inputs)), atol=1e-5, rtol=1e-5)
 
 
 def test_scans_the_template_cannot_write_are_refused_with_the_reason(tmp_path):
