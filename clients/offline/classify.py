@@ -24,7 +24,7 @@ SHAPE_OPS = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims
 
 @dataclass
 class Classification:
-    kind: str  # attention | matmul | rowwise | elementwise | fused | none
+    kind: str  # attention | matmul | rowwise | elementwise | fused | recurrence | none
     unsupported: list[str]
     why: str
 

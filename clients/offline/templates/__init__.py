@@ -4,6 +4,10 @@ A template is source text with `${name}` placeholders: tunables (block sizes, gr
 count, accumulator dtype) and fixed parameters (the operator's epilogue, the VMEM limit). Each family
 knows its task dims, which configs are legal at those dims, its VMEM need, and a rough cost used only
 to order proposals (the static estimate from tpu_tools is the verdict).
+
+The registry below holds the operator templates. The families written from a reference's traced program
+(fused, matmul_epilogue, flash_program, grouped_matmul, mlp_chain, batched_matmul, recurrence) are built
+per program by clients/offline/model.py's `program_template`, from the class classify.py gives it.
 """
 
 from __future__ import annotations
