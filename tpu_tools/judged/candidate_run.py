@@ -125,9 +125,11 @@ def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=
         else (failure.message[:6000])
     )
     if found is not None:  # say why it is not the interpreter's limit
+        where = (
+            f"raised in jax's {found.function}" if found.function else "raised inside jax's TPU interpreter"
+        )
         failure.message = (
-            f"raised in jax's {found.function}, but not judged an interpreter limit: the program holds "
-            f"{found.vetoed}, which may have raised it\n{failure.message}"
+            f"{where}, but not judged an interpreter limit: {found.vetoed}\n{failure.message}"
         )[:6000]
     return failure
 

@@ -145,20 +145,97 @@ def lowering_rules() -> dict[tuple[str, Any], Any]:
 def own_host_code(closed_jaxpr, before: dict[tuple[str, Any], Any]) -> str | None:
     """Where the candidate's own Python can run after tracing, or None: a host callback (debug callbacks
     included), or a primitive whose CPU lowering rule was not there before the candidate was imported
-    (its own primitive, or a jax primitive it re-registered). Then an error raised while lowering or
-    running may be the candidate's, and is never the interpreter's."""
+    and is not jax's own (its own primitive, or a jax primitive it re-registered). Then an error raised
+    while lowering or running may be the candidate's, and is never the interpreter's.
+
+    A rule registered after the snapshot by jax itself (a jax module the candidate's import loaded
+    first, e.g. one the worker did not preload) is jax's: the primitive is one a jax module's source
+    defines, every code object the rule reaches is a genuine code object of a loaded jax module, and
+    nothing it closes over is anyone else's. (jax's own function registered by the candidate as the
+    rule of a primitive of its own is the candidate's.)"""
     from jax._src.interpreters import mlir
 
     cpu_rules = mlir._platform_specific_lowerings.get("cpu", {})
+    genuine = _Genuine(None)
     for eqn in _eqns(closed_jaxpr.jaxpr):
         prim, name = eqn.primitive, eqn.primitive.name
         if "callback" in name:
             return f"a host callback ({name})"
         for platform, rules in (("cpu", cpu_rules), ("", mlir._lowerings)):
             rule = rules.get(prim)
-            if rule is not None and before.get((platform, prim)) is not rule:
+            if rule is None or before.get((platform, prim)) is rule:
+                continue
+            if not (_jax_defines(prim) and _jaxs_own(rule, genuine)):
                 return f"primitive {name}, lowered by a rule registered after the candidate was imported"
     return None
+
+
+def _jax_defines(prim: Any) -> bool:
+    """Whether a loaded jax module binds `prim` to a name that its source file assigns at top level (a
+    primitive the candidate made and planted in a jax module's namespace is in no jax source)."""
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not (isinstance(f, str) and f.endswith(".py") and _is_jax(f, with_jaxlib=True)):
+            continue
+        names = [k for k, v in list(vars(mod).items()) if v is prim]
+        if not names:
+            continue
+        try:
+            text = Path(f).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if any(re.search(rf"^{re.escape(n)}\s*(:[^=\n]*)?=", text, re.M) for n in names):
+            return True
+    return False
+
+
+def _jaxs_own(obj: Any, genuine: _Genuine, depth: int = 0) -> bool:
+    """Whether a lowering rule is jax's own through and through: functions are genuine code objects of
+    jax's (or jaxlib's) loaded modules, partials and closures hold only such functions, and every other
+    object they hold is of a type jax, jaxlib, numpy or the standard library defines."""
+    import functools
+
+    if depth > 6:
+        return False
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        return True
+    if isinstance(obj, (tuple, list, frozenset, set)):
+        return all(_jaxs_own(x, genuine, depth + 1) for x in obj)
+    if isinstance(obj, dict):
+        return all(
+            _jaxs_own(k, genuine, depth + 1) and _jaxs_own(v, genuine, depth + 1) for k, v in obj.items()
+        )
+    if isinstance(obj, functools.partial):
+        return all(_jaxs_own(x, genuine, depth + 1) for x in (obj.func, obj.args, obj.keywords))
+    if isinstance(obj, types.MethodType):
+        return _jaxs_own(obj.__func__, genuine, depth + 1) and _jaxs_own(obj.__self__, genuine, depth + 1)
+    if isinstance(obj, types.FunctionType):
+        code = obj.__code__
+        if not _is_jax(code.co_filename, with_jaxlib=True) or not genuine(code):
+            return False
+        cells = [c.cell_contents for c in obj.__closure__ or () if _cell_set(c)]
+        return all(_jaxs_own(x, genuine, depth + 1) for x in (*cells, obj.__defaults__, obj.__kwdefaults__))
+    if isinstance(obj, types.BuiltinFunctionType):
+        return (getattr(obj, "__module__", "") or "").split(".")[0] in _TRUSTED_PACKAGES[:-1]
+    module = (getattr(type(obj), "__module__", "") or "").split(".")[0]
+    if module not in (*_TRUSTED_PACKAGES[:-1], "builtins", "functools", "enum", "dataclasses"):
+        return False
+    # a jax object may hold the rule (mlir's LoweringRuleEntry): what it holds must be jax's too
+    held = (
+        [getattr(obj, f.name, None) for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+    )
+    held += list(getattr(obj, "__dict__", {}).values())
+    if callable(obj) and type(obj).__call__ is not type.__call__:
+        held.append(type(obj).__call__)
+    return all(_jaxs_own(x, genuine, depth + 1) for x in held)
+
+
+def _cell_set(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 # --- whose exception ------------------------------------------------------------------------------------
@@ -236,16 +313,15 @@ _TRUSTED_PACKAGES = ("jax", "jaxlib", "numpy", "ml_dtypes", "maxkernel.tpu_tools
 def _trusted(mod: types.ModuleType, path: Path) -> bool:
     if mod.__name__.split(".")[0] in _TRUSTED_PACKAGES[:-1] or mod.__name__.startswith(_TRUSTED_PACKAGES[-1]):
         return True
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
-    return path.is_relative_to(stdlib) and "site-packages" not in path.parts
+    return _stdlib(path)
 
 
 class _Genuine:
     """Whether a frame runs a code object of the loaded module at its file (not one compiled under that
     file's name, not the candidate's own module)."""
 
-    def __init__(self, candidate: Path):
-        self.candidate_dir = candidate.resolve().parent
+    def __init__(self, candidate: Path | None):
+        self.candidate_dir = candidate.resolve().parent if candidate is not None else None
         self.files = _files()
         self.codes: dict[str, set[int]] = {}
 
@@ -254,7 +330,7 @@ class _Genuine:
             path = Path(code.co_filename).resolve()
         except OSError:
             return False
-        if path.parent == self.candidate_dir:
+        if self.candidate_dir is not None and path.parent == self.candidate_dir:
             return False
         mod = self.files.get(str(path))
         if mod is None or not _trusted(mod, path):
@@ -290,9 +366,10 @@ class InterpreterFailure:
     vetoed: str = ""  # why it is not the interpreter's after all: the candidate's own host code ran
 
 
-def _from_traceback(exc: BaseException, candidate: Path) -> InterpreterFailure | None:
+def _from_traceback(exc: BaseException, candidate: Path, notes: list[str]) -> InterpreterFailure | None:
     """From the live traceback: an interpreter frame, and every frame (the judge's call included) a
-    genuine code object of a loaded module that is not the candidate's."""
+    genuine code object of a loaded module that is not the candidate's. `notes` gets why not, where an
+    interpreter frame was there."""
     frames = []
     tb = exc.__traceback__
     while tb is not None:
@@ -300,7 +377,10 @@ def _from_traceback(exc: BaseException, candidate: Path) -> InterpreterFailure |
         tb = tb.tb_next
     genuine = _Genuine(candidate)
     entry = next((c for c in frames if _is_interpreter(c.co_filename) and genuine(c)), None)
-    if entry is None or not all(genuine(c) for c in frames):
+    if entry is None:
+        return None
+    if bad := next((c for c in frames if not genuine(c)), None):
+        notes.append(f"the call passed through {_where(bad.co_filename)}:{bad.co_name}, not jax's own code")
         return None
     # while lowering, the interpreter is entered from pallas_call's own lowering rule, nowhere else
     lowering = [i for i, c in enumerate(frames) if c.co_name == "_pallas_call_lowering"]
@@ -308,9 +388,11 @@ def _from_traceback(exc: BaseException, candidate: Path) -> InterpreterFailure |
         frames[lowering[0]].co_filename.endswith("pallas/pallas_call.py")
         and frames.index(entry) > lowering[0]
     ):
+        notes.append("the interpreter was not entered from pallas_call's lowering rule")
         return None
     raiser = frames[-1]
     if not _is_jax(raiser.co_filename):
+        notes.append(f"it was raised in {_where(raiser.co_filename)}, not in jax")
         return None
     return InterpreterFailure(
         function=f"{_short(raiser.co_filename)}.{raiser.co_name}",
@@ -319,12 +401,27 @@ def _from_traceback(exc: BaseException, candidate: Path) -> InterpreterFailure |
     )
 
 
-def _is_jax(filename: str) -> bool:
-    root = _jax_root()
+def _where(filename: str) -> str:
+    """A file as a reader places it: jax's modules by name, others by their last two path parts."""
+    if "/jax/" in filename.replace("\\", "/"):
+        return _short(filename)
+    return "/".join(Path(filename).parts[-2:])
+
+
+def _stdlib(path: Path) -> bool:
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    return path.is_relative_to(stdlib) and "site-packages" not in path.parts
+
+
+def _is_jax(filename: str, *, with_jaxlib: bool = False) -> bool:
+    roots = [_jax_root()]
+    if with_jaxlib and (lib := sys.modules.get("jaxlib")) is not None and getattr(lib, "__file__", None):
+        roots.append(Path(lib.__file__).resolve().parent)
     try:
-        return root is not None and Path(filename).resolve().is_relative_to(root)
+        path = Path(filename).resolve()
     except OSError:
         return False
+    return any(root is not None and path.is_relative_to(root) for root in roots)
 
 
 def _short(filename: str) -> str:
@@ -360,23 +457,44 @@ def callback_error(text: str) -> tuple[list[tuple[str, int, str]], str] | None:
     return frames, _one_line(error)
 
 
-def _from_callback(exc: BaseException, candidate: Path) -> InterpreterFailure | None:
+def _callback_frames(frames: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """The frames of the callback itself: from jax's callback dispatcher (`_src/callback.py`, where XLA
+    enters Python) down. When XLA runs the callback on the thread that called the program, the text
+    also holds that thread's stack above the dispatcher (the process's bootstrap, the judge's own call
+    into jax): that is the caller, not the callback."""
+    is_dispatch = [f.replace("\\", "/").endswith("/jax/_src/callback.py") for f, _, _ in frames]
+    if not any(is_dispatch):
+        return frames
+    last = max(i for i, d in enumerate(is_dispatch) if d)
+    start = last
+    while start > 0 and is_dispatch[start - 1]:
+        start -= 1
+    return frames[start:]
+
+
+def _from_callback(exc: BaseException, candidate: Path, notes: list[str]) -> InterpreterFailure | None:
+    """From a traceback XLA embedded as text: the interpreter's frames, every frame in jax (or the
+    standard library, which jax's callbacks may pass through), the innermost in jax."""
     parsed = callback_error(str(exc))
     if parsed is None:
         return None
     frames, error = parsed
-    if not frames or not _is_interpreter(frames[0][0]) and not any(_is_interpreter(f) for f, _, _ in frames):
+    if not any(_is_interpreter(f) for f, _, _ in frames):
         return None
-    root = _jax_root()
-    for filename, _, _ in frames:
+    for filename, _, name in _callback_frames(frames):
         try:
             path = Path(filename).resolve()
         except OSError:
+            notes.append(f"a frame's file cannot be read ({filename})")
             return None
-        if root is None or not path.is_relative_to(root) or path.parent == candidate.parent:
+        if path.parent == candidate.resolve().parent or not (_is_jax(filename) or _stdlib(path)):
+            notes.append(f"the callback passed through {_where(filename)}:{name}, not jax's own code")
             return None
-    entry = next(f for f in frames if _is_interpreter(f[0]))
     raiser = frames[-1]
+    if not _is_jax(raiser[0]):
+        notes.append(f"it was raised in {_where(raiser[0])}, not in jax")
+        return None
+    entry = next(f for f in frames if _is_interpreter(f[0]))
     return InterpreterFailure(
         function=f"{_short(raiser[0])}.{raiser[2]}",
         entry=f"{_short(entry[0])}.{entry[2]}",
@@ -388,18 +506,24 @@ def interpreter_failure(
     exc: BaseException, candidate: Path, program, rules_before: dict[tuple[str, Any], Any]
 ) -> InterpreterFailure | None:
     """The interpreter's failure, or None where the candidate (or anything but jax) may have raised it;
-    `vetoed` set where it looks like the interpreter's but the candidate's own host code may have raised it.
+    `vetoed` set where it looks like the interpreter's but the candidate's own host code may have raised
+    it, or where an interpreter frame was in the failing call but something else rules it out.
 
     `program`: the candidate's traced program (a ClosedJaxpr); `rules_before`: `lowering_rules()` before
     the candidate was imported. Where the program holds Python of the candidate's that runs after
     tracing (`own_host_code`), nothing is the interpreter's."""
+    notes: list[str] = []
+    chain = _chain(exc)
     found = next(
-        (f for e in _chain(exc) if e.__traceback__ is not None and (f := _from_traceback(e, candidate))), None
+        (f for e in chain if e.__traceback__ is not None and (f := _from_traceback(e, candidate, notes))),
+        None,
     )
     if found is None:
-        found = next((f for e in _chain(exc) if (f := _from_callback(e, candidate)) is not None), None)
+        found = next((f for e in chain if (f := _from_callback(e, candidate, notes)) is not None), None)
+    if found is None and notes and program is not None:  # it looked like the interpreter's: say why not
+        return InterpreterFailure(function="", entry="", error="", vetoed=notes[0])
     if found is None or program is None:
         return None
     if (own := own_host_code(program, rules_before)) is not None:
-        return dataclasses.replace(found, vetoed=own)
+        return dataclasses.replace(found, vetoed=f"the program holds {own}, which may have raised it")
     return found

@@ -87,7 +87,7 @@ def test_compile_verdict(evaluator, name, reference, expected):
 def test_validate_verdict_with_default_flags(evaluator, name, reference, expected):
     # the production size is the target (validate compiles there first), then the default check sizes
     r = evaluator.validate(str(CORPUS / f"{name}.py"), ref(reference), "tpu-v6e", seeds=1)
-    assert kind(r) == expected, r.failure
+    assert kind(r) == expected, r.failure and f"{r.failure!r}\n{r.failure.message[-4000:]}"
     if expected == "vmem_exhausted":  # it fits at the check sizes: the verdict keeps its kind, names them
         assert "small" in r.failure.sizes_passed and r.failure.sizes_failed == ["full"], r.failure
         assert r.failure.requested_bytes > r.failure.capacity_bytes

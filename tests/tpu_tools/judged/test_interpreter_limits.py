@@ -94,6 +94,31 @@ def test_a_primitive_or_callback_the_candidate_brought_is_its_own_host_code():
     mine.def_abstract_eval(lambda x: x)
     mlir.register_lowering(mine, lambda ctx, x: [x], platform="cpu")
     assert "test_interpreter_limits_own" in own_host_code(jax.make_jaxpr(mine.bind)(1.0), before)
+    # a rule jax's own code registered after the snapshot (a jax module the candidate imported first)
+    # is jax's: jax's primitive and jax's rule are not the candidate's host code
+    cos_cpu = mlir._platform_specific_lowerings["cpu"].pop(jax.lax.cos_p, None)
+    before_cos = lowering_rules()
+    mlir.register_lowering(jax.lax.cos_p, mlir._lowerings[jax.lax.cos_p].rule, platform="cpu")
+    try:
+        assert own_host_code(jax.make_jaxpr(jnp.cos)(1.0), before_cos) is None
+    finally:
+        mlir._platform_specific_lowerings["cpu"].pop(jax.lax.cos_p, None)
+        if cos_cpu is not None:
+            mlir._platform_specific_lowerings["cpu"][jax.lax.cos_p] = cos_cpu
+    # ... but jax's own rule for a primitive the candidate made is the candidate's (even planted in jax)
+    theirs = Primitive("test_interpreter_limits_jaxs")
+    theirs.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(theirs, mlir._lowerings[jax.lax.cos_p].rule, platform="cpu")
+    jax.lax.planted_p = theirs
+    try:
+        assert "test_interpreter_limits_jaxs" in own_host_code(jax.make_jaxpr(theirs.bind)(1.0), before)
+    finally:
+        del jax.lax.planted_p
+    # ... but jax's helper wrapping the candidate's Python is the candidate's
+    wrapped = Primitive("test_interpreter_limits_wrapped")
+    wrapped.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(wrapped, mlir.lower_fun(lambda x: x * 2, multiple_results=False), platform="cpu")
+    assert "test_interpreter_limits_wrapped" in own_host_code(jax.make_jaxpr(wrapped.bind)(1.0), before)
     callback = jax.make_jaxpr(lambda x: jax.debug.callback(print, x) or x)(1.0)
     assert "callback" in own_host_code(callback, before)
     # a jax primitive's CPU rule re-registered (twice: a freed rule's address may come back) is its own too
@@ -153,3 +178,38 @@ def test_the_cli_exits_3_on_interpret_unsupported_neither_pass_nor_fail():
         )
 
     assert [_verdict_exit(report(k)) for k in (None, "runtime_error", "interpret_unsupported")] == [0, 1, 3]
+
+
+def _callback_text(*files: str) -> str:
+    frames = "".join(f'  File "{f}", line {10 + i}, in fn{i}\n' for i, f in enumerate(files))
+    return (
+        "INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
+        f"{frames}AttributeError: 'ReshapeTransform' object has no attribute 'indices'\n"
+    )
+
+
+def test_a_callback_through_the_standard_library_is_still_the_interpreters_and_anything_else_is_said():
+    import threading
+
+    root = Path(jax.__file__).resolve().parent
+    callback, interp = root / "_src/callback.py", root / "_src/pallas/mosaic/interpret/utils.py"
+    program = jax.make_jaxpr(lambda x: x + 1)(1.0)
+    stdlib = threading.__file__  # jax's callbacks may run on a thread: its frames are the stdlib's
+    found = interpreter_failure(RuntimeError(_callback_text(stdlib, callback, interp)), HERE, program, {})
+    assert found is not None and not found.vetoed and found.function.endswith("utils.fn2")
+    # a frame of another installed library (or the candidate's folder) is not jax's: said, not judged a limit
+    other = Path(pytest.__file__).resolve()
+    found = interpreter_failure(RuntimeError(_callback_text(callback, str(other), interp)), HERE, program, {})
+    assert found is not None and "pytest" in found.vetoed and "not jax's own code" in found.vetoed
+    # XLA may run the callback on the calling thread: the text then starts with that thread's stack (the
+    # process's bootstrap, the judge's call into jax), which is the caller, not the callback
+    caller = ["<string>", threading.__file__, str(HERE), str(root / "_src/interpreters/pxla.py")]
+    found = interpreter_failure(RuntimeError(_callback_text(*caller, callback, interp)), HERE, program, {})
+    assert found is not None and not found.vetoed, found
+    found = interpreter_failure(
+        RuntimeError(_callback_text(*caller, callback, str(other), interp)), HERE, program, {}
+    )
+    assert found is not None and "pytest" in found.vetoed
+    mine = HERE.parent / "helper.py"
+    found = interpreter_failure(RuntimeError(_callback_text(callback, interp, str(mine))), HERE, program, {})
+    assert found is not None and found.vetoed
