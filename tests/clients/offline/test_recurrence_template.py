@@ -106,6 +106,36 @@ def workload(x, lam):
 """
 
 
+HEADS = """
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+SIZES = {"full": {"b": 2, "h": 4, "t": 512, "d": 256}, "small": {"b": 1, "h": 2, "t": 32, "d": 128}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    k1, k2 = jax.random.split(jax.random.key(0) if key is None else key)
+    return (
+        jax.random.normal(k1, (s["b"], s["h"], s["t"], s["d"]), jnp.float32),
+        jax.random.normal(k2, (s["h"], s["d"]), jnp.float32),
+    )
+
+
+def workload(x, decay):  # a per-head EMA over [B, H, T, D] with a [H, D] decay
+    a = jnp.broadcast_to(jax.nn.sigmoid(decay)[None, :, None, :], x.shape)
+
+    def step(h, ab):
+        h = ab[0] * h + ab[1]
+        return h, h
+
+    h0 = jnp.zeros((x.shape[0], x.shape[1], x.shape[3]), jnp.float32)
+    _, ys = lax.scan(step, h0, (jnp.moveaxis(a, 2, 0), jnp.moveaxis((1.0 - a) * x, 2, 0)))
+    return jnp.moveaxis(ys, 0, 2)
+"""
+
+
 def _write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / f"{name}_ref.py"
     path.write_text(text)
@@ -160,6 +190,18 @@ def test_a_carry_shaped_input_the_body_closes_over_is_read_per_batch_row(tmp_pat
     assert "# loop-invariant in the body" in source
     mod, ref_mod = _module(tmp_path / "k.py", source), _module(tmp_path / "r.py", CONST)
     inputs = ref_mod.create_inputs(size={"b": 2, "t": 16, "w": 128}, key=jax.random.key(1))
+    with execution.tpu_interpret_mode():
+        got = jax.jit(mod.workload)(*inputs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref_mod.workload(*inputs)), atol=1e-5, rtol=1e-5)
+
+
+def test_two_batch_axes_tile_and_an_input_on_two_of_them_is_read_per_head(tmp_path):
+    template, _, _ = program_template(describe(str(_write(tmp_path, "heads", HEADS))).model_dump(mode="json"))
+    source = template.render({"block_t": 8, "block_w": 128}, "program")
+    assert '"parallel", "parallel", "parallel", "arbitrary"' in source
+    assert "x1_ref[pl.ds(r1, b1), :]" in source  # [H, D]: the head is on sublanes, sliced at this step's head
+    mod, ref_mod = _module(tmp_path / "k.py", source), _module(tmp_path / "r.py", HEADS)
+    inputs = ref_mod.create_inputs(size={"b": 1, "h": 2, "t": 16, "d": 128}, key=jax.random.key(2))
     with execution.tpu_interpret_mode():
         got = jax.jit(mod.workload)(*inputs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref_mod.workload(*inputs)), atol=1e-5, rtol=1e-5)
