@@ -23,6 +23,7 @@ MODEL_SIZES = (None, "small", "full")
 
 
 def register(sub: Any) -> None:
+    from maxkernel.clients.model.stages import RANKS
     from maxkernel.clients.models.registry import add_model
 
     p = sub.add_parser(
@@ -31,8 +32,13 @@ def register(sub: Any) -> None:
     p.add_argument(
         "model_ref", nargs="?", metavar="MODEL", help="a JaxBench model id or a model reference file"
     )
+    p.add_argument("--top", type=int, default=3, metavar="K", help="how many regions to optimize")
     p.add_argument(
-        "--top", type=int, default=3, metavar="K", help="regions to optimize, by share of the step"
+        "--rank",
+        choices=RANKS,
+        default="gain",
+        help="how the K regions are chosen: gain = the time a perfect kernel could win (share of the "
+        "step x (1 - 1/headroom)); share = share of the step",
     )
     p.add_argument("--mode", choices=["auto", "search"], default="auto")
     add_model(p)

@@ -32,6 +32,7 @@ class ModelRunSettings(BaseModel):
 
     model: str
     top: int
+    rank: str = "share"  # a run recorded before --rank existed ranked by share
     mode: str
     target: str
     size: str | None
@@ -83,6 +84,17 @@ def _suite_resumable(suite_dir: Path) -> bool:
     return False
 
 
+def _chosen_by(hs: Any, top: list[str], rank: str) -> str:
+    """One line: how the regions were chosen, with each one's figure."""
+    if rank == "gain":
+        figs = [f"{rid} {stages.region_gain_us(hs.region(rid)):.4g} us" for rid in top]
+        return (
+            f"regions chosen by what a perfect kernel could win of the step (--rank gain): {', '.join(figs)}"
+        )
+    figs = [f"{rid} {hs.region(rid).share:.1%}" for rid in top]
+    return f"regions chosen by share of the step (--rank share): {', '.join(figs)}"
+
+
 async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) -> ModelReport:
     from maxkernel.clients.suite.cli import run_suite
     from maxkernel.clients.suite.runner import SuiteSettings
@@ -96,7 +108,7 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
         s = ModelRunSettings.model_validate_json((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     else:
         s = ModelRunSettings(
-            model=args.model_ref, top=args.top, mode=args.mode, target=args.target, size=args.size,
+            model=args.model_ref, top=args.top, rank=args.rank, mode=args.mode, target=args.target, size=args.size,
             check_sizes=args.check_sizes, llm=args.llm, concurrency=args.concurrency,
             iterations=args.iterations, test_cases=args.test_cases, seeds=args.seeds,
             task_max_evaluations=args.task_max_evaluations,
@@ -127,8 +139,8 @@ async def run_model(args: argparse.Namespace, servers: list[Any] | None = None) 
     note(
         f"step {hs.step_us:.4g} us (estimate, {hs.tier}){' (cached)' if cached else ''}; run directory {run_dir}"
     )
-    top = stages.top_regions(hs, s.top)
-    notes = []
+    top = stages.top_regions(hs, s.top, s.rank)
+    notes = [_chosen_by(hs, top, s.rank)]
     if len(top) < s.top:
         notes.append(f"--top {s.top}: the step has {len(top)} region(s) with a cost; all of them were taken")
     # 2. extract the top K regions into the suite's workspace; one that cannot be extracted (a tool limitation
