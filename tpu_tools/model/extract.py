@@ -61,8 +61,11 @@ class ExtractReport(BaseModel):
 
 
 def _find(merged, rid: str, model: str, size: str):
+    from maxkernel.tpu_tools.model.regions import matching_id
+
+    found = matching_id([reg.id for reg in merged], rid)
     for reg in merged:
-        if reg.id == rid:
+        if reg.id == found:
             return reg
     known = ", ".join(r.id for r in merged)
     raise UsageError(f"no region {rid!r} in {model} (size {size}); its regions are: {known}")

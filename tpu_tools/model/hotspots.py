@@ -73,8 +73,11 @@ class HotspotReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
     def region(self, rid: str) -> RegionCost:
+        from maxkernel.tpu_tools.model.regions import matching_id
+
+        found = matching_id([r.region.id for r in self.regions], rid)
         for r in self.regions:
-            if r.region.id == rid:
+            if r.region.id == found:
                 return r
         known = ", ".join(r.region.id for r in self.regions)
         raise UsageError(f"no region {rid!r} in {self.model}; its regions are: {known}")

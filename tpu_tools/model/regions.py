@@ -372,6 +372,7 @@ def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
         by_sig.setdefault(r.signature, []).append(r)
     specs = _specs(flat)
     regions: list[Region] = []
+    functions: dict[int, dict[str, str]] = {}  # per region: primitive -> the function its first eqn is in
     unwritable = _unwritable(flat)
     for sig, group in by_sig.items():
         first = group[0]
@@ -413,7 +414,12 @@ def merge(flat: FlatProgram, insts: Sequence[RegionInstance]) -> list[Region]:
                 else "",
             )
         )
-    assign_ids(regions)
+        functions[id(regions[-1])] = {}
+        for e in eqs:
+            m = re.search(r"\(([^()]*)\)\s*$", e.source or "")
+            if m:
+                functions[id(regions[-1])].setdefault(e.primitive, m.group(1))
+    assign_ids(regions, functions)
     return regions
 
 
@@ -465,9 +471,14 @@ def _common_name(names: Sequence[str]) -> str:
     return "+".join("/".join(_column(col) for col in zip(*parts, strict=True)) for parts in by_depth.values())
 
 
-def _variant_words(regions: Sequence[Region]) -> list[str]:
-    """A word per region that tells apart regions with one name: its kind where kinds differ, else a
-    primitive only it has (+cond: Gemma's local attention against its global one), else its shapes."""
+def _variant_words(
+    regions: Sequence[Region], functions: dict[int, dict[str, str]] | None = None
+) -> list[str]:
+    """A word per region that tells apart regions with one name: its kind where kinds differ, else what
+    only it computes, named by the library function that writes those ops where one does (Gemma 2's
+    local attention: `sliding_mask`, from `_create_sliding_mask`; its global one: `no_sliding_mask`), else
+    a primitive only it has (`with_cond`), else its shapes."""
+    functions = functions or {}
     words = []
     for r in regions:
         others = [o for o in regions if o is not r]
@@ -476,11 +487,14 @@ def _variant_words(regions: Sequence[Region]) -> list[str]:
             continue
         mine = [p for p in r.ops if all(p not in o.ops for o in others)]
         if mine:
-            words.append("with_" + sorted(mine)[0])
+            fn = _function_word(mine, functions.get(id(r), {}))
+            words.append(fn or "with_" + sorted(mine)[0])
             continue
         theirs = sorted({p for o in others for p in o.ops if p not in r.ops})
         if theirs:
-            words.append("no_" + theirs[0])
+            fns = [_function_word(theirs, functions.get(id(o), {})) for o in others]
+            fn = next((f for f in fns if f), "")
+            words.append("no_" + (fn or theirs[0]))
             continue
         shape = "x".join(map(str, r.input_specs[0].shape)) if r.input_specs else ""
         words.append(shape or "variant")
@@ -489,8 +503,44 @@ def _variant_words(regions: Sequence[Region]) -> list[str]:
     return words
 
 
-def assign_ids(regions: list[Region]) -> None:
-    """Ids from names (slugs); regions sharing a name get the word that tells them apart appended."""
+_VERBS = re.compile(r"^(create|make|build|get|compute|apply|do|calc|calculate)_")
+
+
+def _function_word(ops: Sequence[str], functions: dict[str, str]) -> str:
+    """The library function most of `ops` are written in, as a word (`_create_sliding_mask` ->
+    `sliding_mask`); "" where none is named or it is a method's call (`Attention.__call__`)."""
+    names = [functions[p] for p in ops if functions.get(p)]
+    if not names:
+        return ""
+    best = collections.Counter(names).most_common(1)[0][0]
+    word = best.rsplit(".", 1)[-1].strip("_")
+    if not word or word.startswith("call") or word in ("init", "lambda", "<lambda>"):
+        return ""
+    word = _VERBS.sub("", word.lower())
+    return re.sub(r"[^a-z0-9_]+", "_", word).strip("_")
+
+
+def _family(slug: str) -> str:
+    """A slug with the layer numbers of every component but its last collapsed: layer_{0,2}.attn and
+    layer_{1,3}.attn are one family (variants of a layer), mlp.Einsum_0 and mlp.Einsum_1 are not."""
+    parts = slug.split(".")
+    return ".".join([re.sub(r"\{[^}]*\}|\d+", "#", p) for p in parts[:-1]] + parts[-1:])
+
+
+def matching_id(ids: Sequence[str], rid: str) -> str | None:
+    """The id `rid` names: itself, or the one id it is a prefix of up to a variant word
+    (`Transformer.layer_{0,2}.attn` for `Transformer.layer_{0,2}.attn.sliding_mask`); None if none or
+    several."""
+    if rid in ids:
+        return rid
+    hits = [i for i in ids if i.startswith(rid + ".") and "." not in i[len(rid) + 1 :]]
+    return hits[0] if len(hits) == 1 else None
+
+
+def assign_ids(regions: list[Region], functions: dict[int, dict[str, str]] | None = None) -> None:
+    """Ids from names (slugs); regions sharing a name get the word that tells them apart appended, and so
+    do variants of one layer that differ only by the layers they cover where what they compute differs
+    (`functions`: per region (by id()), the function each primitive's first equation is written in)."""
     by_slug: dict[str, list[Region]] = {}
     for r in regions:
         by_slug.setdefault(_slug(r.name), []).append(r)
@@ -498,5 +548,15 @@ def assign_ids(regions: list[Region]) -> None:
         if len(group) == 1:
             group[0].id = slug
             continue
-        for r, w in zip(group, _variant_words(group), strict=True):
+        for r, w in zip(group, _variant_words(group, functions), strict=True):
             r.id = f"{slug}.{w}"
+    by_family: dict[str, list[Region]] = {}
+    for r in regions:
+        by_family.setdefault(_family(r.id), []).append(r)
+    for group in by_family.values():
+        if len(group) < 2 or len({r.id for r in group}) < len(group) or len({r.kind for r in group}) > 1:
+            continue
+        words = _variant_words(group, functions)
+        if all(not re.fullmatch(r"[\dx]*\d+|variant\d*", w) for w in words):  # ops tell them apart
+            for r, w in zip(group, words, strict=True):
+                r.id = f"{r.id}.{w}"

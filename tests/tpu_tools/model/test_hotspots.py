@@ -211,3 +211,37 @@ def test_a_layer_from_an_installed_model_library_points_at_the_librarys_line(tmp
     (dense,) = [c for c in r.regions if c.region.name == "dense"]
     lines = [o for o in dense.region.origin if ".py:" in o]
     assert lines and all(o.startswith(f"{lib / '__init__.py'}:6") and "(dense)" in o for o in lines), lines
+
+
+def test_variants_of_a_layer_are_named_by_what_only_one_computes_and_found_without_the_word():
+    """Gemma 2's local and global attentions differ only by their layers in the name; the word says what
+    differs: the library function that writes the ops only one has (_create_sliding_mask)."""
+    from maxkernel.tpu_tools.model.regions import Region, assign_ids, matching_id
+
+    def region(name, ops, kind="attention"):
+        return Region.model_construct(name=name, kind=kind, ops=ops, input_specs=[], id="")
+
+    local = region("Transformer/layer_{0,2}/attn", {"dot_general": 2, "cond": 1, "lt": 1})
+    glob = region("Transformer/layer_{1,3}/attn", {"dot_general": 2})
+    einsums = [region(f"Transformer/layer_{{0-3}}/mlp/Einsum_{k}", {"dot_general": 1}, "matmul") for k in (0, 1)]
+    where = {"cond": "_create_sliding_mask", "lt": "_create_sliding_mask", "dot_general": "Attention.__call__"}
+    regions = [local, glob, *einsums]
+    assign_ids(regions, {id(local): where, id(glob): {"dot_general": "Attention.__call__"}})
+    assert [r.id for r in regions] == [
+        "Transformer.layer_{0,2}.attn.sliding_mask",
+        "Transformer.layer_{1,3}.attn.no_sliding_mask",
+        "Transformer.layer_{0-3}.mlp.Einsum_0",  # a module's own number is its name, not a layer's
+        "Transformer.layer_{0-3}.mlp.Einsum_1",
+    ]
+    # without a function to name, the primitive only one has
+    a, b = region("m/layer_0/attn", {"cond": 1, "exp": 1}), region("m/layer_1/attn", {"exp": 1})
+    assign_ids([a, b])
+    assert (a.id, b.id) == ("m.layer_0.attn.with_cond", "m.layer_1.attn.no_cond")
+    # the same ops in every layer: the layers alone tell them apart, no word
+    c, d = region("m/layer_0/mlp", {"dot_general": 1}), region("m/layer_1/mlp", {"dot_general": 1})
+    assign_ids([c, d])
+    assert (c.id, d.id) == ("m.layer_0.mlp", "m.layer_1.mlp")
+    ids = [r.id for r in regions]
+    assert matching_id(ids, "Transformer.layer_{0,2}.attn") == "Transformer.layer_{0,2}.attn.sliding_mask"
+    assert matching_id(ids, "Transformer.layer_{0-3}.mlp") is None  # two regions under it: not one
+    assert matching_id(ids, "Transformer.layer_{0,2}") is None
