@@ -9,8 +9,9 @@ Install: see the Makefile's models stamp (`gemma==2.0.8` without its dependencie
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from gemma import modules, transformer
+
+from maxkernel.jaxbench.model_params import draw_like_init
 
 SIZES = {
     "full": {
@@ -51,23 +52,6 @@ def config(d):
     )
 
 
-def _draw(key, shapes):
-    """Parameters shaped like the library's init (traced abstractly: cheap), drawn here: N(0, 1/fan_in) for
-    weights, N(0, 0.1) for vectors (biases and norm scales, which the library starts at one constant, so a
-    kernel that drops one fails). With a concrete key, numpy draws them: no XLA compile per shape on CPU."""
-    leaves, tree = jax.tree_util.tree_flatten(shapes)
-    std = [s.shape[-2] ** -0.5 if len(s.shape) >= 2 else 0.1 for s in leaves]
-    if isinstance(key, jax.core.Tracer):
-        ks = jax.random.split(key, len(leaves))
-        out = [sd * jax.random.normal(k, s.shape, s.dtype) for k, s, sd in zip(ks, leaves, std, strict=True)]
-    else:
-        rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
-        out = [
-            jnp.asarray(sd * rng.standard_normal(s.shape), s.dtype) for s, sd in zip(leaves, std, strict=True)
-        ]
-    return jax.tree_util.tree_unflatten(tree, out)
-
-
 def create_inputs(dtype=None, *, key=None, size="full"):
     d = SIZES[size]
     key = jax.random.key(0) if key is None else key
@@ -78,7 +62,7 @@ def create_inputs(dtype=None, *, key=None, size="full"):
     shapes = jax.eval_shape(
         lambda k: transformer.Transformer(config(d)).init(k, tokens, positions, None, mask), kp
     )
-    params = _draw(kp, shapes)
+    params = draw_like_init(kp, shapes)  # never one constant: see its docstring
     return tokens, positions, mask, params
 
 
