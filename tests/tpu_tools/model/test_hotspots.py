@@ -223,8 +223,14 @@ def test_variants_of_a_layer_are_named_by_what_only_one_computes_and_found_witho
 
     local = region("Transformer/layer_{0,2}/attn", {"dot_general": 2, "cond": 1, "lt": 1})
     glob = region("Transformer/layer_{1,3}/attn", {"dot_general": 2})
-    einsums = [region(f"Transformer/layer_{{0-3}}/mlp/Einsum_{k}", {"dot_general": 1}, "matmul") for k in (0, 1)]
-    where = {"cond": "_create_sliding_mask", "lt": "_create_sliding_mask", "dot_general": "Attention.__call__"}
+    einsums = [
+        region(f"Transformer/layer_{{0-3}}/mlp/Einsum_{k}", {"dot_general": 1}, "matmul") for k in (0, 1)
+    ]
+    where = {
+        "cond": "_create_sliding_mask",
+        "lt": "_create_sliding_mask",
+        "dot_general": "Attention.__call__",
+    }
     regions = [local, glob, *einsums]
     assign_ids(regions, {id(local): where, id(glob): {"dot_general": "Attention.__call__"}})
     assert [r.id for r in regions] == [
