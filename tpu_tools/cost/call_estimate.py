@@ -192,16 +192,41 @@ def estimate_call(
     tier: Literal["llo", "model"] = "model"
     bundles = None
     straight_s = 0.0
+    mxu_floor_s = 0.0  # tier llo: the MXU time the bundles cannot show (f32 passes; loops of unknown trips)
     if llo is not None and c.clock_ghz:
         # The compiler's schedule: one grid step runs the loop body; the rest runs once. The MXU's
         # f32 passes take longer than the schedule shows (same bundles, ~2.5x time), so the dtype's
         # MXU time is a floor under the bundle time.
-        bundles = llo.loop_bundles if llo.loop_bundles else llo.straight_line_bundles
+        # Loops inside the body (fori_loop, scan, while) issue their bundles once per iteration: each is
+        # charged times its trip count where the dump states it.
+        loop_b = llo.executed_loop_bundles if llo.executed_loop_bundles is not None else llo.loop_bundles
+        line_b = llo.straight_line_bundles
+        if llo.executed_straight_line_bundles is not None:
+            line_b = llo.executed_straight_line_bundles
+        bundles = loop_b if llo.loop_bundles else line_b
         hz = c.clock_ghz * 1e9
-        compute_s = max(bundles / hz, mxu_s if str(mm_dtype) in ("float32", "f32") else 0.0)
-        straight_s = (llo.straight_line_bundles / hz) if llo.loop_bundles else 0.0
+        f32_mxu = str(mm_dtype) in ("float32", "f32")
+        mxu_floor_s = mxu_s if f32_mxu else 0.0
+        compute_s = max(bundles / hz, mxu_floor_s)
+        straight_s = (line_b / hz) if llo.loop_bundles else 0.0
         tier = "llo"
-        if llo.inner_loop_bundles:
+        known = [lp for lp in llo.inner_loops if lp.trip_count]
+        unknown = [lp for lp in llo.inner_loops if not lp.trip_count]
+        if known:
+            notes.append(
+                f"{call.kernel_name}: {len(known)} loop(s) in the body charged their bundles times their trip "
+                f"counts ({', '.join(f'{lp.bundles} x {lp.trip_count}' for lp in known)}): {bundles} bundles per step"
+            )
+        if unknown:
+            # The bundles say one iteration; the jaxpr's matmul work (scans times their lengths) is a floor.
+            mxu_floor_s = mxu_s
+            compute_s = max(compute_s, mxu_floor_s)
+            notes.append(
+                f"{call.kernel_name}: {len(unknown)} loop(s) in the body with a trip count the dump does not "
+                f"state ({sum(lp.bundles for lp in unknown)} bundles) counted once; compute is at least the "
+                "body's counted matmul work"
+            )
+        elif llo.inner_loop_bundles and not llo.inner_loops:
             notes.append(f"{call.kernel_name}: {llo.inner_loop_bundles} bundles in inner loops counted once")
         if llo.predicated_bundles:
             notes.append(
@@ -210,15 +235,17 @@ def estimate_call(
 
     # pl.when branches run on the grid steps whose predicate holds (evaluated over the grid where it is a
     # function of the program ids). Tier model: the counted flops above are already per share. Tier llo:
-    # the loop holds every branch's bundles, so a step is charged their expected share.
+    # the loop holds every branch's bundles, so a step is charged their expected share of the bundles; the
+    # MXU floor comes from those same per-share flops, so it is not scaled again (a dot outside every
+    # branch keeps its whole floor).
     if branches is not None and branches.known:
         taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
         how = "flops counted per branch on the steps that run it"
         share = branches.active_fraction(
             c.mxu_flops_per_s(mm_dtype) * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
         )
-        if tier == "llo" and share is not None and share < 0.999:
-            compute_s *= share
+        if tier == "llo" and share is not None and share < 0.999 and bundles is not None:
+            compute_s = max(bundles / (c.clock_ghz * 1e9) * share, mxu_floor_s)
             how = f"a step's compute is {share:.2f} of the loop's bundles, weighted by each branch's counted work"
         notes.append(
             f"{call.kernel_name}: pl.when branches taken on {', '.join(taken)} of the {branches.steps} grid "

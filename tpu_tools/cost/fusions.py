@@ -361,13 +361,18 @@ def _llo_by_name(programs: Sequence[ProgramLLO] | None) -> dict[str, ProgramLLO]
 
 
 def _llo_bundles(p: ProgramLLO) -> int | None:
-    """Bundles the program issues: straight-line + loop body x the loop's trip count (None if unknown)."""
+    """Bundles the program issues: straight-line + loop body x the loop's trip count (None if unknown);
+    a Mosaic kernel's inner loops count their known trip counts (llo_parse's executed bundles)."""
+    line = p.straight_line_bundles
+    if p.executed_straight_line_bundles is not None:
+        line = p.executed_straight_line_bundles
     if not p.loop_bundles:
-        return p.straight_line_bundles or p.total_bundles
+        return line or p.total_bundles
     trips = getattr(p, "loop_trip_count", None)
     if not trips:
         return None
-    return p.straight_line_bundles + p.loop_bundles * trips
+    body = p.executed_loop_bundles if p.executed_loop_bundles is not None else p.loop_bundles
+    return line + body * trips
 
 
 def _cost_op(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-__all__ = ["ProgramLLO", "UnitUse", "parse_dump_dir", "parse_program"]
+__all__ = ["InnerLoop", "ProgramLLO", "UnitUse", "parse_dump_dir", "parse_program"]
 
 # One DMA granule is 32 bytes: a bf16[256,256] window (131072 B) moves as size_in_granules=4096 and an
 # f32[256,256] window (262144 B) as 8192, in our own v5e/v6e compiles (tests/data/llo).
@@ -35,6 +35,17 @@ _DMA = re.compile(r"\bdma\.([a-z_]+)\b[^;]*?size_in_granules=\*/\s*(\d+)")
 # The outer loop's exit test: `%p = scmp.ge.s32.totalorder %s14_s16, 26 /* loop exit test */`.
 _EXIT = re.compile(r"scmp\.(?:ge|gt)\.s32\S*\s+%\w+,\s*(\d+)\s*/\*[^*]*loop exit test")
 _ITER = re.compile(r"iteration_bounds:\s*\(([\d,\s]+)\)")
+# An inner loop (a kernel's fori_loop/scan/while): its first bundle is labelled `LB:` at its nesting
+# depth, its counter is a phi (`%s543_s27 = sphi %s655_s27, %s144_s27`) of an initial `smov 0` and a
+# `sadd.s32 1, %s543_s27`, and it exits on `scmp.ge.s32.totalorder %s144_s27, 16 /* loop exit test */`
+# (the test may be predicated: `scmp.ge... (%p161_p6), %s144_s27, 16`). A bound held in a register
+# (a trip count known only at run time) has no literal: that loop's trip count is unknown.
+# Any op may be predicated: `sadd.s32 (%p161_p6), 1, %s644_s27`, `smov (%p141_p6), 0`.
+_PRED = r"(?:\([^)]*\)\s*,\s*)?"
+_PHI = re.compile(r"(%s\w+)\s*=\s*sphi\s+(%s\w+)\s*,\s*(%s\w+)")
+_SADD = re.compile(r"(%s\w+)\s*=\s*sadd\.s32\s+" + _PRED + r"(\d+)\s*,\s*(%s\w+)")
+_SMOV = re.compile(r"(%s\w+)\s*=\s*smov\s+" + _PRED + r"(\d+)\b")
+_EXIT_ANY = re.compile(r"scmp\.(ge|gt)\.s32\S*\s+" + _PRED + r"(%s\w+)\s*,\s*(\d+)\s*/\*[^*]*loop exit test")
 _ALLOC = re.compile(r"#allocation\d+(?=\s*\[)")
 _SIZE = re.compile(r"size\s*=\s*(0x[0-9a-fA-F]+|\d+)")
 
@@ -47,6 +58,17 @@ class UnitUse(BaseModel):
     busy_fraction: float = Field(description="fraction of the bundles that issue on this unit")
     slot_fraction: float = Field(description="issued slots / (capacity x bundles)")
     capacity: int
+
+
+class InnerLoop(BaseModel):
+    """A loop inside a kernel's body (not the grid loop), as the compiler scheduled it."""
+
+    start: int = Field(description="index of its first bundle in the program")
+    bundles: int = Field(description="bundles from its first to its last (one iteration)")
+    depth: int = Field(description="nesting depth in the dump (the grid loop is 1)")
+    trip_count: int | None = Field(
+        None, description="iterations, from its counter and exit test; None: unknown"
+    )
 
 
 class DmaInfo(BaseModel):
@@ -69,7 +91,16 @@ class ProgramLLO(BaseModel):
     predicated_regions: list[int] = Field(
         default_factory=list, description="bundles a taken forward branch skips, per branch in the loop"
     )
-    inner_loop_bundles: int = Field(0, description="loop bundles nested deeper (their trip count is unknown)")
+    inner_loop_bundles: int = Field(
+        0, description="bundles in loops inside the kernel body, each counted once"
+    )
+    inner_loops: list[InnerLoop] = Field(default_factory=list, description="loops inside the kernel body")
+    executed_loop_bundles: int | None = Field(
+        None, description="bundles one grid step issues: inner loops times their known trip counts"
+    )
+    executed_straight_line_bundles: int | None = Field(
+        None, description="bundles outside the grid loop as issued: inner loops times their known trip counts"
+    )
     loop_trip_count: int | None = Field(
         default=None, description="the grid loop's trip count, from its exit test (pipeline stages included)"
     )
@@ -105,12 +136,55 @@ def _parse_schedule(text: str | None, out: ProgramLLO) -> None:
         out.empty_bundles = int(e.group(1))
 
 
+def _s32(x: str) -> int:
+    v = int(x)
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
+def _inner_loops(
+    rows: list[tuple[int, int, str, str]], labels: list[str], lo: int, hi: int, base: int
+) -> list[InnerLoop]:
+    """The loops starting (`LB:`) at depth >= `base` in bundles [lo, hi], with their trip counts where the
+    dump states them (a literal exit bound, a literal start and step of the counter)."""
+    text = [b for _, _, b, _ in rows]
+    steps = {m.group(1): (_s32(m.group(2)), m.group(3)) for b in text for m in _SADD.finditer(b)}
+    inits = {m.group(1): _s32(m.group(2)) for b in text for m in _SMOV.finditer(b)}
+    starts = [i for i in range(lo, hi + 1) if labels[i] == "LB" and rows[i][1] >= base]
+    loops = []
+    for i in starts:
+        d = rows[i][1]
+        stop = next((j for j in starts if j > i and rows[j][1] <= d), hi + 1)
+        end = max(j for j in range(i, stop) if rows[j][1] >= d)
+        phis = {m.group(1): m.group(2) for b in text[i : end + 1] for m in _PHI.finditer(b)}
+        trip = None
+        for b in text[i : end + 1]:
+            for m in _EXIT_ANY.finditer(b):
+                step, phi = steps.get(m.group(2), (0, ""))
+                if phi not in phis or step <= 0 or phis[phi] not in inits:
+                    continue
+                bound = int(m.group(3)) + (1 if m.group(1) == "gt" else 0)
+                trip = max(1, -(-(bound - inits[phis[phi]]) // step))
+        loops.append(InnerLoop(start=i, bundles=end - i + 1, depth=d, trip_count=trip))
+    return loops
+
+
+def _executed(loops: list[InnerLoop], lo: int, hi: int) -> int:
+    """Bundles [lo, hi] as issued: each inside a loop counted its (known) trip count times, nested loops multiplied."""
+    mult = [1] * (hi - lo + 1)
+    for lp in loops:
+        if lp.trip_count and lo <= lp.start <= hi:
+            for k in range(lp.start, min(hi, lp.start + lp.bundles - 1) + 1):
+                mult[k - lo] *= lp.trip_count
+    return sum(mult)
+
+
 def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
-    """Fill loop/straight-line/predicated counts and DMAs; return each bundle's loop depth, in order."""
+    """Fill loop/straight-line/predicated counts and DMAs; return each bundle's grid-loop depth, in order."""
     if not text:
         out.notes.append("no final_bundles file")
         return []
     rows: list[tuple[int, int, str, str]] = []  # (address, depth, body, comment)
+    labels: list[str] = []
     for line in text.splitlines():
         m = _BUNDLE.match(line)
         if not m:
@@ -119,6 +193,7 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
         cut = rest.rfind("} /*") if rest.endswith("*/") else -1
         body, comment = (rest[:cut], rest[cut + 1 :]) if cut >= 0 else (rest.removesuffix("}"), "")
         rows.append((int(m.group(1), 0), len(m.group(3)), body.strip(), comment))
+        labels.append(m.group(2) or "")
     if not rows:
         out.notes.append("final_bundles has no bundle lines in the expected format")
         return []
@@ -126,6 +201,13 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     if it:
         out.iteration_bounds = [int(x) for x in it.group(1).replace(" ", "").split(",") if x]
     depths = [d for _, d, _, _ in rows]
+    # A kernel with one grid step has no grid loop: its depth-1 loops are the body's own (a fori_loop).
+    no_grid_loop = out.is_kernel and bool(out.iteration_bounds) and all(b == 1 for b in out.iteration_bounds)
+    if no_grid_loop:
+        out.inner_loops = _inner_loops(rows, labels, 0, len(rows) - 1, 1)
+        out.inner_loop_bundles = sum(lp.bundles for lp in out.inner_loops if lp.depth == 1)
+        out.executed_straight_line_bundles = _executed(out.inner_loops, 0, len(rows) - 1)
+        depths = [0] * len(rows)
     in_loop = [i for i, d in enumerate(depths) if d >= 1]
     if in_loop:
         first, last = in_loop[0], in_loop[-1]
@@ -137,7 +219,10 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     if exits:
         out.loop_trip_count = exits[-1]
     out.straight_line_bundles = len(rows) - len(loop)
-    out.inner_loop_bundles = sum(1 for i in loop if depths[i] >= 2)
+    if in_loop:
+        out.inner_loops = _inner_loops(rows, labels, first, last, 2)
+        out.inner_loop_bundles = sum(lp.bundles for lp in out.inner_loops if lp.depth == 2)
+        out.executed_loop_bundles = _executed(out.inner_loops, first, last)
     if out.total_bundles is None:
         out.total_bundles = len(rows)
         out.empty_bundles = sum(1 for _, _, b, _ in rows if not b)
