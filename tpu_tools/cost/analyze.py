@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.cost.estimate import StaticEstimate
-from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+from maxkernel.tpu_tools.cost.llo_parse import InnerLoop, ProgramLLO
 from maxkernel.tpu_tools.reports import Failure
 
 __all__ = ["AnalysisReport", "ProgramAnalysis", "estimate_one", "layout_problems", "summarize"]
@@ -35,6 +35,11 @@ class ProgramAnalysis(BaseModel):
     grid: list[int] = Field(default_factory=list)
     straight_line_bundles: int
     loop_bundles: int = Field(description="bundles per grid step (the grid loop body)")
+    executed_bundles_per_step: int | None = Field(
+        default=None,
+        description="bundles a grid step issues: loops in the body times their known trip counts",
+    )
+    inner_loops: list[InnerLoop] = Field(default_factory=list, description="loops in the kernel body")
     predicated_bundles: int
     total_bundles: int | None
     utilization: dict[str, float] = Field(
@@ -84,6 +89,10 @@ def _program(p: ProgramLLO) -> ProgramAnalysis:
         grid=p.iteration_bounds,
         straight_line_bundles=p.straight_line_bundles,
         loop_bundles=p.loop_bundles,
+        executed_bundles_per_step=(
+            p.executed_loop_bundles if p.loop_bundles else p.executed_straight_line_bundles
+        ),
+        inner_loops=p.inner_loops,
         predicated_bundles=p.predicated_bundles,
         total_bundles=p.total_bundles,
         utilization={k: round(u.busy_fraction, 4) for k, u in units.items() if k in UNIT_LABELS},
@@ -108,6 +117,11 @@ def summarize(report: AnalysisReport) -> str:
         mxu, vld, vst, valu = (u.get(x, 0.0) for x in ("MXU", "VLOAD", "VSTORE", "VALU"))
         where = "the loop's" if k.loop_bundles else "its"
         parts = [f"{k.program}: {k.loop_bundles or k.straight_line_bundles} bundles per grid step"]
+        if k.inner_loops:
+            trips = ", ".join(f"{lp.bundles} x {lp.trip_count or 'unknown'}" for lp in k.inner_loops)
+            parts[0] += (
+                f" ({k.executed_bundles_per_step} as issued: loops in the body of {trips} bundles x trips)"
+            )
         parts.append(
             f"MXU busy in {mxu:.0%} of {where} bundles, vector loads in {vld:.0%}, stores in {vst:.0%}"
         )
