@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
 
-__all__ = ["BranchWork", "KernelBranches", "body_work", "kernel_branches"]
+__all__ = ["BranchWork", "KernelBranches", "body_loop_trips", "body_work", "kernel_branches"]
 
 # Grid points past this (over the axes a body reads) are not enumerated: their branches stay charged every step.
 MAX_STEPS = 1 << 22
@@ -117,6 +117,26 @@ def body_work(eqns: Any) -> BranchWork:
             w.elements += mult * part.elements
             w.transcendentals += mult * part.transcendentals
     return w
+
+
+def body_loop_trips(eqns: Any) -> list[int | None]:
+    """The trip count of each loop in a kernel body, in program order (an outer loop before the loops in
+    it), as the compiled loop runs it: a scan's length over its unroll; a while loop's is None (its bound
+    is a value)."""
+    out: list[int | None] = []
+    for eqn in eqns:
+        name = eqn.primitive.name
+        if name == "scan":
+            length = int(eqn.params.get("length", 1))
+            unroll = eqn.params.get("unroll", 1)
+            unroll = length if unroll is True else max(1, int(unroll or 1))
+            if length > unroll:  # fully unrolled: no loop left in the compiled code
+                out.append(-(-length // unroll))
+        elif name == "while":
+            out.append(None)
+        for sub in _subjaxprs(eqn):
+            out += body_loop_trips(sub.eqns)
+    return out
 
 
 def _trunc_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from maxkernel.tpu_tools.cost.block_schedule import (
     round_up,
 )
 from maxkernel.tpu_tools.cost.branches import KernelBranches
-from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+from maxkernel.tpu_tools.cost.llo_parse import InnerLoop, ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
 from maxkernel.tpu_tools.hardware.megacore import core_split, cores_per_device
 from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
@@ -141,8 +141,12 @@ def estimate_call(
     body_flops_per_step: float | None = None,
     llo: ProgramLLO | None = None,
     branches: KernelBranches | None = None,
+    body_loop_trips: Sequence[int | None] | None = None,
 ) -> CallEstimate:
-    """One kernel's pipeline estimate; without scalar-prefetch values a table-read index is fetched every step."""
+    """One kernel's pipeline estimate; without scalar-prefetch values a table-read index is fetched every step.
+
+    body_loop_trips: the trip count of each loop in the body's jaxpr (branches.body_loop_trips), used for
+    a compiled loop whose trip count the dump does not state when the two lists pair up."""
     grid, notes = bounded_grid(call)
     steps = max(1, math.prod(grid))
     sched = block_schedule(call, scalar_prefetch)
@@ -204,18 +208,24 @@ def estimate_call(
         if llo.executed_straight_line_bundles is not None:
             line_b = llo.executed_straight_line_bundles
         bundles = loop_b if llo.loop_bundles else line_b
+        loops, from_jaxpr = _loops_with_jaxpr_trips(llo.inner_loops, body_loop_trips)
+        bundles += _extra_bundles(loops, from_jaxpr)
+        if not llo.loop_bundles:
+            line_b = bundles
         hz = c.clock_ghz * 1e9
         f32_mxu = str(mm_dtype) in ("float32", "f32")
         mxu_floor_s = mxu_s if f32_mxu else 0.0
         compute_s = max(bundles / hz, mxu_floor_s)
         straight_s = (line_b / hz) if llo.loop_bundles else 0.0
         tier = "llo"
-        known = [lp for lp in llo.inner_loops if lp.trip_count]
-        unknown = [lp for lp in llo.inner_loops if not lp.trip_count]
+        known = [lp for lp in loops if lp.trip_count]
+        unknown = [lp for lp in loops if not lp.trip_count]
         if known:
             notes.append(
                 f"{call.kernel_name}: {len(known)} loop(s) in the body charged their bundles times their trip "
-                f"counts ({', '.join(f'{lp.bundles} x {lp.trip_count}' for lp in known)}): {bundles} bundles per step"
+                f"counts ({', '.join(f'{lp.bundles} x {lp.trip_count}' for lp in known)}"
+                + (f"; {len(from_jaxpr)} trip count(s) from the body's jaxpr" if from_jaxpr else "")
+                + f"): {bundles} bundles per step"
             )
         if unknown:
             # The bundles say one iteration; the jaxpr's matmul work (scans times their lengths) is a floor.
@@ -336,6 +346,48 @@ def estimate_call(
         steps_per_core=split.steps_per_core,
         notes=notes,
     )
+
+
+def _loops_with_jaxpr_trips(
+    loops: list[InnerLoop], trips: Sequence[int | None] | None
+) -> tuple[list[InnerLoop], list[int]]:
+    """The dump's loops with the jaxpr's trip counts filled in where the dump states none, and the indices
+    filled. Only when the lists pair up: as many loops, and every trip count both state agrees."""
+    if not trips or len(trips) != len(loops) or not any(lp.trip_count is None for lp in loops):
+        return loops, []
+    if any(
+        lp.trip_count is not None and t is not None and lp.trip_count != t
+        for lp, t in zip(loops, trips, strict=True)
+    ):
+        return loops, []
+    out, filled = [], []
+    for i, (lp, t) in enumerate(zip(loops, trips, strict=True)):
+        if lp.trip_count is None and t:
+            out.append(lp.model_copy(update={"trip_count": t}))
+            filled.append(i)
+        else:
+            out.append(lp)
+    return out, filled
+
+
+def _extra_bundles(loops: list[InnerLoop], filled: list[int]) -> int:
+    """Bundles the dump's executed count lacks for the loops whose trip count came from the jaxpr: each
+    loop's bundles x (trips - 1), times the trip counts of the loops around it."""
+    extra = 0
+    for i in filled:
+        lp = loops[i]
+        around = math.prod(
+            o.trip_count or 1
+            for o in loops
+            if o is not lp and o.start < lp.start < o.start + o.bundles and o.depth < lp.depth
+        )
+        inside = sum(  # the dump's loops nested in it, counted for its one iteration: now for each
+            (o.trip_count or 1) * o.bundles - o.bundles
+            for j, o in enumerate(loops)
+            if j not in filled and o.depth == lp.depth + 1 and lp.start < o.start < lp.start + lp.bundles
+        )
+        extra += (lp.trip_count - 1) * (lp.bundles + inside) * around
+    return extra
 
 
 def fmt_bytes(n: float) -> str:

@@ -313,6 +313,11 @@ def estimate_pallas(
         if program and len(program.kernel_branches) == len(calls)
         else [None] * len(calls)
     )
+    loops = (
+        program.kernel_loop_trips
+        if program and len(program.kernel_loop_trips) == len(calls)
+        else [None] * len(calls)
+    )
     matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
     per = [
         estimate_call(
@@ -323,6 +328,7 @@ def estimate_pallas(
             body[i] if body else None,
             matched[i],
             branches[i],
+            loops[i],
         )
         for i, call in enumerate(calls)
     ]

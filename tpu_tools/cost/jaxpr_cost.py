@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.cost.branches import KernelBranches, body_work, kernel_branches
+from maxkernel.tpu_tools.cost.branches import KernelBranches, body_loop_trips, body_work, kernel_branches
 from maxkernel.tpu_tools.cost.jaxpr_ops import (
     TRANSCENDENTAL,
     _conv_flops,
@@ -46,6 +46,10 @@ class ProgramCost(BaseModel):
     kernel_branches: list[KernelBranches | None] = Field(
         default_factory=list, description="per pallas_call, its pl.when branches and how often each runs"
     )
+    kernel_loop_trips: list[list[int | None]] = Field(
+        default_factory=list,
+        description="per pallas_call, the trip count of each loop in its body (None: a value)",
+    )
     outside_flops: float = Field(description="matmul/conv flops outside every pallas_call")
     outside_vpu_ops: float = Field(description="elementwise/reduction element-ops outside the kernels")
     outside_transcendentals: float
@@ -71,6 +75,7 @@ class _Outside:
         self.kernel_flops: list[float] = []
         self.kernel_trans: list[float] = []
         self.kernel_branches: list[KernelBranches | None] = []
+        self.kernel_loops: list[list[int | None]] = []
         self.mm_dtype: str | None = None
         self.notes: list[str] = []
 
@@ -86,6 +91,7 @@ class _Outside:
                 self.kernel_flops.append(f)
                 self.kernel_trans.append(t)
                 self.kernel_branches.append(kernel_branches(eqn))
+                self.kernel_loops.append(body_loop_trips(eqn.params["jaxpr"].eqns))
                 continue
             subs = _subjaxprs(eqn)
             if subs:
@@ -130,6 +136,7 @@ def program_cost(closed_jaxpr: Any) -> ProgramCost:
         kernel_flops_per_step=w.kernel_flops,
         kernel_transcendentals_per_step=w.kernel_trans,
         kernel_branches=w.kernel_branches,
+        kernel_loop_trips=w.kernel_loops,
         outside_flops=w.flops,
         outside_vpu_ops=w.vpu,
         outside_transcendentals=w.trans,

@@ -171,3 +171,35 @@ def test_the_analysis_summary_names_the_loops_and_what_a_step_issues():
     report.kernels = [_program(k)]
     text = summarize(report)
     assert "66 bundles per grid step (1326 as issued" in text and "20 x 64" in text
+
+
+def test_a_trip_count_the_dump_does_not_state_is_taken_from_the_jaxpr_when_the_loops_pair(tmp_path):
+    """The dump flags are internal: if libtpu stops writing the exit test's comment, the fori_loop's
+    trip count (a scan's length over its unroll in the kernel's jaxpr) still charges the loop."""
+    import shutil
+
+    shutil.copytree(DATA / "v5e_loop64", tmp_path / "d")
+    for f in (tmp_path / "d").glob("*final_bundles.txt"):
+        f.write_text(f.read_text().replace("loop exit test", "exit"))
+    jaxpr = jax.make_jaxpr(LOOPS.looped)(jax.ShapeDtypeStruct((4 * 8 * 64, 512), jnp.float32))
+    prog = program_cost(jaxpr)
+    assert prog.kernel_loop_trips == [[64]]
+    llo = parse_dump_dir(tmp_path / "d")
+    (k,) = [p for p in llo if p.is_kernel]
+    assert [lp.trip_count for lp in k.inner_loops] == [None]
+    e = estimate_pallas(find_pallas_calls(jaxpr), "tpu-v5e", program=prog, llo=llo).per_call[0]
+    assert e.bundles_per_step == 1326 and any("from the body's jaxpr" in n for n in e.notes)
+    # a while loop's trip count is a value: nothing to pair, the loop stays counted once and said so
+    dyn = jax.make_jaxpr(LOOPS.dynamic)(jax.ShapeDtypeStruct((4 * 8 * 16, 512), jnp.float32))
+    assert program_cost(dyn).kernel_loop_trips == [[None]]
+
+
+def test_an_unrolled_scans_compiled_trip_count_is_its_length_over_the_unroll():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = jax.lax.fori_loop(0, 256, lambda i, a: a * 1.01, x_ref[...], unroll=8)
+
+    def f(x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    jaxpr = jax.make_jaxpr(f)(jax.ShapeDtypeStruct((8, 128), jnp.float32))
+    assert program_cost(jaxpr).kernel_loop_trips == [[32]]
