@@ -255,8 +255,14 @@ def estimate_call(
             c.mxu_flops_per_s(mm_dtype) * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
         )
         if tier == "llo" and share is not None and share < 0.999 and bundles is not None:
-            compute_s = max(bundles / (c.clock_ghz * 1e9) * share, mxu_floor_s)
+            shared_s = bundles / (c.clock_ghz * 1e9) * share
+            compute_s = max(shared_s, mxu_floor_s)
             how = f"a step's compute is {share:.2f} of the loop's bundles, weighted by each branch's counted work"
+            if mxu_floor_s > shared_s:
+                how += (
+                    f"; the MXU floor ({mxu_floor_s * 1e6:.3g} us a step, from the flops each branch counts) "
+                    "is above that and sets it, unscaled"
+                )
         notes.append(
             f"{call.kernel_name}: pl.when branches taken on {', '.join(taken)} of the {branches.steps} grid "
             f"steps (predicates evaluated over the grid): {how}"

@@ -153,7 +153,9 @@ ASSUMPTIONS = [
     "MXU at the operand dtype's peak (f32 = bf16 / chips.F32_MXU_SLOWDOWN, calibrated on v5e) scaled by how "
     "fully blocks fill the MXU",
     "tier llo: a step's compute = the compiler's grid-loop bundles / clock (f32 matmuls: at least the f32 "
-    "MXU time); the bundles outside the loop run once",
+    "MXU time); the bundles outside the loop run once; a loop in the kernel body (fori_loop, scan, while) "
+    "is charged its bundles x its trip count (the dump's, else the jaxpr's; unknown: once, named, with the "
+    "counted matmul work as a floor)",
     f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
     f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
     "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
@@ -161,8 +163,8 @@ ASSUMPTIONS = [
     "a single-buffered block (pl.Buffered(1)) cannot be prefetched: its transfers add to the step time",
     "pl.when branches: a predicate of the program ids is evaluated over the grid, and a step is charged the "
     "expected share of its body's work (each branch weighted by its counted MXU, VPU and EUP time); the "
-    "skipped work's bundles are not charged, the step's fixed cost is; a predicate that reads memory is "
-    "charged every step",
+    "skipped work's bundles are not charged, the step's fixed cost is (the f32 MXU floor comes from the "
+    "per-branch flops, never scaled again); a predicate that reads memory is charged every step",
     "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
     "XLA ops around the pallas_calls: roofline of their matmul/conv flops, element-ops and the bytes of "
     "every value they touch (jaxpr_cost.py), added to the kernels' time",

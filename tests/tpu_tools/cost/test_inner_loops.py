@@ -161,6 +161,7 @@ def test_a_branch_share_does_not_scale_the_f32_mxu_floor_of_a_dot_outside_every_
     assert e.tier == "llo" and any("pl.when branches taken on 0.12, 0.12" in n for n in e.notes)
     floor_us = 2 * 4096**3 / get_chip("tpu-v5e").mxu_flops_per_s("float32") * 1e6
     assert e.compute_time_us == pytest.approx(floor_us, rel=1e-6)  # was floor_us x the branches' share
+    assert any("sets it, unscaled" in n for n in e.notes)
 
 
 def test_the_analysis_summary_names_the_loops_and_what_a_step_issues():
