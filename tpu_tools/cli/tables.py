@@ -107,5 +107,23 @@ def print_named(
         said.append(f"{optional} left out")
     if said:
         console.print(f"{'; '.join(said)} (all of it: --json or a wider terminal)", markup=False)
+    shown = [name(n) for n in names]
+    longest = max((cell_len(x) for x in shown), default=0)
+    width = console.width - (natural_width(console, table) - longest)
+    if 8 <= width < longest:  # the names fold: at their separators, not inside a word
+        table = build(lambda s: wrap_at_parts(name(s), width), full)
     console.print(table)
     return name, full
+
+
+def wrap_at_parts(name: str, width: int) -> str:
+    """`name` on lines of at most `width` cells, broken after a '/' or '.' (a part longer than a line is
+    left for the table to fold)."""
+    parts = re.findall(r"[^/.]*[/.]|[^/.]+$", name)
+    lines, line = [], ""
+    for part in parts:
+        if line and cell_len(line + part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    return "\n".join([*lines, line]) if line else "\n".join(lines)

@@ -220,3 +220,15 @@ def test_the_task_table_names_every_task_whole_at_80_columns(monkeypatch):
     rows = _name_column(text, "id", "model", len(tasks))
     assert [name for name, _ in rows] == [t.id for t in tasks]  # 1p_Flash_Attention, not 1p_Flas…
     assert [first.split()[-1] for _, first in rows] == [str(t.mesh_devices or 1) for t in tasks]
+
+
+def test_a_folded_name_breaks_after_its_separators_not_inside_a_word():
+    from maxkernel.tpu_tools.cli.tables import wrap_at_parts
+
+    name = "blocks.{0,1}.recurrent_block.rg_lru.recurrence"
+    lines = wrap_at_parts(name, 21).split("\n")
+    assert lines == ["blocks.{0,1}.", "recurrent_block.", "rg_lru.recurrence"]
+    assert "".join(lines) == name and all(len(line) <= 21 for line in lines)
+    assert wrap_at_parts("a/b", 80) == "a/b"
+    # a part longer than the line stays whole on its own line (the table folds it)
+    assert wrap_at_parts("x.averyveryverylongpart.y", 8).split("\n") == ["x.", "averyveryverylongpart.", "y"]
