@@ -117,9 +117,9 @@ def print_named(
 
 
 def wrap_at_parts(name: str, width: int) -> str:
-    """`name` on lines of at most `width` cells, broken after a '/' or '.' (a part longer than a line is
-    left for the table to fold)."""
-    parts = re.findall(r"[^/.]*[/.]|[^/.]+$", name)
+    """`name` on lines of at most `width` cells, broken after a '/', '.' or ',' (a part longer than a line
+    is left for the table to fold)."""
+    parts = re.findall(r"[^/.,]*[/.,]|[^/.,]+$", name)
     lines, line = [], ""
     for part in parts:
         if line and cell_len(line + part) > width:

@@ -230,5 +230,11 @@ def test_a_folded_name_breaks_after_its_separators_not_inside_a_word():
     assert lines == ["blocks.{0,1}.", "recurrent_block.", "rg_lru.recurrence"]
     assert "".join(lines) == name and all(len(line) <= 21 for line in lines)
     assert wrap_at_parts("a/b", 80) == "a/b"
+    assert wrap_at_parts("layer_{0-3}.{pre_attention_norm,post_attention_norm,+2}", 21).split("\n") == [
+        "layer_{0-3}.",
+        "{pre_attention_norm,",
+        "post_attention_norm,",
+        "+2}",
+    ]
     # a part longer than the line stays whole on its own line (the table folds it)
     assert wrap_at_parts("x.averyveryverylongpart.y", 8).split("\n") == ["x.", "averyveryverylongpart.", "y"]
