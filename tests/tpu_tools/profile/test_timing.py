@@ -61,10 +61,21 @@ def test_reference_vs_itself_is_a_tie(measured, inputs):
     assert floor.rel_spread <= floor.rel_spread_ci95_high
 
 
-def test_four_times_the_work_is_slower(measured):
-    est = speedup(measured["reference"], measured["candidate"])
-    assert est.ci95_high < 1.0
-    assert est.significant
+def test_four_times_the_work_is_slower(measured, inputs):
+    # Wall clock on a shared 2-core box: another process can swamp one measurement (ci95_high 1.15 at a
+    # 0.31 ratio, seen with a test tier beside it). Up to three independent measurements: one must find
+    # the slowdown significant, and none may ever call 4x the work faster.
+    ref, cand = jax.jit(_work), jax.jit(_work_4x)
+    ests = [speedup(measured["reference"], measured["candidate"])]
+    for seed in (1, 2):
+        if ests[-1].significant and ests[-1].ci95_high < 1.0:
+            break
+        m = measure_interleaved(
+            {"reference": ref, "candidate": cand}, inputs, warmups=1, reps=30, min_time_s=0.0, seed=seed
+        )
+        ests.append(speedup(m["reference"], m["candidate"]))
+    assert any(e.significant and e.ci95_high < 1.0 for e in ests), ests
+    assert all(e.ratio < 1.0 and e.ci95_low < 1.0 for e in ests), ests
 
 
 def test_inputs_rotate_between_reps(inputs):
