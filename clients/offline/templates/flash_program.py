@@ -510,20 +510,8 @@ def recognise(program: Program) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-SOURCE = '''"""Attention as an online softmax (offline template `flash_program`), from the reference's traced program.
-
-The reference's q, k, v are brought to [N, G, S, D] / [N, S, D] (N: its batch axes, G: the query's
-extra axes per kv head) by its own leading equations and a transpose; the kernel walks kv blocks
-innermost ("arbitrary"), keeping the running max, sum and accumulator in f32 VMEM scratch (set under
-pl.when(kv == 0)), so no step holds more than a [block_q, block_kv] score tile.${causal_note}
-${two_pass_note}
-The result goes back to the reference's layout through its own trailing equations.
-
-Shape-generic: every shape is read from the inputs when the kernel is traced; the block sizes were
-chosen for the target size (${target}) and clamp to smaller inputs; a partial last block is masked
-(kv columns past the sequence never count, and their v rows are zeroed).
-"""
-
+# What the kernels of both layouts open with: imports, the config, the constants, the causal bound.
+_PRELUDE = '''
 import functools
 import math
 
@@ -550,7 +538,25 @@ def _last_kv(qi, block_q, block_kv, nk):
     return jnp.minimum((qi * block_q + block_q - 1) // block_kv, nk - 1)
 
 
-def _scores(q_ref, k_ref, ${extra_refs}qi, ki, s_kv):
+'''
+
+SOURCE = (
+    '''"""Attention as an online softmax (offline template `flash_program`), from the reference's traced program.
+
+The reference's q, k, v are brought to [N, G, S, D] / [N, S, D] (N: its batch axes, G: the query's
+extra axes per kv head) by its own leading equations and a transpose; the kernel walks kv blocks
+innermost ("arbitrary"), keeping the running max, sum and accumulator in f32 VMEM scratch (set under
+pl.when(kv == 0)), so no step holds more than a [block_q, block_kv] score tile.${causal_note}
+${two_pass_note}
+The result goes back to the reference's layout through its own trailing equations.
+
+Shape-generic: every shape is read from the inputs when the kernel is traced; the block sizes were
+chosen for the target size (${target}) and clamp to smaller inputs; a partial last block is masked
+(kv columns past the sequence never count, and their v rows are zeroed).
+"""
+'''
+    + _PRELUDE
+    + '''def _scores(q_ref, k_ref, ${extra_refs}qi, ki, s_kv):
     """The reference's masked f32 scores of q block qi against kv block ki."""
     block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
     q, k = q_ref[...], k_ref[...]
@@ -677,8 +683,10 @@ ${extra_map}
 ${tail}
     return ${result}
 '''
+)
 
-SOURCE_T = '''"""Attention as an online softmax with the sequence on lanes (offline template `flash_program`).
+SOURCE_T = (
+    '''"""Attention as an online softmax with the sequence on lanes (offline template `flash_program`).
 
 The reference's q, k, v are brought to [N, G, D, S] / [N, D, S] (N: its batch axes, G: the query's
 extra axes per kv head): D on sublanes and the sequence on lanes, the layout XLA keeps a [..., S, H, D]
@@ -694,34 +702,9 @@ Shape-generic: every shape is read from the inputs when the kernel is traced; th
 chosen for the target size (${target}) and clamp to smaller inputs; a partial last block is masked
 (kv rows past the sequence never count, and their v columns are zeroed).
 """
-
-import functools
-import math
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
-
-${config_marker}${config_json}
-BLOCK_Q = ${block_q}
-BLOCK_KV = ${block_kv}
-VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
-CAUSAL = ${causal}
-TWO_PASS = ${two_pass}  # kv is walked twice: statistics, then the normalised probabilities
-PASSES = 2 if TWO_PASS else 1
-MASK_VALUE = -1e30  # scores above the diagonal (causal): exp() of them is 0 in f32
-
-
-def _last_kv(qi, block_q, block_kv, nk):
-    """The last kv block a q block needs (causal: the diagonal's; else the last)."""
-    if not CAUSAL:
-        return nk - 1
-    return jnp.minimum((qi * block_q + block_q - 1) // block_kv, nk - 1)
-
-
-def _scores(q, k, keep, qi, ki, s_kv):
+'''
+    + _PRELUDE
+    + '''def _scores(q, k, keep, qi, ki, s_kv):
     """The reference's masked f32 scores, transposed: [block_kv, block_q] of kv block ki against q block qi."""
     block_q, block_kv = q.shape[1], k.shape[1]
     s = lax.dot_general(k, q, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
@@ -856,6 +839,7 @@ ${extra_map}
 ${tail}
     return ${result}
 '''
+)
 
 
 BLOCKS = (128, 256, 512, 1024)
