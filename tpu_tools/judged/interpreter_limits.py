@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 import sys
 import sysconfig
@@ -156,7 +157,7 @@ def own_host_code(closed_jaxpr, before: dict[tuple[str, Any], Any]) -> str | Non
     from jax._src.interpreters import mlir
 
     cpu_rules = mlir._platform_specific_lowerings.get("cpu", {})
-    genuine = _Genuine(None)
+    genuine: _Genuine | None = None  # built on a rule's first question: it reads every loaded module
     for eqn in _eqns(closed_jaxpr.jaxpr):
         prim, name = eqn.primitive, eqn.primitive.name
         if "callback" in name:
@@ -165,6 +166,7 @@ def own_host_code(closed_jaxpr, before: dict[tuple[str, Any], Any]) -> str | Non
             rule = rules.get(prim)
             if rule is None or before.get((platform, prim)) is rule:
                 continue
+            genuine = genuine or _Genuine(None)
             if not (_jax_defines(prim) and _jaxs_own(rule, genuine)):
                 return f"primitive {name}, lowered by a rule registered after the candidate was imported"
     return None
@@ -193,8 +195,6 @@ def _jaxs_own(obj: Any, genuine: _Genuine, depth: int = 0) -> bool:
     """Whether a lowering rule is jax's own through and through: functions are genuine code objects of
     jax's (or jaxlib's) loaded modules, partials and closures hold only such functions, and every other
     object they hold is of a type jax, jaxlib, numpy or the standard library defines."""
-    import functools
-
     if depth > 6:
         return False
     if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
@@ -408,9 +408,13 @@ def _where(filename: str) -> str:
     return "/".join(Path(filename).parts[-2:])
 
 
+@functools.cache
+def _stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
 def _stdlib(path: Path) -> bool:
-    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
-    return path.is_relative_to(stdlib) and "site-packages" not in path.parts
+    return path.is_relative_to(_stdlib_root()) and "site-packages" not in path.parts
 
 
 def _is_jax(filename: str, *, with_jaxlib: bool = False) -> bool:
