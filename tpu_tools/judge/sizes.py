@@ -220,6 +220,7 @@ def validate_at_sizes(
         for field in (
             "per_seed",
             "tolerance",
+            "numerics",
             "run_order",
             "has_pallas_call",
             "work",
