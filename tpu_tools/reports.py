@@ -264,6 +264,9 @@ class ValidationReport(SizesRecord):
         description="what the kernel was compared with: the target-precision reference and the oracle",
     )
     per_seed: list[SeedResult] = []
+    error_summary: str = Field(
+        default="", description="the error rule's worst ratios over every run, in one line (error_rule.py)"
+    )
     has_pallas_call: bool | None = None
     work: WorkCensus | None = Field(default=None, description="flops inside/outside the pallas_calls (jaxpr)")
     races_found: bool = False

@@ -546,7 +546,7 @@ class SuiteRunner:
                 "reference": task,
                 "kernel_source": source,
                 "compile_target": self.s.target,
-                "validate_target": "cpu",
+                "validate_target": self.s.target,  # its numerics: off the chip it still runs interpreted
                 "profile_target": self.s.target,
                 "size": self.s.size,
                 "seeds": self.s.verify_seeds,

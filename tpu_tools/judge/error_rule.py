@@ -209,3 +209,25 @@ def leaf_passes(
     return judge_leaf(
         0, expected, actual, tol, within(expected, actual, tol), oracle, ref, out_dtype, factor
     ).ok
+
+
+def rule_summary(per_seed: list, numerics=None) -> str:
+    """One line for every summary (validate, compose, model, auto, search, suite): the rule and the worst
+    ratios seen, from the per-seed errors; empty when nothing was compared."""
+    errs = [e for r in per_seed for e in getattr(r, "errors", [])]
+    if not errs:
+        return ""
+    rated = [e for e in errs if e.ratio_max is not None or e.ratio_mean is not None]
+    rules = sorted({e.rule for e in errs})
+    if not rated:
+        return f"compared by {', '.join(rules)} ({len(errs)} output checks)"
+    worst_max = max((e.ratio_max for e in rated if e.ratio_max is not None), default=0.0)
+    worst_mean = max((e.ratio_mean for e in rated if e.ratio_mean is not None), default=0.0)
+    factor = rated[0].factor
+    where = ""
+    if numerics is not None and getattr(numerics, "differs_from_host", None):
+        where = " (the reference at the target's precision)"
+    return (
+        f"error vs the upcast oracle, worst over {len(errs)} output checks: {worst_max:.2f}x (max) / "
+        f"{worst_mean:.2f}x (mean) the reference's own{where}, {factor:g}x allowed; decided by {', '.join(rules)}"
+    )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.judge.error_rule import rule_summary
 from maxkernel.tpu_tools.judge.outcomes import (
     R,
     abs_reference,
@@ -501,6 +502,7 @@ class Evaluator:
                 oracle if len(oracle) == len(seed_list) else None,
             )
             report.per_seed, report.tolerance, report.weak_check = j.per_seed, j.tolerance, j.weak_check
+            report.error_summary = rule_summary(j.per_seed, side.numerics)
             report.warnings += j.warnings
             failure = j.failure
             if failure is not None and failure.kind == "weak_check" and allow_weak_check:

@@ -221,6 +221,7 @@ def validate_at_sizes(
             "per_seed",
             "tolerance",
             "numerics",
+            "error_summary",
             "run_order",
             "has_pallas_call",
             "work",
