@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from maxkernel.tpu_tools.judge.error_rule import rule_summary
 from maxkernel.tpu_tools.judge.outcomes import interpret_limit
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.sizes import (
@@ -198,6 +199,7 @@ def validate_at_sizes(
     dims = {c.name: c.dims for c in comp.check_sizes}
     passed: list[str] = []
     executions: dict[str, list[str]] = {}
+    compared: list = []  # every check size's per-seed errors: the error rule's line covers them all
     for name in names:
         run = ev.validate_at(
             kernel_path,
@@ -229,6 +231,8 @@ def validate_at_sizes(
             "devices",
         ):
             setattr(report, field, getattr(run, field))
+        compared += run.per_seed
+        report.error_summary = rule_summary(compared, run.numerics) or run.error_summary  # every size so far
         report.races_found = report.races_found or run.races_found
         report.environment = run.environment or report.environment
         report.kernel_sha256 = run.kernel_sha256 or report.kernel_sha256
