@@ -32,6 +32,7 @@ _CALLS = {
     "closed_call": "call_jaxpr",
     "core_call": "call_jaxpr",
     "remat": "jaxpr",
+    "remat2": "jaxpr",
     "checkpoint": "jaxpr",
     "custom_jvp_call": "call_jaxpr",
     "custom_vjp_call": "call_jaxpr",
@@ -101,8 +102,11 @@ def precision_of(closed) -> list[str]:
                         f"{passes} bf16 pass{'es' if passes > 1 else ''} with f32 accumulation"
                     )
                     seen[key] = seen.get(key, 0) + 1
-            for sub in _subjaxprs(eqn):
-                walk(sub)
+            if eqn.primitive.name in _CALLS or eqn.primitive.name in ("scan", "while", "cond"):
+                for sub in _subjaxprs(
+                    eqn
+                ):  # what the rewrite re-enters (a pallas_call's body runs as written)
+                    walk(sub)
 
     walk(closed.jaxpr)
     return [f"{n} x {k}" for k, n in seen.items()]
