@@ -230,6 +230,9 @@ def _scalar(x: Any) -> int | None:
 # Step 2: the kernel body's scalar part over the grid
 
 
+_REF_OPS = ("get", "swap", "addupdate")
+
+
 class _Ref:
     """A scalar-prefetch operand as the body sees it: an SMEM array it may read and write."""
 
@@ -303,6 +306,7 @@ class _Sim:
         self.counts, self.grid = counts, grid
         self.idx: tuple[int, ...] = ()
         self.evals = 0
+        self.kept: dict[int, list] = {}
         from jax._src.core import Literal
 
         self.literal = Literal
@@ -318,7 +322,7 @@ class _Sim:
             env[v] = a if a.size <= MAX_BODY_ELEMENTS else None
         for v, x in zip(jaxpr.invars, args, strict=False):
             env[v] = x
-        for eqn in jaxpr.eqns:
+        for eqn in self._scalar_eqns(jaxpr):
             self.evals += 1
             if self.evals > MAX_EVALS:
                 raise _OverBudget
@@ -329,6 +333,25 @@ class _Sim:
                 if x is not None:
                     env[v] = x
         return [read(v) for v in jaxpr.outvars]
+
+    def _scalar_eqns(self, jaxpr: Any) -> list:
+        """The equations that can yield a known value or write a table: vector work (every output above
+        MAX_BODY_ELEMENTS, no sub-jaxpr, not a ref access) and DMAs/semaphores (no outputs) are left out."""
+        key = id(jaxpr)
+        if key not in self.kept:
+            self.kept[key] = [
+                e
+                for e in jaxpr.eqns
+                if e.primitive.name in _REF_OPS
+                or e.primitive.name in ("program_id", "num_programs", "cond", "while", "scan", *_CALL_LIKE)
+                or (
+                    e.outvars
+                    and any(
+                        math.prod(getattr(v.aval, "shape", ()) or ()) <= MAX_BODY_ELEMENTS for v in e.outvars
+                    )
+                )
+            ]
+        return self.kept[key]
 
     def eqn(self, eqn: Any, ins: list) -> list | None:
         name = eqn.primitive.name
@@ -357,11 +380,8 @@ class _Sim:
             return self.run(getattr(sub, "jaxpr", sub), list(getattr(sub, "consts", [])), ins)
         if any(x is None or isinstance(x, _Ref) for x in ins):
             return None
-        if any(math.prod(getattr(v.aval, "shape", ()) or ()) > MAX_BODY_ELEMENTS for v in eqn.outvars):
-            return None
-        try:
-            with np.errstate(all="ignore"):
-                out = _numeric(name, p, ins)
+        try:  # (outputs are small: _scalar_eqns kept only those; NumPy warnings are off for the whole run)
+            out = _numeric(name, p, ins)
         except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError, OverflowError):
             return None
         return None if out is None else [np.asarray(out)]
@@ -499,9 +519,10 @@ def simulate_body(
     args = [*refs, *([None] * (len(body.invars) - len(refs)))]
     consts = list(getattr(body, "consts", []) or [])
     try:
-        for flat in range(steps):
-            sim.idx = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
-            sim.run(body, consts, args)
+        with np.errstate(all="ignore"):
+            for flat in range(steps):
+                sim.idx = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
+                sim.run(body, consts, args)
     except _OverBudget:
         return None, (
             f"its body was not simulated to the end (over {MAX_EVALS} scalar evaluations in {flat} of "

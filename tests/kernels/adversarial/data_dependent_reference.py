@@ -7,7 +7,13 @@ row block of many (the estimate must read them from create_inputs, not from the 
 import jax
 import jax.numpy as jnp
 
-CONFIG = {"name": "data_dependent_work", "model": "adversarial", "operator": "matmul", "atol": 5e-2, "rtol": 5e-2}
+CONFIG = {
+    "name": "data_dependent_work",
+    "model": "adversarial",
+    "operator": "matmul",
+    "atol": 5e-2,
+    "rtol": 5e-2,
+}
 SIZES = {"full": {"rows": 65536, "d": 1024}, "small": {"rows": 1024, "d": 128}}
 REPEATS = {"full": 64, "small": 3}
 TILE = 512
@@ -25,6 +31,7 @@ def create_inputs(dtype=None, *, key=None, size="full"):
 
 def workload(x, w, count, order, active):
     del order
+
     def body(_, acc):
         return jnp.dot(acc, w, preferred_element_type=jnp.float32).astype(acc.dtype)
 
