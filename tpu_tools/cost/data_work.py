@@ -48,11 +48,23 @@ class BodyCounts:
     the iterations and entries. Keys are id() of the body's equations (one traced jaxpr, one process)."""
 
     steps: int = 0
+    partial: bool = False  # stopped by the budget: counts over the first `steps` steps only
     cond_taken: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     cond_unknown: dict[int, int] = dataclasses.field(default_factory=dict)
     loop_iters: dict[int, int] = dataclasses.field(default_factory=dict)
     loop_entries: dict[int, int] = dataclasses.field(default_factory=dict)
     loop_unknown: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def copy(self) -> BodyCounts:
+        return BodyCounts(
+            steps=self.steps,
+            partial=self.partial,
+            cond_taken={k: list(v) for k, v in self.cond_taken.items()},
+            cond_unknown=dict(self.cond_unknown),
+            loop_iters=dict(self.loop_iters),
+            loop_entries=dict(self.loop_entries),
+            loop_unknown=dict(self.loop_unknown),
+        )
 
     def branch_shares(self, eqn: Any) -> list[float] | None:
         """Share of this cond's executions that took each branch (None: never run, or a predicate unknown)."""
@@ -518,15 +530,23 @@ def simulate_body(
     refs = [_Ref(p) for p in prefetch]
     args = [*refs, *([None] * (len(body.invars) - len(refs)))]
     consts = list(getattr(body, "consts", []) or [])
+    done = counts.copy()
     try:
         with np.errstate(all="ignore"):
             for flat in range(steps):
                 sim.idx = tuple(int(i) for i in np.unravel_index(flat, grid)) if grid else ()
                 sim.run(body, consts, args)
+                done = counts.copy()
     except _OverBudget:
-        return None, (
-            f"its body was not simulated to the end (over {MAX_EVALS} scalar evaluations in {flat} of "
-            f"{steps} steps): branches and loops bounded"
+        # The steps that ran to the end stand for the grid; stopped inside the first step, the trips it ran
+        # (never back to "once": a loop that runs past the budget is charged at least those).
+        if flat > 0:
+            counts = done
+        counts.steps, counts.partial = max(flat, 1), True
+        return counts, (
+            f"its body was not simulated to the end (over {MAX_EVALS} scalar evaluations, stopped in step "
+            f"{flat + 1} of {steps}): the branches and loop trips of the steps it ran stand for every step, "
+            "a floor for a loop it stopped inside"
         )
     except RecursionError:
         return None, "its body nests too deep to simulate: branches and loops bounded"

@@ -265,15 +265,15 @@ def _with_data(
                 f"bound {bound})"
             )
             call = call.model_copy(update={"grid": tuple(d.grid)})
-        elif (dynamic or call.num_scalar_prefetch) and (d is None or not d.prefetch_known):
+        elif (dynamic or call.num_scalar_prefetch) and (d is None or not d.prefetch_known or dynamic):
             why = "the inputs' values were not available (an abstract-shape caller)"
             if d is not None:
-                why = "the inputs' values do not decide its scalar-prefetch operands"
+                why = "the inputs' values do not decide its scalar-prefetch operands or run-time grid"
             said.append(
                 f"{call.kernel_name}: {why}: its run-time grid, prefetch-indexed blocks, branches and loops "
                 "are costed at their bounds, a ceiling"
             )
-        if d is not None and d.counts is not None:
+        if d is not None and d.counts is not None and not d.counts.partial:
             said.append(
                 f"{call.kernel_name}: its body's branches and while loops counted over the {d.counts.steps} "
                 "grid steps run on the inputs' values"

@@ -156,11 +156,46 @@ def test_gmm_grid_comes_from_the_group_sizes_and_the_bound_stays_without_them():
     assert seen.per_call[0].index_maps == "enumerated" and blind.per_call[0].index_maps == "unknown prefetch"
 
 
-def test_a_simulation_over_its_budget_keeps_the_bounds(monkeypatch, full):
+def test_a_simulation_over_its_budget_charges_at_least_what_it_ran(monkeypatch, full):
+    """A loop too long to simulate (the budget runs out inside it) is charged the trips it ran, never once."""
     shapes, values = full
-    monkeypatch.setattr(data_work, "MAX_EVALS", 50)
+    blind = _estimate(adv.hides_in_prefetch_loop, shapes)
     traced = jax.jit(adv.hides_in_prefetch_loop).trace(*shapes)
+    monkeypatch.setattr(data_work, "MAX_EVALS", 1000)  # a few steps: the ones that finished stand
     (data,) = call_data(traced.jaxpr, values)
-    assert data.counts is None and "not simulated to the end" in data.notes[0]
+    assert data.counts is not None and data.counts.partial and 1 <= data.counts.steps < 128
+    assert list(data.counts.loop_iters.values()) == [ref.REPEATS["full"] * data.counts.steps]
+    monkeypatch.setattr(data_work, "MAX_EVALS", 100)  # stopped inside the first step's loop
+    (data,) = call_data(traced.jaxpr, values)
+    assert data.counts is not None and data.counts.partial and data.counts.steps == 1
+    ran = next(iter(data.counts.loop_iters.values()))
+    assert 1 < ran < ref.REPEATS["full"] and "not simulated to the end" in data.notes[0]
     est = _estimate(adv.hides_in_prefetch_loop, shapes, values)
     assert any("not simulated to the end" in n for n in est.per_call[0].notes)
+    assert est.per_call[0].flops == pytest.approx(ran * blind.per_call[0].flops)
+
+
+@pytest.mark.slow  # two pool jobs and a TPU compile at the production size (~45 s): make test-slow
+def test_estimate_and_profile_read_the_counts_through_the_judge(tmp_path):
+    """End to end: the reference child makes the tables, the estimate and profile children cost the loop's
+    real trips (estimate: tier llo from the compiler's dump; profile off the chip: tier model)."""
+    from maxkernel.tpu_tools.judge.evaluate import Evaluator
+    from maxkernel.tpu_tools.pool.workers import WorkerPool
+
+    kernel = tmp_path / "hides.py"
+    kernel.write_text(
+        (KERNELS / "adversarial" / "data_dependent_work.py").read_text()
+        + "\nworkload = hides_in_prefetch_loop\n"
+    )
+    reference = str(KERNELS / "adversarial" / "data_dependent_reference.py")
+    shapes = jax.eval_shape(lambda: ref.create_inputs(size="full"))
+    honest = _estimate(lambda a, b: adv.honest_static_loop(a, b, ref.REPEATS["full"]), shapes[:2])
+    with WorkerPool(max_workers=1) as pool:
+        ev = Evaluator(pool, timeout_s=600)
+        est = ev.estimate(str(kernel), reference, CHIP, "full")
+        prof = ev.profile(str(kernel), reference, CHIP, "full")
+    assert est.ok and est.estimate is not None and prof.static_estimate is not None
+    for e in (est.estimate, prof.static_estimate):
+        assert any("grid steps run on the inputs' values" in n for n in e.per_call[0].notes)
+    assert prof.static_estimate.estimated_time_us == pytest.approx(honest.estimated_time_us, rel=1e-9)
+    assert est.estimate.estimated_time_us > 0.5 * honest.estimated_time_us
