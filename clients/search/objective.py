@@ -74,8 +74,12 @@ class EstimateEvaluator:
                 program_cost,
             )  # the whole program: work moved to jnp pays
 
+            calls = find_pallas_calls(jaxpr)
+            data = (
+                self._data(jaxpr, len(calls)) if calls else None
+            )  # data-dependent work from the reference's inputs
             est = estimate_pallas(
-                find_pallas_calls(jaxpr), self.target, total_flops=self.flops, program=program_cost(jaxpr)
+                calls, self.target, total_flops=self.flops, program=program_cost(jaxpr, data), data=data
             )
         except Exception as e:
             return verdict(
@@ -90,6 +94,29 @@ class EstimateEvaluator:
                 "invalid", stopped_at="compile", failure="above the scoped VMEM limit", profile=profile
             )
         return verdict("valid", time_us=est.estimated_time_us, time_label="estimate", profile=profile)
+
+    def _data(self, jaxpr, n_calls: int) -> list | None:
+        """Each pallas_call's run-time facts from the reference's small integer inputs (None: none, or
+        they decide nothing this program reads)."""
+        import jax
+        import numpy as np
+
+        from maxkernel.tpu_tools.cost.data_work import call_data, small_int_inputs
+
+        if not hasattr(self, "_values"):
+            leaves = jax.tree_util.tree_leaves(self.shapes)
+            try:
+                got = small_int_inputs(lambda: self.ref.create_inputs(self.size, 0), leaves)
+            except Exception:  # noqa: BLE001 - without values the bounds stand, and the notes say so
+                got = {}
+            self._values = [np.asarray(got[i], s.dtype) if i in got else None for i, s in enumerate(leaves)]
+        if not any(v is not None for v in self._values):
+            return None
+        try:
+            data = call_data(jaxpr, self._values)
+        except Exception:  # noqa: BLE001
+            return None
+        return data if len(data) == n_calls else None
 
     def xla_estimate(self) -> dict | None:
         """The reference's own program estimated for the target as the profile job does (once; None if it
