@@ -194,10 +194,12 @@ def _partial(jaxpr: Any, consts: list, args: list, found: list, jcore: Any) -> l
                 continue
         if subs:
             # A loop or branch holding kernels: walked for them (in order), its values left unknown;
-            # one holding none is evaluated below when its inputs are known.
+            # one holding none is evaluated below when its inputs are known, unless it could run long.
             if _holds_kernel(subs):
                 for s in subs:
                     _partial(s, [], [None] * len(s.invars), found, jcore)
+                continue
+            if _could_run_long(eqn, subs):
                 continue
         if any(x is None for x in ins) or any(bad in name for bad in _NEVER) or eqn.effects:
             continue
@@ -219,6 +221,20 @@ def _partial(jaxpr: Any, consts: list, args: list, found: list, jcore: Any) -> l
         for v, x in zip(eqn.outvars, res, strict=False):
             env[v] = np.asarray(x)
     return [read(v) for v in jaxpr.outvars]
+
+
+def _could_run_long(eqn: Any, subs: list) -> bool:
+    """A while loop anywhere inside (its trips are a value), or a scan longer than MAX_ELEMENTS."""
+    from jax._src import core as jcore
+
+    if eqn.primitive.name == "scan" and int(eqn.params.get("length", 0)) > MAX_ELEMENTS:
+        return True
+    for s in subs:
+        for e in s.eqns:
+            inner = list(jcore.jaxprs_in_params(e.params))
+            if e.primitive.name == "while" or (inner and _could_run_long(e, inner)):
+                return True
+    return False
 
 
 def _holds_kernel(subs: list) -> bool:

@@ -266,7 +266,10 @@ def _with_data(
             )
             call = call.model_copy(update={"grid": tuple(d.grid)})
         elif (dynamic or call.num_scalar_prefetch) and (d is None or not d.prefetch_known or dynamic):
-            why = "the inputs' values were not available (an abstract-shape caller)"
+            why = (
+                "no input values were had (an abstract-shape caller, or a reference with no small integer "
+                "inputs)"
+            )
             if d is not None:
                 why = "the inputs' values do not decide its scalar-prefetch operands or run-time grid"
             said.append(

@@ -73,7 +73,7 @@ def test_work_hidden_in_a_prefetch_count_loop_is_charged_every_trip(full):
     # Without the values: one trip, and the estimate says its loops are at their bounds.
     assert blind.per_call[0].flops == pytest.approx(one_trip)
     assert seen.estimated_time_us > 20 * blind.estimated_time_us
-    assert any("not available" in n and "ceiling" in n for n in blind.per_call[0].notes)
+    assert any("no input values were had" in n and "ceiling" in n for n in blind.per_call[0].notes)
     assert any("grid steps run on the inputs' values" in n for n in seen.per_call[0].notes)
 
 
