@@ -75,9 +75,8 @@ class EstimateEvaluator:
             )  # the whole program: work moved to jnp pays
 
             calls = find_pallas_calls(jaxpr)
-            data = (
-                self._data(jaxpr, len(calls)) if calls else None
-            )  # data-dependent work from the reference's inputs
+            # data-dependent work (run-time grids, prefetch tables, loops) from the reference's inputs
+            data = self._data(jaxpr, len(calls)) if calls else None
             est = estimate_pallas(
                 calls, self.target, total_flops=self.flops, program=program_cost(jaxpr, data), data=data
             )
