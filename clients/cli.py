@@ -318,7 +318,16 @@ def _print_summary(summary: dict) -> None:
     lines.append(
         f"spend: ${s['usd']:.4f}, {s['input_tokens'] + s['output_tokens']:,} tokens, {s['calls']} calls"
     )
+    if best and best.get("target_size"):  # last: the kernel beside XLA, both with their tiers
+        lines.append(best.get("vs_xla_line") or _no_xla_line(best, summary.get("target", "")))
     print("\n".join(lines), file=sys.stderr)
+
+
+def _no_xla_line(best: dict, target: str) -> str:
+    """The kernel's time alone, and why: no XLA time for the same reference on the target came back."""
+    t = best.get("time_us")
+    kernel = f"kernel {t:.4g} µs ({best['time_basis']})" if t is not None else "kernel: no time"
+    return f"{kernel}; no XLA time for the same reference on {target} (its profile has none): no ratio"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -302,3 +302,9 @@ class ReferenceSide(BaseModel):
     flops: float | None = Field(
         default=None, description="the flops one chip does at this size (get_flops, or its share over a MESH)"
     )
+    input_values: dict[int, Any] = Field(
+        default_factory=dict,
+        description="the values of its small integer inputs at this size (group sizes, page tables, lengths) "
+        "by input position, from create_inputs: the estimate costs data-dependent work from them",
+    )
+    input_values_note: str = Field(default="", description="why there are none, when asked for")

@@ -63,6 +63,7 @@ from maxkernel.subagents import (
     retrieval_budget,
 )
 from maxkernel.tpu_tools.judge.sizes import SIZE_DEPENDENT
+from maxkernel.tpu_tools.profile.scoreboard import profile_vs_xla
 
 
 class AutoLoop(RoleSteps):
@@ -572,6 +573,7 @@ class AutoLoop(RoleSteps):
                     if c.get("what") == "validate" and c.get("ok")
                 ],
                 numerics=(cur.validation or {}).get("error_summary") or "",
+                vs_xla=profile_vs_xla(cur.profile, self.config.target),
             )
             self.store.write_text("best_kernel.py", cur.source or "")
 
@@ -641,6 +643,8 @@ class AutoLoop(RoleSteps):
                 "target_size": best.target_size,
                 "validated_at": best.validated_at,
                 "numerics": best.numerics,
+                "vs_xla": best.vs_xla.model_dump() if best.vs_xla else None,
+                "vs_xla_line": best.vs_xla.line() if best.vs_xla else None,
                 "why_best": why,
             },
             "measured_vs_estimate": basis,

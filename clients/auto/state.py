@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from maxkernel.clients.models import Budget
+from maxkernel.tpu_tools.profile.scoreboard import VsXla
 
 STATE_VERSION = 1
 DESIGN_CHIP = "tpu-v6e"  # chip facts for prompts when the target is cpu/local
@@ -111,6 +112,10 @@ class Best(BaseModel):
     target_size: str | None = Field(default=None, description="the size it was compiled and scored at")
     validated_at: list[str] = Field(default_factory=list, description="the check sizes its validation passed")
     numerics: str = Field(default="", description="its validation's error rule line (error_summary)")
+    vs_xla: VsXla | None = Field(
+        default=None,
+        description="its time beside XLA's for the same reference (its profile), with their tiers",
+    )
 
 
 class RunState(BaseModel):

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.profile.scoreboard import VsXla
+
 REPORT_JSON, REPORT_TEXT = "model_report.json", "model_report.txt"
 
 
@@ -34,6 +36,10 @@ class RegionRow(BaseModel):
         "extracted (a tool limitation, said in the verdict), or the composed step did not match with it",
     )
     in_step: bool = Field(False, description="the kernel is in the composed step's estimate")
+    vs_xla: VsXla | None = Field(
+        None,
+        description="the suite's row: its kernel beside XLA's baseline for the extracted reference, tiers",
+    )
 
 
 class ModelReport(BaseModel):
@@ -83,6 +89,8 @@ def text(r: ModelReport) -> str:
             lines.append(
                 f"{'':<28}     reference {g.reference}" + (f"; kernel {g.kernel}" if g.kernel else "")
             )
+        if g.vs_xla is not None:
+            lines.append(f"{'':<28}     {g.vs_xla.line()}")
     if r.composed:
         lines.append(f"composed step: {r.composed.get('verdict')} ({r.composed.get('path')})")
     lines.append(

@@ -22,6 +22,7 @@ from maxkernel.clients.source_port import PORT_FILE
 from maxkernel.tpu_tools.cli import args as cli_args
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.port.source import is_torch_source
+from maxkernel.tpu_tools.profile.scoreboard import TaskRow, row_vs_xla
 
 RUN_FILE = "model_run.json"
 COMPOSED_DIR = "composed"
@@ -342,6 +343,7 @@ def _report(s, hs, top, refs, rows, suite_dir, run_dir, composed, estimate, note
                 after_us=e.after_us if e else None, speedup=e.speedup if e else None, reference=refs.get(rid),
                 kernel=str((suite_dir / r["kernel_file"]).resolve()) if r.get("correct") and r.get("kernel_file") else None,
                 verdict=_verdict(r), in_step=bool(e and e.after_us is not None),
+                vs_xla=row_vs_xla(TaskRow.model_validate(r)) if r.get("task") else None,
                 outcome="in_step" if e and e.after_us is not None else outcomes.get(rid, "no_valid_kernel"),
             )
         )  # fmt: skip

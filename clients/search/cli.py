@@ -673,13 +673,19 @@ def _print_search(out: dict[str, Any], as_json: bool) -> None:
         f"cache hits {out['cache_hits']}  stopped: {out['stopped']}"
     )
     if best:
-        sp = f"  {best['speedup_vs_root']:.2f}x vs root" if best.get("speedup_vs_root") else ""
+        root = out.get("root") or {}
+        sp = (
+            f"  {best['speedup_vs_root']:.2f}x vs root ({root['time_us']:.4g} us, {root['time_label']})"
+            if best.get("speedup_vs_root") and root.get("time_us")
+            else ""
+        )
         print(
             f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
             f"re-verified: {'yes' if out.get('reverified') else 'no'}"
         )
         if best.get("numerics"):
             print(f"numerics: {best['numerics']}")
+        print(best.get("vs_xla_line") or "no XLA time for the same reference on this chip: no ratio")
     if out.get("port"):
         port, parity = out["port"], out.get("source_parity") or {}
         print(f"port: {port['path']} ({port['check']}) from {port['source']}")

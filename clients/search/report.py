@@ -14,6 +14,7 @@ from typing import Any
 
 from maxkernel.clients.search.graph import Node
 from maxkernel.clients.search.store import GraphStore
+from maxkernel.tpu_tools.profile.scoreboard import VsXla, profile_vs_xla
 
 COLORS = {
     "valid": "#2e9d5b",
@@ -87,10 +88,20 @@ def why_not_valid(n: Node) -> dict[str, Any]:
     }
 
 
+def _vs_xla(n: Node) -> VsXla | None:
+    """The node's time beside its reference's XLA baseline, from its own profile (the same chip)."""
+    prof = n.verdict.profile if n.verdict else None
+    target = ((prof or {}).get("static_estimate") or {}).get("chip") or ""
+    return profile_vs_xla(prof, target) if prof and target else None
+
+
 def _brief(n: Node | None, base: float | None) -> dict[str, Any] | None:
     if n is None:
         return None
+    vs = _vs_xla(n)
     return {
+        "vs_xla": vs.model_dump() if vs else None,
+        "vs_xla_line": vs.line() if vs else None,
         "id": n.id,
         "status": n.status,
         "time_us": n.time_us,
@@ -196,7 +207,14 @@ def render_html(store: GraphStore) -> str:
         evidence = (
             f"<p>node <code>{best_node.id}</code>, strategy {html.escape(str(best_node.strategy))}, "
             f"time {best_node.time_us:.4g} us ({html.escape(str(best_node.time_label))})"
-            + (f", {best['speedup_vs_root']:.2f}x over the root" if best.get("speedup_vs_root") else "")
+            + (
+                f", {best['speedup_vs_root']:.2f}x over the root ({s['root']['time_us']:.4g} us, "
+                f"{html.escape(str(s['root']['time_label']))})"
+                if best.get("speedup_vs_root") and s.get("root")
+                else ""
+            )
+            + "</p><p>"
+            + html.escape(best.get("vs_xla_line") or "no XLA time for the same reference on this chip")
             + "</p><h3>Re-verification (fresh evaluation, new seeds)</h3><pre>"
             + html.escape(
                 json.dumps(s["reverified"], indent=1)[:6000] if s["reverified"] else "not re-verified"

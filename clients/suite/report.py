@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from maxkernel.tpu_tools.cli import tables
-from maxkernel.tpu_tools.profile.scoreboard import SuiteScore, TaskRow
+from maxkernel.tpu_tools.profile.scoreboard import SuiteScore, TaskRow, row_vs_xla
 
 
 def write_all(suite_dir: Path, rows: list[TaskRow], sc: SuiteScore, meta: dict) -> dict[str, str]:
@@ -56,10 +56,14 @@ def _fmt(x: float | None, spec: str = ".3g") -> str:
 
 
 def _tier(row: TaskRow) -> str:
-    """The row's tier, with the estimator's own tier (model or llo) for an estimate."""
-    if row.tier == "estimate" and row.estimate_tier:
-        return f"estimate/{row.estimate_tier}"
-    return row.tier or "-"
+    """The row's tier, with the estimator's own tier (model or llo) for an estimate, and the XLA baseline's
+    where it differs (then the row has no speedup)."""
+    kernel = (
+        f"estimate/{row.estimate_tier}" if row.tier == "estimate" and row.estimate_tier else row.tier or "-"
+    )
+    if row.baseline_tier and row.baseline_tier != kernel and row.baseline_time_us is not None:
+        return f"{kernel}, XLA {row.baseline_tier}"
+    return kernel
 
 
 def _failed_text(row: TaskRow) -> str:
@@ -118,11 +122,20 @@ def print_table(rows: list[TaskRow], sc: SuiteScore) -> None:
     for line in summary_lines(sc):
         con.print(line, markup=False)
     if sc.ranked:
-        con.print(
-            "ranked (MaxKernel): "
-            + ", ".join(f"{x.task} {x.speedup_vs_baseline:.2f}x" for x in sc.ranked[:15]),
-            markup=False,
-        )
+        con.print("ranked (MaxKernel):", markup=False)
+        for line in ranked_lines(rows, sc)[:15]:
+            con.print(f"  {line}", markup=False)
+
+
+def ranked_lines(rows: list[TaskRow], sc: SuiteScore) -> list[str]:
+    """Per ranked task: the kernel beside XLA, both figures and their tiers (never a bare ratio)."""
+    by_task = {r.task: r for r in rows}
+    out = []
+    for x in sc.ranked:
+        vs = row_vs_xla(by_task[x.task]) if x.task in by_task else None
+        expert = f"; {x.speedup_vs_expert:.2f}x vs expert" if x.speedup_vs_expert is not None else ""
+        out.append(f"{x.task}: {vs.line() if vs else 'no XLA time recorded'}{expert}")
+    return out
 
 
 def _bar_svg(row: TaskRow, width: int = 420) -> str:
@@ -196,12 +209,7 @@ def render_html(rows: list[TaskRow], sc: SuiteScore, meta: dict) -> str:
             f"<td>{tier_cell}</td><td>{_fmt(r.kernel_time_us)}</td><td>{_fmt(r.baseline_time_us)}</td>"
             f"<td>{_fmt(r.expert_time_us)}</td><td>{_bar_svg(r)}</td><td class=note>{_why_cell(r)}</td></tr>"
         )
-    ranked = "".join(
-        f"<li>{e(x.task)}: {x.speedup_vs_baseline:.2f}x vs XLA ({e(x.tier)})"
-        + (f", {x.speedup_vs_expert:.2f}x vs expert" if x.speedup_vs_expert is not None else "")
-        + "</li>"
-        for x in sc.ranked
-    )
+    ranked = "".join(f"<li>{e(line)}</li>" for line in ranked_lines(rows, sc))
     summary = "".join(f"<li>{e(line)}</li>" for line in summary_lines(sc))
     settings = e(json.dumps(meta.get("settings", {}), indent=1))
     return f"""<!doctype html>

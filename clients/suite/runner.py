@@ -33,6 +33,7 @@ from maxkernel.tpu_tools.profile.scoreboard import (
     SuiteScore,
     TaskRow,
     reference_tier_time,
+    row_vs_xla,
     score,
     tier_time,
     timed_row,
@@ -145,7 +146,8 @@ class SuiteProgress:
         self.done_here += 1
         self.correct += int(row.correct)
         if self._progress is not None:
-            sp = f" {row.speedup_vs_baseline:.2f}x vs XLA ({row.tier})" if row.speedup_vs_baseline else ""
+            vs = row_vs_xla(row)
+            sp = f": {vs.line()}" if vs else ""
             on = f" on {', '.join(row.hosts)}" if row.hosts else ""
             self._progress.console.print(
                 f"{row.task}: {'correct' if row.correct else row.status}{sp}{on}  [{self.line()}]",

@@ -10,6 +10,7 @@ where the dump was read, else `model`, with the reason). Also the pool jobs for 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -184,6 +185,7 @@ def estimate_one(
     dump_root: Path | None,
     total_flops: float | None,
     traced: Any = None,
+    input_values: Sequence[Any | None] | None = None,
 ) -> tuple[StaticEstimate | None, list[ProgramLLO], dict[str, Any]]:
     """Estimate one traced candidate, compiling it with the dump when possible.
 
@@ -202,7 +204,19 @@ def estimate_one(
     facts: dict[str, Any] = {}
     if traced is None:
         traced = jax.jit(fn).trace(*args)
-    program = program_cost(traced.jaxpr)
+    data = None
+    if calls and input_values is not None and any(v is not None for v in input_values):
+        from maxkernel.tpu_tools.cost.data_work import call_data
+
+        t0 = time.perf_counter()
+        try:
+            data = call_data(traced.jaxpr, list(input_values))
+        except Exception as e:  # noqa: BLE001 - the values cost nothing but their use: bounds stand
+            facts["data_error"] = f"{type(e).__name__}: {e}"[:300]
+        facts["data_ms"] = (time.perf_counter() - t0) * 1e3
+        if data is not None and len(data) != len(calls):
+            data = None
+    program = program_cost(traced.jaxpr, data)
     programs: list[ProgramLLO] = []
     note = None
     cost: dict[str, float] = {}
@@ -247,6 +261,7 @@ def estimate_one(
             llo=programs,
             llo_note=note,
             outside_fusions=outside,
+            data=data,
         )
         if "compile_ms" in facts and "error" not in facts:
             # VMEM from the compiler, always: it accepted every kernel at this shape under the limit that

@@ -296,7 +296,9 @@ def autotune(
         r.kernel_path = str(path)
         to_estimate.append(r)
 
-    side, side_failure = evaluator.reference_side(reference, size) if to_estimate else (None, None)
+    side, side_failure = (
+        evaluator.reference_side(reference, size, with_values=True) if to_estimate else (None, None)
+    )
     if side is not None and side.size:
         size = side.size  # the resolved target size: estimates, compiles and the tuned-config cache use it
     if side_failure is not None or (to_estimate and side is None):

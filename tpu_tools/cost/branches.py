@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cost.data_work import BodyCounts
 from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
 
 __all__ = ["BranchWork", "KernelBranches", "body_loop_trips", "body_work", "kernel_branches"]
@@ -90,9 +91,11 @@ class KernelBranches(BaseModel):
         return expected / charged if charged > 0 else None
 
 
-def body_work(eqns: Any) -> BranchWork:
+def body_work(eqns: Any, counts: BodyCounts | None = None) -> BranchWork:
     """Flops, array elements and transcendentals of a (sub)body's equations; a nested cond counts its
-    costliest branch (by flops + transcendentals, the first on a tie), a scan its length."""
+    costliest branch (by flops + transcendentals, the first on a tie), a scan its length, a while loop
+    one iteration. With `counts` (the body run on the inputs' values, data_work.py), a cond counts each
+    branch by the share of its executions that took it and a while loop its mean trips per entry."""
     w = BranchWork(fraction=1.0)
     for eqn in eqns:
         name = eqn.primitive.name
@@ -106,24 +109,34 @@ def body_work(eqns: Any) -> BranchWork:
         if not subs:
             w.elements += sum(_size(v.aval) for v in eqn.outvars if getattr(v.aval, "shape", ()))
             continue
-        if name == "cond":
-            parts = [max((body_work(s.eqns) for s in subs), key=lambda p: p.flops + p.transcendentals)]
-            mult = 1.0
+        shares = counts.branch_shares(eqn) if counts is not None and name == "cond" else None
+        if shares is not None:
+            parts = [body_work(s.eqns, counts) for s in subs]
+            mults = shares
+        elif name == "cond":
+            parts = [
+                max((body_work(s.eqns, counts) for s in subs), key=lambda p: p.flops + p.transcendentals)
+            ]
+            mults = [1.0]
         else:
-            parts = [body_work(s.eqns) for s in subs]
-            mult = float(eqn.params.get("length", 1)) if name == "scan" else 1.0
-        for part in parts:
+            parts = [body_work(s.eqns, counts) for s in subs]
+            trips = counts.mean_trips(eqn) if counts is not None and name in ("while", "scan") else None
+            if trips is not None:  # a while loop's cond and body, or a scan's body: per iteration
+                mults = [trips] * len(parts)
+            else:
+                mults = [float(eqn.params.get("length", 1)) if name == "scan" else 1.0] * len(parts)
+        for part, mult in zip(parts, mults, strict=True):
             w.flops += mult * part.flops
             w.elements += mult * part.elements
             w.transcendentals += mult * part.transcendentals
     return w
 
 
-def body_loop_trips(eqns: Any) -> list[int | None]:
+def body_loop_trips(eqns: Any, counts: BodyCounts | None = None) -> list[float | None]:
     """The trip count of each loop in a kernel body, in program order (an outer loop before the loops in
     it), as the compiled loop runs it: a scan's length over its unroll; a while loop's is None (its bound
-    is a value)."""
-    out: list[int | None] = []
+    is a value) unless `counts` hold its mean trips per entry on the inputs' values."""
+    out: list[float | None] = []
     for eqn in eqns:
         name = eqn.primitive.name
         if name == "scan":
@@ -133,9 +146,9 @@ def body_loop_trips(eqns: Any) -> list[int | None]:
             if length > unroll:  # fully unrolled: no loop left in the compiled code
                 out.append(-(-length // unroll))
         elif name == "while":
-            out.append(None)
+            out.append(counts.mean_trips(eqn) if counts is not None else None)
         for sub in _subjaxprs(eqn):
-            out += body_loop_trips(sub.eqns)
+            out += body_loop_trips(sub.eqns, counts)
     return out
 
 
@@ -214,19 +227,40 @@ def _program_axes(jaxpr: Any) -> set[int]:
     return axes
 
 
-def kernel_branches(pallas_eqn: Any, *, every_step: bool = False) -> KernelBranches | None:
+def kernel_branches(
+    pallas_eqn: Any, *, every_step: bool = False, counts: BodyCounts | None = None
+) -> KernelBranches | None:
     """The branches of a pallas_call's body and how often each runs, or None (no top-level cond).
 
     The predicates are evaluated over the axes the body reads (program_id) only, the others held at 0:
     a predicate cannot depend on an axis the body never reads, so each point of that sub-grid stands for
     the same number of steps and every share is the same fraction, exactly. Causal flash attention at
     [8, 32, 16384] (4M steps) is 16K points, not 4M (1.6 s and 0.5 GB of index arrays).
-    `every_step`: evaluate on every grid point instead (the definition; tests compare the two)."""
+    `every_step`: evaluate on every grid point instead (the definition; tests compare the two).
+    `counts`: the body run over the grid on the inputs' values (data_work.simulate_body): each cond's
+    shares are the ones it took there, a predicate reading a prefetch table included."""
     body = pallas_eqn.params["jaxpr"]
     conds = [e for e in body.eqns if e.primitive.name == "cond"]
     if not conds:
         return None
-    always = body_work([e for e in body.eqns if not any(e is c for c in conds)])
+    always = body_work([e for e in body.eqns if not any(e is c for c in conds)], counts)
+    if counts is not None:
+        out = KernelBranches(always=always, steps=counts.steps)
+        for eqn in conds:
+            subs = _subjaxprs(eqn)
+            taken = counts.cond_taken.get(id(eqn))
+            known = taken is not None and not counts.cond_unknown.get(id(eqn)) and counts.steps
+            if not known:
+                out.unknown += 1
+            out.conds.append(
+                [
+                    body_work(s.eqns, counts).model_copy(
+                        update={"fraction": taken[b] / counts.steps if known else None}  # type: ignore[index]
+                    )
+                    for b, s in enumerate(subs)
+                ]
+            )
+        return out
     grid = tuple(getattr(pallas_eqn.params.get("grid_mapping"), "grid", ()) or ())
     indices: list = []
     steps = math.prod(grid) if grid and all(isinstance(g, int) for g in grid) else 0

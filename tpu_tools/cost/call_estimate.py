@@ -68,7 +68,9 @@ class CallEstimate(BaseModel):
     bundles_per_step: int | None = Field(default=None, description="compiler's grid-loop bundles (llo tier)")
     mxu_efficiency: float = Field(description="fraction of MXU rows/columns the blocks fill")
     hbm_bytes_moved: int
-    min_hbm_bytes: int = Field(description="each operand read or written exactly once")
+    min_hbm_bytes: int = Field(
+        description="each operand read or written exactly once (a pipelined one: at most what its blocks move)"
+    )
     refetch_factors: dict[str, float] = Field(description="bytes moved / array bytes, per operand")
     vmem_bytes_needed: int
     padding_waste_fraction: float
@@ -141,7 +143,7 @@ def estimate_call(
     body_flops_per_step: float | None = None,
     llo: ProgramLLO | None = None,
     branches: KernelBranches | None = None,
-    body_loop_trips: Sequence[int | None] | None = None,
+    body_loop_trips: Sequence[float | None] | None = None,
 ) -> CallEstimate:
     """One kernel's pipeline estimate; without scalar-prefetch values a table-read index is fetched every step.
 
@@ -209,7 +211,7 @@ def estimate_call(
             line_b = llo.executed_straight_line_bundles
         bundles = loop_b if llo.loop_bundles else line_b
         loops, from_jaxpr = _loops_with_jaxpr_trips(llo.inner_loops, body_loop_trips)
-        bundles += _extra_bundles(loops, from_jaxpr)
+        bundles = int(round(bundles + _extra_bundles(loops, from_jaxpr)))
         if not llo.loop_bundles:
             line_b = bundles
         hz = c.clock_ghz * 1e9
@@ -223,7 +225,7 @@ def estimate_call(
         if known:
             notes.append(
                 f"{call.kernel_name}: {len(known)} loop(s) in the body charged their bundles times their trip "
-                f"counts ({', '.join(f'{lp.bundles} x {lp.trip_count}' for lp in known)}"
+                f"counts ({', '.join(f'{lp.bundles} x {lp.trip_count:.4g}' for lp in known)}"
                 + (f"; {len(from_jaxpr)} trip count(s) from the body's jaxpr" if from_jaxpr else "")
                 + f"): {bundles} bundles per step"
             )
@@ -320,7 +322,13 @@ def estimate_call(
     total_s = prologue_s + steady + last_step + epilogue_s + straight_s + ici_s
 
     moved = sum(sched.moved_per_block) + manual_bytes
-    min_bytes = sum(array_bytes(b) for b in call.blocks if b.pipelined or b.memory_space in ("any", "hbm"))
+    # Each operand read or written once; a pipelined one whose blocks never cover it (a grid that stops
+    # early, an index that stops moving) at most the bytes its blocks move.
+    min_bytes = sum(
+        min(array_bytes(b), m) if b.pipelined else array_bytes(b)
+        for b, m in zip(call.blocks, sched.moved_per_block, strict=True)
+        if b.pipelined or b.memory_space in ("any", "hbm")
+    )
     refetch = {}
     for b, m in zip(call.blocks, sched.moved_per_block, strict=True):
         if b.pipelined and array_bytes(b):
@@ -355,7 +363,7 @@ def estimate_call(
 
 
 def _loops_with_jaxpr_trips(
-    loops: list[InnerLoop], trips: Sequence[int | None] | None
+    loops: list[InnerLoop], trips: Sequence[float | None] | None
 ) -> tuple[list[InnerLoop], list[int]]:
     """The dump's loops with the jaxpr's trip counts filled in where the dump states none, and the indices
     filled. Only when the lists pair up: as many loops, and every trip count both state agrees."""
@@ -376,7 +384,7 @@ def _loops_with_jaxpr_trips(
     return out, filled
 
 
-def _extra_bundles(loops: list[InnerLoop], filled: list[int]) -> int:
+def _extra_bundles(loops: list[InnerLoop], filled: list[int]) -> float:
     """Bundles the dump's executed count lacks for the loops whose trip count came from the jaxpr: each
     loop's bundles x (trips - 1), times the trip counts of the loops around it."""
     extra = 0

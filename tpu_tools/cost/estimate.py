@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from maxkernel.tpu_tools.cost.block_schedule import bounded_grid
 from maxkernel.tpu_tools.cost.call_estimate import (
     STEP_OVERHEAD_US,
     TRANSCENDENTAL_VPU_OPS,
@@ -37,6 +38,7 @@ from maxkernel.tpu_tools.cost.call_estimate import (
     fmt_bytes,
     vpu_ops_per_s,
 )
+from maxkernel.tpu_tools.cost.data_work import CallData
 from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
@@ -154,8 +156,11 @@ ASSUMPTIONS = [
     "fully blocks fill the MXU",
     "tier llo: a step's compute = the compiler's grid-loop bundles / clock (f32 matmuls: at least the f32 "
     "MXU time); the bundles outside the loop run once; a loop in the kernel body (fori_loop, scan, while) "
-    "is charged its bundles x its trip count (the dump's, else the jaxpr's; unknown: once, named, with the "
-    "counted matmul work as a floor)",
+    "is charged its bundles x its trip count (the dump's, else the jaxpr's, else for a while loop its mean "
+    "trips on the reference's inputs; unknown: once, named, with the counted matmul work as a floor)",
+    "data-dependent work (a run-time grid axis, prefetch-indexed blocks, pl.when on a prefetched value, while "
+    "loops) from the reference's own inputs at the target size, their small integer tables run through the "
+    "program and the kernel body's scalar part; where no values are had, the traced bounds (a ceiling)",
     f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
     f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
     "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
@@ -238,6 +243,51 @@ def _outside_from_fusions(table: FusionTable, program: ProgramCost | None) -> Ou
     )
 
 
+def _with_data(
+    calls: Sequence[PallasCallInfo],
+    scalar_prefetch: Sequence[Sequence[Any] | None] | None,
+    data: Sequence[CallData | None] | None,
+) -> tuple[list[PallasCallInfo], list[Sequence[Any] | None], list[list[str]]]:
+    """Each call with its run-time grid axes at the values the inputs give, its prefetch values, and a note
+    saying which: the inputs' values, or (none to be had) the bound kept as a ceiling."""
+    out, prefetch, notes = [], [], []
+    for i, call in enumerate(calls):
+        d = data[i] if data and i < len(data) else None
+        pre = scalar_prefetch[i] if scalar_prefetch and i < len(scalar_prefetch) else None
+        if pre is None and d is not None and d.prefetch_known:
+            pre = d.prefetch
+        dynamic = any(g is None for g in call.grid)
+        said: list[str] = []
+        if dynamic and d is not None and d.grid and all(g is not None for g in d.grid):
+            bound, _ = bounded_grid(call)
+            said.append(
+                f"{call.kernel_name}: grid {tuple(d.grid)} at run time, from the inputs' values (its traced "
+                f"bound {bound})"
+            )
+            call = call.model_copy(update={"grid": tuple(d.grid)})
+        elif (dynamic or call.num_scalar_prefetch) and (d is None or not d.prefetch_known or dynamic):
+            why = (
+                "no input values were had (an abstract-shape caller, or a reference with no small integer "
+                "inputs)"
+            )
+            if d is not None:
+                why = "the inputs' values do not decide its scalar-prefetch operands or run-time grid"
+            said.append(
+                f"{call.kernel_name}: {why}: its run-time grid, prefetch-indexed blocks, branches and loops "
+                "are costed at their bounds, a ceiling"
+            )
+        if d is not None and d.counts is not None and not d.counts.partial:
+            said.append(
+                f"{call.kernel_name}: its body's branches and while loops counted over the {d.counts.steps} "
+                "grid steps run on the inputs' values"
+            )
+        said += [f"{call.kernel_name}: {n}" for n in (d.notes if d is not None else [])]
+        out.append(call)
+        prefetch.append(pre)
+        notes.append(said)
+    return out, prefetch, notes
+
+
 # A grid axis known only at run time compiles to this bound (e.g. megablox gmm's m-tile count).
 DYNAMIC_BOUND = 2**31 - 1
 
@@ -286,6 +336,7 @@ def estimate_pallas(
     llo: Sequence[ProgramLLO] | None = None,
     llo_note: str | None = None,
     outside_fusions: FusionTable | None = None,
+    data: Sequence[CallData | None] | None = None,
 ) -> StaticEstimate:
     """Static estimate of the candidate's whole program on `chip` (never faster than the roofline).
 
@@ -296,7 +347,9 @@ def estimate_pallas(
     from an LLO dump (tier `llo` for each call matched to its kernel), llo_note: why there is none.
     outside_fusions: the compiled program's XLA ops with its kernels left out (fusions.cost_fusions,
     skip_kernels): when given, the work outside the kernels is costed fusion by fusion, as the XLA baseline
-    is, instead of by the roofline of the jaxpr's count.
+    is, instead of by the roofline of the jaxpr's count. data: per call, its run-time grid and prefetch
+    values from the inputs' values (data_work.call_data; `program` should be counted with the same data):
+    the steps that really run replace the bounds.
     """
     c = chip_spec(chip)
     if not calls:
@@ -321,12 +374,13 @@ def estimate_pallas(
         else [None] * len(calls)
     )
     matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
+    calls, prefetch, data_notes = _with_data(calls, scalar_prefetch, data)
     per = [
         estimate_call(
             call,
             c,
             share,
-            scalar_prefetch[i] if scalar_prefetch else None,
+            prefetch[i],
             body[i] if body else None,
             matched[i],
             branches[i],
@@ -334,6 +388,8 @@ def estimate_pallas(
         )
         for i, call in enumerate(calls)
     ]
+    for p, extra in zip(per, data_notes, strict=True):
+        p.notes = extra + p.notes
     flops = sum(p.flops for p in per)
     min_bytes = sum(p.min_hbm_bytes for p in per)
     # The lower bound: over both TensorCores when some kernel splits its grid across a megacore's cores.

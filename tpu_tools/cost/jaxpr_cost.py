@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.cost.branches import KernelBranches, body_loop_trips, body_work, kernel_branches
+from maxkernel.tpu_tools.cost.data_work import BodyCounts, CallData
 from maxkernel.tpu_tools.cost.jaxpr_ops import (
     TRANSCENDENTAL,
     _conv_flops,
@@ -46,9 +47,10 @@ class ProgramCost(BaseModel):
     kernel_branches: list[KernelBranches | None] = Field(
         default_factory=list, description="per pallas_call, its pl.when branches and how often each runs"
     )
-    kernel_loop_trips: list[list[int | None]] = Field(
+    kernel_loop_trips: list[list[float | None]] = Field(
         default_factory=list,
-        description="per pallas_call, the trip count of each loop in its body (None: a value)",
+        description="per pallas_call, the trip count of each loop in its body (None: a value not known; "
+        "a while loop's mean trips per entry where the inputs' values gave it)",
     )
     outside_flops: float = Field(description="matmul/conv flops outside every pallas_call")
     outside_vpu_ops: float = Field(description="elementwise/reduction element-ops outside the kernels")
@@ -61,14 +63,16 @@ class ProgramCost(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _body_work(jaxpr) -> tuple[float, float]:
-    """(matmul flops, transcendentals) of a kernel body; cond branches count their costliest branch."""
-    w = body_work(jaxpr.eqns)
+def _body_work(jaxpr, counts: BodyCounts | None = None) -> tuple[float, float]:
+    """(matmul flops, transcendentals) of a kernel body's average step; cond branches count their
+    costliest branch, a while loop one trip, unless `counts` (the inputs' values) say what ran."""
+    w = body_work(jaxpr.eqns, counts)
     return w.flops, w.transcendentals
 
 
 class _Outside:
-    def __init__(self) -> None:
+    def __init__(self, data: list[CallData] | None = None) -> None:
+        self.data = data
         self.flops = self.vpu = self.trans = 0.0
         self.seen: dict[int, int] = {}
         self.ops: dict[str, list[float]] = {}
@@ -87,11 +91,13 @@ class _Outside:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if name == "pallas_call":
-                f, t = _body_work(eqn.params["jaxpr"])
+                i = len(self.kernel_flops)
+                counts = self.data[i].counts if self.data and i < len(self.data) else None
+                f, t = _body_work(eqn.params["jaxpr"], counts)
                 self.kernel_flops.append(f)
                 self.kernel_trans.append(t)
-                self.kernel_branches.append(kernel_branches(eqn))
-                self.kernel_loops.append(body_loop_trips(eqn.params["jaxpr"].eqns))
+                self.kernel_branches.append(kernel_branches(eqn, counts=counts))
+                self.kernel_loops.append(body_loop_trips(eqn.params["jaxpr"].eqns, counts))
                 continue
             subs = _subjaxprs(eqn)
             if subs:
@@ -122,11 +128,12 @@ class _Outside:
                 self.touch(v)
 
 
-def program_cost(closed_jaxpr: Any) -> ProgramCost:
-    """Count the work of `jax.jit(f).trace(...).jaxpr` (or a ClosedJaxpr / Jaxpr)."""
+def program_cost(closed_jaxpr: Any, data: list[CallData] | None = None) -> ProgramCost:
+    """Count the work of `jax.jit(f).trace(...).jaxpr` (or a ClosedJaxpr / Jaxpr). `data`: per
+    pallas_call, what its body did on the inputs' values (data_work.call_data), where known."""
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    w = _Outside()
+    w = _Outside(data)
     w.walk(jaxpr)
     ops = sorted(
         (OutsideOp(primitive=k, flops=v[0], count=int(v[1])) for k, v in w.ops.items()),

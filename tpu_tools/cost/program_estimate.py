@@ -34,13 +34,29 @@ def estimate_program(
     io_bytes: float | None,
     xla_tpu_cost: dict[str, float] | None = None,
     xla_fusions: FusionTable | None = None,
+    input_values: Sequence | None = None,
 ) -> StaticEstimate:
-    """The labeled estimate of `jaxpr` on `chip` (its `calls` already found and vetted by the caller)."""
+    """The labeled estimate of `jaxpr` on `chip` (its `calls` already found and vetted by the caller).
+    `input_values`: per input, its values where known (data_work.py: data-dependent work from them)."""
     if calls:
         from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost  # the estimate costs the whole program
 
+        data = None
+        if input_values is not None and any(v is not None for v in input_values):
+            from maxkernel.tpu_tools.cost.data_work import call_data
+
+            try:
+                data = call_data(jaxpr, list(input_values))
+            except Exception:  # noqa: BLE001 - without them the bounds stand, and the notes say so
+                data = None
+            if data is not None and len(data) != len(calls):
+                data = None
         return estimate_pallas(
-            list(calls), chip, total_flops=reference_flops or None, program=program_cost(jaxpr)
+            list(calls),
+            chip,
+            total_flops=reference_flops or None,
+            program=program_cost(jaxpr, data),
+            data=data,
         )
     tpu = xla_tpu_cost or {}
     flops = max(reference_flops or 0.0, xla_flops or 0.0, tpu.get("flops", 0.0))

@@ -168,12 +168,14 @@ class Evaluator:
         *,
         check_sizes: list[str] | None = None,
         resolve_checks: bool = False,
+        with_values: bool = False,
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
     ) -> tuple[ReferenceSide | None, Failure | None]:
         """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child;
-        with `resolve_checks`, the check sizes too (names and dims)."""
+        with `resolve_checks`, the check sizes too (names and dims); with `with_values`, the values of its
+        small integer inputs (the estimate's data-dependent work)."""
         outcome = self._run(
             "maxkernel.tpu_tools.judge.validate:reference_specs_job",
             {
@@ -181,6 +183,7 @@ class Evaluator:
                 "size": size,
                 "check_sizes": list(check_sizes) if check_sizes else None,
                 "resolve_checks": resolve_checks,
+                "with_values": with_values,
             },
             timeout_s=timeout_s,
             on_progress=on_progress,
@@ -698,7 +701,7 @@ class Evaluator:
         """A judged job that needs the reference's shapes: the reference-only child first (it resolves the
         target size), then the job with that ReferenceSide and the reference hidden."""
         side, failure = self.reference_side(
-            reference, size, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            reference, size, with_values=True, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
         )
         if failure is not None or side is None:
             return side, None, failure

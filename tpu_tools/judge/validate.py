@@ -74,6 +74,7 @@ def reference_side(
     case: InputCase | None = None,
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
+    with_values: bool = False,
 ):
     """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing.
 
@@ -155,6 +156,15 @@ def reference_side(
     side.input_specs = specs_of(_leaves(shapes))
     side.output_specs = specs_of(jaxpr.out_avals)
     side.census = census_of(jaxpr)
+    if with_values:  # the small integer tables the estimate reads data-dependent work from (seed 0)
+        from maxkernel.tpu_tools.cost.data_work import small_int_inputs
+
+        try:
+            side.input_values = small_int_inputs(
+                lambda: ref.create_inputs(side.size, 0, case), _leaves(shapes)
+            )
+        except Exception as e:  # costs the estimate its values (bounds stand), never the verdict
+            side.input_values_note = f"create_inputs could not make them: {type(e).__name__}: {e}"[:300]
     side.ok = True
     return ref, side
 
@@ -164,13 +174,17 @@ def reference_specs_job(
     size: str | None = None,
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
+    with_values: bool = False,
 ) -> dict:
     """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more),
-    and with `resolve_checks` the check sizes validation will run at."""
+    with `resolve_checks` the check sizes validation will run at, and with `with_values` the values of
+    its small integer inputs (the estimate's data-dependent work)."""
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    _, side = reference_side(reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks)
+    _, side = reference_side(
+        reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks, with_values=with_values
+    )
     return side.model_dump(mode="json")
 
 

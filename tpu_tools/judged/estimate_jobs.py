@@ -25,6 +25,18 @@ def _shapes_of(side: ReferenceSide) -> tuple:
     return tuple(jax.ShapeDtypeStruct(tuple(s.shape), s.dtype) for s in side.input_specs)
 
 
+def _values_of(side: ReferenceSide) -> list | None:
+    """Per input, its values where the reference gave them (small integer tables), else None."""
+    if not side.input_values:
+        return None
+    import numpy as np
+
+    return [
+        np.asarray(side.input_values[i], dtype=s.dtype) if i in side.input_values else None
+        for i, s in enumerate(side.input_specs)
+    ]
+
+
 def _hidden(side: ReferenceSide, kernel_path: str) -> list[str]:
     """The reference's path, hidden from the candidate, unless the candidate is that very file: estimating
     the reference itself (the XLA baseline) reads nothing it does not already hold."""
@@ -92,7 +104,14 @@ def run_analyze(
             calls = find_pallas_calls(traced.jaxpr)
             t0 = time.perf_counter()
             est, programs, facts = estimate_one(
-                cand.workload, args, calls, chip, dump_root, side.flops, traced=traced
+                cand.workload,
+                args,
+                calls,
+                chip,
+                dump_root,
+                side.flops,
+                traced=traced,
+                input_values=_values_of(side),
             )
     except Exception as e:
         report.failure = Failure(kind="python_error", summary=f"trace failed: {type(e).__name__}: {e}"[:300])
@@ -141,7 +160,13 @@ def run_analyze(
 
 
 def _estimate_one(
-    kernel_path: str, flops: float | None, shapes: tuple, chip: str, dump_root=None, allow_plain: bool = False
+    kernel_path: str,
+    flops: float | None,
+    shapes: tuple,
+    chip: str,
+    dump_root=None,
+    allow_plain: bool = False,
+    input_values: list | None = None,
 ) -> dict:
     """Trace, then compile with the LLO dump where libtpu is here (tier llo + the compiler's VMEM verdict)."""
     import jax
@@ -160,7 +185,14 @@ def _estimate_one(
         return {"ok": False, "error": "no pallas_call in the rendered kernel"}
     try:
         est, _, facts = estimate_one(
-            cand.workload, list(shapes), calls, chip, dump_root, flops, traced=traced
+            cand.workload,
+            list(shapes),
+            calls,
+            chip,
+            dump_root,
+            flops,
+            traced=traced,
+            input_values=input_values,
         )
     except Exception as e:
         return {"ok": False, "error": f"estimate failed: {type(e).__name__}: {e}"[:2000]}
@@ -253,7 +285,9 @@ def estimate_batch_job(
             guard.hidden = _hidden(side, path)  # per candidate: one of them may be the reference itself
             guard.arm()
             try:
-                result = _estimate_one(path, side.flops, shapes, chip, dump_root, allow_plain)
+                result = _estimate_one(
+                    path, side.flops, shapes, chip, dump_root, allow_plain, _values_of(side)
+                )
             finally:
                 changed, reached = guard.check()
             if changed or reached:

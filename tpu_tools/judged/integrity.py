@@ -127,6 +127,7 @@ ESTIMATOR_MODULES = (
     "maxkernel.tpu_tools.cost.fusions",
     "maxkernel.tpu_tools.cost.mosaic_call",
     "maxkernel.tpu_tools.cost.branches",
+    "maxkernel.tpu_tools.cost.data_work",
     "maxkernel.tpu_tools.cost.block_schedule",
     "maxkernel.tpu_tools.problem.pallas_info",
     "maxkernel.tpu_tools.cost.jaxpr_cost",

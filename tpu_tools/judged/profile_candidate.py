@@ -60,6 +60,26 @@ def _distrust_cost_estimates(calls: list, reference_flops: float | None, side: C
     return [c.model_copy(update={"cost_estimate": None}) for c in calls]
 
 
+def _values(in_specs: list, warm: list, given: dict | None) -> list | None:
+    """Per input, its values where they decide data-dependent work (small integer tables), else None:
+    the first warm-up set's when arrays were built, else the reference's (estimate only)."""
+    import numpy as np
+
+    from maxkernel.tpu_tools.cost.data_work import MAX_ELEMENTS
+
+    out: list = [None] * len(in_specs)
+    for i, spec in enumerate(in_specs):
+        if (
+            warm
+            and np.issubdtype(np.dtype(spec.dtype), np.integer)
+            and np.asarray(warm[0][i]).size <= MAX_ELEMENTS
+        ):
+            out[i] = np.asarray(warm[0][i])
+        elif given and (str(i) in given or i in given):
+            out[i] = np.asarray(given.get(str(i), given.get(i)), dtype=spec.dtype)
+    return out if any(v is not None for v in out) else None
+
+
 def _specs(tree) -> list[tuple[tuple[int, ...], str]]:
     import jax
 
@@ -84,8 +104,12 @@ def candidate_job(
     hide_paths: list[str] | None = None,
     mesh: dict | None = None,
     estimate_only: str | None = None,
+    input_values: dict | None = None,
 ) -> dict:
     """Pool job: returns a CandidateSide as a JSON-able dict.
+
+    `input_values` (the reference's small integer inputs by position, estimate only): the static estimate
+    costs the kernels' data-dependent work from them; with arrays given, from the first warm-up set's.
 
     `estimate_only` (the reason, from the reference's side): no arrays are given and nothing runs; the
     candidate is traced on the abstract shapes and costed (its static estimate) only.
@@ -122,6 +146,7 @@ def candidate_job(
             top,
             MeshSpec.model_validate(mesh) if mesh else None,
             estimate_only,
+            input_values,
         )
     finally:
         changed = timed_loop.changed(before, timed_loop.clock_fingerprints())
@@ -151,6 +176,7 @@ def _run(
     top,
     mesh_spec=None,
     estimate_only=None,
+    input_values=None,
 ) -> Failure | None:
     import jax
 
@@ -281,6 +307,7 @@ def _run(
                     jaxpr,
                     calls,
                     est_chip,
+                    input_values=_values(in_specs, warm, input_values) if calls else None,
                     reference_flops=reference_flops,
                     xla_flops=side.xla_flops,
                     io_bytes=io_bytes,

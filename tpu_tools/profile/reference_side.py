@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -58,6 +59,10 @@ class ReferenceSide(TimedSide):
     estimate_only: str | None = Field(
         default=None,
         description="why nothing is timed: the TPU target's chip is absent and the size is not a check size",
+    )
+    input_values: dict[int, Any] = Field(
+        default_factory=dict,
+        description="estimate only: its small integer inputs' values by position (data-dependent work)",
     )
 
 
@@ -222,6 +227,12 @@ def _estimate_side(ref, size: str, target: str, side: ReferenceSide, why: str) -
             side.flops_source = "unknown"
     report_progress("reference: estimate")
     _estimate_reference(ref, shapes, target, side, xla_flops)
+    from maxkernel.tpu_tools.cost.data_work import small_int_inputs
+
+    try:  # the tables that decide a kernel's data-dependent work (seed 0; the large inputs are never made)
+        side.input_values = small_int_inputs(lambda: ref.create_inputs(size, 0), shapes)
+    except Exception as e:
+        side.warnings.append(f"no input values for the estimate: {type(e).__name__}: {str(e)[:200]}")
     return side
 
 

@@ -586,6 +586,7 @@ def _estimate_only(
             "hide_paths": hide,
             "mesh": mesh.model_dump(mode="json") if mesh else None,
             "estimate_only": ref.estimate_only,
+            "input_values": ref.input_values or None,
         },
         say,
         cand_dir,

@@ -56,6 +56,9 @@ class TaskRow(BaseModel):
     )
     kernel_time_us: float | None = None
     baseline_time_us: float | None = Field(default=None, description="XLA baseline (the task's workload)")
+    baseline_tier: str | None = Field(
+        default=None, description="the baseline's tier (measured, estimate/<estimator tier>) when known"
+    )
     expert_time_us: float | None = Field(default=None, description="the expert Pallas reference, if any")
     speedup_vs_baseline: float | None = Field(default=None, description="baseline / kernel, same tier")
     speedup_vs_expert: float | None = Field(default=None, description="expert / kernel, same tier")
@@ -118,6 +121,77 @@ def _side_time(
     return None, None
 
 
+class VsXla(BaseModel):
+    """A kernel's time beside XLA's for the same reference, on the same chip, each with its tier.
+
+    A tier is `measured` or `estimate/<estimator tier>` (`estimate/llo`, `estimate/model`). The ratio is
+    XLA / kernel; it is given between two estimates even when their estimator tiers differ (both named),
+    never between a measurement and an estimate."""
+
+    kernel_us: float
+    kernel_tier: str
+    xla_us: float
+    xla_tier: str
+    ratio: float | None = Field(default=None, description="xla_us / kernel_us (> 1: the kernel is faster)")
+    chip: str = Field(default="", description="the target both were timed or estimated for")
+
+    def line(self) -> str:
+        """`kernel X µs vs XLA Y µs (Z×), estimate (tier)`: both figures, the ratio, the tiers."""
+        head = f"kernel {self.kernel_us:.4g} µs vs XLA {self.xla_us:.4g} µs"
+        k_top, _, k_sub = self.kernel_tier.partition("/")
+        x_top, _, x_sub = self.xla_tier.partition("/")
+        if self.ratio is None:
+            return (
+                f"{head}: no ratio, kernel {_tier_words(self.kernel_tier)}, XLA {_tier_words(self.xla_tier)}"
+            )
+        ratio = f"({self.ratio:.3g}×)"
+        if k_top == "measured":
+            return f"{head} {ratio}, measured"
+        tiers = k_sub if k_sub == x_sub else f"kernel {k_sub or 'unknown'}, XLA {x_sub or 'unknown'}"
+        return f"{head} {ratio}, estimate ({tiers})"
+
+
+def _tier_words(tier: str) -> str:
+    top, _, sub = tier.partition("/")
+    return f"{top} ({sub})" if sub else top
+
+
+def vs_xla(
+    kernel: tuple[float | None, str | None], xla: tuple[float | None, str | None], chip: str = ""
+) -> VsXla | None:
+    """The pair from two (time_us, tier) sides (tier_time, reference_tier_time), or None if one is missing."""
+    (k_us, k_tier), (x_us, x_tier) = kernel, xla
+    if not k_us or not x_us or not k_tier or not x_tier:
+        return None
+    same_kind = k_tier.partition("/")[0] == x_tier.partition("/")[0]
+    return VsXla(
+        kernel_us=k_us,
+        kernel_tier=k_tier,
+        xla_us=x_us,
+        xla_tier=x_tier,
+        ratio=round(x_us / k_us, 4) if same_kind else None,
+        chip=chip,
+    )
+
+
+def profile_vs_xla(profile: dict | None, target: str) -> VsXla | None:
+    """A profile report's candidate beside its reference (the XLA baseline), for `target`."""
+    chip = target.removeprefix("tpu-")
+    return vs_xla(
+        tier_time(profile, target),
+        reference_tier_time(profile, target),
+        f"tpu {chip}" if chip != target else target,
+    )
+
+
+def row_vs_xla(row: TaskRow) -> VsXla | None:
+    """A suite row's kernel beside its XLA baseline (the tiers it recorded)."""
+    k_tier = f"estimate/{row.estimate_tier}" if row.tier == "estimate" and row.estimate_tier else row.tier
+    return vs_xla(
+        (row.kernel_time_us, k_tier), (row.baseline_time_us, row.baseline_tier or k_tier), row.target
+    )
+
+
 def timed_row(
     row: TaskRow,
     kernel: tuple[float | None, str | None],
@@ -131,6 +205,7 @@ def timed_row(
     k_us, k_tier = kernel
     b_us, b_tier = baseline
     row.kernel_time_us, row.baseline_time_us = k_us, b_us
+    row.baseline_tier = b_tier
     top, _, sub = (k_tier or "").partition("/")
     row.tier = top if top in ("measured", "estimate") else None  # type: ignore[assignment]
     row.estimate_tier = sub or None

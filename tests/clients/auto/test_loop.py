@@ -18,6 +18,7 @@ from maxkernel.clients.run_store import RunStore
 from maxkernel.server.app import build_server
 from maxkernel.subagents import get_role
 from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.profile.scoreboard import profile_vs_xla
 
 GOOD_MATMUL = (
     KERNELS / "_matmul_base.py"
@@ -149,6 +150,9 @@ async def test_debug_path_then_best_kernel_on_tpu_target(pool, workspace, tmp_pa
     ]
     profile = json.loads((store.root / "iter-01" / "profile.json").read_text())
     assert profile["size"] == "full" and profile["nothing_measured"] and profile["measured"] == {}
+    # The summary's last line: the kernel beside the reference's XLA program from this very profile.
+    vs = profile_vs_xla(profile, "tpu-v6e")
+    assert vs is not None and summary["best"]["vs_xla_line"] == vs.line()
     assert (store.root / "best_kernel.py").read_text() == GOOD_MATMUL
     assert "tiled_matmull" in script.prompts[2]  # the debugger saw the failing kernel and its error
     run = store.root / "iter-01"
