@@ -465,6 +465,7 @@ class Evaluator:
                 cand.races_found,
             )
             report.environment, report.devices = cand.environment, cand.devices
+            report.program = cand.program
             report.warnings += cand.warnings
             if not cand.ok:
                 return finish(cand.failure)

@@ -60,9 +60,9 @@ class Reference:
         A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
         a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
         """
-        from maxkernel.tpu_tools.problem.sizes import SYNTHETIC
+        from maxkernel.tpu_tools.problem.sizes import synthetic
 
-        if size in SYNTHETIC and size not in self.info.sizes:
+        if synthetic(size) and size not in self.info.sizes:
             if self._create_sized is None:
                 raise UsageError(f"reference {self.info.name!r}: {self.derived_size().describe()}")
             dims = self.check_size(size).dims  # the derived or unaligned size, or one precise error
@@ -85,7 +85,7 @@ class Reference:
                 )
             case = case.model_copy(update={"base": size})
             inputs = self._create_sized(merged_size(table, case), seed)
-        elif size in SYNTHETIC and size not in self.info.sizes:
+        elif synthetic(size) and size not in self.info.sizes:
             inputs = self._create_sized(table[size], seed)  # type: ignore[misc]
         else:
             inputs = self._create(size, seed)
@@ -142,7 +142,7 @@ class Reference:
 
     def check_size(self, name: str):
         """The CheckSize for a name: a SIZES entry, or the derived size (UsageError when unknown)."""
-        from maxkernel.tpu_tools.problem.sizes import DERIVED, UNALIGNED, CheckSize
+        from maxkernel.tpu_tools.problem.sizes import DERIVED, GROWN, UNALIGNED, CheckSize
 
         if name in self.info.sizes:
             return CheckSize(name=name, dims=dict(self.sizes_table.get(name, {})))
@@ -157,6 +157,18 @@ class Reference:
                 why = unaligned.describe() if unaligned else self.derived_size().describe()
                 raise UsageError(f"reference {self.info.name!r}: {why}")
             return CheckSize(name=name, dims=dict(unaligned.dims))
+        if name.startswith(f"{UNALIGNED}:"):
+            unaligned = self.derived_size().unaligned
+            dim = name.split(":", 1)[1]
+            if unaligned is None or dim not in unaligned.alone:
+                raise UsageError(f"reference {self.info.name!r}: no {name!r} size (no {dim!r} moved alone)")
+            return CheckSize(name=name, dims=dict(unaligned.alone[dim]))
+        if name == GROWN:
+            derived = self.derived_size()
+            if not derived.ok or derived.grown_dims is None:
+                why = derived.grown_why or derived.describe()
+                raise UsageError(f"reference {self.info.name!r}: no {GROWN!r} size: {why}")
+            return CheckSize(name=name, dims=dict(derived.grown_dims))
         raise UsageError(
             f"reference {self.info.name!r} has no size {name!r}; it has {self.info.sizes} "
             f"(and {DERIVED!r}, the derived intermediate size, and {UNALIGNED!r}, off the alignment "

@@ -49,7 +49,16 @@ from pydantic import BaseModel, Field
 
 DERIVED = "derived"  # the check-size name of the derived intermediate size
 UNALIGNED = "unaligned"  # the check-size name of the shape-contract probe (off the shared alignment)
-SYNTHETIC = (DERIVED, UNALIGNED)  # check sizes built here, not written in SIZES
+GROWN = "grown"  # the derived size with its lead dimension grown toward the target, as far as MAX_ELEMENTS
+# allows: where validation runs when the target's kernel program matches none of the checked ones
+SYNTHETIC = (DERIVED, UNALIGNED, GROWN)  # check sizes built here, not written in SIZES
+
+
+def synthetic(size: str) -> bool:
+    """A check size built here: derived, unaligned, grown, or `unaligned:<dim>` (one dimension moved)."""
+    return size in SYNTHETIC or size.startswith(f"{UNALIGNED}:")
+
+
 DEFAULT_CHECK_SIZES: tuple[str, ...] = ("small", DERIVED)
 PRODUCTION = "full"
 LANES = 128  # the TPU lane width: the unaligned probe moves a dimension at most this far off its grain
@@ -80,6 +89,10 @@ class UnalignedSize(BaseModel):
         default_factory=dict, description="dimensions moved off their grain -> the grain they break"
     )
     held: dict[str, str] = Field(default_factory=dict, description="scaling dimensions kept, and why")
+    alone: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="dimension -> the size with only it moved off its grain (size name 'unaligned:<dim>')",
+    )
     ok: bool = True
     why: str = ""
 
@@ -104,6 +117,12 @@ class DerivedSize(BaseModel):
     )
     target_dims: dict[str, Any] = Field(default_factory=dict, description="the target's scaling dimensions")
     unaligned: UnalignedSize | None = Field(default=None, description="the shape-contract probe")
+    grown_dims: dict[str, Any] | None = Field(
+        default=None,
+        description="the derived size with its lead dimension grown toward the target's, within MAX_ELEMENTS "
+        "(None: it cannot grow)",
+    )
+    grown_why: str = ""
     ok: bool = Field(default=True, description="False: no dimension could grow (`why` says which and why)")
     why: str = ""
 
@@ -146,6 +165,10 @@ class ShapeContract(BaseModel):
     failure_kind: str | None = Field(default=None, description="how the run there ended (None: right)")
     target_keeps: bool | None = Field(
         default=None, description="the target's dimensions are multiples of every broken alignment"
+    )
+    dimensions: list[ShapeContract] = Field(
+        default_factory=list,
+        description="each scaling dimension moved alone (where more than one moves): its own finding",
     )
 
 
@@ -271,7 +294,7 @@ def derive_size(
             d for d, (i, _) in ratio.items() if i == k
         }
 
-    def trial(k: str, value: int) -> tuple[dict, int, set[str]] | str:
+    def trial(k: str, value: int, budget: int = budget) -> tuple[dict, int, set[str]] | str:
         """(dims, elements, ties on) with k at value, or why not: as it stands first, then where the
         reference refuses, with the ties a change of k would move."""
         active: set[str] = state["active"]
@@ -384,6 +407,8 @@ def derive_size(
                 ),
             )
     dims, elements, active = state["dims"], state["elements"], state["active"]
+    if leads:
+        _grow_toward_target(out, state, lead, spans[lead][1], trial_at=trial)
     for k in active:
         out.grown.pop(k, None)
         out.held.pop(k, None)
@@ -405,6 +430,29 @@ def derive_size(
         small, [k for k in scaling if k not in active], out.grains, active, tied, probe, budget
     )
     return out
+
+
+def _grow_toward_target(out: DerivedSize, state: dict, lead: str, upper: int, trial_at) -> None:
+    """`out.grown_dims`: the derived size with `lead` at the largest value up to `upper` (the largest size's)
+    that keeps its grain and clamped blocks and keeps the inputs and outputs within MAX_ELEMENTS."""
+    g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
+    ladder = [v for v in range(now + g, upper + 1, g) if clamp_safe(v, aim_k)]
+    lo, hi, best = -1, len(ladder) - 1, None
+    while lo < hi:  # elements grow with the dimension; a refusal counts as too far
+        mid = (lo + hi + 1) // 2
+        got = trial_at(lead, ladder[mid], budget=MAX_ELEMENTS)
+        if isinstance(got, str):
+            hi = mid - 1
+        else:
+            lo, best = mid, got
+    if best is None:
+        out.grown_why = f"{lead} cannot grow past {now} within {MAX_ELEMENTS} elements"
+        return
+    out.grown_dims = dict(best[0])
+    out.grown_why = (
+        f"{lead} {now} -> {ladder[lo]}: the derived size's lead dimension grown toward the target's "
+        f"{upper}, as far as {MAX_ELEMENTS} input and output elements allow ({best[1]})"
+    )
 
 
 def _unaligned(
@@ -435,6 +483,12 @@ def _unaligned(
             out.held[k] = f"{value}: {n} elements, over the budget of {budget}"
             continue
         out.dims, out.off[k] = dims, g
+        one = tied(dict(small) | {k: value}, active)
+        try:
+            probe(one)
+        except Exception:  # noqa: BLE001 - the reference takes it only with the others moved
+            continue
+        out.alone[k] = one
     if not out.off:
         out.ok = False
         out.why = "no dimension can leave its alignment: " + (
