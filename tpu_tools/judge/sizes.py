@@ -114,6 +114,7 @@ def validate_at_sizes(
     started = time.perf_counter()
     kernel_path = str(Path(kernel_path).expanduser().resolve())
     offset = seed_offset
+    draw = offset if offset is not None else seed_list[0]  # the derived size is drawn from it
     report = ValidationReport(
         ok=False,
         target=target,
@@ -143,6 +144,7 @@ def validate_at_sizes(
         size,
         check_sizes=check_sizes,
         resolve_checks=True,
+        derive_seed=draw,
         timeout_s=timeout_s,
         on_progress=say(f"compile at {size or 'the target size'}"),
         cancel=cancel,
@@ -169,6 +171,7 @@ def validate_at_sizes(
                 reference,
                 target,
                 check.name,
+                derive_seed=draw,
                 timeout_s=timeout_s,
                 on_progress=say(f"compile at {check.name}"),
                 cancel=cancel,
@@ -218,6 +221,7 @@ def validate_at_sizes(
             on_progress=say(f"validate at {GROWN} (the target's program)"),
             cancel=cancel,
             caller=caller,
+            derive_seed=draw,
         )
 
     for name in names:
@@ -237,6 +241,7 @@ def validate_at_sizes(
             on_progress=say(f"validate at {name}"),
             cancel=cancel,
             caller=caller,
+            derive_seed=draw,
         )
         report.checks.append(size_check("validate", name, dims.get(name, {}), run))
         for field in (
@@ -297,6 +302,7 @@ def validate_at_sizes(
                 on_progress=say(f"shape contract at {label}"),
                 cancel=cancel,
                 caller=caller,
+                derive_seed=draw,
             )
             report.checks.append(size_check("contract", label, at, run))
             return run

@@ -73,6 +73,7 @@ def reference_side(
     case: InputCase | None = None,
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
+    derive_seed: int | None = None,
 ):
     """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing.
 
@@ -91,6 +92,7 @@ def reference_side(
         side.failure = _reference_error(e)
         return None, side
     side.reference = ref.info
+    ref.derive_seed = derive_seed  # the derived size is drawn from validate's seed offset
     try:
         if size is None:
             side.size, side.size_note = ref.default_size()
@@ -163,13 +165,16 @@ def reference_specs_job(
     size: str | None = None,
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
+    derive_seed: int | None = None,
 ) -> dict:
     """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more),
     and with `resolve_checks` the check sizes validation will run at."""
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    _, side = reference_side(reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks)
+    _, side = reference_side(
+        reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks, derive_seed=derive_seed
+    )
     return side.model_dump(mode="json")
 
 
@@ -182,6 +187,7 @@ def reference_job(
     case: dict | None = None,
     atol: float | None = None,
     rtol: float | None = None,
+    derive_seed: int | None = None,
 ) -> dict:
     """Pool job (judge side): inputs into `inputs_dir`, expected outputs into `expected_dir`, per seed."""
     import jax
@@ -191,7 +197,7 @@ def reference_job(
 
     job_env.scrub()
     input_case = InputCase.model_validate(case) if case is not None else None
-    ref, side = reference_side(reference, size, input_case)
+    ref, side = reference_side(reference, size, input_case, derive_seed=derive_seed)
     if not side.ok or ref is None:
         return side.model_dump(mode="json")
     path = Path(ref.info.path)

@@ -45,6 +45,7 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
     _derived: Any = None  # the derived check size, once computed
+    derive_seed: int | None = None  # validate's seed offset: the derived size is drawn from it
 
     def per_device_flops(self, size: str) -> float | None:
         """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
@@ -137,7 +138,9 @@ class Reference:
             else:
                 base = smallest_size(self.info.sizes, self.input_elements)
                 target = self.default_size()[0]  # the alignment kept is the one small and the target share
-                self._derived = derive_size(self.sizes_table, self.elements_at, base, target)
+                self._derived = derive_size(
+                    self.sizes_table, self.elements_at, base, target, draw=self.derive_seed
+                )
         return self._derived
 
     def check_size(self, name: str):

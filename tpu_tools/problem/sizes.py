@@ -42,6 +42,7 @@ Pure logic: the caller passes `probe(dims) -> element count` (it raises where th
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -106,6 +107,9 @@ class DerivedSize(BaseModel):
     """The derived intermediate check size, dimension by dimension, with the reasons."""
 
     base: str = Field(description="the SIZES entry it grows from (small)")
+    draw: int | None = Field(
+        default=None, description="the seed its values were drawn from (validate's seed offset); None: fixed"
+    )
     dims: dict[str, Any] = Field(default_factory=dict, description="the full size dict used")
     grown: dict[str, DimChange] = Field(default_factory=dict, description="dimensions above small")
     held: dict[str, str] = Field(default_factory=dict, description="dimensions kept at small, and why")
@@ -243,6 +247,18 @@ def _steps(small: int, grain: int, upper: int, target: int | None) -> list[int]:
     return out
 
 
+def _drawn_steps(small: int, grain: int, upper: int, target: int | None, rng: random.Random) -> list[int]:
+    """The one-step values of a dimension in a drawn order: every value up to 4 x small (and `upper`)
+    that keeps `grain` and clamped blocks and, where the grain is below small, is not a multiple of small."""
+    top = min(upper, 4 * small)
+    if grain < small:
+        out = [v for v in range(small + grain, top + 1, grain) if v % small and clamp_safe(v, target)]
+    else:
+        out = [m * small for m in (2, 3, 4) if m * small <= top and clamp_safe(m * small, target)]
+    rng.shuffle(out)
+    return out
+
+
 def _why(small: int, v: int, grain_text: str) -> str:
     if v % small:
         return f"{small} -> {v}: not a multiple of small, keeps {grain_text}"
@@ -250,12 +266,20 @@ def _why(small: int, v: int, grain_text: str) -> str:
 
 
 def derive_size(
-    table: dict[str, dict], probe: Probe, base: str = "small", target: str | None = None
+    table: dict[str, dict],
+    probe: Probe,
+    base: str = "small",
+    target: str | None = None,
+    draw: int | None = None,
 ) -> DerivedSize:
     """The derived intermediate size of a reference's SIZES table (see the module docstring).
 
-    `target` names the size whose alignment it keeps with small (None: every size's)."""
-    out = DerivedSize(base=base, target=target)
+    `target` names the size whose alignment it keeps with small (None: every size's). `draw` (validate
+    passes its seed offset): each value is drawn from this seed among the values that keep the same
+    alignment, so no fixed size can be targeted and the same seed gives the same size; None: the first
+    value of each ladder, as documented above."""
+    rng = random.Random(draw) if draw is not None else None
+    out = DerivedSize(base=base, target=target, draw=draw)
     if base not in table:
         out.ok, out.why = False, f"the reference has no {base!r} size to grow from (sizes: {list(table)})"
         return out
@@ -348,6 +372,8 @@ def derive_size(
             continue  # recomputed from the dimensions it is tied to
         v, upper = spans[k]
         ladder = _steps(v, out.grains[k], upper, out.target_dims.get(k))
+        if rng is not None:
+            ladder = _drawn_steps(v, out.grains[k], upper, out.target_dims.get(k), rng) or ladder
         if not ladder:
             out.held[k] = (
                 f"no larger size has it above {v}"
@@ -362,7 +388,7 @@ def derive_size(
             got = trial(k, value)
             if isinstance(got, str):
                 reasons.append(got)
-                if "over the budget" in got:
+                if "over the budget" in got and rng is None:  # the ladder grows: the rest are over too
                     break
                 continue
             take(got)
@@ -379,11 +405,13 @@ def derive_size(
         lead = max(leads, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
         v, upper = spans[lead]
         g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
+        v_small = int(small[lead])
         ladder = []  # every value above now that keeps the grain and clamped blocks, to the first past SWITCH_ROWS
+        stop = SWITCH_ROWS if rng is None else SWITCH_ROWS + SWITCH_ROWS // 2  # drawn: past it, up to 1.5x
         for value in range(now + g, upper + 1, g):
             if clamp_safe(value, aim_k):
                 ladder.append(value)
-                if value > SWITCH_ROWS:
+                if value > stop:
                     break
         lo, hi = -1, len(ladder) - 1
         best: tuple[dict, int, set[str]] | None = None
@@ -395,6 +423,15 @@ def derive_size(
             else:
                 lo, best = mid, got
         value = ladder[lo] if lo >= 0 else now
+        if rng is not None and lo >= 0:  # drawn among the values that fit, past SWITCH_ROWS where any does
+            # where the grain is below small, off small's multiples (a grid floored by small's blocks drops
+            # a remainder here as at the target)
+            off = [v for v in ladder[: lo + 1] if g >= v_small or v % v_small]
+            past = [v for v in off if v > SWITCH_ROWS] or [v for v in ladder[: lo + 1] if v > SWITCH_ROWS]
+            past = past or [ladder[lo]]
+            pick = rng.choice(past)
+            if pick != value and not isinstance(got := trial(lead, pick), str):
+                value, best = pick, got
         if best is not None and value > now:
             take(best)
             out.grown[lead] = DimChange(
