@@ -76,6 +76,9 @@ class CallProgram(BaseModel):
         default_factory=list, description="distinct body primitives that run, with their path"
     )
     branches: list[str] = Field(default_factory=list, description="the branch each foldable cond takes")
+    grid_conds: list[int] = Field(
+        default_factory=list, description="the conds whose branches depend on the grid position"
+    )
     dimension_semantics: list[str] | None = None
     grid: list[int | None] = Field(default_factory=list)
     coverage: list[float | None] = Field(
@@ -138,6 +141,7 @@ class _Walk:
         self.points, self.grid = points, grid
         self.ops: set[str] = set()
         self.branches: list[str] = []
+        self.grid_conds: list[int] = []
         self.conds = 0
 
     def body(self, jaxpr, prefix: str, env: dict) -> None:
@@ -186,6 +190,8 @@ class _Walk:
             values = np.clip(np.asarray(index).astype(np.int64), 0, len(branches) - 1)
             taken = sorted({int(x) for x in np.unique(values)})
             how = "a constant predicate" if np.asarray(index).ndim == 0 else "over the grid"
+            if how == "over the grid":
+                self.grid_conds.append(number)
             self.branches.append(f"cond #{number} takes branch {', '.join(map(str, taken))} ({how})")
         operands = eqn.invars[1:]
         for k in taken:
@@ -241,6 +247,7 @@ def kernel_program(closed_jaxpr: Any) -> KernelProgram:
                 kernel=info.kernel_name,
                 ops=sorted(walk.ops),
                 branches=walk.branches,
+                grid_conds=walk.grid_conds,
                 dimension_semantics=list(info.dimension_semantics) if info.dimension_semantics else None,
                 grid=list(info.grid),
                 coverage=_coverage(info, points if exact else None),
@@ -260,9 +267,13 @@ def _pallas_eqns(jaxpr):
             yield from _pallas_eqns(sub)
 
 
-def differences(target: KernelProgram, checked: KernelProgram, at: str, where: str) -> list[str]:
+def differences(
+    target: KernelProgram, checked: KernelProgram, at: str, where: str, *, over_grid: bool = True
+) -> list[str]:
     """What the program at the target (`at`) does that the one validated at `where` does not: empty when
-    they are the same program (block and grid sizes aside)."""
+    they are the same program (block and grid sizes aside). `over_grid=False` leaves out the ops under a
+    cond that depends on the grid position (a branch the target's longer grid reaches: a reduction axis
+    of one step at the check sizes reaches its `k > 0` branch only there)."""
     out: list[str] = []
     if len(target.calls) != len(checked.calls):
         return [f"{len(target.calls)} pallas_call(s) at {at}, {len(checked.calls)} at {where}"]
@@ -271,8 +282,9 @@ def differences(target: KernelProgram, checked: KernelProgram, at: str, where: s
         if t.kernel != c.kernel:
             out.append(f"pallas_call {i} runs {t.kernel} at {at}, {c.kernel} at {where}")
             continue
-        only_t = sorted(set(t.ops) - set(c.ops))
-        only_c = sorted(set(c.ops) - set(t.ops))
+        grid = {f"cond#{n}[" for n in (*t.grid_conds, *c.grid_conds)} if not over_grid else set()
+        only_t = sorted(o for o in set(t.ops) - set(c.ops) if not any(g in o for g in grid))
+        only_c = sorted(o for o in set(c.ops) - set(t.ops) if not any(g in o for g in grid))
         if only_t or only_c:
             parts = []
             if only_t:

@@ -66,6 +66,13 @@ def test_a_when_on_a_static_size_takes_another_branch():
 def test_a_when_on_the_grid_position_reaches_a_branch_only_the_target_grid_reaches():
     found = _differs("rms_when_past_row_1024")
     assert found and "cond#1[1]/swap only at full" in found[0] and "over the grid" in found[0], found
+    # told apart from a static difference: validate fails it only where a run at a size that reaches the
+    # branch (the grown size) is wrong, as a reduction of one step at the check sizes reaches `k > 0` only
+    # at the target
+    full, small = (_program("rms_when_past_row_1024", SHAPES[n]) for n in ("full", "small"))
+    assert full.calls[0].grid_conds == [0, 1] and not differences(
+        full, small, "full", "small", over_grid=False
+    )
 
 
 def test_a_grid_capped_at_1024_rows_leaves_blocks_unwritten_at_the_target():
