@@ -277,7 +277,7 @@ def validate_at_sizes(
     derived = next((c.derived for c in comp.check_sizes if c.derived is not None), None)
     # 3. The program at the target is the program that was checked (else a run at a size that has it)
     if case is None:
-        failure = _same_program(ev, comp, programs, derived, passed, report, dims, validate_grown)
+        failure = _same_program(comp, programs, derived, passed, report, dims, validate_grown)
         if failure is not None:
             return finish(failure)
     # 4. The shape contract: more runs, off the alignment small and the target share (a finding): every
@@ -366,7 +366,6 @@ def validate_at_sizes(
 
 
 def _same_program(
-    ev: Any,
     comp: Any,
     programs: dict[str, Any],
     derived: DerivedSize | None,
@@ -389,6 +388,15 @@ def _same_program(
         return None
     nearest = min(found, key=lambda n: len(found[n]))
     differ = "; ".join(found[nearest])
+    grid_only = [n for n, p in programs.items() if not differences(target, p, comp.size, n, over_grid=False)]
+    if grid_only and (derived is None or derived.grown_dims is None):
+        # only branches on the grid position the target's longer grid reaches: said, with no size to run
+        report.target_program = (
+            f"the target reaches branches on the grid position that no check size reached ({differ}); the "
+            f"rest of its program is the one validated at {', '.join(grid_only)}"
+        )
+        report.warnings.append(f"not validated: {report.target_program}")
+        return None
     if derived is None or derived.grown_dims is None:
         why = "no larger check size to run it at" if derived is None else derived.grown_why
         report.target_program = f"differs from every validated one ({differ}); not run: {why}"
