@@ -277,7 +277,9 @@ def validate_at_sizes(
     derived = next((c.derived for c in comp.check_sizes if c.derived is not None), None)
     # 3. The program at the target is the program that was checked (else a run at a size that has it)
     if case is None:
-        failure = _same_program(comp, programs, derived, passed, report, dims, validate_grown)
+        failure = _same_program(
+            comp, programs, derived, passed, report, dims, validate_grown, enforce=check_sizes is None
+        )
         if failure is not None:
             return finish(failure)
     # 4. The shape contract: more runs, off the alignment small and the target share (a finding): every
@@ -373,10 +375,14 @@ def _same_program(
     report: ValidationReport,
     dims: dict[str, dict],
     validate_grown: Callable[[], Any],
+    *,
+    enforce: bool = True,
 ) -> Failure | None:
     """None where the kernel program traced at the target matches one that was validated (block and grid
     sizes aside: problem/kernel_program.py); where none does, a run at the `grown` size, whose program must
-    then be the target's; else `shape_specialized`, naming what differs. Every word from what was traced."""
+    then be the target's; else `shape_specialized`, naming what differs. Every word from what was traced.
+    With check sizes the caller chose (`enforce` False), a difference is a warning: `compose` checks a whole
+    model step at small, where a kernel may take its one-block path."""
     target = comp.program
     if target is None or not programs or any(p is None for p in programs.values()):
         report.target_program = "could not tell: the kernel program was not read at every size"
@@ -388,6 +394,14 @@ def _same_program(
         return None
     nearest = min(found, key=lambda n: len(found[n]))
     differ = "; ".join(found[nearest])
+    if not enforce:  # check sizes the caller chose (compose's whole step at small): a finding, no more runs
+        report.target_program = (
+            f"differs from every validated one ({differ}); not enforced: the check sizes were chosen"
+        )
+        report.warnings.append(
+            f"the kernel program at {comp.size} was not validated: {report.target_program}"
+        )
+        return None
     grid_only = [n for n, p in programs.items() if not differences(target, p, comp.size, n, over_grid=False)]
     if grid_only and (derived is None or derived.grown_dims is None):
         # only branches on the grid position the target's longer grid reaches: said, with no size to run
