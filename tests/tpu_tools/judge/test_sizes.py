@@ -73,6 +73,7 @@ def test_zeros_above_the_small_rows_fail_at_the_derived_size_through_plain_valid
     assert "real Mosaic TPU compiler" in r["execution"] and "ran at small, derived" in r["execution"]
 
 
+@pytest.mark.slow  # five interpret runs (small, derived, rows alone, cols alone, both): ~40 s on 2 shared cores
 def test_an_honest_kernel_passes_every_size(evaluator):
     r = evaluator.validate(kernel("good_dma"), PLUS_ONE_REF, "tpu-v6e", seeds=1, seed_offset=0)
     assert r.ok, r.failure
