@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.pool.sandbox import SandboxInfo
 from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.kernel_program import KernelProgram
 from maxkernel.tpu_tools.problem.sizes import CheckSize, ShapeContract, SizeCheck
 from maxkernel.tpu_tools.problem.source import ReferenceInfo
 from maxkernel.tpu_tools.problem.work_check import WorkCensus
@@ -128,6 +129,9 @@ class CompileReport(SizesRecord):
     num_pallas_calls: int = 0
     pallas_calls: list[dict[str, Any]] = Field(
         default_factory=list, description="grid, blocks, scratch per call"
+    )
+    program: KernelProgram | None = Field(
+        default=None, description="what each pallas_call's body runs at this size (problem/kernel_program.py)"
     )
     memory: dict[str, int] = Field(default_factory=dict, description="compiled memory stats, bytes")
     cost_analysis: dict[str, float] = Field(default_factory=dict)
@@ -271,6 +275,13 @@ class ValidationReport(SizesRecord):
     work: WorkCensus | None = Field(default=None, description="flops inside/outside the pallas_calls (jaxpr)")
     races_found: bool = False
     weak_check: bool = False
+    program: KernelProgram | None = Field(
+        default=None, description="what each pallas_call's body ran at the last size that ran"
+    )
+    target_program: str = Field(
+        default="",
+        description="how the kernel program traced at the target compares with the ones validated (one line)",
+    )
     shape_contract: ShapeContract | None = Field(
         default=None,
         description="what the kernel does off the alignment small and the target share: a finding, not a "

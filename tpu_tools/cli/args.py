@@ -29,7 +29,8 @@ CHECK_SIZES_DEFAULT_TEXT = (
 DEFAULT_STRICT_SHAPES = False  # the shape contract (a run off the shared alignment) is a finding, not a check
 STRICT_SHAPES_HELP = (
     "fail when the kernel is wrong or raises at the 'unaligned' size (off the alignment small and the "
-    "target share); by default what it does there is reported as its shape contract, not failed"
+    "target share: each scaling dimension alone, and all together); by default what it does there is "
+    "reported as its shape contract, not failed"
 )
 DEFAULT_SEEDS = 3
 DEFAULT_SEED_OFFSET: int | None = (

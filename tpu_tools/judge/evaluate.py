@@ -172,6 +172,7 @@ class Evaluator:
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
+        derive_seed: int | None = None,
     ) -> tuple[ReferenceSide | None, Failure | None]:
         """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child;
         with `resolve_checks`, the check sizes too (names and dims); with `with_values`, the values of its
@@ -184,6 +185,7 @@ class Evaluator:
                 "check_sizes": list(check_sizes) if check_sizes else None,
                 "resolve_checks": resolve_checks,
                 "with_values": with_values,
+                "derive_seed": derive_seed,
             },
             timeout_s=timeout_s,
             on_progress=on_progress,
@@ -206,6 +208,7 @@ class Evaluator:
         timeout_s: float | None = None,
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
+        derive_seed: int | None = None,
     ) -> CompileReport:
         """Shapes from a reference-only child, then the candidate compiled in a child that never sees the
         reference. `size` None: the reference's production size. With `resolve_checks` the report also
@@ -224,6 +227,7 @@ class Evaluator:
             timeout_s=timeout_s,
             on_progress=on_progress,
             cancel=cancel,
+            derive_seed=derive_seed,
         )
         if failure is not None or side is None:
             base.reference, base.failure = side.reference if side else None, failure
@@ -335,6 +339,7 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
         caller: Literal["api", "cli", "mcp"] = "api",
+        derive_seed: int | None = None,
     ) -> ValidationReport:
         """One check size: validate on `seeds` input sets (an int: that many, from `seed_offset`, drawn at
         random if None), with no compile at the target (`validate` does that first).
@@ -402,6 +407,7 @@ class Evaluator:
                     "atol": atol,
                     "rtol": rtol,
                     "target": target,
+                    "derive_seed": derive_seed,
                 },
                 timeout_s=left(),
                 on_progress=on_progress,
@@ -476,6 +482,7 @@ class Evaluator:
                 cand.races_found,
             )
             report.environment, report.devices = cand.environment, cand.devices
+            report.program = cand.program
             report.warnings += cand.warnings
             if not cand.ok:
                 return finish(cand.failure)

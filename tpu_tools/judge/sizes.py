@@ -17,7 +17,9 @@ from typing import Any
 from maxkernel.tpu_tools.judge.error_rule import rule_summary
 from maxkernel.tpu_tools.judge.outcomes import interpret_limit
 from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.kernel_program import differences
 from maxkernel.tpu_tools.problem.sizes import (
+    GROWN,
     UNALIGNED,
     DerivedSize,
     ShapeContract,
@@ -113,6 +115,7 @@ def validate_at_sizes(
     started = time.perf_counter()
     kernel_path = str(Path(kernel_path).expanduser().resolve())
     offset = seed_offset
+    draw = offset if offset is not None else seed_list[0]  # the derived size is drawn from it
     report = ValidationReport(
         ok=False,
         target=target,
@@ -142,6 +145,7 @@ def validate_at_sizes(
         size,
         check_sizes=check_sizes,
         resolve_checks=True,
+        derive_seed=draw,
         timeout_s=timeout_s,
         on_progress=say(f"compile at {size or 'the target size'}"),
         cancel=cancel,
@@ -168,6 +172,7 @@ def validate_at_sizes(
                 reference,
                 target,
                 check.name,
+                derive_seed=draw,
                 timeout_s=timeout_s,
                 on_progress=say(f"compile at {check.name}"),
                 cancel=cancel,
@@ -200,6 +205,27 @@ def validate_at_sizes(
     passed: list[str] = []
     executions: dict[str, list[str]] = {}
     compared: list = []  # every check size's per-seed errors: the error rule's line covers them all
+    programs: dict[str, Any] = {}  # check size -> the kernel program its run traced
+
+    def validate_grown() -> Any:
+        return ev.validate_at(
+            kernel_path,
+            reference,
+            target,
+            GROWN,
+            seeds=seed_list[:1],
+            repeats=repeats,
+            atol=atol,
+            rtol=rtol,
+            allow_plain_jax=allow_plain_jax,
+            allow_weak_check=allow_weak_check,
+            timeout_s=timeout_s,
+            on_progress=say(f"validate at {GROWN} (the target's program)"),
+            cancel=cancel,
+            caller=caller,
+            derive_seed=draw,
+        )
+
     for name in names:
         run = ev.validate_at(
             kernel_path,
@@ -217,6 +243,7 @@ def validate_at_sizes(
             on_progress=say(f"validate at {name}"),
             cancel=cancel,
             caller=caller,
+            derive_seed=draw,
         )
         report.checks.append(size_check("validate", name, dims.get(name, {}), run))
         for field in (
@@ -252,82 +279,88 @@ def validate_at_sizes(
                 failure = interpret_limit(failure, target, comp.size, passed, name)
             return finish(failure)
         passed.append(name)
-    # 3. The shape contract: one more run, off the alignment small and the target share (a finding)
+        programs[name] = run.program
     derived = next((c.derived for c in comp.check_sizes if c.derived is not None), None)
+    # 3. The program at the target is the program that was checked (else a run at a size that has it)
+    if case is None:
+        failure = _same_program(
+            comp, programs, derived, passed, report, dims, validate_grown, enforce=check_sizes is None
+        )
+        if failure is not None:
+            return finish(failure)
+    # 4. The shape contract: more runs, off the alignment small and the target share (a finding): every
+    # dimension moved alone, and all together; a refusal on one dimension cannot hide a wrong answer on another
     unaligned = derived.unaligned if derived is not None else None
     if case is None and unaligned is not None and unaligned.ok and (check_sizes is None or strict_shapes):
-        run = ev.validate_at(
-            kernel_path,
-            reference,
-            target,
-            UNALIGNED,
-            seeds=seed_list[:1],
-            repeats=repeats,
-            atol=atol,
-            rtol=rtol,
-            allow_plain_jax=allow_plain_jax,
-            allow_weak_check=allow_weak_check,
-            timeout_s=timeout_s,
-            on_progress=say(f"shape contract at {UNALIGNED}"),
-            cancel=cancel,
-            caller=caller,
-        )
-        report.checks.append(size_check("contract", UNALIGNED, unaligned.dims, run))
         assert derived is not None
-        contract = shape_contract(unaligned, run, comp.size, derived, passed)
-        base = next((c.dims for c in comp.check_sizes if c.name == derived.base), None)
-        if contract.outcome == "wrong" and len(unaligned.off) > 1 and base:
-            # wrong across the output with every dimension moved: one dimension at a time says which
-            parts = []
+
+        def probe(name: str, label: str, at: dict) -> Any:
+            run = ev.validate_at(
+                kernel_path,
+                reference,
+                target,
+                name,
+                seeds=seed_list[:1],
+                repeats=repeats,
+                atol=atol,
+                rtol=rtol,
+                allow_plain_jax=allow_plain_jax,
+                allow_weak_check=allow_weak_check,
+                timeout_s=timeout_s,
+                on_progress=say(f"shape contract at {label}"),
+                cancel=cancel,
+                caller=caller,
+                derive_seed=draw,
+            )
+            report.checks.append(size_check("contract", label, at, run))
+            return run
+
+        found: list[tuple[ShapeContract, Any]] = []
+        if len(unaligned.off) > 1:
             for k, g in unaligned.off.items():
-                one = UnalignedSize(dims=dict(base) | {k: unaligned.dims[k]}, off={k: g})
-                alone = ev.validate_at(
-                    kernel_path,
-                    reference,
-                    target,
-                    derived.base,
-                    seeds=seed_list[:1],
-                    repeats=repeats,
-                    atol=atol,
-                    rtol=rtol,
-                    allow_plain_jax=allow_plain_jax,
-                    allow_weak_check=allow_weak_check,
-                    case=InputCase(name=f"{UNALIGNED}_{k}", sizes={k: unaligned.dims[k]}, base=derived.base),
-                    timeout_s=timeout_s,
-                    on_progress=say(f"shape contract at {k}={unaligned.dims[k]}"),
-                    cancel=cancel,
-                    caller=caller,
-                )
-                report.checks.append(size_check("contract", f"{UNALIGNED} ({k})", one.dims, alone))
-                if (
-                    failure := contract_failure(
-                        one_contract := shape_contract(one, alone, comp.size, derived, passed),
-                        alone,
-                        passed,
-                        False,
-                    )
-                ) is not None:
-                    return finish(failure)
-                if one_contract.outcome not in ("general", "could_not_tell"):
-                    parts.append(one_contract)
-            if parts:
-                contract = contract.model_copy(
-                    update={
-                        "outcome": parts[0].outcome,
-                        "finding": "; ".join(c.finding for c in parts),
-                        "fix": FIX.format(
-                            needs=" and ".join(f"{k} % {g} == 0" for c in parts for k, g in c.off.items())
+                if k not in unaligned.alone:
+                    continue
+                one = UnalignedSize(dims=unaligned.alone[k], off={k: g})
+                run = probe(f"{UNALIGNED}:{k}", f"{UNALIGNED} ({k})", one.dims)
+                found.append((shape_contract(one, run, comp.size, derived, passed), run))
+        run = probe(UNALIGNED, UNALIGNED, unaligned.dims)
+        together = shape_contract(unaligned, run, comp.size, derived, passed)
+        contract = together
+        if found:
+            shown = [c for c, _ in found if c.outcome != "general"]
+            if not shown and together.outcome != "general":
+                shown = [together]  # right one at a time, not all together: that is the finding
+            elif together.outcome != "general" and together.outcome not in {c.outcome for c in shown}:
+                shown.append(together)
+            shown.sort(key=lambda c: SEVERITY.index(c.outcome))  # the silently wrong first
+            head = shown[0] if shown else together
+            contract = together.model_copy(
+                update={
+                    "outcome": head.outcome,
+                    "finding": "; ".join(f"{_label(c, unaligned)}: {c.finding}" for c in shown)
+                    if shown
+                    else together.finding,
+                    "fix": FIX.format(
+                        needs=" and ".join(
+                            f"{k} % {g} == 0" for c in shown if c.fix for k, g in c.off.items()
                         )
-                        if any(c.fix for c in parts)
-                        else "",
-                    }
-                )
+                    )
+                    if any(c.fix for c in shown)
+                    else "",
+                    "dimensions": [c for c, _ in found],
+                }
+            )
         report.shape_contract = contract
         if contract.fix:
-            report.warnings.append(f"the kernel is silently wrong off its alignment: {contract.finding}")
+            silent = [c for c in contract.dimensions if c.fix] or [contract]
+            said = "; ".join(
+                (f"{_label(c, unaligned)}: " if c is not contract else "") + c.finding for c in silent
+            )
+            report.warnings.append(f"the kernel is silently wrong off its alignment: {said}")
             report.warnings.append(f"fix: {contract.fix}")
-        if (failure := contract_failure(contract, run, passed, strict_shapes)) is not None:
-            return finish(failure)
+        for c, r in [*found, (together, run)]:
+            if (failure := contract_failure(c, r, passed, strict_shapes)) is not None:
+                return finish(failure)
     elif strict_shapes:
         why = (
             "an extra input case runs at one check size only"
@@ -338,6 +371,112 @@ def validate_at_sizes(
         )
         seen.setdefault(f"--strict-shapes: no shape-contract probe ({why})", []).append("validate")
     return finish()
+
+
+def _same_program(
+    comp: Any,
+    programs: dict[str, Any],
+    derived: DerivedSize | None,
+    passed: list[str],
+    report: ValidationReport,
+    dims: dict[str, dict],
+    validate_grown: Callable[[], Any],
+    *,
+    enforce: bool = True,
+) -> Failure | None:
+    """None where the kernel program traced at the target matches one that was validated (block and grid
+    sizes aside: problem/kernel_program.py); where none does, a run at the `grown` size, whose program must
+    then be the target's; else `shape_specialized`, naming what differs. Every word from what was traced.
+    With check sizes the caller chose (`enforce` False), a difference is a warning: `compose` checks a whole
+    model step at small, where a kernel may take its one-block path."""
+    target = comp.program
+    if target is None or not programs or any(p is None for p in programs.values()):
+        report.target_program = "could not tell: the kernel program was not read at every size"
+        return None
+    found = {n: differences(target, p, comp.size, n) for n, p in programs.items()}
+    same = [n for n, d in found.items() if not d]
+    if same:
+        report.target_program = f"the kernel program at {comp.size} is the one validated at {', '.join(same)}"
+        return None
+    nearest = min(found, key=lambda n: len(found[n]))
+    differ = "; ".join(found[nearest])
+    if not enforce:  # check sizes the caller chose (compose's whole step at small): a finding, no more runs
+        report.target_program = (
+            f"differs from every validated one ({differ}); not enforced: the check sizes were chosen"
+        )
+        report.warnings.append(
+            f"the kernel program at {comp.size} was not validated: {report.target_program}"
+        )
+        return None
+    grid_only = [n for n, p in programs.items() if not differences(target, p, comp.size, n, over_grid=False)]
+    if grid_only and (derived is None or derived.grown_dims is None):
+        # only branches on the grid position the target's longer grid reaches: said, with no size to run
+        report.target_program = (
+            f"the target reaches branches on the grid position that no check size reached ({differ}); the "
+            f"rest of its program is the one validated at {', '.join(grid_only)}"
+        )
+        report.warnings.append(f"not validated: {report.target_program}")
+        return None
+    if derived is None or derived.grown_dims is None:
+        why = "no larger check size to run it at" if derived is None else derived.grown_why
+        report.target_program = f"differs from every validated one ({differ}); not run: {why}"
+        return Failure(
+            kind="shape_specialized",
+            summary=(
+                f"the kernel program at {comp.size} is not one that was validated ({', '.join(passed)}): "
+                f"{differ}; {why}"
+            )[:1500],
+            stage="trace",
+            sizes_passed=list(passed),
+            sizes_failed=[comp.size],
+        )
+    run = validate_grown()
+    report.checks.append(size_check("validate", GROWN, derived.grown_dims, run))
+    at = ", ".join(f"{k}={v}" for k, v in derived.grown_dims.items() if dims.get(passed[-1], {}).get(k) != v)
+    if not run.ok:
+        failure = run.failure or Failure(kind="internal_error", summary="validation failed without a failure")
+        report.target_program = f"differs from every validated one ({differ}); wrong at {GROWN} ({at})"
+        if failure.kind in SIZE_DEPENDENT:
+            out = specialized(failure, passed, GROWN, "right")
+            out.summary = (
+                f"{out.summary}; run at {GROWN} ({at}) because the kernel program at {comp.size} differs from "
+                f"the validated one: {differ}"
+            )[:1500]
+            return out
+        return failure
+    grown = run.program
+    left = differences(target, grown, comp.size, GROWN) if grown is not None else ["not read"]
+    fixed = differences(target, grown, comp.size, GROWN, over_grid=False) if grown is not None else left
+    if left and not fixed:
+        # only branches on the grid position that the target's longer grid reaches and no check size did
+        # (a reduction of one step at every check size): said, not failed; no size that fits here has them
+        passed.append(GROWN)
+        report.target_program = (
+            f"the target reaches branches on the grid position that no check size reached ({'; '.join(left)});"
+            f" the rest of its program is the one validated at {GROWN} ({at})"
+        )
+        report.warnings.append(f"not validated: {report.target_program}")
+        return None
+    if left:
+        report.target_program = (
+            f"differs from every validated one, {GROWN} ({at}) included: {'; '.join(left)}"
+        )
+        return Failure(
+            kind="shape_specialized",
+            summary=(
+                f"the kernel program at {comp.size} is not one that was validated ({', '.join([*passed, GROWN])}):"
+                f" {'; '.join(left)}"
+            )[:1500],
+            stage="trace",
+            sizes_passed=[*passed, GROWN],
+            sizes_failed=[comp.size],
+        )
+    passed.append(GROWN)
+    report.target_program = (
+        f"the kernel program at {comp.size} differs from the one at {nearest} ({differ}); it is the one "
+        f"validated at {GROWN} ({at})"
+    )
+    return None
 
 
 # At the unaligned size, the kernel refusing the shape (its own error, or the compiler's).
@@ -351,12 +490,18 @@ RAISES = {
     "smem_exhausted",
     "shape_mismatch",
 }
+SEVERITY = ("wrong", "drops_remainder", "raises", "could_not_tell", "general")
 # At the unaligned size these still fail the verdict: they are not about shapes.
 NOT_SHAPE = {"host_callback", "reached_reference", "tampered", "implausible", "cancelled"}
 FIX = (
     "where the kernel is called, assert the alignment it needs ({needs} is enough: it was right there) so "
     "a caller gets an error, not a wrong answer; or size the grid with pl.cdiv and mask the last block"
 )
+
+
+def _label(c: ShapeContract, unaligned: UnalignedSize) -> str:
+    """`rows alone` or `all together`: which run a finding is from."""
+    return f"{', '.join(c.off)} alone" if len(c.off) < len(unaligned.off) else "all together"
 
 
 def _axis(i: int, ndim: int) -> str:

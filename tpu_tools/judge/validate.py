@@ -75,6 +75,7 @@ def reference_side(
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
     with_values: bool = False,
+    derive_seed: int | None = None,
 ):
     """Load the reference, resolve the size, trace it: (Reference, ReferenceSide). Raises nothing.
 
@@ -93,6 +94,7 @@ def reference_side(
         side.failure = _reference_error(e)
         return None, side
     side.reference = ref.info
+    ref.derive_seed = derive_seed  # the derived size is drawn from validate's seed offset
     try:
         if size is None:
             side.size, side.size_note = ref.default_size()
@@ -175,6 +177,7 @@ def reference_specs_job(
     check_sizes: list[str] | None = None,
     resolve_checks: bool = False,
     with_values: bool = False,
+    derive_seed: int | None = None,
 ) -> dict:
     """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more),
     with `resolve_checks` the check sizes validation will run at, and with `with_values` the values of
@@ -183,7 +186,12 @@ def reference_specs_job(
 
     job_env.scrub()
     _, side = reference_side(
-        reference, size, check_sizes=check_sizes, resolve_checks=resolve_checks, with_values=with_values
+        reference,
+        size,
+        check_sizes=check_sizes,
+        resolve_checks=resolve_checks,
+        with_values=with_values,
+        derive_seed=derive_seed,
     )
     return side.model_dump(mode="json")
 
@@ -198,6 +206,7 @@ def reference_job(
     atol: float | None = None,
     rtol: float | None = None,
     target: str = "cpu",
+    derive_seed: int | None = None,
 ) -> dict:
     """Pool job (judge side): inputs into `inputs_dir`; into `expected_dir`, per seed, the reference as
     `target` computes it (`expected_<seed>`) and the upcast oracle (`oracle_<seed>`, numerics.py)."""
@@ -208,7 +217,7 @@ def reference_job(
 
     job_env.scrub()
     input_case = InputCase.model_validate(case) if case is not None else None
-    ref, side = reference_side(reference, size, input_case)
+    ref, side = reference_side(reference, size, input_case, derive_seed=derive_seed)
     if not side.ok or ref is None:
         return side.model_dump(mode="json")
     path = Path(ref.info.path)

@@ -44,6 +44,7 @@ from maxkernel.tpu_tools.judged.interpreter_limits import (
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target, traced_as
 from maxkernel.tpu_tools.pool.handover import HandoverError, as_jax, load_arrays, load_specs, save_arrays
+from maxkernel.tpu_tools.problem.kernel_program import kernel_program
 from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 from maxkernel.tpu_tools.problem.work_check import (
     WorkCensus,
@@ -132,6 +133,14 @@ def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=
             f"{where}, but not judged an interpreter limit: {found.vetoed}\n{failure.message}"
         )[:6000]
     return failure
+
+
+def _kernel_program(jaxpr):
+    """The kernel program at this size (judge/sizes.py compares it with the target's; None: unreadable)."""
+    try:
+        return kernel_program(jaxpr)
+    except Exception:  # noqa: BLE001 - our reading of an unusual jaxpr must not fail the candidate
+        return None
 
 
 def _forget_reference_modules() -> None:
@@ -262,6 +271,7 @@ def candidate_job(
             if as_target:
                 report.execution += f"; {traced_as(tgt)}, then interpreted on CPU"
             program = jaxpr  # what ran: an interpreter failure is told apart from the candidate's by it
+            report.program = _kernel_program(jaxpr)
             report.has_pallas_call = census.num_pallas_calls > 0
             report.work = census
             if mesh_spec is not None and (n := unpartitioned_kernels(jaxpr)):

@@ -16,6 +16,7 @@ from maxkernel.tpu_tools.judged.candidate import load_candidate
 from maxkernel.tpu_tools.judged.classify import classify_exception, load_failure, unpartitioned_failure
 from maxkernel.tpu_tools.judged.sequential_grid import sequential_workload
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
+from maxkernel.tpu_tools.problem.kernel_program import kernel_program
 from maxkernel.tpu_tools.reports import ArraySpec, CompileReport, Failure, StageTimes
 
 
@@ -30,6 +31,14 @@ def pallas_calls_of(jaxpr) -> list[dict[str, Any]]:
     from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
     return [c.model_dump(mode="json") for c in find_pallas_calls(jaxpr)]
+
+
+def _program(jaxpr):
+    """The kernel program at this size, for validate to compare with the check sizes' (None: unreadable)."""
+    try:
+        return kernel_program(jaxpr)
+    except Exception:  # noqa: BLE001 - an unusual jaxpr must not fail a compile; validate says it could not tell
+        return None
 
 
 def _memory_stats(compiled) -> dict[str, int]:
@@ -224,6 +233,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
             done.append("traced")
             report.times = StageTimes(trace_ms=_ms(t0))
             report.pallas_calls = pallas_calls_of(traced.jaxpr)
+            report.program = _program(traced.jaxpr)
             report.warnings.extend(_work_warnings(traced.jaxpr, side))
             report.num_pallas_calls = len(report.pallas_calls)
             if spec is not None and (n := mesh.unpartitioned_kernels(traced.jaxpr)):

@@ -40,6 +40,8 @@ WATCHED_MODULES = (
     "maxkernel.tpu_tools.judged.interpreter_limits",
     "maxkernel.tpu_tools.judged.target_trace",
     "maxkernel.tpu_tools.judged.integrity",
+    "maxkernel.tpu_tools.problem.kernel_program",  # the program compared across sizes
+    "maxkernel.tpu_tools.problem.pallas_info",
     "maxkernel.tpu_tools.pool.child",
     "multiprocessing.connection",
 )

@@ -45,6 +45,7 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
     _derived: Any = None  # the derived check size, once computed
+    derive_seed: int | None = None  # validate's seed offset: the derived size is drawn from it
 
     def per_device_flops(self, size: str) -> float | None:
         """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
@@ -60,9 +61,9 @@ class Reference:
         A case with size overrides needs a seedable maxkernel-format reference (UnusableCaseError,
         a UsageError, otherwise); its distribution reshapes the float inputs deterministically from `seed`.
         """
-        from maxkernel.tpu_tools.problem.sizes import SYNTHETIC
+        from maxkernel.tpu_tools.problem.sizes import synthetic
 
-        if size in SYNTHETIC and size not in self.info.sizes:
+        if synthetic(size) and size not in self.info.sizes:
             if self._create_sized is None:
                 raise UsageError(f"reference {self.info.name!r}: {self.derived_size().describe()}")
             dims = self.check_size(size).dims  # the derived or unaligned size, or one precise error
@@ -85,7 +86,7 @@ class Reference:
                 )
             case = case.model_copy(update={"base": size})
             inputs = self._create_sized(merged_size(table, case), seed)
-        elif size in SYNTHETIC and size not in self.info.sizes:
+        elif synthetic(size) and size not in self.info.sizes:
             inputs = self._create_sized(table[size], seed)  # type: ignore[misc]
         else:
             inputs = self._create(size, seed)
@@ -137,12 +138,14 @@ class Reference:
             else:
                 base = smallest_size(self.info.sizes, self.input_elements)
                 target = self.default_size()[0]  # the alignment kept is the one small and the target share
-                self._derived = derive_size(self.sizes_table, self.elements_at, base, target)
+                self._derived = derive_size(
+                    self.sizes_table, self.elements_at, base, target, draw=self.derive_seed
+                )
         return self._derived
 
     def check_size(self, name: str):
         """The CheckSize for a name: a SIZES entry, or the derived size (UsageError when unknown)."""
-        from maxkernel.tpu_tools.problem.sizes import DERIVED, UNALIGNED, CheckSize
+        from maxkernel.tpu_tools.problem.sizes import DERIVED, GROWN, UNALIGNED, CheckSize
 
         if name in self.info.sizes:
             return CheckSize(name=name, dims=dict(self.sizes_table.get(name, {})))
@@ -157,6 +160,18 @@ class Reference:
                 why = unaligned.describe() if unaligned else self.derived_size().describe()
                 raise UsageError(f"reference {self.info.name!r}: {why}")
             return CheckSize(name=name, dims=dict(unaligned.dims))
+        if name.startswith(f"{UNALIGNED}:"):
+            unaligned = self.derived_size().unaligned
+            dim = name.split(":", 1)[1]
+            if unaligned is None or dim not in unaligned.alone:
+                raise UsageError(f"reference {self.info.name!r}: no {name!r} size (no {dim!r} moved alone)")
+            return CheckSize(name=name, dims=dict(unaligned.alone[dim]))
+        if name == GROWN:
+            derived = self.derived_size()
+            if not derived.ok or derived.grown_dims is None:
+                why = derived.grown_why or derived.describe()
+                raise UsageError(f"reference {self.info.name!r}: no {GROWN!r} size: {why}")
+            return CheckSize(name=name, dims=dict(derived.grown_dims))
         raise UsageError(
             f"reference {self.info.name!r} has no size {name!r}; it has {self.info.sizes} "
             f"(and {DERIVED!r}, the derived intermediate size, and {UNALIGNED!r}, off the alignment "

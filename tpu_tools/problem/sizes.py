@@ -42,6 +42,7 @@ Pure logic: the caller passes `probe(dims) -> element count` (it raises where th
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -49,7 +50,16 @@ from pydantic import BaseModel, Field
 
 DERIVED = "derived"  # the check-size name of the derived intermediate size
 UNALIGNED = "unaligned"  # the check-size name of the shape-contract probe (off the shared alignment)
-SYNTHETIC = (DERIVED, UNALIGNED)  # check sizes built here, not written in SIZES
+GROWN = "grown"  # the derived size with its lead dimension grown toward the target, as far as MAX_ELEMENTS
+# allows: where validation runs when the target's kernel program matches none of the checked ones
+SYNTHETIC = (DERIVED, UNALIGNED, GROWN)  # check sizes built here, not written in SIZES
+
+
+def synthetic(size: str) -> bool:
+    """A check size built here: derived, unaligned, grown, or `unaligned:<dim>` (one dimension moved)."""
+    return size in SYNTHETIC or size.startswith(f"{UNALIGNED}:")
+
+
 DEFAULT_CHECK_SIZES: tuple[str, ...] = ("small", DERIVED)
 PRODUCTION = "full"
 LANES = 128  # the TPU lane width: the unaligned probe moves a dimension at most this far off its grain
@@ -80,6 +90,10 @@ class UnalignedSize(BaseModel):
         default_factory=dict, description="dimensions moved off their grain -> the grain they break"
     )
     held: dict[str, str] = Field(default_factory=dict, description="scaling dimensions kept, and why")
+    alone: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="dimension -> the size with only it moved off its grain (size name 'unaligned:<dim>')",
+    )
     ok: bool = True
     why: str = ""
 
@@ -93,6 +107,9 @@ class DerivedSize(BaseModel):
     """The derived intermediate check size, dimension by dimension, with the reasons."""
 
     base: str = Field(description="the SIZES entry it grows from (small)")
+    draw: int | None = Field(
+        default=None, description="the seed its values were drawn from (validate's seed offset); None: fixed"
+    )
     dims: dict[str, Any] = Field(default_factory=dict, description="the full size dict used")
     grown: dict[str, DimChange] = Field(default_factory=dict, description="dimensions above small")
     held: dict[str, str] = Field(default_factory=dict, description="dimensions kept at small, and why")
@@ -104,6 +121,12 @@ class DerivedSize(BaseModel):
     )
     target_dims: dict[str, Any] = Field(default_factory=dict, description="the target's scaling dimensions")
     unaligned: UnalignedSize | None = Field(default=None, description="the shape-contract probe")
+    grown_dims: dict[str, Any] | None = Field(
+        default=None,
+        description="the derived size with its lead dimension grown toward the target's, within MAX_ELEMENTS "
+        "(None: it cannot grow)",
+    )
+    grown_why: str = ""
     ok: bool = Field(default=True, description="False: no dimension could grow (`why` says which and why)")
     why: str = ""
 
@@ -146,6 +169,10 @@ class ShapeContract(BaseModel):
     failure_kind: str | None = Field(default=None, description="how the run there ended (None: right)")
     target_keeps: bool | None = Field(
         default=None, description="the target's dimensions are multiples of every broken alignment"
+    )
+    dimensions: list[ShapeContract] = Field(
+        default_factory=list,
+        description="each scaling dimension moved alone (where more than one moves): its own finding",
     )
 
 
@@ -220,6 +247,19 @@ def _steps(small: int, grain: int, upper: int, target: int | None) -> list[int]:
     return out
 
 
+def _drawn_steps(small: int, grain: int, upper: int, target: int | None, rng: random.Random) -> list[int]:
+    """The one-step values of a dimension in a drawn order: every value up to 2 x small (and `upper`)
+    that keeps `grain` and clamped blocks and, where the grain is below small, is not a multiple of small
+    (a grain of small itself: 2 x small, as undrawn; the lead dimension's value past 1024 is drawn later)."""
+    top = min(upper, 2 * small)
+    if grain < small:
+        out = [v for v in range(small + grain, top + 1, grain) if v % small and clamp_safe(v, target)]
+    else:
+        out = [2 * small] if 2 * small <= top and clamp_safe(2 * small, target) else []
+    rng.shuffle(out)
+    return out
+
+
 def _why(small: int, v: int, grain_text: str) -> str:
     if v % small:
         return f"{small} -> {v}: not a multiple of small, keeps {grain_text}"
@@ -227,12 +267,20 @@ def _why(small: int, v: int, grain_text: str) -> str:
 
 
 def derive_size(
-    table: dict[str, dict], probe: Probe, base: str = "small", target: str | None = None
+    table: dict[str, dict],
+    probe: Probe,
+    base: str = "small",
+    target: str | None = None,
+    draw: int | None = None,
 ) -> DerivedSize:
     """The derived intermediate size of a reference's SIZES table (see the module docstring).
 
-    `target` names the size whose alignment it keeps with small (None: every size's)."""
-    out = DerivedSize(base=base, target=target)
+    `target` names the size whose alignment it keeps with small (None: every size's). `draw` (validate
+    passes its seed offset): each value is drawn from this seed among the values that keep the same
+    alignment, so no fixed size can be targeted and the same seed gives the same size; None: the first
+    value of each ladder, as documented above."""
+    rng = random.Random(draw) if draw is not None else None
+    out = DerivedSize(base=base, target=target, draw=draw)
     if base not in table:
         out.ok, out.why = False, f"the reference has no {base!r} size to grow from (sizes: {list(table)})"
         return out
@@ -271,7 +319,7 @@ def derive_size(
             d for d, (i, _) in ratio.items() if i == k
         }
 
-    def trial(k: str, value: int) -> tuple[dict, int, set[str]] | str:
+    def trial(k: str, value: int, budget: int = budget) -> tuple[dict, int, set[str]] | str:
         """(dims, elements, ties on) with k at value, or why not: as it stands first, then where the
         reference refuses, with the ties a change of k would move."""
         active: set[str] = state["active"]
@@ -320,11 +368,21 @@ def derive_size(
         return f"the alignment every size shares ({g})"
 
     # 1. every scaling dimension one step: more grid steps, off small's multiples where the grain allows
-    for k in scaling:
+    # (drawn: the dimension that scales most first, so the budget never holds it, then the others in a
+    # drawn order: which of them the budget leaves room for varies too)
+    order = list(scaling)
+    if rng is not None and order:
+        first = max(order, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
+        rest = [k for k in order if k != first]
+        rng.shuffle(rest)
+        order = [first, *rest]
+    for k in order:
         if k in state["active"]:
             continue  # recomputed from the dimensions it is tied to
         v, upper = spans[k]
         ladder = _steps(v, out.grains[k], upper, out.target_dims.get(k))
+        if rng is not None:
+            ladder = _drawn_steps(v, out.grains[k], upper, out.target_dims.get(k), rng) or ladder
         if not ladder:
             out.held[k] = (
                 f"no larger size has it above {v}"
@@ -339,7 +397,7 @@ def derive_size(
             got = trial(k, value)
             if isinstance(got, str):
                 reasons.append(got)
-                if "over the budget" in got:
+                if "over the budget" in got and rng is None:  # the ladder grows: the rest are over too
                     break
                 continue
             take(got)
@@ -356,11 +414,13 @@ def derive_size(
         lead = max(leads, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
         v, upper = spans[lead]
         g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
+        v_small = int(small[lead])
         ladder = []  # every value above now that keeps the grain and clamped blocks, to the first past SWITCH_ROWS
+        stop = SWITCH_ROWS if rng is None else SWITCH_ROWS + SWITCH_ROWS // 2  # drawn: past it, up to 1.5x
         for value in range(now + g, upper + 1, g):
             if clamp_safe(value, aim_k):
                 ladder.append(value)
-                if value > SWITCH_ROWS:
+                if value > stop:
                     break
         lo, hi = -1, len(ladder) - 1
         best: tuple[dict, int, set[str]] | None = None
@@ -372,6 +432,15 @@ def derive_size(
             else:
                 lo, best = mid, got
         value = ladder[lo] if lo >= 0 else now
+        if rng is not None and lo >= 0:  # drawn among the values that fit, past SWITCH_ROWS where any does
+            # where the grain is below small, off small's multiples (a grid floored by small's blocks drops
+            # a remainder here as at the target)
+            off = [v for v in ladder[: lo + 1] if g >= v_small or v % v_small]
+            past = [v for v in off if v > SWITCH_ROWS] or [v for v in ladder[: lo + 1] if v > SWITCH_ROWS]
+            past = past or [ladder[lo]]
+            pick = rng.choice(past)
+            if pick != value and not isinstance(got := trial(lead, pick), str):
+                value, best = pick, got
         if best is not None and value > now:
             take(best)
             out.grown[lead] = DimChange(
@@ -384,6 +453,11 @@ def derive_size(
                 ),
             )
     dims, elements, active = state["dims"], state["elements"], state["active"]
+    if leads:
+        # the dimension that scales most toward the target, grown in step 1 or not (not a tied one)
+        free = [k for k in scaling if k not in state["active"]]
+        most = max(free, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
+        _grow_toward_target(out, state, most, spans[most][1], trial_at=trial)
     for k in active:
         out.grown.pop(k, None)
         out.held.pop(k, None)
@@ -405,6 +479,29 @@ def derive_size(
         small, [k for k in scaling if k not in active], out.grains, active, tied, probe, budget
     )
     return out
+
+
+def _grow_toward_target(out: DerivedSize, state: dict, lead: str, upper: int, trial_at) -> None:
+    """`out.grown_dims`: the derived size with `lead` at the largest value up to `upper` (the largest size's)
+    that keeps its grain and clamped blocks and keeps the inputs and outputs within MAX_ELEMENTS."""
+    g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
+    ladder = [v for v in range(now + g, upper + 1, g) if clamp_safe(v, aim_k)]
+    lo, hi, best = -1, len(ladder) - 1, None
+    while lo < hi:  # elements grow with the dimension; a refusal counts as too far
+        mid = (lo + hi + 1) // 2
+        got = trial_at(lead, ladder[mid], budget=MAX_ELEMENTS)
+        if isinstance(got, str):
+            hi = mid - 1
+        else:
+            lo, best = mid, got
+    if best is None:
+        out.grown_why = f"{lead} cannot grow past {now} within {MAX_ELEMENTS} elements"
+        return
+    out.grown_dims = dict(best[0])
+    out.grown_why = (
+        f"{lead} {now} -> {ladder[lo]}: the derived size's lead dimension grown toward the target's "
+        f"{upper}, as far as {MAX_ELEMENTS} input and output elements allow ({best[1]})"
+    )
 
 
 def _unaligned(
@@ -435,6 +532,12 @@ def _unaligned(
             out.held[k] = f"{value}: {n} elements, over the budget of {budget}"
             continue
         out.dims, out.off[k] = dims, g
+        one = tied(dict(small) | {k: value}, active)
+        try:
+            probe(one)
+        except Exception:  # noqa: BLE001 - the reference takes it only with the others moved
+            continue
+        out.alone[k] = one
     if not out.off:
         out.ok = False
         out.why = "no dimension can leave its alignment: " + (

@@ -178,8 +178,11 @@ def test_zeros_above_the_small_size_fail_the_larger_case(evaluator):
     default = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1)
     assert default.failure.kind == "shape_specialized", default.failure
     assert default.failure.sizes_failed == ["derived"] and default.failure.cause_kind == "output_mismatch"
+    # at check sizes the caller chose, the kernel program at the target (its zeros branch) is a warning
     small = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, check_sizes=["small"])
     assert small.ok, small.failure
+    assert small.target_program.startswith("differs from every validated one (pallas_call 0 runs"), small
+    assert any(w.startswith("the kernel program at full was not validated") for w in small.warnings)
     larger = InputCase(name="larger_than_small", grow=2)
     r = evaluator.validate(adv("zeros_above_small"), MATMUL_REF, "cpu", seeds=1, case=larger)
     assert r.failure.kind == "output_mismatch", r.failure

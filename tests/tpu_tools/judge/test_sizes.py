@@ -73,17 +73,22 @@ def test_zeros_above_the_small_rows_fail_at_the_derived_size_through_plain_valid
     assert "real Mosaic TPU compiler" in r["execution"] and "ran at small, derived" in r["execution"]
 
 
+@pytest.mark.slow  # five interpret runs (small, derived, rows alone, cols alone, both): ~40 s on 2 shared cores
 def test_an_honest_kernel_passes_every_size(evaluator):
-    r = evaluator.validate(kernel("good_dma"), PLUS_ONE_REF, "tpu-v6e", seeds=1)
+    r = evaluator.validate(kernel("good_dma"), PLUS_ONE_REF, "tpu-v6e", seeds=1, seed_offset=0)
     assert r.ok, r.failure
     assert [(c.size, c.what) for c in r.checks] == [
         ("full", "compile"),
         ("small", "validate"),
         ("derived", "validate"),
+        ("unaligned (rows)", "contract"),  # each dimension alone, then all together
+        ("unaligned (cols)", "contract"),
         ("unaligned", "contract"),
     ]
     assert r.shape_contract.outcome == "general" and r.shape_contract.dims == {"rows": 24, "cols": 192}
-    assert r.checks[2].dims == {"rows": 1024, "cols": 256}  # rows past small up to the target's 1024
+    assert [c.outcome for c in r.shape_contract.dimensions] == ["general", "general"]
+    assert r.checks[2].dims["rows"] == 1024  # rows past small up to the target's 1024
+    assert r.target_program == "the kernel program at full is the one validated at small, derived"
 
 
 # ---- the derived size keeps the target's alignment; the shape contract is a finding (#33) -------------
@@ -97,7 +102,8 @@ def test_a_grid_that_floors_a_remainder_the_target_has_fails_at_the_derived_size
     r = evaluator.validate(kernel("adversarial/floors_rows_256"), ROWS_4224, "tpu-v6e", seeds=1)
     assert r.failure.kind == "shape_specialized", r.failure
     assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small"], ["derived"])
-    assert r.checks[-1].dims == {"rows": 1152, "cols": 128} and r.shape_contract is None
+    rows = r.checks[-1].dims["rows"]  # drawn from the seed offset: a multiple of 128, not of 256
+    assert rows % 128 == 0 and rows % 256 and r.shape_contract is None
 
 
 @pytest.mark.slow  # two validations, each with the contract probe: ~20 s
@@ -156,16 +162,16 @@ def test_jax_matmul_passes_by_default_and_its_contract_names_each_dimension(eval
     r = evaluator.validate(kernel("jax_matmul_blocks_256"), MATMUL_REF, "tpu-v6e", seeds=1)
     assert r.ok, r.failure
     c = r.shape_contract
-    assert c.outcome == "drops_remainder", c
+    assert c.outcome == "wrong", c  # the silently wrong first: k's remainder spoils the whole output
     assert "rows 256-383 left unwritten at m=384 (m % 256 != 0); right where m % 256 == 0" in c.finding, c
     assert "columns 256-383 left unwritten at n=384 (n % 256 != 0); right where n % 256" in c.finding, c
     assert "wrong at k=640 (k % 512 != 0), not only a trailing remainder; right where k % 512" in c.finding, c
     assert "which the target (m=4096) keeps" in c.finding and "pl.cdiv" in c.fix
     assert [x.size for x in r.checks if x.what == "contract"] == [
-        "unaligned",
         "unaligned (m)",
         "unaligned (k)",
         "unaligned (n)",
+        "unaligned",
     ]
 
 
@@ -180,7 +186,9 @@ def test_jax_flash_attention_passes_by_default_and_its_refusal_is_the_contract(e
     c = r.shape_contract
     assert c.outcome == "raises" and c.failure_kind == "python_error", c
     assert "seq_len=384 should be divisible by" in c.finding or "=384 should be divisible by" in c.finding, c
-    assert c.finding.startswith("raises at heads=3, seq=384 (heads % 2 != 0, seq % 256 != 0): ")
+    # one dimension at a time: heads=3 is right, seq=384 is the refusal (all together it raises too)
+    assert c.finding.startswith("seq alone: raises at seq=384 (seq % 256 != 0): "), c.finding
+    assert [(d.off, d.outcome) for d in c.dimensions] == [({"heads": 2}, "general"), ({"seq": 256}, "raises")]
     assert not c.fix and c.target_keeps
 
 
@@ -213,3 +221,71 @@ def test_the_wrong_part_is_told_as_trailing_slabs_only_when_it_is_one():
     wrong[10, 10] = True
     assert tails(wrong) is None  # a stray wrong element: not a remainder
     assert tails(np.ones((4, 4), bool)) is None  # wrong throughout
+
+
+# ---- the shape contract one dimension at a time; the program at the target (#38 items 6 and 8) --------
+
+ROWS_COLS = str(REFS / "rows_cols_reference.py")  # rows and cols both scale: 256 -> 2048
+
+
+@pytest.mark.slow  # five runs (small, derived, rows alone, cols alone, both): ~40 s
+def test_a_refusal_on_rows_does_not_hide_columns_left_unwritten(evaluator):
+    """Moved together, the kernel's own ValueError on rows is all one run shows; moved one at a time, the
+    columns past its last whole block, never written, show too, with a fix."""
+    r = evaluator.validate(kernel("adversarial/raises_rows_drops_cols"), ROWS_COLS, "tpu-v6e", seeds=1)
+    assert r.ok, r.failure
+    c = r.shape_contract
+    rows, cols = c.dimensions
+    assert (rows.off, rows.outcome, rows.failure_kind) == ({"rows": 256}, "raises", "python_error")
+    assert "rows=384 should be divisible by block_rows=256" in rows.finding
+    assert (cols.off, cols.outcome) == ({"cols": 256}, "drops_remainder")
+    assert cols.finding.startswith("columns 256-383 left unwritten at cols=384 (cols % 256 != 0)")
+    assert c.outcome == "drops_remainder" and c.failure_kind == "python_error"  # together: it only raised
+    assert "rows alone: raises at rows=384" in c.finding and "cols alone: columns 256-383" in c.finding
+    assert c.fix and "cols % 256 == 0" in c.fix and "rows %" not in c.fix
+    assert [(x.size, x.failure_kind) for x in r.checks if x.what == "contract"] == [
+        ("unaligned (rows)", "python_error"),
+        ("unaligned (cols)", "output_mismatch"),
+        ("unaligned", "python_error"),
+    ]
+    strict = evaluator.validate(
+        kernel("adversarial/raises_rows_drops_cols"), ROWS_COLS, "tpu-v6e", seeds=1, strict_shapes=True
+    )
+    assert strict.failure.kind == "shape_specialized" and strict.failure.summary.startswith("--strict-shapes")
+
+
+@pytest.mark.slow  # compile at 12p's full size, then small, derived and grown: ~70 s
+def test_the_held_out_rmsnorm_with_zeros_above_1024_rows_fails_though_the_derived_size_stays_below():
+    """12p's derived size is 4 x 256 = 1024 rows (the budget leaves no other draw): the zeros never show there. The
+    kernel program traced at the target (a Python branch: another body) is not the one validated, so one
+    run at the grown size (4 x 1024 rows), whose program it is, says the kernel is wrong."""
+    with WorkerPool(max_workers=2) as pool:
+        r = Evaluator(pool, timeout_s=300).validate(
+            kernel("adversarial/rms_zeros_above_1024_rows"), "12p", "tpu-v6e", seeds=1, seed_offset=0
+        )
+    assert r.failure.kind == "shape_specialized" and r.failure.cause_kind == "output_mismatch", r.failure
+    assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small", "derived"], ["grown"])
+    assert r.check_sizes[1].dims == {"batch": 4, "seq_len": 256, "emb_dim": 2048}
+    assert "because the kernel program at full differs from the validated one: _kernel's body runs" in (
+        r.failure.summary
+    )
+    assert [(c.size, c.ok) for c in r.checks] == [
+        ("full", True),
+        ("small", True),
+        ("derived", True),
+        ("grown", False),
+    ]
+    assert r.checks[-1].dims == {"batch": 4, "seq_len": 1024, "emb_dim": 2048}
+
+
+@pytest.mark.slow  # each: compile at 12p's full size, small, derived and grown: ~70 s
+@pytest.mark.parametrize(
+    "name", ["rms_when_static_rows", "rms_grid_capped_at_1024_rows", "rms_when_past_row_1024"]
+)
+def test_size_dependent_rmsnorms_fail_by_the_program_at_the_target(evaluator, name):
+    """A `pl.when` on the static row count, a grid capped at 1024 rows, a `pl.when` on the grid position:
+    right at 12p's check sizes (at most 1024 rows), each traces another program at the target."""
+    r = evaluator.validate(kernel(f"adversarial/{name}"), "12p", "tpu-v6e", seeds=1)
+    assert r.failure.kind == "shape_specialized", r.failure
+    assert (r.failure.sizes_passed, r.failure.sizes_failed) == (["small", "derived"], ["grown"]), r.failure
+    assert "differs from every validated one" in r.target_program, r.target_program

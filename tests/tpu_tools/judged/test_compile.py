@@ -34,6 +34,10 @@ def test_correct_tiled_matmul_compiles_with_the_real_tpu_compiler(target):
     assert r.output[0].shape == [256, 256] and r.output[0].dtype == "bfloat16"
     assert r.memory["argument_size_in_bytes"] == 2 * (256 * 512 * 2)
     assert r.times.compile_ms > 0 and r.environment.libtpu
+    # the kernel program validate compares with the check sizes': its body, grid semantics and coverage
+    (program,) = r.program.calls
+    assert {"dot_general", "cond#0[1]/swap", "cond#1[1]/swap"} <= set(program.ops), program.ops
+    assert program.grid == [2, 2, 4] and program.coverage == [1.0] and program.grid_conds == [0, 1]
 
 
 @pytest.mark.parametrize("target", ["tpu-v5e", "tpu-v6e"])

@@ -7,7 +7,7 @@ from conftest_paths import MATMUL_REF, REFS
 
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.problem.reference import load_reference
-from maxkernel.tpu_tools.problem.sizes import DERIVED, derive_size
+from maxkernel.tpu_tools.problem.sizes import DERIVED, clamp_safe, derive_size
 
 
 def _grown(ref) -> dict:
@@ -185,3 +185,46 @@ def test_a_block_clamped_to_the_dimension_divides_every_grown_value():
                     assert change.value % block == 0, (small, target, change.value, b)
     assert "rows" not in derive_size(_table(896, 28672), _cells, target="full").grown
     assert load_reference("9p").derived_size().dims["mlp_dim"] == 896
+
+
+# ---- the derived size drawn from validate's seed offset (#38 item 7) ---------------------------------
+
+
+@pytest.mark.parametrize("spec", ["12p", str(REFS / "rows_4224_reference.py"), MATMUL_REF])
+def test_the_drawn_derived_size_keeps_the_alignment_and_the_same_seed_draws_it_again(spec):
+    drawn = {}
+    for seed in range(12):
+        ref = load_reference(spec)
+        ref.derive_seed = seed
+        d = ref.derived_size()
+        assert d.ok and d.draw == seed and d.elements <= d.budget_elements, d
+        for k, g in d.grains.items():
+            assert d.dims[k] % g == 0, (k, d.dims)  # the alignment small and the target share
+            assert clamp_safe(int(d.dims[k]), int(d.target_dims[k])), (k, d.dims)
+        drawn[seed] = d.dims
+    if "rows_4224" in spec:  # 1152, 1408, 1664: the alignment leaves a choice, so no fixed size to target
+        assert len({tuple(sorted(v.items())) for v in drawn.values()}) > 1, drawn
+    # 12p and the matmul example: the element budget and the alignment leave one size to draw
+    again = load_reference(spec)
+    again.derive_seed = 7
+    assert again.derived_size().dims == drawn[7]  # a rerun with the same seed offset reproduces it
+
+
+def test_a_drawn_derived_size_off_small_multiples_stays_off_them():
+    """rows_4224: grain 128 below small's 256: every drawn row count is a multiple of 128 and not of 256,
+    so a grid floored by small's 256-row blocks drops a remainder at the derived size, as at the target."""
+    for seed in range(12):
+        ref = load_reference(str(REFS / "rows_4224_reference.py"))
+        ref.derive_seed = seed
+        rows = ref.derived_size().dims["rows"]
+        assert rows % 128 == 0 and rows % 256 and rows > 1024, rows
+
+
+def test_the_grown_size_takes_the_lead_dimension_toward_the_target_within_the_element_cap():
+    from maxkernel.tpu_tools.problem.sizes import GROWN, MAX_ELEMENTS
+
+    ref = load_reference("12p")
+    d = ref.derived_size()
+    grown = ref.check_size(GROWN).dims
+    assert grown == {"batch": 4, "seq_len": 1024, "emb_dim": 2048} and "toward the target" in d.grown_why
+    assert ref.elements_at(grown) <= MAX_ELEMENTS < ref.elements_at(grown | {"seq_len": 2048})
