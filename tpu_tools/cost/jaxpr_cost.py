@@ -22,6 +22,7 @@ from maxkernel.tpu_tools.cost.jaxpr_ops import (
     _size,
     _subjaxprs,
 )
+from maxkernel.tpu_tools.problem.dot_precision import dot_passes
 
 __all__ = ["OutsideOp", "ProgramCost", "program_cost"]
 
@@ -43,6 +44,11 @@ class ProgramCost(BaseModel):
         description="matmul/conv flops of each pallas_call body, one step"
     )
     kernel_transcendentals_per_step: list[float]
+    kernel_mxu_pass_flops: list[dict[str, float]] = Field(
+        default_factory=list,
+        description="per pallas_call, one step's matmul flops x the MXU passes Mosaic takes for them "
+        "(dot_precision.py), by the MXU rate's dtype",
+    )
     kernel_branches: list[KernelBranches | None] = Field(
         default_factory=list, description="per pallas_call, its pl.when branches and how often each runs"
     )
@@ -55,16 +61,21 @@ class ProgramCost(BaseModel):
     outside_transcendentals: float
     outside_bytes: float = Field(description="bytes of the values the outside ops read or write, each once")
     outside_matmul_dtype: str | None = None
+    outside_mxu_pass_flops: dict[str, float] = Field(
+        default_factory=dict,
+        description="outside matmul flops x the MXU passes XLA takes for them at their precision, by rate dtype",
+    )
     outside_ops: list[OutsideOp] = Field(
         default_factory=list, description="primitive -> flops, biggest first"
     )
     notes: list[str] = Field(default_factory=list)
 
 
-def _body_work(jaxpr) -> tuple[float, float]:
-    """(matmul flops, transcendentals) of a kernel body; cond branches count their costliest branch."""
+def _body_work(jaxpr) -> tuple[float, float, dict[str, float]]:
+    """(matmul flops, transcendentals, MXU pass-flops) of a kernel body; cond branches count their costliest
+    branch."""
     w = body_work(jaxpr.eqns)
-    return w.flops, w.transcendentals
+    return w.flops, w.transcendentals, w.mxu_pass_flops
 
 
 class _Outside:
@@ -74,6 +85,8 @@ class _Outside:
         self.ops: dict[str, list[float]] = {}
         self.kernel_flops: list[float] = []
         self.kernel_trans: list[float] = []
+        self.kernel_mxu: list[dict[str, float]] = []
+        self.mxu: dict[str, float] = {}
         self.kernel_branches: list[KernelBranches | None] = []
         self.kernel_loops: list[list[int | None]] = []
         self.mm_dtype: str | None = None
@@ -87,9 +100,10 @@ class _Outside:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             if name == "pallas_call":
-                f, t = _body_work(eqn.params["jaxpr"])
+                f, t, mxu = _body_work(eqn.params["jaxpr"])
                 self.kernel_flops.append(f)
                 self.kernel_trans.append(t)
+                self.kernel_mxu.append(mxu)
                 self.kernel_branches.append(kernel_branches(eqn))
                 self.kernel_loops.append(body_loop_trips(eqn.params["jaxpr"].eqns))
                 continue
@@ -102,12 +116,11 @@ class _Outside:
                     self.walk(s, m)
                 continue
             flops = 0.0
-            if name == "dot_general":
-                flops = _dot_flops(eqn)
+            if name in ("dot_general", "conv_general_dilated"):
+                flops = _dot_flops(eqn) if name == "dot_general" else _conv_flops(eqn)
                 self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
-            elif name == "conv_general_dilated":
-                flops = _conv_flops(eqn)
-                self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
+                rate, passes = dot_passes(eqn, mosaic=False)  # XLA's passes at the dot's precision
+                self.mxu[rate] = self.mxu.get(rate, 0.0) + mult * flops * passes
             elif name in TRANSCENDENTAL:
                 self.trans += mult * _size(eqn.outvars[0].aval)
             if name in FREE:
@@ -135,6 +148,7 @@ def program_cost(closed_jaxpr: Any) -> ProgramCost:
     return ProgramCost(
         kernel_flops_per_step=w.kernel_flops,
         kernel_transcendentals_per_step=w.kernel_trans,
+        kernel_mxu_pass_flops=w.kernel_mxu,
         kernel_branches=w.kernel_branches,
         kernel_loop_trips=w.kernel_loops,
         outside_flops=w.flops,
@@ -142,6 +156,7 @@ def program_cost(closed_jaxpr: Any) -> ProgramCost:
         outside_transcendentals=w.trans,
         outside_bytes=float(sum(w.seen.values())),
         outside_matmul_dtype=w.mm_dtype,
+        outside_mxu_pass_flops=w.mxu,
         outside_ops=ops,
         notes=sorted(set(w.notes)),
     )
