@@ -305,6 +305,8 @@ def _print_summary(summary: dict) -> None:
             )
             checked = ", ".join(best.get("validated_at") or []) or "no check size"
             lines.insert(1, f"at the target size {best['target_size']!r}: {timed}; validated at {checked}")
+        if best.get("numerics"):
+            lines.insert(2, f"numerics: {best['numerics']}")
     else:
         lines.insert(0, "best: no kernel compiled and validated")
     if summary.get("port"):

@@ -137,6 +137,59 @@ class CompileReport(SizesRecord):
     wall_time_s: float | None = None
 
 
+class LeafError(BaseModel):
+    """One output leaf of one run: the errors the rule compared and which rule decided."""
+
+    leaf: int
+    ok: bool
+    rule: Literal["elementwise", "error_ratio", "exact", "no_oracle"] = Field(
+        description="what decided: the elementwise tolerance vs the target-precision reference, the error "
+        "ratio against the oracle, exact equality (integers), or the tolerance alone (no oracle)"
+    )
+    elementwise_ok: bool
+    kernel_max_err: float | None = None
+    kernel_mean_err: float | None = None
+    reference_max_err: float | None = None
+    reference_mean_err: float | None = None
+    ratio_max: float | None = Field(default=None, description="kernel max error / reference max error")
+    ratio_mean: float | None = None
+    kernel_bias: float | None = Field(default=None, description="|mean signed error| against the oracle")
+    reference_bias: float | None = None
+    bias_allowed: float | None = None
+    factor: float = 2.0
+    floor_max: float | None = None
+    floor_mean: float | None = None
+    worst_index: list[int] | None = None
+    worst_oracle: float | None = None
+    worst_kernel: float | None = None
+    worst_reference: float | None = None
+    finding: str = Field(default="", description="the sentence the verdict quotes, built from the numbers")
+
+
+class Numerics(BaseModel):
+    """What the kernel was compared with: the reference as the target computes it, and the upcast oracle."""
+
+    target: str = Field(description="how the reference's answer the kernel is compared with was computed")
+    oracle: str | None = Field(default=None, description="how the oracle was computed")
+    oracle_missing: str | None = Field(
+        default=None, description="why there is no oracle (the tolerance alone decides)"
+    )
+    differs_from_host: list[str] = Field(
+        default_factory=list,
+        description="the dots/convolutions the target computes differently from the host",
+    )
+    host_max_err: list[float] = Field(
+        default_factory=list,
+        description="per output leaf (first seed): the plain host run's max error against the oracle, kept where "
+        "the target's numerics differ from the host's",
+    )
+    reference_max_err: list[float] = Field(
+        default_factory=list, description="per output leaf (first seed): the target-precision reference's"
+    )
+    factor: float = Field(default=2.0, description="the error rule's factor")
+    rule: str = Field(default="", description="the rule, in words")
+
+
 class SeedResult(BaseModel):
     seed: int
     ok: bool
@@ -161,6 +214,10 @@ class SeedResult(BaseModel):
     mismatch_leaf: int | None = Field(default=None, description="that output's place, when there are several")
     mismatch_unwritten: bool = Field(
         default=False, description="every wrong element is NaN: never written (interpret mode fills with NaN)"
+    )
+    errors: list[LeafError] = Field(
+        default_factory=list,
+        description="per output leaf: the errors against the oracle and the rule that decided",
     )
 
 
@@ -202,7 +259,14 @@ class ValidationReport(SizesRecord):
     )
     case: InputCase | None = Field(default=None, description="the extra input case validated, if any")
     tolerance: Tolerance | None = None
+    numerics: Numerics | None = Field(
+        default=None,
+        description="what the kernel was compared with: the target-precision reference and the oracle",
+    )
     per_seed: list[SeedResult] = []
+    error_summary: str = Field(
+        default="", description="the error rule's worst ratios over every run, in one line (error_rule.py)"
+    )
     has_pallas_call: bool | None = None
     work: WorkCensus | None = Field(default=None, description="flops inside/outside the pallas_calls (jaxpr)")
     races_found: bool = False
@@ -234,6 +298,7 @@ class ReferenceSide(BaseModel):
     census: WorkCensus | None = None
     tolerance: Tolerance | None = None
     cannot_tell: str | None = Field(default=None, description="why no tolerance can tell a constant apart")
+    numerics: Numerics | None = Field(default=None, description="the target's numerics and the oracle")
     flops: float | None = Field(
         default=None, description="the flops one chip does at this size (get_flops, or its share over a MESH)"
     )

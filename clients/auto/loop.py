@@ -573,6 +573,7 @@ class AutoLoop(RoleSteps):
                     for c in (cur.validation or {}).get("checks", [])
                     if c.get("what") == "validate" and c.get("ok")
                 ],
+                numerics=(cur.validation or {}).get("error_summary") or "",
             )
             self.store.write_text("best_kernel.py", cur.source or "")
 
@@ -641,6 +642,7 @@ class AutoLoop(RoleSteps):
                 "label": best.score.label,
                 "target_size": best.target_size,
                 "validated_at": best.validated_at,
+                "numerics": best.numerics,
                 "why_best": why,
             },
             "measured_vs_estimate": basis,

@@ -110,6 +110,7 @@ class Best(BaseModel):
     score: Score
     target_size: str | None = Field(default=None, description="the size it was compiled and scored at")
     validated_at: list[str] = Field(default_factory=list, description="the check sizes its validation passed")
+    numerics: str = Field(default="", description="its validation's error rule line (error_summary)")
 
 
 class RunState(BaseModel):

@@ -275,7 +275,7 @@ class RayEvaluator:
             "reference": task.reference,
             "kernel_source": source,
             "compile_target": task.target,
-            "validate_target": task.validate_target,
+            "validate_target": task.validate_target or task.target,
             "profile_target": task.profile_target,
             "size": task.size,
             "seeds": seeds or task.seeds,

@@ -678,6 +678,8 @@ def _print_search(out: dict[str, Any], as_json: bool) -> None:
             f"best: {best['id']}  {best['time_us']:.4g} us ({best['time_label']}){sp}  "
             f"re-verified: {'yes' if out.get('reverified') else 'no'}"
         )
+        if best.get("numerics"):
+            print(f"numerics: {best['numerics']}")
     if out.get("port"):
         port, parity = out["port"], out.get("source_parity") or {}
         print(f"port: {port['path']} ({port['check']}) from {port['source']}")

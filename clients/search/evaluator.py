@@ -32,7 +32,11 @@ class EvalTask(BaseModel):
     check_sizes: tuple[str, ...] | None = Field(
         default=None, description="where validation runs the kernel; None: the server's default check sizes"
     )
-    validate_target: str = "cpu"
+    validate_target: str | None = Field(
+        default=None,
+        description="where validation runs; None: the kernel's target, whose numerics the reference is computed "
+        "at (off the chip the kernel still runs in interpret mode)",
+    )
     profile_target: str = "local"
     timeout_s: float = 300.0
 

@@ -152,7 +152,7 @@ class MCPEvaluator:
             "reference": task.reference,
             "kernel_source": source,
             "compile_target": task.target,
-            "validate_target": task.validate_target,
+            "validate_target": task.validate_target or task.target,
             "profile_target": task.profile_target,
             "size": task.size,
             "seeds": seeds or task.seeds,

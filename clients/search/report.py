@@ -99,6 +99,7 @@ def _brief(n: Node | None, base: float | None) -> dict[str, Any] | None:
         "strategy": n.strategy,
         "config": n.config,
         "depth": n.depth,
+        "numerics": ((n.verdict.validation or {}).get("error_summary") or "") if n.verdict else "",
     }
 
 

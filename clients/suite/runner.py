@@ -546,7 +546,7 @@ class SuiteRunner:
                 "reference": task,
                 "kernel_source": source,
                 "compile_target": self.s.target,
-                "validate_target": "cpu",
+                "validate_target": self.s.target,  # its numerics: off the chip it still runs interpreted
                 "profile_target": self.s.target,
                 "size": self.s.size,
                 "seeds": self.s.verify_seeds,
@@ -567,6 +567,8 @@ class SuiteRunner:
         ok = v.status == "valid"
         if ok:
             evidence.append(f"re-verified in a fresh pool process on {self.s.verify_seeds} fresh seeds")
+            if (report.get("validation") or {}).get("error_summary"):
+                evidence.append(report["validation"]["error_summary"])
         else:
             row.failed = failed_stage(report, self.s.target, self.s.size)
         validation = report.get("validation") or {}

@@ -380,9 +380,11 @@ def autotune(
             f"started from the cached best {cached.config} ({cached.tier}, found by {cached.found_by})"
         )
     chip_present = bool(getattr(evaluator.pool, "device_owner", False))
-    validate_target = target if chip_present else "cpu"
+    validate_target = target  # the target's numerics (judge/error_rule.py); off the chip it runs interpreted
     if not chip_present:
-        notes.append("no accelerator attached: validated in TPU interpret mode on CPU")
+        notes.append(
+            f"no accelerator attached: validated in TPU interpret mode on CPU, at {target}'s numerics"
+        )
 
     best_valid: ConfigResult | None = None
     skipped = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from maxkernel.tpu_tools.judge.error_rule import FACTOR, ReferenceError, judge_leaf, leaf_passes
 from maxkernel.tpu_tools.reports import SeedResult, Tolerance
 
 
@@ -37,9 +38,22 @@ def tails(wrong: np.ndarray) -> list[int] | None:
 
 
 def compare_outputs(
-    seed: int, expected: list[np.ndarray], actual: list[np.ndarray], tol: Tolerance
+    seed: int,
+    expected: list[np.ndarray],
+    actual: list[np.ndarray],
+    tol: Tolerance,
+    oracle: list[np.ndarray] | None = None,
+    ref_errors: list[ReferenceError] | None = None,
+    dtypes: list[str] | None = None,
+    factor: float = FACTOR,
 ) -> SeedResult:
-    """Compare every output leaf; report the worst element over all of them."""
+    """Compare every output leaf; report the worst element over all of them.
+
+    `expected` is the reference as the target computes it. A leaf passes where the elementwise tolerance
+    holds everywhere, or (with an `oracle`) where the error rule holds (error_rule.py); the elementwise
+    figures (mismatch fraction, worst element) describe the tolerance either way.
+    """
+    errors = []
     total = mismatched = 0
     max_abs = max_rel = 0.0
     worst: tuple[float, list[int], float, float] | None = None
@@ -49,7 +63,19 @@ def compare_outputs(
         e64 = e.astype(np.float64)
         a64 = a.astype(np.float64)
         ok = within(e, a, tol)
-        if not box and not ok.all() and ok.ndim:
+        leaf_error = judge_leaf(
+            leaf,
+            e,
+            a,
+            tol,
+            ok,
+            oracle[leaf] if oracle is not None else None,
+            ref_errors[leaf] if ref_errors is not None else None,
+            dtypes[leaf] if dtypes else str(e.dtype),
+            factor,
+        )
+        errors.append(leaf_error)
+        if not box and not leaf_error.ok and ok.ndim:
             wrong = ~ok
             box = {
                 "mismatch_tails": tails(wrong),
@@ -79,7 +105,8 @@ def compare_outputs(
                 worst = (score, index, float(e64[idx]), float(a64[idx]))
     return SeedResult(
         seed=seed,
-        ok=mismatched == 0,
+        ok=all(x.ok for x in errors),
+        errors=errors,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
         mismatch_fraction=mismatched / total if total else 0.0,
@@ -94,9 +121,15 @@ def compare_outputs(
 
 
 def trivial_outputs_passing(
-    expected: list[np.ndarray], inputs: list[np.ndarray], tol: Tolerance
+    expected: list[np.ndarray],
+    inputs: list[np.ndarray],
+    tol: Tolerance,
+    oracle: list[np.ndarray] | None = None,
+    ref_errors: list[ReferenceError] | None = None,
+    dtypes: list[str] | None = None,
 ) -> list[str]:
-    """Which trivial 'kernels' (all zeros, the reference's mean, a copy of an input) would also pass."""
+    """Which trivial 'kernels' (all zeros, the reference's mean, a copy of an input) would also pass,
+    by the tolerance or by the error rule against the oracle."""
     passing = []
     candidates: dict[str, list[np.ndarray]] = {
         "zeros": [np.zeros_like(e, dtype=np.float64) for e in expected],
@@ -108,6 +141,16 @@ def trivial_outputs_passing(
         if len(expected) == 1 and x.shape == expected[0].shape:
             candidates[f"copy of input {i}"] = [x.astype(np.float64)]
     for name, fake in candidates.items():
-        if all(bool(within(e, f, tol).all()) for e, f in zip(expected, fake, strict=True)):
+        if all(
+            leaf_passes(
+                e,
+                f,
+                tol,
+                oracle[i] if oracle is not None else None,
+                ref_errors[i] if ref_errors is not None else None,
+                dtypes[i] if dtypes else str(e.dtype),
+            )
+            for i, (e, f) in enumerate(zip(expected, fake, strict=True))
+        ):
             passing.append(name)
     return passing

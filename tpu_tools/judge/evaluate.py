@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from maxkernel.tpu_tools.errors import UsageError
+from maxkernel.tpu_tools.judge.error_rule import rule_summary
 from maxkernel.tpu_tools.judge.outcomes import (
     R,
     abs_reference,
@@ -397,6 +398,7 @@ class Evaluator:
                     "case": case_dict,
                     "atol": atol,
                     "rtol": rtol,
+                    "target": target,
                 },
                 timeout_s=left(),
                 on_progress=on_progress,
@@ -419,6 +421,12 @@ class Evaluator:
                 s: f32(load_arrays(expected_dir, f"expected_{s}", expect=side.output_specs))
                 for s in seed_list
             }
+            oracle = {
+                s: load_arrays(expected_dir, f"oracle_{s}")
+                for s in seed_list
+                if (expected_dir / f"oracle_{s}.json").exists()
+            }
+            report.numerics = side.numerics
             inputs = _copyable_inputs(scratch, seed_list, side)
             shutil.rmtree(expected_dir)  # gone before any candidate code starts
             order = run_order(seed_list, repeats, random.Random(secrets.randbits(64)))
@@ -485,9 +493,16 @@ class Evaluator:
                         )
                     )
             j = judge_runs(
-                expected, runs, side.tolerance, [s.dtype for s in side.output_specs], inputs, side.cannot_tell
+                expected,
+                runs,
+                side.tolerance,
+                [s.dtype for s in side.output_specs],
+                inputs,
+                side.cannot_tell,
+                oracle if len(oracle) == len(seed_list) else None,
             )
             report.per_seed, report.tolerance, report.weak_check = j.per_seed, j.tolerance, j.weak_check
+            report.error_summary = rule_summary(j.per_seed, side.numerics)
             report.warnings += j.warnings
             failure = j.failure
             if failure is not None and failure.kind == "weak_check" and allow_weak_check:

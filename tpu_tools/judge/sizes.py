@@ -220,6 +220,8 @@ def validate_at_sizes(
         for field in (
             "per_seed",
             "tolerance",
+            "numerics",
+            "error_summary",
             "run_order",
             "has_pallas_call",
             "work",

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from maxkernel.tpu_tools.errors import ReferenceFailure, UsageError
 from maxkernel.tpu_tools.judge.compare import compare_outputs, trivial_outputs_passing, within
+from maxkernel.tpu_tools.judge.error_rule import FACTOR, reference_error
 from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.reference import load_reference, reference_failure
@@ -182,8 +183,10 @@ def reference_job(
     case: dict | None = None,
     atol: float | None = None,
     rtol: float | None = None,
+    target: str = "cpu",
 ) -> dict:
-    """Pool job (judge side): inputs into `inputs_dir`, expected outputs into `expected_dir`, per seed."""
+    """Pool job (judge side): inputs into `inputs_dir`; into `expected_dir`, per seed, the reference as
+    `target` computes it (`expected_<seed>`) and the upcast oracle (`oracle_<seed>`, numerics.py)."""
     import jax
 
     from maxkernel.tpu_tools.judged import job_env
@@ -199,13 +202,18 @@ def reference_job(
     fn = jax.jit(ref.workload)
     answers: list[list[np.ndarray]] = []
     noise: list[float] = []
+    runs: _NumericsRuns | None = None
     for seed in seeds:
         report_progress(f"reference seed {seed}")
         stage = "create_inputs"
         try:
             inputs = ref.create_inputs(side.size, seed, input_case)
             stage = "running its workload"
-            expected = _leaves(jax.block_until_ready(fn(*inputs)))
+            host = _leaves(jax.block_until_ready(fn(*inputs)))
+            if runs is None:
+                runs = _NumericsRuns(ref.workload, inputs, target)
+            stage = "running its workload at the target's precision"
+            expected = runs.target(inputs, host)
         except Exception as e:
             side.ok = False
             side.failure = (
@@ -226,6 +234,11 @@ def reference_job(
             return side.model_dump(mode="json")
         save_arrays(inputs_dir, f"inputs_{seed}", _leaves(inputs))
         save_arrays(expected_dir, f"expected_{seed}", expected)
+        report_progress(f"reference seed {seed}, the upcast oracle")
+        oracle = runs.oracle(inputs)
+        if oracle is not None:
+            save_arrays(expected_dir, f"oracle_{seed}", oracle)
+            runs.explain(host, expected, oracle)
         answers.append(f32([np.asarray(e) for e in expected]))
         if input_case is not None and atol is None and rtol is None:
             report_progress(f"reference seed {seed}, inputs one ulp away")
@@ -266,7 +279,92 @@ def reference_job(
             ),
         )
     save_specs(Path(inputs_dir) / "input_specs.json", side.input_specs)
+    side.numerics = runs.numerics() if runs is not None else None
     return side.model_dump(mode="json")
+
+
+class _NumericsRuns:
+    """The reference's three runs (numerics.py): the host's, the target's (where a TPU computes a dot or
+    convolution differently from the host) and the upcast oracle. Any of the last two that cannot be built
+    or run is said in `numerics()`; the host's run then stands in for the target's, and without an oracle
+    the elementwise tolerance alone decides."""
+
+    def __init__(self, workload, inputs, target: str) -> None:
+        from maxkernel.tpu_tools.problem import numerics
+
+        self.on_tpu = target.startswith("tpu")
+        self.differs: list[str] = []
+        self.target_how = f"the host's XLA ({target}: the host's numerics are the target's)"
+        self._target = None
+        self._oracle = None
+        self.oracle_how: str | None = None
+        self.oracle_missing: str | None = None
+        self.host_err: list[float] = []
+        self.ref_err: list[float] = []
+        if self.on_tpu:
+            self.differs = numerics.differs_on_target(workload, tuple(inputs))
+            if self.differs:
+                try:
+                    self._target, self.target_how = numerics.as_computed(workload, tuple(inputs), "tpu")
+                except Exception as e:  # noqa: BLE001 - said in the verdict: the host's run stands in
+                    self.target_how = (
+                        f"the host's XLA: the target's numerics could not be built ({type(e).__name__}: {e})"
+                    )[:500]
+            else:
+                self.target_how = f"the host's XLA: every dot and convolution in the reference runs on {target} as on the host"
+        try:
+            self._oracle, self.oracle_how = numerics.as_computed(workload, tuple(inputs), "oracle")
+        except Exception as e:  # noqa: BLE001 - a program the widening cannot trace keeps the tolerance rule
+            self.oracle_missing = f"the oracle could not be built: {type(e).__name__}: {e}"[:500]
+
+    def target(self, inputs, host: list) -> list[np.ndarray]:
+        if self._target is None:
+            return [np.asarray(h) for h in host]
+        import jax
+
+        return [np.asarray(x) for x in jax.block_until_ready(self._target(*_leaves(inputs)))]
+
+    def oracle(self, inputs) -> list[np.ndarray] | None:
+        if self._oracle is None:
+            return None
+        try:
+            out = [np.asarray(x) for x in self._oracle(*_leaves(inputs))]
+        except Exception as e:  # noqa: BLE001 - as above: said, and the tolerance decides
+            self._oracle, self.oracle_how = None, None
+            self.oracle_missing = f"the oracle failed to run: {type(e).__name__}: {e}"[:500]
+            return None
+        if any(_is_float(o) and not np.isfinite(o.astype(np.float64)).all() for o in out):
+            self._oracle, self.oracle_how = None, None
+            self.oracle_missing = "the oracle answers NaN/inf where the reference has numbers"
+            return None
+        return out
+
+    def explain(self, host: list, expected: list, oracle: list) -> None:
+        """The first seed's max errors against the oracle: the target's reference, and the host's where it differs."""
+        if self.ref_err:
+            return
+        for h, e, o in zip(host, expected, oracle, strict=True):
+            o64 = np.asarray(o, np.float64)
+            self.ref_err.append(float(np.abs(np.asarray(e, np.float64) - o64).max()) if o64.size else 0.0)
+            if self._target is not None:
+                self.host_err.append(
+                    float(np.abs(np.asarray(h, np.float64) - o64).max()) if o64.size else 0.0
+                )
+
+    def numerics(self):
+        from maxkernel.tpu_tools.judge.error_rule import FACTOR, RULE
+        from maxkernel.tpu_tools.reports import Numerics
+
+        return Numerics(
+            target=self.target_how,
+            oracle=self.oracle_how,
+            oracle_missing=self.oracle_missing,
+            differs_from_host=self.differs,
+            host_max_err=self.host_err,
+            reference_max_err=self.ref_err,
+            factor=FACTOR,
+            rule=RULE if self.oracle_how else "the elementwise tolerance against the reference (no oracle)",
+        )
 
 
 def _one_ulp_away(inputs, seed: int) -> tuple:
@@ -415,15 +513,26 @@ def judge_runs(
     dtypes: list[str],
     inputs: dict[int, list[np.ndarray]],
     cannot_tell: str | None = None,
+    oracle: dict[int, list[np.ndarray]] | None = None,
+    factor: float = FACTOR,
 ) -> Judgement:
-    """Every run against the expected outputs of its input set; runs of one set must agree."""
+    """Every run against the expected outputs of its input set (the reference as the target computes it)
+    and, where there is one, the set's upcast oracle (error_rule.py); runs of one set must agree."""
     j = Judgement(tolerance=tol)
+    oracle = oracle or {}
+    ref_errors = {
+        seed: [reference_error(o, e) for o, e in zip(oracle[seed], expected[seed], strict=True)]
+        for seed in expected
+        if seed in oracle
+    }
     weak_everywhere: set[str] | None = None
     first: dict[int, SeedResult] = {}
     bad_runs: list[tuple[int, int, SeedResult]] = []
     outputs_by_seed: dict[int, list[list[np.ndarray]]] = {}
     for call, (seed, repeat, actual) in enumerate(runs):
-        result = compare_outputs(seed, expected[seed], f32(actual), tol)
+        result = compare_outputs(
+            seed, expected[seed], f32(actual), tol, oracle.get(seed), ref_errors.get(seed), dtypes, factor
+        )
         j.runs_checked += 1
         outputs_by_seed.setdefault(seed, []).append(actual)
         if seed not in first:
@@ -434,7 +543,9 @@ def judge_runs(
         result = first[seed]
         result.trivial_outputs_passing = [
             t
-            for t in trivial_outputs_passing(expected[seed], inputs.get(seed, []), tol)
+            for t in trivial_outputs_passing(
+                expected[seed], inputs.get(seed, []), tol, oracle.get(seed), ref_errors.get(seed), dtypes
+            )
             if t != "reference mean" or any(e.size > 1 for e in expected[seed])
         ]
         if cannot_tell:
@@ -452,13 +563,19 @@ def judge_runs(
         order = {seed: i for i, seed in enumerate(expected)}
         call, repeat, r = min(bad_runs, key=lambda b: (order[b[2].seed], b[0]))
         seeds_bad = sorted({r2.seed for _, _, r2 in bad_runs})
+        rule = "".join(
+            f"; output {e.leaf if len(r.errors) > 1 else ''}{' ' if len(r.errors) > 1 else ''}is {e.finding}"
+            for e in r.errors
+            if not e.ok and e.finding
+        )
         j.failure = Failure(
             kind="output_mismatch",
             summary=(
                 f"wrong on {len(bad_runs)}/{len(runs)} runs (seeds {seeds_bad}): call {call + 1} (seed {r.seed}, "
                 f"run {repeat + 1}) has {r.mismatch_fraction:.2%} of elements outside atol={tol.atol:g} "
-                f"rtol={tol.rtol:g}; worst at {r.worst_index}: expected {r.worst_expected:.6g}, got "
-                f"{r.worst_actual:.6g} (max abs err {r.max_abs_err:.3g}{f', {r.nan_count} NaN' if r.nan_count else ''})"
+                f"rtol={tol.rtol:g} of the reference as the target computes it; worst at {r.worst_index}: "
+                f"expected {r.worst_expected:.6g}, got {r.worst_actual:.6g} (max abs err {r.max_abs_err:.3g}"
+                f"{f', {r.nan_count} NaN' if r.nan_count else ''}){rule}"
             ),
             stage="compare",
         )

@@ -1,0 +1,199 @@
+"""The judge answers for the chip: the reference as the target computes it, the upcast oracle, and the
+field's error rule (tests/kernels/numerics/: honest kernels that pass and adversaries that fail)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest_paths import KERNELS
+
+from maxkernel.tpu_tools.judge.error_rule import FACTOR, judge_leaf, reference_error
+from maxkernel.tpu_tools.judge.evaluate import Evaluator
+from maxkernel.tpu_tools.pool.workers import WorkerPool
+from maxkernel.tpu_tools.problem.numerics import as_computed, differs_on_target, oracle_dtype
+from maxkernel.tpu_tools.reports import Tolerance
+
+NUM = KERNELS / "numerics"
+
+
+def k(name: str) -> str:
+    return str(NUM / f"{name}.py")
+
+
+def _xw(m=64, kk=512, n=128):
+    x = jax.random.normal(jax.random.key(0), (m, kk), jnp.float32)
+    w = jax.random.normal(jax.random.key(1), (kk, n), jnp.float32) / kk**0.5
+    return x, w
+
+
+def _err(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+# ---- the reference as a TPU computes it ---------------------------------------------------------------
+
+
+def test_an_f32_dot_at_default_is_one_bf16_pass_on_a_tpu_target():
+    x, w = _xw()
+    run, how = as_computed(lambda x, w: x @ w, (x, w), "tpu")
+    one_pass = jnp.dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), preferred_element_type=jnp.float32)
+    assert _err(run(x, w)[0], one_pass) < 1e-5
+    assert _err(run(x, w)[0], x @ w) > 1e-3  # the host computes it in f32
+    assert "1 bf16 pass" in how and "DEFAULT" in how
+
+
+def test_declared_precisions_and_algorithms_are_honoured():
+    x, w = _xw()
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    errs = {}
+    for name, prec in [
+        ("default", None),
+        ("high", jax.lax.Precision.HIGH),
+        ("highest", jax.lax.Precision.HIGHEST),
+        ("bf16_x3", jax.lax.DotAlgorithmPreset.BF16_BF16_F32_X3),
+    ]:
+        run, _ = as_computed(lambda x, w, p=prec: jnp.dot(x, w, precision=p), (x, w), "tpu")
+        errs[name] = _err(run(x, w)[0], exact)
+    assert errs["default"] > 30 * errs["high"]  # one pass vs three
+    assert abs(errs["high"] - errs["bf16_x3"]) <= 0.5 * errs["high"] + 1e-7
+    assert errs["highest"] < 1e-5
+    with jax.default_matmul_precision("highest"):  # the config is baked into the jaxpr when traced
+        assert differs_on_target(lambda x, w: x @ w, (x, w)) == []
+    assert differs_on_target(lambda x, w: x @ w, (x, w))
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    assert differs_on_target(lambda x, w: x @ w, (xb, wb)) == []  # bf16 operands: native on the MXU
+
+
+def test_the_oracle_widens_every_float_and_reaches_into_control_flow():
+    x, w = _xw()
+
+    def f(x, w):
+        h = (x @ w).astype(jnp.bfloat16)  # an explicit rounding the oracle keeps wide
+        carry, ys = jax.lax.scan(lambda c, r: (c + r, c * 2), jnp.zeros(h.shape[1], h.dtype), h)
+        return carry, jnp.argmax(ys, -1), jnp.cumsum(h, 0)
+
+    run, how = as_computed(f, (x, w), "oracle")
+    carry, arg, cum = run(x, w)
+    assert carry.dtype == np.float64 and cum.dtype == np.float64 and arg.dtype == np.int32
+    exact = np.asarray(x, np.float64) @ np.asarray(w, np.float64)
+    assert _err(cum, np.cumsum(exact, 0)) < 1e-9
+    assert "float64" in how
+    closed = jax.make_jaxpr(lambda a: a * 2)(jnp.ones(4, jnp.bfloat16))
+    assert oracle_dtype(closed) == np.float32  # a bf16 program widens to f32
+
+
+# ---- the rule -----------------------------------------------------------------------------------------
+
+
+def _leaf(oracle, reference, actual, dtype="float32", tol=Tolerance(atol=0.0, rtol=0.0, source="test")):
+    from maxkernel.tpu_tools.judge.compare import within
+
+    return judge_leaf(
+        0,
+        reference,
+        actual,
+        tol,
+        within(reference, actual, tol),
+        oracle,
+        reference_error(oracle, reference),
+        dtype,
+    )
+
+
+def test_the_rule_takes_max_mean_and_bias_and_says_which_failed():
+    rng = np.random.default_rng(0)
+    oracle = rng.normal(size=(256, 256))
+    reference = oracle + rng.normal(size=oracle.shape) * 1e-3  # a same-precision implementation's noise
+    honest = oracle + rng.normal(size=oracle.shape) * 1.5e-3
+    e = _leaf(oracle, reference, honest)
+    assert e.ok and e.rule == "error_ratio" and 1.0 < e.ratio_mean < FACTOR
+    flat = oracle + np.where(rng.random(oracle.shape) < 0.5, 1, -1) * 1.9 * np.abs(reference - oracle).max()
+    e = _leaf(oracle, reference, flat)  # under 2x the max everywhere, far over it on average
+    assert not e.ok and e.ratio_max < FACTOR and e.ratio_mean > FACTOR
+    assert e.finding.startswith("less accurate than the reference")
+    shifted = oracle + 0.5e-3  # inside the noise, but one-signed
+    e = _leaf(oracle, reference, shifted)
+    assert not e.ok and e.ratio_max < FACTOR and e.ratio_mean < FACTOR and e.finding.startswith("biased")
+    spike = reference.copy()
+    spike[3, 4] += 0.05  # one element off: as accurate on average
+    e = _leaf(oracle, reference, spike)
+    assert (
+        not e.ok and e.worst_index == [3, 4] and "different from the reference at a few elements" in e.finding
+    )
+
+
+def test_integers_stay_exact():
+    ref = np.arange(12, dtype=np.int32).reshape(3, 4)
+    assert _leaf(ref, ref, ref.copy(), "int32").ok
+    off = ref.copy()
+    off[1, 1] += 1
+    e = _leaf(ref, ref, off, "int32")
+    assert not e.ok and e.rule == "exact"
+
+
+# ---- end to end: validate with default flags (check size small here, for time) ---------------------
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with WorkerPool(max_workers=2) as pool:
+        yield Evaluator(pool, timeout_s=300)
+
+
+def _validate(ev, kernel, reference, target="tpu-v6e", seeds=2):
+    return ev.validate(k(kernel), k(reference), target, seeds=seeds, check_sizes=["small"])
+
+
+def test_a_bf16_kernel_more_accurate_than_its_reference_passes(evaluator):
+    r = _validate(evaluator, "residual_mlp_kernel", "residual_mlp_reference", seeds=3)
+    assert r.ok, r.failure
+    errs = [e for s in r.per_seed for e in s.errors]
+    assert errs and all(e.rule == "error_ratio" and e.ratio_max < 1.0 and e.ratio_mean < 1.0 for e in errs)
+    assert r.numerics.oracle and "float32" in r.numerics.oracle
+
+
+def test_an_f32_dot_computed_as_xla_does_on_the_tpu_passes_there_and_not_on_the_cpu(evaluator):
+    r = _validate(evaluator, "f32_onepass_kernel", "f32_projection_reference")
+    assert r.ok, r.failure
+    assert r.numerics.differs_from_host and r.numerics.host_max_err[0] < r.numerics.reference_max_err[0]
+    r = _validate(evaluator, "f32_onepass_kernel", "f32_projection_reference", target="cpu")
+    assert r.failure.kind == "output_mismatch"
+    assert "less accurate than the reference" in r.failure.summary
+
+
+@pytest.mark.parametrize(
+    ("kernel", "reference", "says"),
+    [
+        ("int8_projection_kernel", "f32_projection_reference", "less accurate"),
+        ("noise_under_max_kernel", "f32_projection_reference", "less accurate"),
+        ("scaled_bias_kernel", "relu_projection_reference", "biased"),
+        ("f32_onepass_kernel", "f32_projection_highest_reference", "less accurate"),
+    ],
+)
+def test_low_precision_cheats_and_rule_gamers_fail(evaluator, kernel, reference, says):
+    r = _validate(evaluator, kernel, reference, seeds=1)
+    assert r.failure is not None and r.failure.kind == "output_mismatch", r.failure
+    assert says in r.failure.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kernel", "reference", "ok"),
+    [
+        ("bf16_accumulator_kernel", "f32_projection_reference", False),
+        ("right_where_exact_kernel", "relu_projection_reference", False),
+        ("relu_onepass_kernel", "relu_projection_reference", True),
+        ("taylor_softmax_kernel", "softmax_reference", False),
+        ("softmax_kernel", "softmax_reference", True),
+        ("reads_the_oracle_kernel", "f32_projection_reference", False),
+        ("attention_bf16_pass_kernel", "attention_highest_reference", False),
+        ("attention_bf16_pass_kernel", "attention_reference", True),
+        ("attention_f32_kernel", "attention_highest_reference", True),
+        ("f32_full_kernel", "f32_projection_reference", True),
+    ],
+)
+def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, ok):
+    r = _validate(evaluator, kernel, reference)
+    assert r.ok is ok, r.failure
+    if not ok:
+        assert r.failure.kind == "output_mismatch", r.failure
