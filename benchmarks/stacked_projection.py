@@ -7,7 +7,10 @@ the offline model's first kernel is written and `maxkernel estimate` is run on i
 itself (XLA's program, costed fusion by fusion), for each target. The table shows the kernel's estimate less
 the program launch (as the model run reads it; the estimate never goes under the roofline), XLA's
 dot fusion (the region as the model's step costs it; the reference alone also pays layout copies that a
-model does not), and the MXU floor of the kernel's operand dtype (f32: chips.F32_MXU_SLOWDOWN times bf16).
+model does not), and the MXU floor of the kernel's dot at the numerics it computes (the offline model writes
+an f32 dot at DEFAULT as XLA runs it on a TPU, one bf16 pass; at HIGHEST as Mosaic's f32 matmul, six f32
+passes of chips.F32_MXU_SLOWDOWN times bf16 each: tpu_tools/problem/dot_precision.py). The `highest` case is
+Gemma 2's einsum at `precision='highest'`.
 
     .venv/bin/python benchmarks/stacked_projection.py [--targets tpu-v5e,tpu-v6e]
 """
@@ -47,6 +50,7 @@ def workload(x, w, b):
 """
 CASES = {  # F at full, the bias's shape, the body (a bias on both, so that each has an epilogue)
     "gemma2 geglu": ("4096", '(2, s["f"])', "jnp.einsum('btd,gdf->btgf', x, w) + b"),
+    "gemma2 highest": ("4096", '(2, s["f"])', "jnp.einsum('btd,gdf->btgf', x, w, precision='highest') + b"),
     "griffin ffw_up": (
         "3072",
         '(2, 1, 1, s["f"])',
@@ -72,7 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT.parent))
     from maxkernel.clients.offline.first_kernel import first_kernel
-    from maxkernel.tpu_tools.hardware.chips import F32_MXU_SLOWDOWN, get_chip
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+    from maxkernel.tpu_tools.problem.emit import dot_kind, dot_time_factor
     from maxkernel.tpu_tools.problem.program import describe
 
     print(
@@ -85,7 +90,10 @@ def main() -> None:
                 text = REF.replace("F}", f + "}").replace("DTYPE", dtype).replace("BIAS", bias)
                 ref.write_text(text.replace("BODY", body))
                 for target in args.targets.split(","):
-                    source = first_kernel(describe(str(ref)).model_dump(mode="json"), get_chip(target))
+                    program = describe(str(ref)).model_dump(mode="json")
+                    source = first_kernel(program, get_chip(target))
+                    dot = next(e for e in program["equations"] if e["primitive"] == "dot_general")
+                    slow = dot_time_factor(dot_kind(program, dot))
                     kernel = ref.with_name(ref.stem + f"_{target}_kernel.py")
                     kernel.write_text(source)
                     config = next(x for x in source.splitlines() if "offline-config" in x).split(": ", 1)[1]
@@ -95,7 +103,6 @@ def main() -> None:
                         fu["estimated_time_us"] for fu in x["xla_fusions"]["fusions"] if fu["flops"] > 0
                     )
                     chip = get_chip(target)
-                    slow = F32_MXU_SLOWDOWN if dtype == "float32" else 1.0
                     floor = k["flops"] / (chip.peak_bf16_tflops * 1e12) * 1e6 * slow
                     call = k["estimated_time_us"] - LAUNCH_US  # as the model run reads a region's kernel
                     print(f"{name:16} {dtype:9} {target:8} {call:10.1f} {dot:11.1f} {floor:10.1f}  {config}")

@@ -41,10 +41,29 @@ def _mxu(shape: Any) -> str:
     return str(shape)
 
 
+# The numerics a kernel is checked at (issue 38): the target's own. A TPU computes an f32 dot at DEFAULT in one
+# bf16 pass, so a kernel that does the same is as exact as the reference there; the host CPU computes it in f32.
+NUMERICS_TPU = (
+    "- Numerics: an f32 dot at DEFAULT precision is one bf16 MXU pass on this chip (XLA: BF16_BF16_F32, f32 "
+    "accumulation), at HIGH three bf16 passes (BF16_BF16_F32_X3), at HIGHEST full f32; a kernel is checked "
+    "against the reference as the chip computes it."
+)
+NUMERICS_CPU = (
+    "- Numerics: the host CPU computes every f32 dot in f32; a kernel is checked against the reference as "
+    "the host CPU computes it."
+)
+HOST_TARGETS = ("cpu", "local")
+
+
 def chip_facts(chip: ChipLike) -> str:
-    """The chip's numbers as a short block of text; text input is taken as already rendered."""
+    """The chip's numbers as a short block of text; text input is taken as already rendered (a bare target
+    name gets the numerics it is checked at). A chip dict with `numerics: cpu` is a design chip for a run
+    checked on the host CPU."""
     if isinstance(chip, str):
-        return chip.strip()
+        text = chip.strip()
+        if text in HOST_TARGETS:
+            return f"Target: {text} (kernels are designed for a TPU and checked on the host)\n{NUMERICS_CPU}"
+        return f"{text}\n{NUMERICS_TPU}" if text.startswith("tpu-") else text
     c = _chip_dict(chip)
     missing = [k for k in _REQUIRED_CHIP_KEYS if c.get(k) is None]
     if missing:
@@ -78,6 +97,7 @@ def chip_facts(chip: ChipLike) -> str:
         f"- Ridge point: {ridge:.0f} flop/byte (peak bf16 / HBM bandwidth); below that arithmetic "
         "intensity a kernel is memory-bound."
     )
+    lines.append(NUMERICS_CPU if c.get("numerics") == "cpu" else NUMERICS_TPU)
     return "\n".join(lines)
 
 

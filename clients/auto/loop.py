@@ -162,6 +162,8 @@ class AutoLoop(RoleSteps):
             chips = await server.list_chips()
             name = self.config.target if self.config.target.startswith("tpu") else DESIGN_CHIP
             st.chip = next((c for c in chips if c.get("name") == name), chips[0] if chips else {})
+            if not self.config.target.startswith("tpu") and st.chip:  # checked at the host's numerics
+                st.chip = {**st.chip, "numerics": "cpu"}
         self._journal()
 
     def _journal(self) -> None:

@@ -43,6 +43,8 @@ _ROLE_BY_HEADING = {
 ESTIMATE_RE = re.compile(r'"?estimated_time_us"?\s*[:=]\s*([0-9][0-9.eE+-]*)')
 BOUND_RE = re.compile(r'"bound"\s*:\s*"(compute|memory|overhead)"|\b(compute|memory|overhead)-bound\b')
 VMEM_RE = re.compile(r"VMEM: (\d+) bytes")
+# The chip facts' numerics line (subagents/render.py NUMERICS_CPU): the kernel is checked at the host CPU's.
+HOST_NUMERICS_RE = re.compile(r"Numerics: the host CPU computes every f32 dot in f32")
 SIZE_RE = re.compile(r"""\bsize["']?\s*[:=]\s*["']?(small|full)\b""")
 OPERATOR_RE = re.compile(r"""\boperator["']?\s*[:=]\s*["']?([A-Za-z_]\w*)""")
 FEEDBACK_HEADINGS = (
@@ -298,6 +300,10 @@ class OfflineModel(Model):
     def _walk(self, prompt: Prompt) -> Walk:
         program = find_program(prompt.text) or find_program(prompt.conversation)
         if program is not None:
+            if HOST_NUMERICS_RE.search(
+                prompt.conversation
+            ):  # f32 dots stay f32 (else as the TPU computes them)
+                program = {**program, "numerics": "cpu"}
             return self._program_walk(program)
         tid, operator = _task_of(prompt.text.split("## Chip", 1)[0])
         if tid is None and operator is None:

@@ -582,7 +582,7 @@ class SuiteRunner:
                 {
                     "kernel_source": source,
                     "reference": task,
-                    "target": "cpu",
+                    "target": self.s.target,  # the target's numerics, as the evaluation's validation
                     "size": self.s.size,
                     "case": case,
                     "seeds": 1,

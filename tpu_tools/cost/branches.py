@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.cost.data_work import BodyCounts
 from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL, _conv_flops, _dot_flops, _size, _subjaxprs
+from maxkernel.tpu_tools.problem.dot_precision import dot_passes
 
 __all__ = ["BranchWork", "KernelBranches", "body_loop_trips", "body_work", "kernel_branches"]
 
@@ -33,6 +34,10 @@ class BranchWork(BaseModel):
         0.0, description="elements produced by its array ops (loads, stores, elementwise)"
     )
     transcendentals: float = 0.0
+    mxu_pass_flops: dict[str, float] = Field(
+        default_factory=dict,
+        description="matmul flops x the MXU passes a Mosaic kernel takes for them, by the rate's dtype",
+    )
 
     def time(self, mxu_flops_per_s: float, vpu_ops_per_s: float, transcendental_ops: float) -> float:
         return (
@@ -100,10 +105,11 @@ def body_work(eqns: Any, counts: BodyCounts | None = None) -> BranchWork:
     for eqn in eqns:
         name = eqn.primitive.name
         subs = _subjaxprs(eqn)
-        if name == "dot_general":
-            w.flops += _dot_flops(eqn)
-        elif name == "conv_general_dilated":
-            w.flops += _conv_flops(eqn)
+        if name in ("dot_general", "conv_general_dilated"):
+            f = _dot_flops(eqn) if name == "dot_general" else _conv_flops(eqn)
+            w.flops += f
+            rate, passes = dot_passes(eqn, mosaic=True)
+            w.mxu_pass_flops[rate] = w.mxu_pass_flops.get(rate, 0.0) + f * passes
         elif name in TRANSCENDENTAL:
             w.transcendentals += _size(eqn.outvars[0].aval)
         if not subs:
@@ -129,6 +135,8 @@ def body_work(eqns: Any, counts: BodyCounts | None = None) -> BranchWork:
             w.flops += mult * part.flops
             w.elements += mult * part.elements
             w.transcendentals += mult * part.transcendentals
+            for rate, f in part.mxu_pass_flops.items():
+                w.mxu_pass_flops[rate] = w.mxu_pass_flops.get(rate, 0.0) + mult * f
     return w
 
 

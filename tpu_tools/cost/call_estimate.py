@@ -7,7 +7,7 @@ user's pallas_call is costed, without importing the program-level estimate (whic
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -106,6 +106,22 @@ def _matmul_blocks(call: PallasCallInfo) -> tuple[int, int, int] | None:
     return None
 
 
+def body_mxu_rate(
+    c: ChipSpec, body_flops: float | None, pass_flops: Mapping[str, float] | None, operand_dtype: Any
+) -> tuple[float, str]:
+    """(flops/s, what set it): the MXU rate of a kernel body's matmuls at the precision each computes.
+
+    Each dot runs at its MXU dtype's rate over its passes (dot_precision.py: an f32 dot at DEFAULT one
+    f32 pass, at HIGHEST six; one cast to bf16 in the body one bf16 pass), weighted by its flops. Without
+    counted dots, the kernel's first operand's dtype sets it."""
+    time_s = sum(f / c.mxu_flops_per_s(d) for d, f in (pass_flops or {}).items())
+    if body_flops and time_s > 0:
+        rate = body_flops / time_s
+        kinds = ", ".join(sorted(d for d, f in (pass_flops or {}).items() if f > 0))
+        return rate, f"the body's dots ({kinds} passes at their precision)"
+    return c.mxu_flops_per_s(operand_dtype), f"the first operand's dtype ({operand_dtype})"
+
+
 def vpu_ops_per_s(c: ChipSpec) -> float:
     # Clock inferred from the MXU peak: peak = 2 flops * rows * cols * num_mxus * clock.
     clock_hz = c.peak_bf16_flops_per_s / (2 * c.mxu_shape[0] * c.mxu_shape[1] * c.num_mxus)
@@ -144,11 +160,14 @@ def estimate_call(
     llo: ProgramLLO | None = None,
     branches: KernelBranches | None = None,
     body_loop_trips: Sequence[float | None] | None = None,
+    body_mxu_pass_flops: Mapping[str, float] | None = None,
 ) -> CallEstimate:
     """One kernel's pipeline estimate; without scalar-prefetch values a table-read index is fetched every step.
 
     body_loop_trips: the trip count of each loop in the body's jaxpr (branches.body_loop_trips), used for
-    a compiled loop whose trip count the dump does not state when the two lists pair up."""
+    a compiled loop whose trip count the dump does not state when the two lists pair up.
+    body_mxu_pass_flops: one step's matmul flops x their MXU passes by rate dtype (jaxpr_cost), so the
+    MXU time follows each dot's operands and precision, not the kernel's input dtype."""
     grid, notes = bounded_grid(call)
     steps = max(1, math.prod(grid))
     sched = block_schedule(call, scalar_prefetch)
@@ -188,8 +207,9 @@ def estimate_call(
     vpu_rate = vpu_ops_per_s(c)
     vpu_ops = elements * VPU_OPS_PER_ELEMENT + transcendentals / steps * TRANSCENDENTAL_VPU_OPS
     mm_dtype = call.inputs[0].dtype if call.inputs else "bfloat16"
+    mxu_rate, _ = body_mxu_rate(c, body_flops_per_step, body_mxu_pass_flops, mm_dtype)
     if mm is not None or counted:  # the body has matmul/conv flops: they run on the MXU
-        mxu_s = flops / steps / (c.mxu_flops_per_s(mm_dtype) * mxu_eff)
+        mxu_s = flops / steps / (mxu_rate * mxu_eff)
     else:
         mxu_s = 0.0
         vpu_ops += flops / steps  # non-matmul flops run on the VPU
@@ -215,7 +235,12 @@ def estimate_call(
         if not llo.loop_bundles:
             line_b = bundles
         hz = c.clock_ghz * 1e9
-        f32_mxu = str(mm_dtype) in ("float32", "f32")
+        # the floor holds where some dot runs f32 vmatmuls (f32 operands in the body, else an f32 input)
+        f32_mxu = (
+            (body_mxu_pass_flops or {}).get("float32", 0.0) > 0
+            if body_mxu_pass_flops is not None and body_flops_per_step
+            else str(mm_dtype) in ("float32", "f32")
+        )
         mxu_floor_s = mxu_s if f32_mxu else 0.0
         compute_s = max(bundles / hz, mxu_floor_s)
         straight_s = (line_b / hz) if llo.loop_bundles else 0.0
@@ -254,7 +279,7 @@ def estimate_call(
         taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
         how = "flops counted per branch on the steps that run it"
         share = branches.active_fraction(
-            c.mxu_flops_per_s(mm_dtype) * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
+            mxu_rate * mxu_eff, vpu_rate, TRANSCENDENTAL_VPU_OPS, all_branches=True
         )
         if tier == "llo" and share is not None and share < 0.999 and bundles is not None:
             shared_s = bundles / (c.clock_ghz * 1e9) * share

@@ -152,8 +152,10 @@ ASSUMPTIONS = [
     "block is written back when its index changes and at the end",
     "DMA of step t+1 inputs / step t-1 outputs overlaps step t compute; first fetch and last writeback do not",
     "DMAs move whole (sublane,128) tiles: (8,128) 32-bit, (16,128) 16-bit, (32,128) 8-bit",
-    "MXU at the operand dtype's peak (f32 = bf16 / chips.F32_MXU_SLOWDOWN, calibrated on v5e) scaled by how "
-    "fully blocks fill the MXU",
+    "MXU: each dot at the peak of the dtype it runs in, over the passes its precision takes (dot_precision.py: "
+    "in a kernel, f32 operands one f32 pass at DEFAULT, six at HIGHEST, f32 = bf16 / chips.F32_MXU_SLOWDOWN, "
+    "calibrated on v5e; operands cast to bf16 one bf16 pass; in XLA, f32 DEFAULT one bf16 pass, HIGH 3, "
+    "HIGHEST 6), scaled by how fully blocks fill the MXU",
     "tier llo: a step's compute = the compiler's grid-loop bundles / clock (f32 matmuls: at least the f32 "
     "MXU time); the bundles outside the loop run once; a loop in the kernel body (fori_loop, scan, while) "
     "is charged its bundles x its trip count (the dump's, else the jaxpr's, else for a while loop its mean "
@@ -211,7 +213,10 @@ def outside_cost(program: ProgramCost, c: ChipSpec) -> OutsideKernelCost | None:
     """Roofline time of the XLA ops around the kernels (None when there are none that cost anything)."""
     if not (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
         return None
-    mxu_s = program.outside_flops / c.mxu_flops_per_s(program.outside_matmul_dtype or "bfloat16")
+    if program.outside_mxu_pass_flops:  # each dot at XLA's passes for its precision (f32 DEFAULT: one bf16)
+        mxu_s = sum(f / c.mxu_flops_per_s(d) for d, f in program.outside_mxu_pass_flops.items())
+    else:
+        mxu_s = program.outside_flops / c.mxu_flops_per_s(program.outside_matmul_dtype or "bfloat16")
     vpu_s = (
         program.outside_vpu_ops + program.outside_transcendentals * TRANSCENDENTAL_VPU_OPS
     ) / vpu_ops_per_s(c)
@@ -373,6 +378,11 @@ def estimate_pallas(
         if program and len(program.kernel_loop_trips) == len(calls)
         else [None] * len(calls)
     )
+    mxu_passes = (
+        program.kernel_mxu_pass_flops
+        if program and len(program.kernel_mxu_pass_flops) == len(calls)
+        else [None] * len(calls)
+    )
     matched = match_kernels(calls, llo, c.name) if llo else [None] * len(calls)
     calls, prefetch, data_notes = _with_data(calls, scalar_prefetch, data)
     per = [
@@ -385,6 +395,7 @@ def estimate_pallas(
             matched[i],
             branches[i],
             loops[i],
+            mxu_passes[i],
         )
         for i, call in enumerate(calls)
     ]

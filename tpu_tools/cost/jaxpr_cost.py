@@ -23,6 +23,7 @@ from maxkernel.tpu_tools.cost.jaxpr_ops import (
     _size,
     _subjaxprs,
 )
+from maxkernel.tpu_tools.problem.dot_precision import dot_passes
 
 __all__ = ["OutsideOp", "ProgramCost", "program_cost"]
 
@@ -44,6 +45,11 @@ class ProgramCost(BaseModel):
         description="matmul/conv flops of each pallas_call body, one step"
     )
     kernel_transcendentals_per_step: list[float]
+    kernel_mxu_pass_flops: list[dict[str, float]] = Field(
+        default_factory=list,
+        description="per pallas_call, one step's matmul flops x the MXU passes Mosaic takes for them "
+        "(dot_precision.py), by the MXU rate's dtype",
+    )
     kernel_branches: list[KernelBranches | None] = Field(
         default_factory=list, description="per pallas_call, its pl.when branches and how often each runs"
     )
@@ -57,17 +63,21 @@ class ProgramCost(BaseModel):
     outside_transcendentals: float
     outside_bytes: float = Field(description="bytes of the values the outside ops read or write, each once")
     outside_matmul_dtype: str | None = None
+    outside_mxu_pass_flops: dict[str, float] = Field(
+        default_factory=dict,
+        description="outside matmul flops x the MXU passes XLA takes for them at their precision, by rate dtype",
+    )
     outside_ops: list[OutsideOp] = Field(
         default_factory=list, description="primitive -> flops, biggest first"
     )
     notes: list[str] = Field(default_factory=list)
 
 
-def _body_work(jaxpr, counts: BodyCounts | None = None) -> tuple[float, float]:
-    """(matmul flops, transcendentals) of a kernel body's average step; cond branches count their
-    costliest branch, a while loop one trip, unless `counts` (the inputs' values) say what ran."""
+def _body_work(jaxpr, counts: BodyCounts | None = None) -> tuple[float, float, dict[str, float]]:
+    """(matmul flops, transcendentals, MXU pass-flops) of a kernel body's average step; cond branches count
+    their costliest branch, a while loop one trip, unless `counts` (the inputs' values) say what ran."""
     w = body_work(jaxpr.eqns, counts)
-    return w.flops, w.transcendentals
+    return w.flops, w.transcendentals, w.mxu_pass_flops
 
 
 class _Outside:
@@ -78,6 +88,8 @@ class _Outside:
         self.ops: dict[str, list[float]] = {}
         self.kernel_flops: list[float] = []
         self.kernel_trans: list[float] = []
+        self.kernel_mxu: list[dict[str, float]] = []
+        self.mxu: dict[str, float] = {}
         self.kernel_branches: list[KernelBranches | None] = []
         self.kernel_loops: list[list[int | None]] = []
         self.mm_dtype: str | None = None
@@ -93,9 +105,10 @@ class _Outside:
             if name == "pallas_call":
                 i = len(self.kernel_flops)
                 counts = self.data[i].counts if self.data and i < len(self.data) else None
-                f, t = _body_work(eqn.params["jaxpr"], counts)
+                f, t, mxu = _body_work(eqn.params["jaxpr"], counts)
                 self.kernel_flops.append(f)
                 self.kernel_trans.append(t)
+                self.kernel_mxu.append(mxu)
                 self.kernel_branches.append(kernel_branches(eqn, counts=counts))
                 self.kernel_loops.append(body_loop_trips(eqn.params["jaxpr"].eqns, counts))
                 continue
@@ -108,12 +121,11 @@ class _Outside:
                     self.walk(s, m)
                 continue
             flops = 0.0
-            if name == "dot_general":
-                flops = _dot_flops(eqn)
+            if name in ("dot_general", "conv_general_dilated"):
+                flops = _dot_flops(eqn) if name == "dot_general" else _conv_flops(eqn)
                 self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
-            elif name == "conv_general_dilated":
-                flops = _conv_flops(eqn)
-                self.mm_dtype = self.mm_dtype or str(eqn.invars[0].aval.dtype)
+                rate, passes = dot_passes(eqn, mosaic=False)  # XLA's passes at the dot's precision
+                self.mxu[rate] = self.mxu.get(rate, 0.0) + mult * flops * passes
             elif name in TRANSCENDENTAL:
                 self.trans += mult * _size(eqn.outvars[0].aval)
             if name in FREE:
@@ -142,6 +154,7 @@ def program_cost(closed_jaxpr: Any, data: list[CallData] | None = None) -> Progr
     return ProgramCost(
         kernel_flops_per_step=w.kernel_flops,
         kernel_transcendentals_per_step=w.kernel_trans,
+        kernel_mxu_pass_flops=w.kernel_mxu,
         kernel_branches=w.kernel_branches,
         kernel_loop_trips=w.kernel_loops,
         outside_flops=w.flops,
@@ -149,6 +162,7 @@ def program_cost(closed_jaxpr: Any, data: list[CallData] | None = None) -> Progr
         outside_transcendentals=w.trans,
         outside_bytes=float(sum(w.seen.values())),
         outside_matmul_dtype=w.mm_dtype,
+        outside_mxu_pass_flops=w.mxu,
         outside_ops=ops,
         notes=sorted(set(w.notes)),
     )

@@ -10,10 +10,12 @@ Primitives without a public `lax` form here are reported, never guessed.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from maxkernel.tpu_tools.problem import safe_ast
+from maxkernel.tpu_tools.problem.dot_precision import is_wide, precision_passes
 
 Program = Mapping[str, Any]  # ProgramDescription.model_dump(): inputs, equations, outputs, census, ...
 
@@ -188,6 +190,123 @@ def operand(name: str) -> str:
     return name[4:] if name.startswith("lit:") else name
 
 
+# ---------------------------------------------------------------------------------------------------
+# A dot inside a Mosaic kernel at the numerics XLA gives the reference's dot on a TPU (dot_precision.py)
+
+_DOT_DOCS = {
+    "narrow": "its operands as they are (no wider than bf16), one MXU pass, f32 accumulation",
+    "bf16_1x": "an f32 dot at DEFAULT precision (BF16_BF16_F32): operands rounded to bf16, one MXU pass, f32 "
+    "accumulation",
+    "bf16_3x": "an f32 dot at HIGH precision (BF16_BF16_F32_X3): each operand split into a bf16 head and tail, "
+    "three MXU passes (head x head, head x tail, tail x head), f32 accumulation",
+    "f32": "an f32 dot at HIGHEST precision: Mosaic's full-precision f32 matmul",
+    "f32_host": "its f32 operands as they are (the numerics are the host CPU's: f32 dots in f32)",
+}
+DOT_KINDS = tuple(_DOT_DOCS)
+
+
+def var_dtypes(program: Program) -> dict[str, str]:
+    """The dtype of every variable of a traced program: its inputs' and each equation's outputs'."""
+    out = {
+        n: s["dtype"] for n, s in zip(program.get("input_names", []), program.get("inputs", []), strict=False)
+    }
+    for e in program.get("equations", []):
+        for name, spec in zip(e["outputs"], e.get("out_specs", []), strict=False):
+            out[name] = spec["dtype"]
+    return out
+
+
+def dot_kind(program: Program, e: Mapping[str, Any], dtypes: Mapping[str, str] | None = None) -> str:
+    """How a kernel computes the program's dot `e` at the numerics its target gives the reference's:
+    `narrow` (operands no wider than bf16), else by its precision on a TPU (dot_precision.py: DEFAULT
+    `bf16_1x`, HIGH `bf16_3x`, HIGHEST `f32`), or `f32_host` where the program's `numerics` is `cpu`.
+    An operand of unknown dtype counts as the dot's output dtype."""
+    dtypes = var_dtypes(program) if dtypes is None else dtypes
+    out = e["out_specs"][0]["dtype"] if e.get("out_specs") else "float32"
+    if not any(is_wide(dtypes.get(a, out)) for a in e["inputs"][:2] if not a.startswith("lit:")):
+        return "narrow"
+    if program.get("numerics") == "cpu":
+        return "f32_host"
+    passes = precision_passes(e.get("params", {}).get("precision"))
+    return {1: "bf16_1x", 3: "bf16_3x"}.get(passes, "f32")
+
+
+def mxu_dot_note(kind: str) -> str:
+    """One line saying how a kernel's dot computes (a kernel docstring's words)."""
+    return _DOT_DOCS[kind]
+
+
+def dot_time_factor(kind: str) -> float:
+    """A kernel dot's MXU time over one bf16 pass of the same flops (what mxu_dot_source writes costs): an f32
+    pass is chips.F32_MXU_SLOWDOWN bf16 ones. For a template's rough cost, which only orders proposals."""
+    from maxkernel.tpu_tools.hardware.chips import F32_MXU_SLOWDOWN
+
+    return {"narrow": 1.0, "bf16_1x": 1.0, "bf16_3x": 3.0, "f32": 6 * F32_MXU_SLOWDOWN}.get(
+        kind, F32_MXU_SLOWDOWN
+    )
+
+
+def mxu_dot_source(kind: str, name: str = "_mxu_dot") -> str:
+    """`def name(a, b, dims)`: a kernel's dot of `kind` (dot_kind), f32 out."""
+    where = "the host CPU" if kind == "f32_host" else "XLA computes it on a TPU"
+    doc = textwrap.fill(f"The reference's dot as {where}: {_DOT_DOCS[kind]}.", 108, subsequent_indent="    ")
+    head = f'def {name}(a, b, dims):\n    """{doc}"""\n'
+    plain = "    return lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)\n"
+    if kind in ("narrow", "f32_host"):
+        return head + plain
+    if kind == "bf16_1x":
+        return head + "    a, b = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)\n" + plain
+    if kind == "bf16_3x":
+        return head + (
+            "    def split(v):  # v = head + tail, each bf16\n"
+            "        head = v.astype(jnp.bfloat16)\n"
+            "        return head, (v - head.astype(jnp.float32)).astype(jnp.bfloat16)\n\n"
+            "    def dot(x, y):\n"
+            "        return lax.dot_general(x, y, dims, preferred_element_type=jnp.float32)\n\n"
+            "    (ah, al), (bh, bl) = split(a), split(b)\n"
+            "    return dot(ah, bh) + (dot(ah, bl) + dot(al, bh))\n"
+        )
+    return head + (
+        "    return lax.dot_general(a, b, dims, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)\n"
+    )
+
+
+def mxu_dots(kinds: Sequence[str]) -> tuple[str, list[str]]:
+    """The defs of a kernel's dots of each kind (one `_mxu_dot` when they agree, else one per kind:
+    `_mxu_dot_bf16_1x`, ...) and each dot's function name, in order."""
+    distinct = sorted(set(kinds), key=DOT_KINDS.index)
+    names = {k: "_mxu_dot" if len(distinct) == 1 else f"_mxu_dot_{k}" for k in distinct}
+    return "\n\n".join(mxu_dot_source(k, names[k]) for k in distinct), [names[k] for k in kinds]
+
+
+def _mosaic_dot_lines(
+    e: Mapping[str, Any], params: dict, args: list[str], kind: str
+) -> tuple[list[str], str]:
+    """A body's f32 dot_general at the numerics of `kind` (dot_kind): (lines before it, its expression)."""
+    kw = {k: v for k, v in params.items() if k != "precision"}
+    if kind == "f32_host":
+        return [], _call("dot_general", args, kw)
+    if kind == "f32":
+        kw["precision"] = "lax.Precision.HIGHEST"  # a pair or preset Mosaic cannot lower: full f32
+        return [], _call("dot_general", args, kw)
+    bf = [f"lax.convert_element_type({a}, jnp.bfloat16)" for a in args]
+    if kind == "bf16_1x":
+        return [], _call("dot_general", bf, kw)
+    stem = e["outputs"][0]
+    lines = []
+    for tag, a, head in (("a", args[0], bf[0]), ("b", args[1], bf[1])):
+        lines.append(f"{stem}_{tag}h = {head}  # bf16_3x: head and tail of each operand")
+        lines.append(
+            f"{stem}_{tag}l = lax.convert_element_type({a} - lax.convert_element_type({stem}_{tag}h, "
+            f"jnp.float32), jnp.bfloat16)"
+        )
+    terms = [
+        _call("dot_general", [f"{stem}_{x}", f"{stem}_{y}"], kw)
+        for x, y in (("ah", "bh"), ("ah", "bl"), ("al", "bh"))
+    ]
+    return lines, f"{terms[0]} + ({terms[1]} + {terms[2]})"
+
+
 def body_lines(
     program: Program,
     shape_of: Callable[[dict, str], str] | None = None,
@@ -204,6 +323,7 @@ def body_lines(
     every equation as traced (plain JAX, bit for bit); True rewrites the ones Mosaic cannot lower as they are.
     """
     lines = []
+    dtypes = var_dtypes(program)
     for e in program["equations"]:
         if e["primitive"] in CONTROL and not mosaic:
             lines.extend(_control_lines(e))
@@ -222,6 +342,7 @@ def body_lines(
         merged = _merged_batch(e, params) if mosaic else None
         if merged is not None:
             lines.extend(merged[0])
+            dtypes.update({m: dtypes[a] for m, a in zip(merged[1], e["inputs"], strict=True) if a in dtypes})
             e = {**e, "inputs": merged[1]}
         if not mosaic:
             expr = _call(e["primitive"], [operand(a) for a in e["inputs"]], params)
@@ -236,6 +357,11 @@ def body_lines(
             ins = [operand(a) for a in e["inputs"]]
             ins[n:] = [f"lax.convert_element_type({a}, jnp.int32)" for a in ins[n:]]
             expr = f"lax.ne({_call(e['primitive'], ins, params)}, jnp.int32(0))"
+        elif e["primitive"] == "dot_general" and dot_kind(program, e, dtypes) != "narrow":
+            # f32 operands: the numerics XLA gives this dot on a TPU (one bf16 pass at DEFAULT, not Mosaic's f32)
+            args = [operand(a) for a in e["inputs"]]
+            pre, expr = _mosaic_dot_lines(e, params, args, dot_kind(program, e, dtypes))
+            lines.extend(pre)
         elif e["primitive"] == "dot_general" and out_dtype in ("bfloat16", "float16"):
             # Mosaic's matmul accumulates in 32 bits: accumulate in f32, round once (as XLA does on TPU)
             params["preferred_element_type"] = "jnp.float32"

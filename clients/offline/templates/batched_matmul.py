@@ -16,12 +16,13 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.tpu_tools.problem.emit import Program
+from maxkernel.tpu_tools.problem.emit import Program, dot_kind, mxu_dot_note, mxu_dot_source
 
 SOURCE = '''"""Batched matmul (offline template `batched_matmul`), generated from the reference's traced program.
 
 Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator is
 zeroed on the first K step and rounded to the reference's dtype on the last, one store per block.
+The dot runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
 for the target size (${target}) and clamp to smaller inputs. Partial M / N blocks only touch rows and
@@ -44,6 +45,8 @@ VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 RHS_NK = ${rhs_nk}  # the right operand is [N, K] (else [K, N])
 
 
+${mxu_dot}
+
 def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total):
     kk = pl.program_id(3)
 
@@ -58,7 +61,7 @@ def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total):
         lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
         rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
     dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
-    acc_ref[...] += lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32)
+    acc_ref[...] += _mxu_dot(lhs, rhs, dims)
 
     @pl.when(kk == pl.num_programs(3) - 1)
     def _store():
@@ -163,7 +166,9 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     b_t, m_t, k_t = math.prod(ls[:nb]), ls[nb], ls[nb + 1]
     n_t = rs[nb] if r["rhs_nk"] else rs[nb + 1]
     item = 2 if "16" in at["inputs"][0]["dtype"] else 4
+    kind = dot_kind(program, program["equations"][0])
     fixed = {
+        "mxu_dot": mxu_dot_source(kind), "dot_note": mxu_dot_note(kind),
         "lhs": r["lhs"], "rhs": r["rhs"], "nb": str(nb), "rhs_nk": str(r["rhs_nk"]),
         "out_dtype": r["out_dtype"],
         "target": f"{sym.target}: B={b_t}, M={m_t}, K={k_t}, N={n_t}",

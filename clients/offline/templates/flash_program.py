@@ -32,7 +32,7 @@ import numpy as np
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, dot_kind, mxu_dots, operand
 
 PASS = {"convert_element_type", "stop_gradient"}  # value-preserving for the axis labels
 _MASK_PRIMS = {"iota", "add", "sub", "ge", "gt", "le", "lt", "eq", "ne", "and", "or", "not",
@@ -501,7 +501,7 @@ def recognise(program: Program) -> dict[str, Any] | None:
         "scale": scale, "causal": mask == "causal",
         "score_dtype": e1["out_specs"][0]["dtype"],
         "out_dtype": e2["out_specs"][0]["dtype"],
-        "d1": d1, "bias": bias_out, "ops": ops, "op_eqns": op_eqns, "two_pass": rounds_normalised,
+        "d1": d1, "d2": d2, "bias": bias_out, "ops": ops, "op_eqns": op_eqns, "two_pass": rounds_normalised,
         "mask": mask_out, "mask_prefix": sorted(mask_prefix - prefix),
         "q_perm_t": list(qb) + groups + [qc, q_seq],
         "k_perm_t": list(kb) + [kc, k_free[0]],
@@ -538,6 +538,8 @@ def _last_kv(qi, block_q, block_kv, nk):
     return jnp.minimum((qi * block_q + block_q - 1) // block_kv, nk - 1)
 
 
+${mxu_dot}
+
 '''
 
 SOURCE = (
@@ -560,7 +562,7 @@ chosen for the target size (${target}) and clamp to smaller inputs; a partial la
     """The reference's masked f32 scores of q block qi against kv block ki."""
     block_q, block_kv = q_ref.shape[0], k_ref.shape[0]
     q, k = q_ref[...], k_ref[...]
-    s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    s = ${qk_dot}(q, k, (((1,), (1,)), ((), ())))
     s = s.astype(jnp.${score_dtype})  # the reference's score dtype
 ${scale_line}
     s = s.astype(jnp.float32)
@@ -604,7 +606,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
             s = _scores(q_ref, k_ref, ${extra_refs}qi, ki, s_kv)
             p = jnp.exp(s - m_ref[...]) / l_ref[...]
             v = _v_block(v_ref, ki, s_kv)
-            acc_ref[...] += jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            acc_ref[...] += ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
 
         @pl.when(step == nk + last)
         def _store():
@@ -621,7 +623,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
             alpha = jnp.exp(m_prev - m_new)
             p = jnp.exp(s - m_new)
             l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
-            acc_ref[...] = alpha * acc_ref[...] + jnp.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+            acc_ref[...] = alpha * acc_ref[...] + ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
             m_ref[...] = m_new
 
         @pl.when(ki == last)
@@ -707,7 +709,7 @@ chosen for the target size (${target}) and clamp to smaller inputs; a partial la
     + '''def _scores(q, k, keep, qi, ki, s_kv):
     """The reference's masked f32 scores, transposed: [block_kv, block_q] of kv block ki against q block qi."""
     block_q, block_kv = q.shape[1], k.shape[1]
-    s = lax.dot_general(k, q, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+    s = ${qk_dot}(k, q, (((0,), (0,)), ((), ())))
     s = s.astype(jnp.${score_dtype})  # the reference's score dtype
 ${scale_line}
     s = s.astype(jnp.float32)
@@ -759,7 +761,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
             for j in range(groups):
                 s = _scores(q_ref[j], k, keep, qi, ki, s_kv)
                 p = jnp.exp(s - m_ref[j]) / l_ref[j]
-                acc_ref[j] += jnp.dot(v, p.astype(v.dtype), preferred_element_type=jnp.float32)
+                acc_ref[j] += ${pv_dot}(v, p.astype(v.dtype), (((1,), (0,)), ((), ())))
 
         @pl.when(step == nk + last)
         def _store():
@@ -777,7 +779,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
                 alpha = jnp.exp(m_prev - m_new)
                 p = jnp.exp(s - m_new)
                 l_ref[j] = alpha * l_ref[j] + jnp.sum(p, axis=0, keepdims=True)
-                acc_ref[j] = alpha * acc_ref[j] + jnp.dot(v, p.astype(v.dtype), preferred_element_type=jnp.float32)
+                acc_ref[j] = alpha * acc_ref[j] + ${pv_dot}(v, p.astype(v.dtype), (((1,), (0,)), ((), ())))
                 m_ref[j] = m_new
 
         @pl.when(ki == last)
@@ -930,7 +932,9 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         return None
     at = sym.at(sym.target)
     n_lead = r["n_batch"] + r["n_groups"]
+    dot_defs, (qk_dot, pv_dot) = mxu_dots([dot_kind(program, eqns[r[d]]) for d in ("d1", "d2")])
     fixed = {
+        "mxu_dot": dot_defs, "qk_dot": qk_dot, "pv_dot": pv_dot,
         "args": ", ".join(program["input_names"]),
         "shapes": ", ".join(f"{n}.shape" for n in program["input_names"])
         + ("," if len(program["input_names"]) == 1 else ""),

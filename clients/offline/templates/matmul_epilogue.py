@@ -24,7 +24,15 @@ from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
-from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
+from maxkernel.tpu_tools.problem.emit import (
+    Program,
+    body_lines,
+    dot_kind,
+    dot_time_factor,
+    mxu_dot_note,
+    mxu_dot_source,
+    operand,
+)
 
 LAYOUT = ("transpose", "convert_element_type", "reshape")
 # The first proposal: the cheapest blocks by the cost model at the target whose VMEM count (an upper bound:
@@ -37,7 +45,8 @@ SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), g
 
 Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed
 on the first k-step; on the last, the reference's own epilogue runs on it (rounded to the dot's output
-dtype, as the reference rounds) and each output block is written to HBM once. ${columns_note}
+dtype, as the reference rounds) and each output block is written to HBM once. ${columns_note} The dot
+runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: M, K, N and every epilogue shape are read from the inputs when the kernel is traced
 (`sh`); the blocks were chosen for the target size (${target}) and clamp to smaller inputs. A last row
@@ -63,6 +72,8 @@ VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 N_AXES = ${n_axes}  # (input, axis) pairs that run along the output's columns
 
 
+${mxu_dot}
+
 def _epilogue(${epi_args}, *, sh, b0, r0):
     """The reference's equations after its dot_general, on one output block (`sh`: the shapes it sees)."""
 ${body}
@@ -82,7 +93,7 @@ def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total):
         left = k_total - k * bk
         lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
         rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
-    acc_ref[...] += lax.dot_general(lhs, rhs, ${dims}, preferred_element_type=jnp.float32)
+    acc_ref[...] += _mxu_dot(lhs, rhs, ${dims})
 
     @pl.when(k == pl.num_programs(2) - 1)
     def _store():
@@ -294,7 +305,10 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
                 f"    def o0_map(i, j, k):\n        return {o_idx}\n")  # fmt: skip
     whole = sym.output_shape(0)
     o_dims = ["b0" if d == 0 else "bn" if cols is not None else whole[d] for d in range(rank)]
+    kind = dot_kind(program, eqns[sp.dot])
     fixed = {
+        "mxu_dot": mxu_dot_source(kind),
+        "dot_note": mxu_dot_note(kind),
         "epi_args": ", ".join([dot_var, *others]),
         "body": body,
         "outs": "(" + ", ".join(outs) + ",)",
@@ -378,7 +392,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         # the left operand is read once per column block, the right once per row block
         hbm = item * (m_t * k_t * col_steps + k_t * n_t * row_steps + m_t * n_t)
         feed = min(bm, 256) / 256 * min(bn, 256) / 256  # an MXU pass wants 256 rows and columns of work
-        compute = 2 * m_t * n_t * k_t / (900e12 * feed) * 1e6
+        compute = 2 * m_t * n_t * k_t / (900e12 * feed) * 1e6 * dot_time_factor(kind)
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + penalty
 

@@ -22,7 +22,14 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines
+from maxkernel.tpu_tools.problem.emit import (
+    ELEMENTWISE,
+    Program,
+    body_lines,
+    dot_kind,
+    mxu_dot_note,
+    mxu_dots,
+)
 
 SOURCE = '''"""Gated MLP (offline template `mlp_chain`), generated from the reference's traced program.
 
@@ -30,7 +37,8 @@ Grid (row blocks, hidden blocks), hidden innermost and "arbitrary": each step co
 the hidden activation with the reference's own elementwise ops (each up-projection accumulated in
 f32 and rounded to the reference's dtype, as it rounds) and adds slice @ W_down[slice] to an f32
 accumulator; the output block is stored once, on the last hidden step, through the reference's own
-equations after the down-projection (if any). No weight is held whole.
+equations after the down-projection (if any). No weight is held whole. Each dot runs as XLA runs the
+reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
 for the target size (${target}) and clamp to smaller inputs. A last row block past M is partial (rows
@@ -50,6 +58,8 @@ BLOCK_ROWS = ${block_rows}
 BLOCK_HIDDEN = ${block_hidden}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
+
+${mxu_dot}
 
 def _hidden(${x}, ${ups}):
     """The reference's equations from the up-projections to the hidden activation, on one block."""
@@ -79,7 +89,7 @@ ${up_dots}
         left = h_total - j * bh
         h = jnp.where(lax.broadcasted_iota(jnp.int32, h.shape, 1) < left, h, jnp.zeros_like(h))
         down = jnp.where(lax.broadcasted_iota(jnp.int32, down.shape, 0) < left, down, jnp.zeros_like(down))
-    acc_ref[...] += jnp.dot(h, down, preferred_element_type=jnp.float32)
+    acc_ref[...] += ${down_dot}(h, down, (((1,), (0,)), ((), ())))
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _store():
@@ -206,9 +216,11 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     res = r["residuals"]
     up_outs = [eqns[i]["outputs"][0] for i in r["ups"]]
     up_w = [eqns[i]["inputs"][1] for i in r["ups"]]
+    kinds = [dot_kind(program, eqns[i]) for i in [*r["ups"], r["down"]]]
+    dot_defs, dot_fns = mxu_dots(kinds)
     up_dots = "\n".join(
-        f"    {o} = jnp.dot(x, {w}_ref[...], preferred_element_type=jnp.float32).astype(jnp.{eqns[i]['out_specs'][0]['dtype']})"
-        for o, w, i in zip(up_outs, up_w, r["ups"], strict=True)
+        f"    {o} = {fn}(x, {w}_ref[...], (((1,), (0,)), ((), ()))).astype(jnp.{eqns[i]['out_specs'][0]['dtype']})"
+        for o, w, i, fn in zip(up_outs, up_w, r["ups"], dot_fns, strict=False)
     )
     at = sym.at(sym.target)
     tshape = {n: s["shape"] for n, s in zip(names, at["inputs"], strict=True)}
@@ -218,6 +230,9 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     item = 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4
     n_up, n_res = len(up_w), len(res)
     fixed = {
+        "mxu_dot": dot_defs,
+        "down_dot": dot_fns[-1],
+        "dot_note": "; ".join(dict.fromkeys(mxu_dot_note(k) for k in kinds)),
         "x": r["x"],
         "ups": ", ".join(up_outs),
         "chain": "\n".join(f"    {ln}" for ln in chain) or "    pass",

@@ -22,7 +22,16 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.row_blocks import itemsize
-from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
+from maxkernel.tpu_tools.problem.emit import (
+    ELEMENTWISE,
+    Program,
+    body_lines,
+    dot_kind,
+    dot_time_factor,
+    mxu_dot_note,
+    mxu_dot_source,
+    operand,
+)
 
 SOURCE = '''"""Stacked-weight matmul (offline template `stacked_matmul`), generated from the reference's traced program.
 
@@ -30,7 +39,7 @@ out[m, g, n] = epilogue(sum_k x[m, k] w[g, k, n]) with x's leading axes merged i
 out ${layout_note}. Grid (g, row blocks, column blocks, k-steps), k innermost and "arbitrary": an f32
 accumulator is zeroed on the first k-step; on the last it is rounded to the dot's dtype (as the reference
 rounds), the reference's own epilogue runs on it and the output block is written to HBM once. The dot
-runs on the operands in their own dtype (f32 stays f32: the reference's numbers, not one bf16 pass).
+runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
 for the target size (${target}) and clamp to smaller inputs. A last row or column block past the edge
@@ -55,6 +64,8 @@ W_NK = ${w_nk}  # the weight is [G, N, K] (else [G, K, N])
 G_FIRST = ${g_first}  # the output is [G, M..., N] (else [M..., G, N])
 
 
+${mxu_dot}
+
 def _epilogue(${epi_args}):
     """The reference's equations after its dot, on one [rows, columns] block of the output."""
 ${body}
@@ -76,7 +87,7 @@ def _kernel(x_ref, w_ref, ${other_refs}o_ref, acc_ref, *, k_total):
         x = jnp.where(lax.broadcasted_iota(jnp.int32, x.shape, 1) < left, x, jnp.zeros_like(x))
         w = jnp.where(lax.broadcasted_iota(jnp.int32, w.shape, 1 if W_NK else 0) < left, w, jnp.zeros_like(w))
     dims = (((1,), (1,)), ((), ())) if W_NK else (((1,), (0,)), ((), ()))
-    acc_ref[...] += lax.dot_general(x, w, dims, preferred_element_type=jnp.float32)
+    acc_ref[...] += _mxu_dot(x, w, dims)
 
     @pl.when(k == pl.num_programs(3) - 1)
     def _store():
@@ -334,7 +345,10 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         out_shape = f"(g,) + {lead_src} + (n,)"
     else:
         out_shape = f"{lead_src} + (g, n)" if r["has_g"] else f"{lead_src} + (n,)"
+    kind = dot_kind(program, eqns[r["dot"]])
     fixed = {
+        "mxu_dot": mxu_dot_source(kind),
+        "dot_note": mxu_dot_note(kind),
         "layout_note": "[G, M..., N] (the reference's transpose read through the index maps)"
         if r["g_first"]
         else "[M..., G, N] (viewed as [M, G*N]: weight g's columns are a run of column blocks)"
@@ -372,11 +386,14 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         out = 2 * out_item * bm * bn
         # each epilogue input's block (rows and columns where it has them), padded to (8, 128) f32 tiles
         other = sum(2 * 4 * max(8, bm if mr else 1) * max(128, bn if nc else 1) for mr, nc in other_blocks)
-        return int(operands + out + 4 * bm * bn + 2 * 4 * bm * bn + other)  # + acc, epilogue temporaries
+        split = 2 * (bm * bk + bk * bn) * {"bf16_1x": 1, "bf16_3x": 2}.get(kind, 0)  # bf16 copies
+        return int(
+            operands + out + 4 * bm * bn + 2 * 4 * bm * bn + other + split
+        )  # + acc, epilogue temporaries
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        """A rough v6e-like model (0.35 us/step, 1.6 TB/s, 900 TFLOP/s bf16, f32 operands 2.5x slower on the
-        MXU): it only orders proposals. On a chip this fast an f32 projection is memory-bound unless the
+        """A rough v6e-like model (0.35 us/step, 1.6 TB/s, 900 TFLOP/s bf16, the dot's passes at its precision,
+        an f32 pass 2.5x a bf16 one): it only orders proposals. On a chip this fast an f32 projection is memory-bound unless the
         weight is read once, so fewer row blocks win (the static estimate is the verdict)."""
         bm, bn, bk = blocks(c)
         rows, cols, ks = -(-m_t // bm), -(-n_t // bn), -(-k_t // bk)
@@ -385,7 +402,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         x_reads = 1 if (bm, bk) == (m_t, k_t) else g_t * cols
         hbm = item * (x_reads * m_t * k_t + rows * g_t * k_t * n_t) + out_item * g_t * m_t * n_t
         feed = min(bm, 256) / 256 * min(bn, 256) / 256
-        compute = 2 * g_t * m_t * n_t * k_t / (900e12 * feed) * 1e6 * (2.5 if item == 4 else 1.0)
+        compute = 2 * g_t * m_t * n_t * k_t / (900e12 * feed) * 1e6 * dot_time_factor(kind)
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + penalty
 

@@ -25,7 +25,7 @@ from maxkernel.tpu_tools.pool.workers import WorkerPool
 from maxkernel.tpu_tools.problem.program import describe
 
 ROOT = TESTS.parent
-CHIP = get_chip("tpu-v6e")
+CHIP = {**get_chip("tpu-v6e").model_dump(), "numerics": "cpu"}  # the Auto loop's design chip for --target cpu
 HEADER = """
 import jax
 import jax.numpy as jnp
