@@ -6,7 +6,7 @@ from jax import lax
 
 CONFIG = {"name": "conv3d", "model": "ops", "operator": "conv3d", "atol": 1e-3, "rtol": 1e-3}
 SIZES = {
-    "full": {"n": 8, "c": 16, "o": 64, "d": 32, "h": 128, "w": 128},
+    "full": {"n": 8, "c": 16, "o": 64, "d": 32, "h": 64, "w": 64},
     "small": {"n": 2, "c": 4, "o": 8, "d": 6, "h": 8, "w": 10},
 }
 
