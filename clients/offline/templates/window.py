@@ -55,7 +55,7 @@ PAD_VALUE = ${pad_value}
 ROW_ALIGN = ${row_align}  # sublane multiple of a block of rows when they sit on sublanes (K == 1)
 '''
 
-KERNEL = '''
+KERNEL = """
 
 def _kernel(x0_ref, x1_ref, ${w_ref}o_ref, buf_ref, *, out_mid, out_w):
     # x0/x1: [rows_in, ${x_tile}] input rows of this step and of the next block (the window's halo)
@@ -63,9 +63,9 @@ def _kernel(x0_ref, x1_ref, ${w_ref}o_ref, buf_ref, *, out_mid, out_w):
     buf_ref[0:rows_in] = x0_ref[0, 0].astype(buf_ref.dtype)
     buf_ref[rows_in : 2 * rows_in] = x1_ref[0, 0].astype(buf_ref.dtype)
 ${body}
-'''
+"""
 
-ROWS_BODY = '''
+ROWS_BODY = """
     def _row(t, carry):  # output row t of this block${row_what}
 ${row_index}
         acc = ${acc_init}  # [out_w, block_c] f32
@@ -75,16 +75,16 @@ ${epilogue}
         return carry
 
     lax.fori_loop(0, o_ref.shape[2] * out_mid, _row, 0)
-'''
+"""
 
-LINE_BODY = '''    th = o_ref.shape[2]
+LINE_BODY = """    th = o_ref.shape[2]
     acc = ${acc_init}  # [th, block_c] f32
 ${taps}
 ${epilogue}
     o_ref[0, 0] = ${result}.astype(o_ref.dtype)
-'''
+"""
 
-WORKLOAD = '''
+WORKLOAD = """
 
 def workload(${args}):
     n, c, *sp = x.shape  # N, C, spatial...
@@ -142,7 +142,7 @@ ${weights}
     )(xl, xl${w_arg})
     # [N, G, S_out..., C_out] (rows padded to whole blocks) -> [N, G * C_out, S_out...]
     return jnp.moveaxis(out[:, :, : out_sp[0]], -1, 2).reshape(n, groups_x * c_out, *out_sp)
-'''
+"""
 
 _INITIAL_VMEM = 24 * MiB
 _MAX_VMEM = 48 * MiB
@@ -185,7 +185,9 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
         pads = [tuple(x) for x in literal_eval(p["padding"])]
         base, wdil = _t(p["base_dilation"]), _t(p["window_dilation"])
         if win[:2] != (1, 1) or strides[:2] != (1, 1) or pads[:2] != [(0, 0), (0, 0)]:
-            raise ValueError("its window spans the batch or channel axis (the template pools NC+spatial inputs)")
+            raise ValueError(
+                "its window spans the batch or channel axis (the template pools NC+spatial inputs)"
+            )
         if any(b != 1 for b in base):
             raise ValueError("its reduce_window dilates the input (base_dilation)")
         window, stride, dilation, padding = win[2:], strides[2:], wdil[2:], pads[2:]
@@ -237,7 +239,9 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
         legal_rows += [out_sp[0]] if min_th <= out_sp[0] <= 64 else []
     legal_c = _pow2_blocks(c_out, 128, 512)
     if not legal_rows:
-        raise ValueError(f"no block of output rows covers the window's halo ({halo} rows) at {out_sp[0]} rows")
+        raise ValueError(
+            f"no block of output rows covers the window's halo ({halo} rows) at {out_sp[0]} rows"
+        )
 
     def lanes(n: int) -> int:
         return -(-n // 128) * 128
@@ -278,10 +282,18 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
         penalty = 1e6 if vmem(cfg, d) > _MAX_VMEM else 0.0
         return hbm / 1.6e12 * 1e6 + 0.35 * steps + rows * taps * 0.01 + flops + penalty
 
-    fixed = _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtype, out_spec, buf_dtype)
+    fixed = _source_parts(
+        core, kind, k, window, stride, dilation, padding, groups, dtype, out_spec, buf_dtype
+    )
     fixed["target"] = core.target
     name = "pool" if core.family == "pool" else "conv"
     configs = [{"block_rows": r, "block_c": b} for r in legal_rows for b in legal_c]
+    least = min(vmem(cfg, {}) for cfg in configs)
+    if least > _MAX_VMEM:
+        raise ValueError(
+            f"its smallest block needs {least / MiB:.0f} MiB of VMEM (> {_MAX_VMEM // MiB} MiB): the window "
+            "template keeps whole planes of the other spatial axes per block, and blocking them is not written yet"
+        )
     fitting = [cfg for cfg in configs if vmem(cfg, {}) <= _INITIAL_VMEM] or configs[:1]
     initial = min(fitting, key=lambda cfg: (cost(cfg, {}), -cfg["block_c"]))
     dims = {"N": n, "C": c, "C_out": c_out, "rows": out_sp[0], "W": w_last}
@@ -306,7 +318,9 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
     return template, core.target, dims
 
 
-def _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtype, out_spec, buf_dtype) -> dict:
+def _source_parts(
+    core, kind, k, window, stride, dilation, padding, groups, dtype, out_spec, buf_dtype
+) -> dict:
     """The kernel's text pieces (the `source` key: the body below the header, with its own placeholders)."""
     e = core.cores[0]
     out_dt = f"jnp.{out_spec['dtype']}"
@@ -322,7 +336,11 @@ def _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtyp
             fold = "acc + {v} * w_ref[{wtap}].astype(jnp.float32)"
         else:
             fold = "acc + jnp.dot({v}, w_ref[0, {tap}], preferred_element_type=jnp.float32)"
-    load_cast = ".astype(jnp.float32)" if kind != "conv" else (f".astype(jnp.{dtype})" if buf_dtype != f"jnp.{dtype}" else "")
+    load_cast = (
+        ".astype(jnp.float32)"
+        if kind != "conv"
+        else (f".astype(jnp.{dtype})" if buf_dtype != f"jnp.{dtype}" else "")
+    )
     taps = []
     lines_indent = "        " if k > 1 else "    "
     for tap in _taps(window):
@@ -375,7 +393,12 @@ def _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtyp
         )
         x_group, x_chan, x_block_c = "g", "0", "cg"
         flops = "2 * n * GROUPS * c_out * math.prod(out_sp) * cg * math.prod(WINDOW)"
-        w_spec, w_arg, w_ref, w_bytes = ", pl.BlockSpec(w_block, w_map)", ", wl", "w_ref, ", "wl.size * wl.dtype.itemsize + "
+        w_spec, w_arg, w_ref, w_bytes = (
+            ", pl.BlockSpec(w_block, w_map)",
+            ", wl",
+            "w_ref, ",
+            "wl.size * wl.dtype.itemsize + ",
+        )
         x_tile = "other spatial..., cg"
         args = "x, w"
     elif kind == "depthwise":
@@ -389,7 +412,12 @@ def _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtyp
         )
         x_group, x_chan, x_block_c = "0", "j", "bc"
         flops = "2 * n * c * math.prod(out_sp) * math.prod(WINDOW)"
-        w_spec, w_arg, w_ref, w_bytes = ", pl.BlockSpec(w_block, w_map)", ", wl", "w_ref, ", "wl.size * wl.dtype.itemsize + "
+        w_spec, w_arg, w_ref, w_bytes = (
+            ", pl.BlockSpec(w_block, w_map)",
+            ", wl",
+            "w_ref, ",
+            "wl.size * wl.dtype.itemsize + ",
+        )
         x_tile = "other spatial..., block_c"
         args = "x, w"
     else:
@@ -417,7 +445,9 @@ def _source_parts(core, kind, k, window, stride, dilation, padding, groups, dtyp
         "out_itemsize": str(itemsize(out_spec["dtype"])),
     }.items():
         workload = workload.replace("${" + key + "}", val)
-    kernel = KERNEL.replace("${w_ref}", w_ref).replace("${x_tile}", x_tile).replace("${body}", body_text.rstrip())
+    kernel = (
+        KERNEL.replace("${w_ref}", w_ref).replace("${x_tile}", x_tile).replace("${body}", body_text.rstrip())
+    )
     ins = core.program["input_names"]
     if core.family == "conv" and [operand(a) for a in e["inputs"]] != ins[:2]:
         raise ValueError("the convolution's operands are not the reference's (x, w) in order")

@@ -4,7 +4,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-CONFIG = {"name": "conv2d_depthwise", "model": "ops", "operator": "depthwise_conv2d", "atol": 1e-4, "rtol": 1e-4}
+CONFIG = {
+    "name": "conv2d_depthwise",
+    "model": "ops",
+    "operator": "depthwise_conv2d",
+    "atol": 1e-4,
+    "rtol": 1e-4,
+}
 SIZES = {"full": {"n": 16, "c": 128, "h": 256, "w": 256}, "small": {"n": 2, "c": 8, "h": 16, "w": 16}}
 
 
@@ -18,6 +24,10 @@ def create_inputs(dtype=None, *, key=None, size="full"):
 
 def workload(x, w):
     return lax.conv_general_dilated(
-        x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        x,
+        w,
+        (1, 1),
+        ((1, 1), (1, 1)),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
         feature_group_count=x.shape[1],
     )

@@ -20,4 +20,6 @@ def create_inputs(dtype=None, *, key=None, size="full"):
 
 
 def workload(x, w):
-    return lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return lax.conv_general_dilated(
+        x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW")
+    )

@@ -20,6 +20,4 @@ def create_inputs(dtype=None, *, key=None, size="full"):
 
 
 def workload(x, w):
-    return lax.conv_general_dilated(
-        x, w, (1, 1, 1), "VALID", dimension_numbers=("NCDHW", "OIDHW", "NCDHW")
-    )
+    return lax.conv_general_dilated(x, w, (1, 1, 1), "VALID", dimension_numbers=("NCDHW", "OIDHW", "NCDHW"))

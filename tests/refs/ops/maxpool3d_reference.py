@@ -5,7 +5,10 @@ import jax.numpy as jnp
 from jax import lax
 
 CONFIG = {"name": "maxpool3d", "model": "ops", "operator": "max_pool3d", "atol": 1e-5, "rtol": 1e-5}
-SIZES = {"full": {"n": 16, "c": 32, "d": 64, "h": 128, "w": 128}, "small": {"n": 2, "c": 4, "d": 8, "h": 8, "w": 16}}
+SIZES = {
+    "full": {"n": 16, "c": 32, "d": 64, "h": 64, "w": 64},
+    "small": {"n": 2, "c": 4, "d": 8, "h": 8, "w": 16},
+}
 
 
 def create_inputs(dtype=None, *, key=None, size="full"):
