@@ -22,6 +22,7 @@ CONV = {"conv_general_dilated"}
 SCAN = {"cumsum", "cumprod", "cummax", "cummin"}
 ARG = {"argmax", "argmin"}
 ARG_VALUES = {"argmax": "reduce_max", "argmin": "reduce_min"}
+LAYOUT = {"reshape", "broadcast_in_dim", "squeeze", "expand_dims"}
 
 
 @dataclass
@@ -33,6 +34,8 @@ class Core:
     target: str
     cores: list[dict[str, Any]]  # the core equation(s): one, or an arg-reduction with its values
     epilogue: list[dict[str, Any]]  # elementwise equations after the core, in order
+    channels: list[str]  # inputs that are per-channel vectors of the result (a bias)
+    channel_layout: set[str]  # values reshaped/broadcast from channel vectors alone: the kernel's [1, lanes]
 
 
 def family_of(program: Program) -> str | None:
@@ -48,7 +51,9 @@ def core_of(program: Program, family: str) -> Core:
     """The core op and its epilogue at the target size; ValueError when the program is more than that."""
     sym = Symbolic(program)
     if sym.mismatch:
-        raise ValueError(f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})")
+        raise ValueError(
+            f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})"
+        )
     at = program_at(program, sym.target)
     prims = {"pool": POOL, "conv": CONV, "scan": SCAN, "arg": ARG | set(ARG_VALUES.values())}[family]
     eqns = at["equations"]
@@ -69,35 +74,91 @@ def core_of(program: Program, family: str) -> Core:
         raise ValueError(f"its {cores[0]['primitive']} reads a computed value, not an input")
     if family == "conv" and operand(cores[0]["inputs"][1]) not in at["input_names"]:
         raise ValueError("its convolution's weights are computed, not an input")
-    if any(eqns.index(e) < first for e in rest):
-        raise ValueError("ops run before its core op (a prologue)")
+    out_shape = list(cores[0]["out_specs"][0]["shape"])
+    weights = {operand(a) for a in cores[0]["inputs"][1:]}
+    channels = _channel_inputs(at, family, src, weights, out_shape)
+    chan_vals = set(channels)  # values made from channel inputs alone: [1, lanes] tiles in the kernel
     core_outs = {o for e in cores for o in e["outputs"]}
     allowed = {src} | core_outs
     for e in rest:
+        ins = [a for a in e["inputs"] if not a.startswith("lit:")]
+        if ins and all(a in chan_vals for a in ins) and e["primitive"] in ELEMENTWISE | LAYOUT:
+            chan_vals |= set(e["outputs"])  # a per-channel vector (a bias reshaped to [1, C, 1, 1])
+            continue
+        if eqns.index(e) < first:
+            raise ValueError("ops run before its core op (a prologue)")
         if e["primitive"] not in ELEMENTWISE:
             raise ValueError(f"its epilogue has {e['primitive']}, not elementwise")
-        for a in e["inputs"]:
-            if not a.startswith("lit:") and a not in allowed:
+        for a in ins:
+            if a in chan_vals:
+                shape = _shape_of(at, a)
+                if len(shape) != len(out_shape) or any(d != 1 for i, d in enumerate(shape) if i != 1):
+                    raise ValueError(f"its epilogue broadcasts {a} {shape} over more than the channel axis")
+            elif a not in allowed:
                 raise ValueError(f"its epilogue reads {a}, neither the core's result nor its input")
         allowed |= set(e["outputs"])
     if src in {a for e in rest for a in e["inputs"]}:
-        out_shape = cores[0]["out_specs"][0]["shape"]
         if out_shape != at["inputs"][at["input_names"].index(src)]["shape"]:
             raise ValueError("its epilogue reads the input at a shape other than the result's")
     for size in sym.sizes:  # the kernel writes the op's parameters as constants: they must not follow size
         other = program_at(program, size)
         for e in cores:
             o = other["equations"][eqns.index(e)]
-            if o["params"] != e["params"]:
+            if _sized(o, other) != _sized(e, at):
                 raise ValueError(f"its {e['primitive']} parameters change with size ({size})")
-    return Core(family, at, sym.target, cores, rest)
+    return Core(family, at, sym.target, cores, rest, channels, chan_vals - set(channels))
 
 
-def epilogue_source(core: Core, names: Mapping[str, str], indent: str = "    ") -> tuple[list[str], list[str]]:
+def _sized(e: Mapping[str, Any], program: Program) -> dict[str, str]:
+    """The op's parameters, a depthwise convolution's group count (= the input's channels) left out."""
+    params = dict(e["params"])
+    if e["primitive"] in CONV:
+        lhs = _shape_of(program, operand(e["inputs"][0]))
+        if len(lhs) > 1 and params.get("feature_group_count") == str(lhs[1]):
+            params["feature_group_count"] = "depthwise"
+    return params
+
+
+def _shape_of(program: Program, name: str) -> list[int]:
+    if name in program["input_names"]:
+        return list(program["inputs"][program["input_names"].index(name)]["shape"])
+    for e in program["equations"]:
+        if name in e["outputs"]:
+            return list(e["out_specs"][e["outputs"].index(name)]["shape"])
+    return []
+
+
+def _channel_inputs(at: Program, family: str, src: str, weights: set[str], out_shape: list[int]) -> list[str]:
+    """The inputs besides the core's operands: per-channel vectors ([C], [C, 1, 1], ...) of a pool or a
+    convolution's output; anything else is refused."""
+    out = []
+    for name, spec in zip(at["input_names"], at["inputs"], strict=True):
+        if name == src or name in weights:
+            continue
+        shape = spec["shape"]
+        if (
+            family not in ("pool", "conv")
+            or len(out_shape) < 2
+            or sorted(shape)[:-1] != [1] * (len(shape) - 1)
+            or (shape and max(shape) != out_shape[1])
+        ):
+            raise ValueError(f"it reads input {name} {shape}, not a per-channel vector of its result")
+        out.append(name)
+    return out
+
+
+def epilogue_source(
+    core: Core, names: Mapping[str, str], indent: str = "    "
+) -> tuple[list[str], list[str]]:
     """(lines, result expressions): the epilogue on the kernel's tiles, `names` binding the core's outputs
-    (and its input) to the tile variables that hold them; a result is the last value of each output."""
+    (and its input, and its channel vectors) to the tile variables that hold them; a result is the last
+    value of each output. A reshape or broadcast of a channel vector is the [1, lanes] tile itself."""
     lines = [f"{indent}{k} = {v}" for k, v in names.items()]
-    lines += [indent + ln for ln in body_lines({"equations": core.epilogue})]
+    for e in core.epilogue:
+        if e["primitive"] in LAYOUT and e["outputs"][0] in core.channel_layout:
+            lines.append(f"{indent}{e['outputs'][0]} = {operand(e['inputs'][0])}  # [1, lanes]: per channel")
+        else:
+            lines += [indent + ln for ln in body_lines({"equations": [e]})]
     return lines, [operand(o) for o in core.program["outputs"]]
 
 

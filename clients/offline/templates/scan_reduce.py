@@ -137,7 +137,7 @@ def workload(x):
     return ${result}
 '''
 
-ARG_BODY = '''IS_MAX = ${is_max}  # argmax (True) or argmin
+ARG_BODY = """IS_MAX = ${is_max}  # argmax (True) or argmin
 IDENTITY = ${identity}  # fills masked positions: never the best
 INDEX_DTYPE = ${index_dtype}
 
@@ -216,7 +216,7 @@ def workload(x):
         name="offline_${steps_name}",
     )(xv)
     return ${result}
-'''
+"""
 
 SCAN_OPS = {  # primitive -> (combine, identity, flops per element per step)
     "cumsum": ("a + b", "0.0", 2),
@@ -307,7 +307,9 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
             dt = _jnp_dtype(e["out_specs"][0]["dtype"])
             names[out] = f"idx.astype({dt})" if e["primitive"] in ARG else f"best.astype({dt})"
         lines, results = epilogue_source(core, names, indent="        ")
-        stores = "\n".join(f"        o{i}_ref[...] = {r}.astype(o{i}_ref.dtype)" for i, r in enumerate(results))
+        stores = "\n".join(
+            f"        o{i}_ref[...] = {r}.astype(o{i}_ref.dtype)" for i, r in enumerate(results)
+        )
         out_shapes = ", ".join(f"jax.ShapeDtypeStruct(view, {_jnp_dtype(s['dtype'])})" for s in out_specs)
         fixed = {
             "is_max": str(is_max),

@@ -57,7 +57,7 @@ ROW_ALIGN = ${row_align}  # sublane multiple of a block of rows when they sit on
 
 KERNEL = """
 
-def _kernel(x0_ref, x1_ref, ${w_ref}o_ref, buf_ref, *, out_mid, out_w):
+def _kernel(x0_ref, x1_ref, ${w_ref}${c_refs}o_ref, buf_ref, *, out_w):
     # x0/x1: [rows_in, ${x_tile}] input rows of this step and of the next block (the window's halo)
     rows_in = x0_ref.shape[2]
     buf_ref[0:rows_in] = x0_ref[0, 0].astype(buf_ref.dtype)
@@ -65,23 +65,12 @@ def _kernel(x0_ref, x1_ref, ${w_ref}o_ref, buf_ref, *, out_mid, out_w):
 ${body}
 """
 
-ROWS_BODY = """
-    def _row(t, carry):  # output row t of this block${row_what}
-${row_index}
-        acc = ${acc_init}  # [out_w, block_c] f32
+BODY = """    th = o_ref.shape[2]  # output rows of this block
+    out_block = o_ref.shape[2:]  # [th, other spatial..., out_w, block_c]
+    acc = ${acc_init}  # ${acc_shape} f32
 ${taps}
 ${epilogue}
-        o_ref[0, 0, ${out_index}] = ${result}.astype(o_ref.dtype)
-        return carry
-
-    lax.fori_loop(0, o_ref.shape[2] * out_mid, _row, 0)
-"""
-
-LINE_BODY = """    th = o_ref.shape[2]
-    acc = ${acc_init}  # [th, block_c] f32
-${taps}
-${epilogue}
-    o_ref[0, 0] = ${result}.astype(o_ref.dtype)
+    o_ref[0, 0] = ${result}${to_block}.astype(o_ref.dtype)
 """
 
 WORKLOAD = """
@@ -106,9 +95,8 @@ ${channels}
     pads += [tuple(p) for p in PADDING[1:]] + [(0, 0)]
     xl = jnp.pad(xl, pads, constant_values=PAD_VALUE)[:, :, :rows_pad]
     rest_in = xl.shape[3:-1]  # the other spatial axes, padded
-    out_mid = math.prod(out_sp[1:-1])
     out_w = out_sp[-1] if K > 1 else th
-${weights}
+${weights}${chan_prep}
     grid = (n, groups_x, pl.cdiv(c_out, bc), n_blk)
 
     def x0_map(b, g, j, r):  # [N, G, S..., Cg]: this block of rows, all its other axes and channels
@@ -127,10 +115,10 @@ ${weights}
         bytes_accessed=int(2 * xl.size * xl.dtype.itemsize + ${w_bytes}n * c_out * math.prod(out_sp) * ${out_itemsize}),
     )
     out = pl.pallas_call(
-        functools.partial(_kernel, out_mid=out_mid, out_w=out_w),
+        functools.partial(_kernel, out_w=out_w),
         out_shape=jax.ShapeDtypeStruct((n, groups_x, n_blk * th, *out_sp[1:], c_out), ${out_dtype}),
         grid=grid,
-        in_specs=[pl.BlockSpec(in_block, x0_map), pl.BlockSpec(in_block, x1_map)${w_spec}],
+        in_specs=[pl.BlockSpec(in_block, x0_map), pl.BlockSpec(in_block, x1_map)${w_spec}${c_specs}],
         out_specs=pl.BlockSpec((1, 1, th, *out_sp[1:], bc), o_map),
         scratch_shapes=[pltpu.VMEM((2 * rows_in, *rest_in, ${x_block_c}), ${buf_dtype})],  # rows + halo
         compiler_params=pltpu.CompilerParams(
@@ -139,7 +127,7 @@ ${weights}
         cost_estimate=cost,
         interpret=False,
         name="offline_${name}",
-    )(xl, xl${w_arg})
+    )(xl, xl${w_arg}${c_args})
     # [N, G, S_out..., C_out] (rows padded to whole blocks) -> [N, G * C_out, S_out...]
     return jnp.moveaxis(out[:, :, : out_sp[0]], -1, 2).reshape(n, groups_x * c_out, *out_sp)
 """
@@ -219,8 +207,8 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
         raise ValueError("negative padding")
     sp = shape[2:]
     out_sp = list(out_spec["shape"][2:])
-    strided_w = stride[-1] > 1
-    buf_dtype = "jnp.float32" if (strided_w or kind != "conv" or itemsize(dtype) != 2) else f"jnp.{dtype}"
+    strided = any(v > 1 for v in stride)  # Mosaic's strided loads take 32-bit data: an f32 scratch
+    buf_dtype = "jnp.float32" if (strided or kind != "conv" or itemsize(dtype) != 2) else f"jnp.{dtype}"
     halo = (window[0] - 1) * dilation[0] + 1 - stride[0]  # rows past a block that its last output reads
     min_th = max(1, -(-halo // stride[0])) if halo > 0 else 1
     lanes_in = c if (kind != "conv") else c // groups
@@ -265,7 +253,14 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
             total += 2 * math.prod(window) * (-(-lanes_in // 8) * 8) * lanes(bc) * itemsize(dtype)
         elif kind == "depthwise":
             total += 2 * math.prod(window) * 8 * lanes(bc) * itemsize(dtype)
-        total += 4 * (out_sp[-1] if k > 1 else th) * lanes(bc) * 4  # the f32 accumulator and a tap
+        rows = (
+            th
+            * math.prod(out_sp[1:-1])
+            * (-(-(out_sp[-1] if k > 1 else th) // 8) * 8)
+            // (1 if k > 1 else th)
+        )
+        total += 3 * rows * lanes(bc) * 4  # the f32 accumulator, a tap and a temporary
+        total += 2 * rows * lanes(lanes_in) * 4 if kind == "conv" else 0  # a tap's rows, flattened
         return int(total)
 
     n = shape[0]
@@ -325,61 +320,49 @@ def _source_parts(
     e = core.cores[0]
     out_dt = f"jnp.{out_spec['dtype']}"
     pool_init = {"max": "-jnp.inf", "min": "jnp.inf", "sum": "0.0"}
+    # a pool or depthwise conv folds taps elementwise on [th, ..., out_w, lanes]; a conv multiplies each
+    # tap, its rows flattened to [th * ... * out_w, cg], by the tap's [cg, block_c] weights on the MXU
     if kind in ("max", "min", "sum"):
-        acc_init = f"jnp.full((out_w, o_ref.shape[-1]), {pool_init[kind]}, jnp.float32)"
+        acc_init = f"jnp.full(out_block, {pool_init[kind]}, jnp.float32)"
         fold = {"max": "jnp.maximum(acc, {v})", "min": "jnp.minimum(acc, {v})", "sum": "acc + {v}"}[kind]
         pad_value = {"max": "-jnp.inf", "min": "jnp.inf", "sum": "0.0"}[kind]
-    else:
-        acc_init = "jnp.zeros((out_w, o_ref.shape[-1]), jnp.float32)"
+    elif kind == "depthwise":
+        acc_init = "jnp.zeros(out_block, jnp.float32)"
         pad_value = "0.0"
-        if kind == "depthwise":
-            fold = "acc + {v} * w_ref[{wtap}].astype(jnp.float32)"
-        else:
-            fold = "acc + jnp.dot({v}, w_ref[0, {tap}], preferred_element_type=jnp.float32)"
+        fold = "acc + {v} * w_ref[{wtap}].astype(jnp.float32)"
+    else:
+        acc_init = "jnp.zeros((math.prod(out_block[:-1]), out_block[-1]), jnp.float32)"
+        pad_value = "0.0"
+        fold = "acc + jnp.dot({v}.reshape(acc.shape[0], -1), w_ref[0, {tap}], preferred_element_type=jnp.float32)"
     load_cast = (
         ".astype(jnp.float32)"
         if kind != "conv"
         else (f".astype(jnp.{dtype})" if buf_dtype != f"jnp.{dtype}" else "")
     )
     taps = []
-    lines_indent = "        " if k > 1 else "    "
+    extents = {1: ["th"], 2: ["th", "out_w"], 3: ["th", "out_block[1]", "out_w"]}[k]  # the output block's
     for tap in _taps(window):
-        if k == 1:
-            v = f"buf_ref[pl.ds({tap[0] * dilation[0]}, th, stride={stride[0]}), :]{load_cast}"
-        else:
-            idx = [f"r * {stride[0]} + {tap[0] * dilation[0]}"]
-            if k == 3:
-                idx.append(f"h * {stride[1]} + {tap[1] * dilation[1]}")
-            idx.append(f"pl.ds({tap[-1] * dilation[-1]}, out_w, stride={stride[-1]})")
-            v = f"buf_ref[{', '.join(idx)}, :]{load_cast}"
-        shape_note = "[out_w, lanes]" if k > 1 else "[th, lanes]"
-        taps.append(f"{lines_indent}v = {v}  # {shape_note}: tap {tap}")
+        idx = [
+            f"pl.ds({t * d}, {n}, stride={s})"
+            for t, d, n, s in zip(tap, dilation, extents, stride, strict=True)
+        ]
+        v = f"buf_ref[{', '.join(idx)}, :]{load_cast}"
+        taps.append(f"    v = {v}  # [{', '.join(extents)}, lanes]: tap {tap}")
         wtap = ", ".join([*map(str, tap[:-1]), f"pl.ds({tap[-1]}, 1), :"])  # [1, lanes]
-        taps.append(f"{lines_indent}acc = {fold.format(v='v', tap=', '.join(map(str, tap)), wtap=wtap)}")
+        taps.append(f"    acc = {fold.format(v='v', tap=', '.join(map(str, tap)), wtap=wtap)}")
     names = {operand(e["outputs"][0]): f"acc.astype({out_dt})"}
-    epi, results = epilogue_source(core, names, indent=lines_indent)
+    names |= {c: f"c{i}_ref[0]  # [1, lanes]" for i, c in enumerate(core.channels)}
+    epi, results = epilogue_source(core, names, indent="    ")
     if len(results) != 1:
         raise ValueError("it has several outputs; the window template writes one")
-    if k == 1:
-        body = LINE_BODY
-        subs = {}
-    else:
-        body = ROWS_BODY
-        if k == 3:
-            subs = {
-                "row_what": ": depth r, height h",
-                "row_index": "        r, h = t // out_mid, t % out_mid",
-                "out_index": "r, h",
-            }
-        else:
-            subs = {"row_what": "", "row_index": "        r = t", "out_index": "r"}
-    body_text = body
+    body_text = BODY
     for key, val in {
-        **subs,
-        "acc_init": acc_init.replace("out_w", "th") if k == 1 else acc_init,
+        "acc_init": acc_init,
+        "acc_shape": "[th * ... * out_w, block_c]" if kind == "conv" else "[th, ..., out_w, block_c]",
         "taps": "\n".join(taps),
         "epilogue": "\n".join(epi),
         "result": results[0],
+        "to_block": ".reshape(out_block)" if kind == "conv" else "",
     }.items():
         body_text = body_text.replace("${" + key + "}", val)
     if kind == "conv":
@@ -428,8 +411,19 @@ def _source_parts(
         w_spec = w_arg = w_ref = w_bytes = ""
         x_tile = "other spatial..., block_c"
         args = "x"
+    nc = len(core.channels)
+    args += "".join(f", c{i}" for i in range(nc))
+    chan_prep = "".join(
+        f"    cl{i} = c{i}.reshape(groups_x, 1, c_out)  # per-channel vector: [G, 1, C_out]\n"
+        for i in range(nc)
+    )
+    if nc:
+        chan_prep += "\n    def ch_map(b, g, j, r):  # [G, 1, C_out]: group g, channel block j\n        return g, 0, j\n"
     workload = WORKLOAD
     for key, val in {
+        "chan_prep": chan_prep,
+        "c_specs": ", pl.BlockSpec((1, 1, bc), ch_map)" * nc,
+        "c_args": "".join(f", cl{i}" for i in range(nc)),
         "channels": channels,
         "weights": weights,
         "x_group": x_group,
@@ -446,13 +440,14 @@ def _source_parts(
     }.items():
         workload = workload.replace("${" + key + "}", val)
     kernel = (
-        KERNEL.replace("${w_ref}", w_ref).replace("${x_tile}", x_tile).replace("${body}", body_text.rstrip())
+        KERNEL.replace("${w_ref}", w_ref)
+        .replace("${c_refs}", "".join(f"c{i}_ref, " for i in range(nc)))
+        .replace("${x_tile}", x_tile)
+        .replace("${body}", body_text.rstrip())
     )
     ins = core.program["input_names"]
-    if core.family == "conv" and [operand(a) for a in e["inputs"]] != ins[:2]:
-        raise ValueError("the convolution's operands are not the reference's (x, w) in order")
-    if core.family == "pool" and ins != [operand(e["inputs"][0])]:
-        raise ValueError("a pool with inputs besides the pooled one")
+    if [operand(a) for a in e["inputs"]] + core.channels != ins:
+        raise ValueError("its inputs are not the op's operands then its per-channel vectors, in order")
     what = {
         "max": "Max pool", "min": "Min pool", "sum": "Sum pool", "conv": "Convolution",
         "depthwise": "Depthwise convolution",
