@@ -58,10 +58,10 @@ ROW_ALIGN = ${row_align}  # sublane multiple of a block of rows when they sit on
 KERNEL = """
 
 def _kernel(x0_ref, x1_ref, ${w_ref}${c_refs}o_ref, buf_ref, *, out_w):
-    # x0/x1: [rows_in, ${x_tile}] input rows of this step and of the next block (the window's halo)
-    rows_in = x0_ref.shape[2]
+    # x0: [rows_in, ${x_tile}] this step's input rows; x1: [halo_rows, ...] the rows after them
+    rows_in, halo_rows = x0_ref.shape[2], x1_ref.shape[2]
     buf_ref[0:rows_in] = x0_ref[0, 0].astype(buf_ref.dtype)
-    buf_ref[rows_in : 2 * rows_in] = x1_ref[0, 0].astype(buf_ref.dtype)
+    buf_ref[rows_in : rows_in + halo_rows] = x1_ref[0, 0].astype(buf_ref.dtype)
 ${body}
 """
 
@@ -86,11 +86,17 @@ ${channels}
     bc = min(BLOCK_C, c_out)
     n_blk = pl.cdiv(out_sp[0], th)
     rows_in = th * STRIDES[0]  # input rows behind one block of output rows
-    if (th - 1) * STRIDES[0] + DILATION[0] * (WINDOW[0] - 1) + 1 > 2 * rows_in:
+    halo = max(1, DILATION[0] * (WINDOW[0] - 1) + 1 - STRIDES[0])  # rows past the block its last outputs read
+    # the halo block: the smallest block that tiles rows_in and covers the halo (sublane-aligned when K == 1)
+    halo_rows = min(
+        (d for d in range(1, rows_in + 1) if rows_in % d == 0 and d >= halo and (K > 1 or d % ROW_ALIGN == 0)),
+        default=rows_in,
+    )
+    if halo > halo_rows:
         raise ValueError(f"{th} output rows per block are too few for the window's halo; raise BLOCK_ROWS")
-    # [N, G, S..., Cg]: channels on lanes; the first spatial axis padded to n_blk + 1 blocks (the last halo)
+    # [N, G, S..., Cg]: channels on lanes; the first spatial axis padded to n_blk blocks and the last halo
     xl = jnp.moveaxis(x.reshape(n, groups_x, cg, *sp), 2, -1)
-    rows_pad = (n_blk + 1) * rows_in
+    rows_pad = n_blk * rows_in + halo_rows
     pads = [(0, 0), (0, 0), (PADDING[0][0], max(0, rows_pad - sp[0] - PADDING[0][0]))]
     pads += [tuple(p) for p in PADDING[1:]] + [(0, 0)]
     xl = jnp.pad(xl, pads, constant_values=PAD_VALUE)[:, :, :rows_pad]
@@ -102,8 +108,8 @@ ${weights}${chan_prep}
     def x0_map(b, g, j, r):  # [N, G, S..., Cg]: this block of rows, all its other axes and channels
         return (b, ${x_group}, r) + (0,) * len(rest_in) + (${x_chan},)
 
-    def x1_map(b, g, j, r):  # the next block of rows: the window's halo
-        return (b, ${x_group}, r + 1) + (0,) * len(rest_in) + (${x_chan},)
+    def x1_map(b, g, j, r):  # the halo: the first halo_rows rows after this block
+        return (b, ${x_group}, (r + 1) * (rows_in // halo_rows)) + (0,) * len(rest_in) + (${x_chan},)
 
     def o_map(b, g, j, r):  # [N, G, S_out..., C_out]: this block of output rows, channel block j
         return (b, g, r) + (0,) * (K - 1) + (j,)
@@ -112,15 +118,19 @@ ${weights}${chan_prep}
     cost = pl.CostEstimate(
         flops=int(${flops_expr}),
         transcendentals=0,
-        bytes_accessed=int(2 * xl.size * xl.dtype.itemsize + ${w_bytes}n * c_out * math.prod(out_sp) * ${out_itemsize}),
+        bytes_accessed=int((1 + halo_rows / rows_in) * xl.size * xl.dtype.itemsize + ${w_bytes}n * c_out * math.prod(out_sp) * ${out_itemsize}),
     )
     out = pl.pallas_call(
         functools.partial(_kernel, out_w=out_w),
         out_shape=jax.ShapeDtypeStruct((n, groups_x, n_blk * th, *out_sp[1:], c_out), ${out_dtype}),
         grid=grid,
-        in_specs=[pl.BlockSpec(in_block, x0_map), pl.BlockSpec(in_block, x1_map)${w_spec}${c_specs}],
+        in_specs=[
+            pl.BlockSpec(in_block, x0_map),
+            pl.BlockSpec((1, 1, halo_rows, *in_block[3:]), x1_map),
+            ${w_spec}${c_specs}
+        ],
         out_specs=pl.BlockSpec((1, 1, th, *out_sp[1:], bc), o_map),
-        scratch_shapes=[pltpu.VMEM((2 * rows_in, *rest_in, ${x_block_c}), ${buf_dtype})],  # rows + halo
+        scratch_shapes=[pltpu.VMEM((rows_in + halo_rows, *rest_in, ${x_block_c}), ${buf_dtype})],  # rows + halo
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "parallel"), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
@@ -246,7 +256,7 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
             x_blk = -(-rows_in // 8) * 8 * lane_in
         else:
             x_blk = rows_in * math.prod(rest_in[:-1]) * (-(-rest_in[-1] // 8) * 8) * lane_in
-        total = 2 * 2 * x_blk * itemsize(dtype) + 2 * x_blk * buf_item
+        total = 2 * 2 * x_blk * itemsize(dtype) + 2 * x_blk * buf_item  # the halo block at most as large
         out_blk = th * math.prod(out_sp[1:]) * lanes(bc) if k > 1 else -(-th // 8) * 8 * lanes(bc)
         total += 2 * out_blk * itemsize(out_spec["dtype"])
         if kind == "conv":
@@ -377,7 +387,7 @@ def _source_parts(
         x_group, x_chan, x_block_c = "g", "0", "cg"
         flops = "2 * n * GROUPS * c_out * math.prod(out_sp) * cg * math.prod(WINDOW)"
         w_spec, w_arg, w_ref, w_bytes = (
-            ", pl.BlockSpec(w_block, w_map)",
+            "pl.BlockSpec(w_block, w_map), ",
             ", wl",
             "w_ref, ",
             "wl.size * wl.dtype.itemsize + ",
@@ -396,7 +406,7 @@ def _source_parts(
         x_group, x_chan, x_block_c = "0", "j", "bc"
         flops = "2 * n * c * math.prod(out_sp) * math.prod(WINDOW)"
         w_spec, w_arg, w_ref, w_bytes = (
-            ", pl.BlockSpec(w_block, w_map)",
+            "pl.BlockSpec(w_block, w_map), ",
             ", wl",
             "w_ref, ",
             "wl.size * wl.dtype.itemsize + ",
@@ -422,7 +432,7 @@ def _source_parts(
     workload = WORKLOAD
     for key, val in {
         "chan_prep": chan_prep,
-        "c_specs": ", pl.BlockSpec((1, 1, bc), ch_map)" * nc,
+        "c_specs": "pl.BlockSpec((1, 1, bc), ch_map), " * nc,
         "c_args": "".join(f", cl{i}" for i in range(nc)),
         "channels": channels,
         "weights": weights,
