@@ -58,6 +58,7 @@ ROW_ALIGN = ${row_align}  # sublane multiple of a block of rows when they sit on
 KERNEL = """
 
 def _kernel(x0_ref, x1_ref, ${w_ref}${c_refs}o_ref, buf_ref, *, out_w):
+    # out_w: the outputs along the last spatial axis, computed padded to a sublane multiple (stored cut)
     # x0: [rows_in, ${x_tile}] this step's input rows; x1: [halo_rows, ...] the rows after them
     rows_in, halo_rows = x0_ref.shape[2], x1_ref.shape[2]
     buf_ref[0:rows_in] = x0_ref[0, 0].astype(buf_ref.dtype)
@@ -66,11 +67,12 @@ ${body}
 """
 
 BODY = """    th = o_ref.shape[2]  # output rows of this block
-    out_block = o_ref.shape[2:]  # [th, other spatial..., out_w, block_c]
+    out_block = (*o_ref.shape[2:-2], out_w, o_ref.shape[-1]) if K > 1 else o_ref.shape[2:]
+    # out_block: [th, other spatial..., out_w, block_c]
     acc = ${acc_init}  # ${acc_shape} f32
 ${taps}
 ${epilogue}
-    o_ref[0, 0] = ${result}${to_block}.astype(o_ref.dtype)
+    o_ref[0, 0] = ${result}${to_block}[..., : o_ref.shape[-2], :].astype(o_ref.dtype)
 """
 
 WORKLOAD = """
@@ -81,7 +83,7 @@ ${channels}
     out_sp = [
         (sp[i] + PADDING[i][0] + PADDING[i][1] - DILATION[i] * (WINDOW[i] - 1) - 1) // STRIDES[i] + 1 for i in range(K)
     ]
-    # K == 1: rows are sublanes, so a block is a multiple of ROW_ALIGN (the output is padded to whole blocks)
+    # K == 1: rows are sublanes, so a block is a multiple of ROW_ALIGN (the last one may run past the output)
     th = min(BLOCK_ROWS, pl.cdiv(out_sp[0], ROW_ALIGN) * ROW_ALIGN if K == 1 else out_sp[0])
     bc = min(BLOCK_C, c_out)
     n_blk = pl.cdiv(out_sp[0], th)
@@ -97,11 +99,18 @@ ${channels}
     # [N, G, S..., Cg]: channels on lanes; the first spatial axis padded to n_blk blocks and the last halo
     xl = jnp.moveaxis(x.reshape(n, groups_x, cg, *sp), 2, -1)
     rows_pad = n_blk * rows_in + halo_rows
-    pads = [(0, 0), (0, 0), (PADDING[0][0], max(0, rows_pad - sp[0] - PADDING[0][0]))]
-    pads += [tuple(p) for p in PADDING[1:]] + [(0, 0)]
-    xl = jnp.pad(xl, pads, constant_values=PAD_VALUE)[:, :, :rows_pad]
+    # one pad: the window's padding, and the first axis cut or grown to rows_pad (lax.pad takes a negative high)
+    pads = [(0, 0, 0), (0, 0, 0), (PADDING[0][0], rows_pad - sp[0] - PADDING[0][0], 0)]
+    pads += [(lo, hi, 0) for lo, hi in PADDING[1:]] + [(0, 0, 0)]
+    # the last spatial axis: outputs computed to a sublane multiple, so a tap's [th, ..., out_w, C] rows
+    # flatten for the MXU without a relayout; the input grows to the rows the padded outputs read
+    out_w = pl.cdiv(out_sp[-1], ROW_ALIGN) * ROW_ALIGN if K > 1 else th
+    if K > 1:
+        need = (out_w - 1) * STRIDES[-1] + DILATION[-1] * (WINDOW[-1] - 1) + 1
+        lo, hi = PADDING[-1]
+        pads[-2] = (lo, max(hi, need - sp[-1] - lo), 0)
+    xl = lax.pad(xl, jnp.asarray(PAD_VALUE, xl.dtype), pads)
     rest_in = xl.shape[3:-1]  # the other spatial axes, padded
-    out_w = out_sp[-1] if K > 1 else th
 ${weights}${chan_prep}
     grid = (n, groups_x, pl.cdiv(c_out, bc), n_blk)
 
@@ -122,7 +131,7 @@ ${weights}${chan_prep}
     )
     out = pl.pallas_call(
         functools.partial(_kernel, out_w=out_w),
-        out_shape=jax.ShapeDtypeStruct((n, groups_x, n_blk * th, *out_sp[1:], c_out), ${out_dtype}),
+        out_shape=jax.ShapeDtypeStruct((n, groups_x, *out_sp, c_out), ${out_dtype}),  # a last partial block is cut
         grid=grid,
         in_specs=[
             pl.BlockSpec(in_block, x0_map),
@@ -138,8 +147,8 @@ ${weights}${chan_prep}
         interpret=False,
         name="offline_${name}",
     )(xl, xl${w_arg}${c_args})
-    # [N, G, S_out..., C_out] (rows padded to whole blocks) -> [N, G * C_out, S_out...]
-    return jnp.moveaxis(out[:, :, : out_sp[0]], -1, 2).reshape(n, groups_x * c_out, *out_sp)
+    # [N, G, S_out..., C_out] -> [N, G * C_out, S_out...]
+    return jnp.moveaxis(out, -1, 2).reshape(n, groups_x * c_out, *out_sp)
 """
 
 _INITIAL_VMEM = 24 * MiB
