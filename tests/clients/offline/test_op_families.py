@@ -140,6 +140,28 @@ def test_a_transposed_conv_is_refused_by_the_conv_template_with_the_reason(tmp_p
         build_op_family(describe(str(ref)).model_dump(mode="json"))
 
 
+@pytest.mark.slow  # 18k's reference traces its convolution on XLA:CPU at several sizes (~100 s on 2 cores)
+def test_jaxbench_18k_conv_with_its_biases_gets_the_conv_kernel_biases_as_channel_tiles(tmp_path):
+    """18k (conv + bias, relu, + bias, bf16): the biases ride in the epilogue as [1, lanes] tiles."""
+    from maxkernel.jaxbench.registry import load_task, task_path
+
+    ref = task_path("18k_Conv2D_ReLU_BiasAdd")
+    program = describe(str(ref)).model_dump(mode="json")
+    template, target, _ = program_template(program)
+    source = first_kernel(program, get_chip("tpu-v6e"))
+    assert template.name == "conv" and target == "full" and "c1_ref[0]" in source and "lax.max(" in source
+    task = load_task("18k_Conv2D_ReLU_BiasAdd")
+    _compile_full(tmp_path, source, task, "tpu-v6e")
+    task.SIZES["check"] = {**task.SIZES["small"], "batch_size": 2, "height": 10, "width": 12}
+    inputs = task.create_inputs(size="check", key=5)
+    small = _module(tmp_path / "k18_small.py", template.render(_smallest(template), "program"))
+    got, want = _interpret(small, inputs), task.workload(*inputs)
+    np.testing.assert_allclose(
+        np.asarray(got, np.float32), np.asarray(want, np.float32), atol=1e-2, rtol=1e-2
+    )
+    del task.SIZES["check"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "ref", sorted(p.name.removesuffix("_reference.py") for p in REFS.glob("*_reference.py"))
