@@ -27,11 +27,11 @@ from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
 
 REFS = Path(__file__).resolve().parents[2] / "refs" / "ops"
-FAMILY = {  # reference -> (template, a size small enough for interpret mode, the render's smallest blocks)
-    "cumsum_reverse": ("scan", {"b": 2, "n": 40, "d": 256}),
-    "argmax": ("arg_reduce", {"b": 2, "n": 40, "d": 256}),
-    "maxpool2d": ("pool", {"n": 1, "c": 8, "h": 20, "w": 20}),
-    "conv2d_grouped": ("conv", {"n": 1, "c": 8, "o": 16, "h": 12, "w": 12}),
+FAMILY = {  # reference -> (template, a size small enough for interpret mode, blocks that make several steps)
+    "cumsum_reverse": ("scan", {"b": 2, "n": 40, "d": 256}, {}),
+    "argmax": ("arg_reduce", {"b": 2, "n": 40, "d": 256}, {}),
+    "maxpool2d": ("pool", {"n": 1, "c": 8, "h": 20, "w": 20}, {"block_rows": 4}),  # 3 steps, halo 1 row
+    "conv2d_grouped": ("conv", {"n": 1, "c": 8, "o": 16, "h": 12, "w": 12}, {"block_rows": 2}),
 }
 
 
@@ -43,8 +43,9 @@ def _module(path: Path, source: str):
     return mod
 
 
-def _smallest(template) -> dict:
-    return {k: v[0] for k, v in template.tunables.items()}
+def _smallest(template, **blocks) -> dict:
+    """The template's smallest legal blocks (many grid steps), or the given ones."""
+    return {k: blocks.get(k, v[0]) for k, v in template.tunables.items()}
 
 
 def _interpret(mod, inputs):
@@ -65,7 +66,7 @@ def _compile_full(tmp_path: Path, source: str, ref_mod, target: str) -> None:
     assert "tpu_custom_call" in text or "custom-call" in text
 
 
-def _check(tmp_path: Path, name: str, size: dict, targets=("tpu-v6e",)):
+def _check(tmp_path: Path, name: str, size: dict, targets=("tpu-v6e",), blocks=None):
     ref = REFS / f"{name}_reference.py"
     program = describe(str(ref)).model_dump(mode="json")
     source = first_kernel(program, get_chip("tpu-v6e"))
@@ -78,7 +79,9 @@ def _check(tmp_path: Path, name: str, size: dict, targets=("tpu-v6e",)):
     ref_mod.SIZES["check"] = size
     inputs = ref_mod.create_inputs(size="check", key=3)
     want = ref_mod.workload(*inputs)
-    small = _module(tmp_path / f"{name}_small.py", template.render(_smallest(template), "program"))
+    small = _module(
+        tmp_path / f"{name}_small.py", template.render(_smallest(template, **(blocks or {})), "program")
+    )
     got = _interpret(small, inputs)
     atol, rtol = ref_mod.CONFIG["atol"], ref_mod.CONFIG["rtol"]
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
@@ -112,9 +115,11 @@ def test_argmax_over_a_middle_axis_keeps_the_first_index_across_blocks(tmp_path)
 
 
 def test_a_padded_strided_max_pool_reads_its_halo_from_the_next_block(tmp_path):
-    template, inputs, want = _check(tmp_path, "maxpool2d", FAMILY["maxpool2d"][1])
+    template, inputs, want = _check(
+        tmp_path, "maxpool2d", *FAMILY["maxpool2d"][1:2], blocks=FAMILY["maxpool2d"][2]
+    )
     assert template.name == "pool"
-    source = template.render(_smallest(template), "program")
+    source = template.render(_smallest(template, **FAMILY["maxpool2d"][2]), "program")
     blind = source.replace(
         "(r + 1) * (rows_in // halo_rows)", "r * (rows_in // halo_rows)"
     )  # the "halo" is this block's start
@@ -124,7 +129,13 @@ def test_a_padded_strided_max_pool_reads_its_halo_from_the_next_block(tmp_path):
 
 
 def test_a_grouped_strided_conv_is_matmuls_over_taps_inside_the_kernel(tmp_path):
-    template, _, _ = _check(tmp_path, "conv2d_grouped", FAMILY["conv2d_grouped"][1], ("tpu-v6e", "tpu-v5e"))
+    template, _, _ = _check(
+        tmp_path,
+        "conv2d_grouped",
+        FAMILY["conv2d_grouped"][1],
+        ("tpu-v6e", "tpu-v5e"),
+        FAMILY["conv2d_grouped"][2],
+    )
     source = template.render(template.initial, "program")
     assert template.name == "conv" and "jnp.dot(" in source and "conv_general_dilated" not in source
 
