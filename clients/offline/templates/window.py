@@ -60,9 +60,12 @@ KERNEL = """
 def _kernel(x0_ref, x1_ref, ${w_ref}${c_refs}o_ref, buf_ref, *, out_w):
     # out_w: the outputs along the last spatial axis, computed padded to a sublane multiple (stored cut)
     # x0: [rows_in, ${x_tile}] this step's input rows; x1: [halo_rows, ...] the rows after them
-    rows_in, halo_rows = x0_ref.shape[2], x1_ref.shape[2]
-    buf_ref[0:rows_in] = x0_ref[0, 0].astype(buf_ref.dtype)
-    buf_ref[rows_in : rows_in + halo_rows] = x1_ref[0, 0].astype(buf_ref.dtype)
+    # (unpadded input: the scratch is wider than a block on the last spatial axis; its tail, like a
+    # partial block's rows, feeds only outputs that are cut on store)
+    rows_in, halo_rows, w_in = x0_ref.shape[2], x1_ref.shape[2], x0_ref.shape[-2]
+    inner = (slice(None),) * (K - 2) + (slice(0, w_in), slice(None)) if K > 1 else (slice(None),)
+    buf_ref[(slice(0, rows_in), *inner)] = x0_ref[0, 0].astype(buf_ref.dtype)
+    buf_ref[(slice(rows_in, rows_in + halo_rows), *inner)] = x1_ref[0, 0].astype(buf_ref.dtype)
 ${body}
 """
 
@@ -96,21 +99,27 @@ ${channels}
     )
     if halo > halo_rows:
         raise ValueError(f"{th} output rows per block are too few for the window's halo; raise BLOCK_ROWS")
-    # [N, G, S..., Cg]: channels on lanes; the first spatial axis padded to n_blk blocks and the last halo
+    # [N, G, S..., Cg]: channels on lanes (a transpose: data movement only)
     xl = jnp.moveaxis(x.reshape(n, groups_x, cg, *sp), 2, -1)
-    rows_pad = n_blk * rows_in + halo_rows
-    # one pad: the window's padding, and the first axis cut or grown to rows_pad (lax.pad takes a negative high)
-    pads = [(0, 0, 0), (0, 0, 0), (PADDING[0][0], rows_pad - sp[0] - PADDING[0][0], 0)]
-    pads += [(lo, hi, 0) for lo, hi in PADDING[1:]] + [(0, 0, 0)]
     # the last spatial axis: outputs computed to a sublane multiple, so a tap's [th, ..., out_w, C] rows
-    # flatten for the MXU without a relayout; the input grows to the rows the padded outputs read
+    # flatten for the MXU without a relayout; the scratch holds the input rows those outputs read
     out_w = pl.cdiv(out_sp[-1], ROW_ALIGN) * ROW_ALIGN if K > 1 else th
-    if K > 1:
-        need = (out_w - 1) * STRIDES[-1] + DILATION[-1] * (WINDOW[-1] - 1) + 1
-        lo, hi = PADDING[-1]
-        pads[-2] = (lo, max(hi, need - sp[-1] - lo), 0)
-    xl = lax.pad(xl, jnp.asarray(PAD_VALUE, xl.dtype), pads)
-    rest_in = xl.shape[3:-1]  # the other spatial axes, padded
+    need_w = (out_w - 1) * STRIDES[-1] + DILATION[-1] * (WINDOW[-1] - 1) + 1
+    if any(lo or hi for lo, hi in PADDING):
+        # the window's padding, the first axis grown (or cut) to whole blocks and the last halo, and the
+        # last axis to need_w: one pad (lax.pad takes a negative high)
+        rows_pad = n_blk * rows_in + halo_rows
+        pads = [(0, 0, 0), (0, 0, 0), (PADDING[0][0], rows_pad - sp[0] - PADDING[0][0], 0)]
+        pads += [(lo, hi, 0) for lo, hi in PADDING[1:]] + [(0, 0, 0)]
+        if K > 1:
+            lo, hi = PADDING[-1]
+            pads[-2] = (lo, max(hi, need_w - sp[-1] - lo), 0)
+        xl = lax.pad(xl, jnp.asarray(PAD_VALUE, xl.dtype), pads)
+    # unpadded: the last blocks may run past the rows (partial, or the halo clamped to the last block):
+    # only outputs past the valid ones read those rows, and they are cut on store
+    last_halo = pl.cdiv(xl.shape[2], halo_rows) - 1
+    rest_in = xl.shape[3:-1]  # the other spatial axes
+    buf_rest = (*rest_in[:-1], max(rest_in[-1], need_w)) if K > 1 else ()
 ${weights}${chan_prep}
     grid = (n, groups_x, pl.cdiv(c_out, bc), n_blk)
 
@@ -118,7 +127,9 @@ ${weights}${chan_prep}
         return (b, ${x_group}, r) + (0,) * len(rest_in) + (${x_chan},)
 
     def x1_map(b, g, j, r):  # the halo: the first halo_rows rows after this block
-        return (b, ${x_group}, (r + 1) * (rows_in // halo_rows)) + (0,) * len(rest_in) + (${x_chan},)
+        return (b, ${x_group}, jnp.minimum((r + 1) * (rows_in // halo_rows), last_halo)) + (0,) * len(rest_in) + (
+            ${x_chan},
+        )
 
     def o_map(b, g, j, r):  # [N, G, S_out..., C_out]: this block of output rows, channel block j
         return (b, g, r) + (0,) * (K - 1) + (j,)
@@ -139,7 +150,7 @@ ${weights}${chan_prep}
             ${w_spec}${c_specs}
         ],
         out_specs=pl.BlockSpec((1, 1, th, *out_sp[1:], bc), o_map),
-        scratch_shapes=[pltpu.VMEM((rows_in + halo_rows, *rest_in, ${x_block_c}), ${buf_dtype})],  # rows + halo
+        scratch_shapes=[pltpu.VMEM((rows_in + halo_rows, *buf_rest, ${x_block_c}), ${buf_dtype})],  # rows + halo
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "parallel"), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
@@ -261,25 +272,28 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
         th, bc = min(int(cfg["block_rows"]), out_sp[0]), min(int(cfg["block_c"]), c_out)
         lane_in = lanes(bc if kind != "conv" else lanes_in)
         rows_in = th * stride[0]
-        if k == 1:
-            x_blk = -(-rows_in // 8) * 8 * lane_in
-        else:
-            x_blk = rows_in * math.prod(rest_in[:-1]) * (-(-rest_in[-1] // 8) * 8) * lane_in
-        total = 2 * 2 * x_blk * itemsize(dtype) + 2 * x_blk * buf_item  # the halo block at most as large
+        halo_rows = min(
+            (r for r in range(1, rows_in + 1) if rows_in % r == 0 and r >= max(1, halo)), default=rows_in
+        )
+
+        def x_blk(r: int) -> int:  # elements of a block of r input rows, in its (8, 128) tiles
+            if k == 1:
+                return -(-r // 8) * 8 * lane_in
+            return r * math.prod(rest_in[:-1]) * (-(-rest_in[-1] // 8) * 8) * lane_in
+
+        # x0 and the halo block, double-buffered, and the scratch holding both
+        total = (
+            2 * (x_blk(rows_in) + x_blk(halo_rows)) * itemsize(dtype) + x_blk(rows_in + halo_rows) * buf_item
+        )
         out_blk = th * math.prod(out_sp[1:]) * lanes(bc) if k > 1 else -(-th // 8) * 8 * lanes(bc)
         total += 2 * out_blk * itemsize(out_spec["dtype"])
         if kind == "conv":
             total += 2 * math.prod(window) * (-(-lanes_in // 8) * 8) * lanes(bc) * itemsize(dtype)
         elif kind == "depthwise":
             total += 2 * math.prod(window) * 8 * lanes(bc) * itemsize(dtype)
-        rows = (
-            th
-            * math.prod(out_sp[1:-1])
-            * (-(-(out_sp[-1] if k > 1 else th) // 8) * 8)
-            // (1 if k > 1 else th)
-        )
-        total += 3 * rows * lanes(bc) * 4  # the f32 accumulator, a tap and a temporary
-        total += 2 * rows * lanes(lanes_in) * 4 if kind == "conv" else 0  # a tap's rows, flattened
+        rows = th * math.prod(out_sp[1:-1]) * (-(-out_sp[-1] // 8) * 8) if k > 1 else -(-th // 8) * 8
+        total += 2 * rows * lanes(bc) * 4  # the f32 accumulator and a tap's product
+        total += rows * lane_in * 4  # a tap's rows
         return int(total)
 
     n = shape[0]
