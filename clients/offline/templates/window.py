@@ -1,14 +1,17 @@
 """Pooling (max/min/sum-average, 1-3D) and convolution (1-3D, grouped, depthwise, strided, dilated) as
 Pallas kernels over a channels-last layout.
 
-Layout: the NC+spatial input is moved to [N, G, S..., C] outside the kernel (a transpose and a pad: data
-movement, no arithmetic), so channels sit on lanes and the last spatial axis on sublanes. The grid walks
-the first spatial axis in blocks of output rows; each step reads its block of input rows and the next
-block (the window's halo) through two BlockSpecs on the same array, copies both into one VMEM scratch,
-and builds each output row from the window's taps: strided sublane loads of the scratch (32-bit scratch
-when the last axis is strided: Mosaic's strided loads take 32-bit data). A pool folds the taps with
-max/min/add in f32; a convolution multiplies each tap [W_out, C_in] by its weight slice [C_in, C_out]
-on the MXU into an f32 accumulator; a depthwise convolution multiplies lane by lane on the VPU.
+Layout: the NC+spatial input is moved to [N, G, S..., C] outside the kernel (a transpose, and a pad only
+when the window pads: data movement, no arithmetic), so channels sit on lanes and the last spatial axis on
+sublanes. The grid walks the first spatial axis in blocks of output rows; each step reads its block of
+input rows and, through a second BlockSpec on the same array, the few rows after it that its last outputs
+need (the halo: the smallest block that tiles a block's rows and covers the window's overlap), copies both
+into one VMEM scratch, and builds the block's outputs from the window's taps: one strided load of the
+scratch per tap (a 32-bit scratch when a stride is not 1: Mosaic's strided loads take 32-bit data). A
+pool folds the taps with max/min/add in f32; a convolution multiplies each tap, its rows flattened to
+[rows, C_in], by the tap's [C_in, C_out] weights on the MXU into an f32 accumulator; a depthwise
+convolution multiplies lane by lane on the VPU. Outputs along the last spatial axis are computed to a
+sublane multiple (a flatten without a relayout) and cut on store.
 """
 
 from __future__ import annotations
