@@ -133,7 +133,7 @@ def test_a_grouped_strided_conv_is_matmuls_over_taps_inside_the_kernel(tmp_path)
         tmp_path,
         "conv2d_grouped",
         FAMILY["conv2d_grouped"][1],
-        ("tpu-v6e", "tpu-v5e"),
+        ("tpu-v5e",),  # v6e: the scan, argmax and pool tests
         FAMILY["conv2d_grouped"][2],
     )
     source = template.render(template.initial, "program")
