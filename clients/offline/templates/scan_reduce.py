@@ -155,9 +155,19 @@ def _kernel(x_ref, ${out_refs}, best_ref, idx_ref, *, length, block_l, n_blocks)
     pos = lax.broadcasted_iota(jnp.int32, y.shape, TILE_AXIS)
     if length % block_l:  # the last block runs past L: its tail is never the best
         y = jnp.where(j * block_l + pos < length, y, IDENTITY)
-    m = jnp.max(y, axis=TILE_AXIS, keepdims=True) if IS_MAX else jnp.min(y, axis=TILE_AXIS, keepdims=True)
-    first = jnp.min(jnp.where(y == m, pos, block_l), axis=TILE_AXIS, keepdims=True) + j * block_l
-    better = m > best_ref[...] if IS_MAX else m < best_ref[...]  # strict: an earlier block wins ties
+    # a NaN is the best value, as in jnp.argmax/argmin: its first index wins
+    nan = y != y
+    first_nan = jnp.min(jnp.where(nan, pos, block_l), axis=TILE_AXIS, keepdims=True)
+    clean = jnp.where(nan, IDENTITY, y)
+    m = jnp.max(clean, axis=TILE_AXIS, keepdims=True) if IS_MAX else jnp.min(clean, axis=TILE_AXIS, keepdims=True)
+    first_val = jnp.min(jnp.where(clean == m, pos, block_l), axis=TILE_AXIS, keepdims=True)
+    has_nan = first_nan < block_l
+    first = jnp.where(has_nan, first_nan, first_val) + j * block_l
+    m = jnp.where(has_nan, jnp.nan, m)
+    best = best_ref[...]
+    seen_nan = best != best
+    # strict: an earlier block wins ties, and nothing beats an earlier NaN
+    better = ((m > best if IS_MAX else m < best) | (has_nan & ~seen_nan)) & ~seen_nan
     idx_ref[...] = jnp.where(better, first, idx_ref[...])
     best_ref[...] = jnp.where(better, m, best_ref[...])
 

@@ -112,6 +112,11 @@ def test_argmax_over_a_middle_axis_keeps_the_first_index_across_blocks(tmp_path)
     flat = [jax.numpy.zeros_like(inputs[0])]
     got = _interpret(_module(tmp_path / "ties.py", template.render(_smallest(template), "program")), flat)
     assert int(np.asarray(got).max()) == 0
+    # a NaN is the max (jnp.argmax): the first NaN's index, also when a later block holds a larger number
+    x = np.asarray(inputs[0]).copy()
+    x[0, 17, 3], x[0, 30, 3], x[1, 5, 9] = np.nan, 1e30, np.nan
+    got = _interpret(_module(tmp_path / "nan.py", template.render(_smallest(template), "program")), [x])
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.numpy.argmax(x, axis=1)))
 
 
 def test_a_padded_strided_max_pool_reads_its_halo_from_the_next_block(tmp_path):
