@@ -599,12 +599,20 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
     from maxkernel.clients.offline.fold import fold_constant_conds
     from maxkernel.clients.offline.rows import analyse
     from maxkernel.clients.offline.templates.fused import BLOCK_NAMES, build
+    from maxkernel.clients.offline.templates.op_families import build as build_op_family
 
     program = fold_constant_conds(program)  # a cond on a constant is its branch (Gemma 2's key positions)
+    try:  # pooling, convolution, scans, arg-reductions: their own kernels (templates/op_families.py)
+        family = build_op_family(program)
+        family_miss = ""
+    except ValueError as e:
+        family, family_miss = None, f"; {e}"
+    if family is not None:
+        return family
     found = classify(program)
     if found.kind == "none":
         raise NoTemplateFits(
-            f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}); "
+            f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}{family_miss}); "
             "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
         )
     if found.kind == "recurrence":  # a scan over time: its own family, built from the whole program

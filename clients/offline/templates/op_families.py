@@ -1,0 +1,187 @@
+"""The op families the fused templates cannot lower to Mosaic: pooling, convolution, scans, arg-reductions.
+
+A program belongs to one of these families when it is one core op (a `reduce_window_*`, a
+`conv_general_dilated`, a `cum*`, or `argmax`/`argmin` with the `reduce_max`/`reduce_min` beside them)
+on one input, followed by an elementwise epilogue on its result (an average's divide, an exclusive
+scan's subtract). `match` names the family's builder; each builder (templates/scan_reduce.py,
+templates/window.py) writes its own layout and kernel, and raises ValueError with the reason when this
+program is outside what it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from maxkernel.clients.offline.dims import Symbolic, program_at
+from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
+
+POOL = {"reduce_window_max", "reduce_window_min", "reduce_window_sum"}
+CONV = {"conv_general_dilated"}
+SCAN = {"cumsum", "cumprod", "cummax", "cummin"}
+ARG = {"argmax", "argmin"}
+ARG_VALUES = {"argmax": "reduce_max", "argmin": "reduce_min"}
+LAYOUT = {"reshape", "broadcast_in_dim", "squeeze", "expand_dims"}
+
+
+@dataclass
+class Core:
+    """The family's op in one program: where it is, what it reads, and the elementwise ops after it."""
+
+    family: str  # pool | conv | scan | arg
+    program: dict[str, Any]  # traced at the target size
+    target: str
+    cores: list[dict[str, Any]]  # the core equation(s): one, or an arg-reduction with its values
+    epilogue: list[dict[str, Any]]  # elementwise equations after the core, in order
+    channels: list[str]  # inputs that are per-channel vectors of the result (a bias)
+    channel_layout: set[str]  # values reshaped/broadcast from channel vectors alone: the kernel's [1, lanes]
+
+
+def family_of(program: Program) -> str | None:
+    """pool | conv | scan | arg when the program's one heavy op is of that family, else None."""
+    census = set(program.get("census", {}))
+    for family, prims in (("pool", POOL), ("conv", CONV), ("scan", SCAN), ("arg", ARG)):
+        if census & prims:
+            return family
+    return None
+
+
+def core_of(program: Program, family: str) -> Core:
+    """The core op and its epilogue at the target size; ValueError when the program is more than that."""
+    sym = Symbolic(program)
+    if sym.mismatch:
+        raise ValueError(
+            f"its traced program changes structure with size ({'; '.join(sym.mismatch.values())})"
+        )
+    at = program_at(program, sym.target)
+    prims = {"pool": POOL, "conv": CONV, "scan": SCAN, "arg": ARG | set(ARG_VALUES.values())}[family]
+    eqns = at["equations"]
+    cores = [e for e in eqns if e["primitive"] in prims]
+    rest = [e for e in eqns if e["primitive"] not in prims]
+    if family == "arg":
+        ins = {e["inputs"][0] for e in cores}
+        axes = {e["params"]["axes"] for e in cores}
+        if len(ins) != 1 or len(axes) != 1 or not any(e["primitive"] in ARG for e in cores):
+            raise ValueError("its arg-reductions read different operands or axes")
+    elif len(cores) != 1:
+        raise ValueError(f"it has {len(cores)} {family} ops; the {family} template writes one")
+    first = eqns.index(cores[0])
+    if any(eqns.index(e) > first for e in cores) and family != "arg":
+        raise ValueError("ops sit between its core ops")
+    src = operand(cores[0]["inputs"][0])
+    if src not in at["input_names"]:
+        raise ValueError(f"its {cores[0]['primitive']} reads a computed value, not an input")
+    if family == "conv" and operand(cores[0]["inputs"][1]) not in at["input_names"]:
+        raise ValueError("its convolution's weights are computed, not an input")
+    out_shape = list(cores[0]["out_specs"][0]["shape"])
+    weights = {operand(a) for a in cores[0]["inputs"][1:]}
+    channels = _channel_inputs(at, family, src, weights, out_shape)
+    chan_vals = set(channels)  # values made from channel inputs alone: [1, lanes] tiles in the kernel
+    core_outs = {o for e in cores for o in e["outputs"]}
+    allowed = {src} | core_outs
+    for e in rest:
+        ins = [a for a in e["inputs"] if not a.startswith("lit:")]
+        if ins and all(a in chan_vals for a in ins) and e["primitive"] in ELEMENTWISE | LAYOUT:
+            chan_vals |= set(e["outputs"])  # a per-channel vector (a bias reshaped to [1, C, 1, 1])
+            continue
+        if eqns.index(e) < first:
+            raise ValueError("ops run before its core op (a prologue)")
+        if e["primitive"] not in ELEMENTWISE:
+            raise ValueError(f"its epilogue has {e['primitive']}, not elementwise")
+        for a in ins:
+            if a in chan_vals:
+                shape = _shape_of(at, a)
+                if len(shape) != len(out_shape) or any(d != 1 for i, d in enumerate(shape) if i != 1):
+                    raise ValueError(f"its epilogue broadcasts {a} {shape} over more than the channel axis")
+            elif a not in allowed:
+                raise ValueError(f"its epilogue reads {a}, neither the core's result nor its input")
+        allowed |= set(e["outputs"])
+    if src in {a for e in rest for a in e["inputs"]}:
+        if out_shape != at["inputs"][at["input_names"].index(src)]["shape"]:
+            raise ValueError("its epilogue reads the input at a shape other than the result's")
+    for size in sym.sizes:  # the kernel writes the op's parameters as constants: they must not follow size
+        other = program_at(program, size)
+        for e in cores:
+            o = other["equations"][eqns.index(e)]
+            if _sized(o, other) != _sized(e, at):
+                raise ValueError(f"its {e['primitive']} parameters change with size ({size})")
+    return Core(family, at, sym.target, cores, rest, channels, chan_vals - set(channels))
+
+
+def _sized(e: Mapping[str, Any], program: Program) -> dict[str, str]:
+    """The op's parameters, a depthwise convolution's group count (= the input's channels) left out."""
+    params = dict(e["params"])
+    if e["primitive"] in CONV:
+        lhs = _shape_of(program, operand(e["inputs"][0]))
+        if len(lhs) > 1 and params.get("feature_group_count") == str(lhs[1]):
+            params["feature_group_count"] = "depthwise"
+    return params
+
+
+def _shape_of(program: Program, name: str) -> list[int]:
+    if name in program["input_names"]:
+        return list(program["inputs"][program["input_names"].index(name)]["shape"])
+    for e in program["equations"]:
+        if name in e["outputs"]:
+            return list(e["out_specs"][e["outputs"].index(name)]["shape"])
+    return []
+
+
+def _channel_inputs(at: Program, family: str, src: str, weights: set[str], out_shape: list[int]) -> list[str]:
+    """The inputs besides the core's operands: per-channel vectors ([C], [C, 1, 1], ...) of a pool or a
+    convolution's output; anything else is refused."""
+    out = []
+    for name, spec in zip(at["input_names"], at["inputs"], strict=True):
+        if name == src or name in weights:
+            continue
+        shape = spec["shape"]
+        if (
+            family not in ("pool", "conv")
+            or len(out_shape) < 2
+            or sorted(shape)[:-1] != [1] * (len(shape) - 1)
+            or (shape and max(shape) != out_shape[1])
+        ):
+            raise ValueError(f"it reads input {name} {shape}, not a per-channel vector of its result")
+        out.append(name)
+    return out
+
+
+def epilogue_source(
+    core: Core, names: Mapping[str, str], indent: str = "    "
+) -> tuple[list[str], list[str]]:
+    """(lines, result expressions): the epilogue on the kernel's tiles, `names` binding the core's outputs
+    (and its input, and its channel vectors) to the tile variables that hold them; a result is the last
+    value of each output. A reshape or broadcast of a channel vector is the [1, lanes] tile itself."""
+    lines = [f"{indent}{k} = {v}" for k, v in names.items()]
+    for e in core.epilogue:
+        if e["primitive"] in LAYOUT and e["outputs"][0] in core.channel_layout:
+            lines.append(f"{indent}{e['outputs'][0]} = {operand(e['inputs'][0])}  # [1, lanes]: per channel")
+        else:
+            lines += [indent + ln for ln in body_lines({"equations": [e]})]
+    return lines, [operand(o) for o in core.program["outputs"]]
+
+
+def check_config(legal: Mapping[str, Sequence[Any]]) -> Callable[[Mapping[str, Any], Any], list[str]]:
+    """A `problems` function: a config is legal when every tunable is one of its legal values."""
+
+    def problems(c: Mapping[str, Any], d: Any) -> list[str]:
+        return [f"{k}={c[k]} is not one of {list(v)}" for k, v in legal.items() if c.get(k) not in v]
+
+    return problems
+
+
+def build(program: Program):
+    """(the template, its target size, its dims) for a program of one of these families, or None when it
+    is of none; ValueError when it is of one but outside what its template does."""
+    family = family_of(program)
+    if family is None:
+        return None
+    core = core_of(program, family)
+    if family in ("scan", "arg"):
+        from maxkernel.clients.offline.templates.scan_reduce import build as build_scan_reduce
+
+        return build_scan_reduce(core)
+    from maxkernel.clients.offline.templates.window import build as build_window
+
+    return build_window(core)
