@@ -7,6 +7,7 @@ child. A Triton source runs in Triton's interpreter (TRITON_INTERPRET=1, set bef
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ def _triton_kernels(text: str) -> list[str]:
     return names
 
 
-def _model_class(module: ModuleType, path: Path):
+def model_class(module: ModuleType, path: Path):
     import torch
 
     cls = getattr(module, "Model", None)
@@ -154,8 +155,10 @@ def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> di
     return {i: torch.cat(v) for i, v in pooled.items()}
 
 
-def load_source(spec: str, *, seed: int = 0) -> TorchSource:
-    """Import the source, build Model(*get_init_inputs()) in eval mode and its example inputs, run it once."""
+def load_source(spec: str, *, seed: int = 0, sizes: dict[str, int] | None = None) -> TorchSource:
+    """Import the source, build Model(*get_init_inputs()) in eval mode and its example inputs, run it once.
+
+    `sizes` replaces the source's size globals (port/sizing.py) before anything is built."""
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"source file not found: {spec}")
@@ -173,12 +176,17 @@ def load_source(spec: str, *, seed: int = 0) -> TorchSource:
     except ImportError:
         raise UsageError('PyTorch is not installed: pip install "maxkernel[torch]" (see README)') from None
     try:
-        module, sha = import_file(path, "source")
+        if sizes:
+            from maxkernel.tpu_tools.port.sizing import load_module
+
+            module, sha = load_module(path, text, sizes), hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            module, sha = import_file(path, "source")
     except UsageError:
         raise
     except Exception as e:
         raise _fail(e, path, "import") from None
-    cls, named_model = _model_class(module, path)
+    cls, named_model = model_class(module, path)
     inputs_fn = next(
         (getattr(module, n) for n in INPUT_FUNCTIONS if callable(getattr(module, n, None))), None
     )
