@@ -434,9 +434,35 @@ op("var")(_var("jnp.var"))
 op("std")(_var("jnp.std"))
 
 
-@op("cumsum")
+@op("cumsum", "cumprod")
 def _cumsum(a: Args) -> str:
-    return f"jnp.cumsum({a.r('self')}, axis={a.r('dim')})"
+    name = a.node.target.overloadpacket.__name__
+    dtype = a.raw("dtype")
+    cast = f".astype({DTYPES[str(dtype).removeprefix('torch.')]})" if dtype is not None else ""
+    return f"jnp.{name}({a.r('self')}{cast}, axis={a.r('dim')})"
+
+
+@op("bitwise_not")
+def _bitwise_not(a: Args) -> str:
+    return f"jnp.invert({a.r('self')})"  # logical not on a bool mask (`~mask`)
+
+
+@op("bitwise_xor", "logical_xor")
+def _xor(a: Args) -> str:
+    return f"({a.r('self')} ^ {a.r('other')})"
+
+
+@op("gather")
+def _gather(a: Args) -> str:
+    return f"jnp.take_along_axis({a.r('self')}, {a.r('index')}, axis={a.r('dim')})"
+
+
+@op("linalg_vector_norm", "norm")
+def _vector_norm(a: Args) -> str:
+    p = a.raw("ord", a.raw("p", 2))
+    p = 2 if p is None else p
+    ordtext = "jnp.inf" if p == math.inf else ("-jnp.inf" if p == -math.inf else repr(p))
+    return f"jnp.linalg.vector_norm({a.r('self')}, ord={ordtext}, axis={_axes(a)}, keepdims={a.r('keepdim', False)})"
 
 
 HI = "precision=jax.lax.Precision.HIGHEST"

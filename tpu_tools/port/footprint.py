@@ -32,11 +32,11 @@ class Footprint(BaseModel):
     largest: int = Field(default=0, description="elements of the largest input or output")
 
     def check_bytes(self) -> int:
-        """The port check's peak (estimate): the source's inputs, parameters and intermediates; the port's
-        draws, their host copies and the copies given to the source; the port's own intermediates; both
-        outputs."""
+        """The port check's peak (estimate): five copies of the inputs and parameters (the source's own,
+        the port's draws, their host copies, the copies given to the source, the worst seed's kept for
+        the report), the source's and the port's intermediates, both outputs."""
         boundary = self.inputs + self.params
-        return BASE_BYTES + 3 * boundary + 2 * self.peak + 2 * self.outputs
+        return BASE_BYTES + 5 * boundary + 2 * self.peak + 2 * self.outputs
 
     def seconds(self) -> float:
         """One forward on this host (estimate)."""

@@ -22,11 +22,11 @@ from types import ModuleType
 
 from pydantic import BaseModel, Field
 
-from maxkernel.tpu_tools.port.footprint import Footprint, MetaFailure, measure
+from maxkernel.tpu_tools.port.footprint import BASE_BYTES, Footprint, MetaFailure, measure
 from maxkernel.tpu_tools.problem.memory import MEMORY_SHARE, TooBig, available_bytes, gib
 
 TIME_BUDGET_S = 30.0  # the port check's estimated run time at the check size (all seeds, both sides)
-MIN_SCALABLE = 17  # integers below this (a kernel size, an axis, a head count) are never scaled
+MIN_SCALABLE = 16  # integers below this (a kernel size, an axis, a head count) are never scaled
 SMALL_ELEMENTS = 1 << 18  # `small`: the largest input or output at most this many elements
 LANE = 128
 STRUCTURAL = re.compile(
@@ -160,6 +160,11 @@ def plan_sizes(
     full = {n: found[n] for n in names}
     plan = SizePlan(names=names, full=full, check=dict(full), small=dict(full), budget_bytes=budget,
                     budget_seconds=seconds)  # fmt: skip
+    if budget <= BASE_BYTES:
+        raise TooBig(
+            f"{path}: no check size fits the host: torch, jax and their programs alone take about "
+            f"{gib(BASE_BYTES)}; the budget is {gib(budget)} ({share:.0%} of {gib(avail)} available): not run"
+        )
     try:
         fp = footprint_at(path, text, full)
     except MetaFailure as e:

@@ -136,12 +136,21 @@ def _run_recording(source: TorchSource, seed: int) -> None:
     source.random_ops = list(dict.fromkeys(source.random_ops))
 
 
+POOL_ELEMENTS = 1 << 16  # per call and input, an evenly strided sample (a KernelBench input can be GBs)
+
+
+def _sample(x: Any) -> Any:
+    flat = x.detach().flatten()
+    step = max(1, flat.numel() // POOL_ELEMENTS)
+    return flat[::step].clone()
+
+
 def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> dict[int, Any]:
     """Each tensor input's values over `calls` calls of the inputs function (one call may not show the
-    range: torch.randint(0, 4, (1,)) once is a single value)."""
+    range: torch.randint(0, 4, (1,)) once is a single value), sampled: at most POOL_ELEMENTS a call."""
     import torch
 
-    pooled = {i: [x.detach().flatten()] for i, x in enumerate(first) if isinstance(x, torch.Tensor)}
+    pooled = {i: [_sample(x)] for i, x in enumerate(first) if isinstance(x, torch.Tensor)}
     for k in range(1, calls):
         torch.manual_seed(seed + k)
         try:
@@ -151,7 +160,7 @@ def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> di
         more = list(more) if isinstance(more, list | tuple) else [more]
         for i in pooled:
             if i < len(more) and isinstance(more[i], torch.Tensor):
-                pooled[i].append(more[i].detach().flatten())
+                pooled[i].append(_sample(more[i]))
     return {i: torch.cat(v) for i, v in pooled.items()}
 
 

@@ -14,7 +14,21 @@ from typing import Any
 
 from maxkernel.tpu_tools.errors import UsageError
 
-MEMORY_SHARE = 0.5  # a job may plan on this share of the host's available memory (others share the host)
+
+def _share_from_env() -> float:
+    """MAXKERNEL_MEMORY_SHARE (0 < share <= 1) where set, else 0.5."""
+    raw = os.environ.get("MAXKERNEL_MEMORY_SHARE", "")
+    try:
+        share = float(raw) if raw else 0.5
+    except ValueError:
+        raise UsageError(f"MAXKERNEL_MEMORY_SHARE={raw!r}: give a fraction in (0, 1]") from None
+    if not 0 < share <= 1:
+        raise UsageError(f"MAXKERNEL_MEMORY_SHARE={raw!r}: give a fraction in (0, 1]")
+    return share
+
+
+# a job may plan on this share of the host's available memory (others share the host)
+MEMORY_SHARE = _share_from_env()
 
 
 def available_bytes() -> int:
@@ -92,3 +106,20 @@ def guard_reference(ref: Any, size: str, *, share: float = MEMORY_SHARE) -> None
     except Exception:  # noqa: BLE001 - a reference whose shapes cannot be traced fails later, with its own error
         return
     guard(need, f"the reference {ref.info.name!r} at size {size!r}", share=share)
+
+
+def fits_host(ref: Any, side: Any) -> bool:
+    """validate's reference child (judge/validate.py reference_job), before it builds inputs: False, with
+    `side.failure` a usage_error naming the numbers, when the reference at `side.size` would outgrow the
+    host's budget. A reference that cannot be measured passes (it fails later with its own error)."""
+    if ref is None or not getattr(side, "ok", False):
+        return True
+    try:
+        guard_reference(ref, side.size)
+    except TooBig as e:
+        from maxkernel.tpu_tools.reports import Failure
+
+        side.ok = False
+        side.failure = Failure(kind="usage_error", summary=str(e), stage="load")
+        return False
+    return True
