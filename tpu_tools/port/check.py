@@ -127,7 +127,8 @@ def compare(
 
 
 def _refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
-    return PortCheck(ok=False, status=status, summary=summary, size=CHECK_SIZE, seed_offset=offset, **kw)
+    kw.setdefault("size", CHECK_SIZE)
+    return PortCheck(ok=False, status=status, summary=summary, seed_offset=offset, **kw)
 
 
 def check_port(
@@ -148,6 +149,10 @@ def check_port(
     offset = random.randrange(1 << 30) if seed_offset is None else seed_offset
     ref, module = _load_port(port)
     sources = dict(sources or {})
+
+    def refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
+        return _refuse(status, summary, offset, size=at, **kw)
+
     if CHECK_SIZE not in ref.info.sizes:
         raise UsageError(
             f"port {port}: SIZES has no 'full' (the source's own shape); it has {ref.info.sizes}"
@@ -161,11 +166,11 @@ def check_port(
     state = dict(source.model.named_parameters()) | dict(source.model.named_buffers())
     unknown = [n for n in names if n not in state]
     if unknown:
-        return _refuse("bad_port", f"SOURCE_PARAMS names {unknown} that the source does not have", offset)
+        return refuse("bad_port", f"SOURCE_PARAMS names {unknown} that the source does not have", offset)
     missing = sorted((required_params or set()) - set(names))
     missing = [n for n in missing if state[n].is_floating_point()]
     if missing:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"the port does not take the source's {', '.join(missing)}: they would stay fixed; "
             "add them to SOURCE_PARAMS and create_inputs",
@@ -285,7 +290,7 @@ def check_port(
             if not result.ok and score > worst_score:
                 worst_score, worst_inputs = score, inputs
     except BadPort as e:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"{e}",
             offset,
@@ -295,7 +300,7 @@ def check_port(
             source_params=names,
         )
     except ReferenceFailure as e:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"the port fails on its own: {e}",
             offset,
@@ -322,7 +327,7 @@ def check_port(
             f"rtol={tol.rtol:g}, max abs err {r.max_abs_err:.3g})"
             + (f"; first op off: {where}" if where else "")
         )
-        return _refuse("mismatch", summary, offset, worst_op=where, **common)
+        return refuse("mismatch", summary, offset, worst_op=where, **common)
     weak = all(r.trivial_outputs_passing for r in per_seed)
     if (weak or not moved) and not allow_weak_check:
         why = (
@@ -330,7 +335,7 @@ def check_port(
             if weak
             else f"the source's output is the same for all {len(per_seed)} seeds"
         )
-        return _refuse(
+        return refuse(
             "weak_check", f"the check cannot tell: {why} (--allow-weak-check accepts)", offset, **common
         )
     return PortCheck(

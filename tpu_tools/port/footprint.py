@@ -90,7 +90,7 @@ def measure(build: Any) -> Footprint:
 
     flops = FlopCounterMode(display=False)
     try:
-        with torch.no_grad(), flops, Recorder():
+        with torch.no_grad(), torch.device("meta"), flops, Recorder():  # tensors the forward makes, too
             out = model(*inputs)
     except Exception as e:
         raise MetaFailure(
