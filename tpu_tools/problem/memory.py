@@ -73,10 +73,11 @@ def _bytes_of(tree: Any) -> int:
     return sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "size"))
 
 
-def reference_need(ref: Any, size: str) -> int:
+def reference_need(ref: Any, size: str, budget: int | None = None) -> int:
     """Bytes a reference's run at `size` holds at its peak (estimate): its inputs twice (the jax arrays
     and the host copies the judge keeps), its outputs twice, and the workload's temporaries as XLA's
-    CPU compile reports them (shapes only: nothing is allocated)."""
+    compile reports them (shapes only: nothing is allocated). The compile is skipped where inputs and
+    outputs take under a third of `budget` (the temporaries would need twice the rest)."""
     import jax
 
     specs = jax.eval_shape(lambda: tuple(ref.create_inputs(size, 0)))
@@ -86,6 +87,8 @@ def reference_need(ref: Any, size: str) -> int:
         out = _bytes_of(out_specs)
     except Exception:  # noqa: BLE001 - a workload that does not trace fails later, with its own error
         return 2 * args
+    if budget is not None and 3 * (2 * args + 2 * out) < budget:
+        return 2 * args + 2 * out
     temp = 0
     try:
         stats = jax.jit(ref.workload).lower(*specs).compile().memory_analysis()
@@ -99,13 +102,12 @@ def guard_reference(ref: Any, size: str, *, share: float = MEMORY_SHARE) -> None
     """TooBig before the reference builds inputs at `size` that the host cannot hold."""
     if getattr(ref, "create_inputs", None) is None or getattr(ref, "workload", None) is None:
         return
+    budget = host_budget(share)
     try:
-        need = reference_need(ref, size)
-    except TooBig:
-        raise
+        need = reference_need(ref, size, budget)
     except Exception:  # noqa: BLE001 - a reference whose shapes cannot be traced fails later, with its own error
         return
-    guard(need, f"the reference {ref.info.name!r} at size {size!r}", share=share)
+    guard(need, f"the reference {ref.info.name!r} at size {size!r}", share=share, budget=budget)
 
 
 def fits_host(ref: Any, side: Any) -> bool:
