@@ -190,9 +190,12 @@ def plan_sizes(
         # globals equal at full move together; no two cross or meet that did not at full (a slice
         # bias[:T] with T below max_seqlen stays a slice: the port's graph is the same at every size)
         group = [n for n in names if full[n] == full[name] and dims[n] == dims[name]]
+        far = not check_found and (cur.check_bytes() > 4 * budget or cur.check_seconds(runs) > 4 * seconds)
+        if far and not frozen and len(live) > 1:  # far above the budget: every global halves at once
+            group = live
         trial = dict(dims, **{n: _halve(dims[n]) for n in group})
         if any((full[a] < full[b]) != (trial[a] < trial[b]) for a in names for b in names if a != b):
-            frozen.update(group)
+            frozen.update([name] if len(group) > 1 and group == live else group)
             continue
         steps += 1
         try:

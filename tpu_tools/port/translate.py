@@ -8,6 +8,7 @@ the source line it came from, so a mismatch can name its op.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import warnings
@@ -285,6 +286,7 @@ def emit(ep: Any, source: TorchSource, path_name: str, like: Translation | None 
     )
 
 
+@functools.cache
 def _try_torchax() -> PathTry:
     try:
         import torchax  # noqa: F401
