@@ -109,3 +109,45 @@ def test_reference_guard_refuses_before_inputs_exist():
     side = ReferenceSide(ok=True, size="full")
     assert not fits_host(_HugeReference, side)
     assert side.failure.kind == "usage_error" and "not run" in side.failure.summary
+
+
+HUGE_REFERENCE = """
+import jax
+import jax.numpy as jnp
+
+CONFIG = {"name": "huge_matmul"}
+SIZES = {"full": {"m": 131072, "k": 131072, "n": 256}, "small": {"m": 131072, "k": 131072, "n": 256}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    d = SIZES[size]
+    key = jax.random.key(0) if key is None else key
+    ka, kb = jax.random.split(key)
+    return (jax.random.normal(ka, (d["m"], d["k"]), jnp.float32),
+            jax.random.normal(kb, (d["k"], d["n"]), jnp.float32))
+
+
+def workload(a, b):
+    return a @ b
+"""
+
+
+@pytest.mark.slow
+def test_validate_refuses_a_reference_too_big_for_the_host(tmp_path):
+    """64 GiB of inputs at the check size: a usage error with the numbers, before any input exists."""
+    ref = tmp_path / "huge_reference.py"
+    ref.write_text(HUGE_REFERENCE)
+    kernel = Path(__file__).parents[3] / "examples" / "matmul_kernel.py"
+    cmd = [
+        sys.executable,
+        "-m",
+        "maxkernel.tpu_tools.cli.main",
+        "validate",
+        str(kernel),
+        "--reference",
+        str(ref),
+    ]
+    proc = subprocess.run(cmd + ["--target", "cpu", "--check-size", "small"], capture_output=True, text=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-2000:]
+    assert "the reference 'huge_matmul' at size 'small' needs about" in out and "not run" in out, out[-2000:]
