@@ -4,7 +4,7 @@ KernelBench names its sizes as module globals (`batch_size = 4096`, `dim = 39321
 and `get_init_inputs()` read when called. `size_globals` finds them (top-level integer assignments those
 functions read, directly or through another global), `load_module` executes the source with some of
 them changed, and `plan_sizes` halves the largest one at a time, keeping each value's alignment (the
-largest power of two dividing it, up to 128 lanes), measuring every candidate on the meta device
+largest power of two dividing it, up to 128 lanes; a power of two itself halves on down to 2), measuring every candidate on the meta device
 (`footprint`), until the check fits `MEMORY_SHARE` of the available memory and `TIME_BUDGET_S`. A value
 the source refuses (the meta build or forward raises, an output comes out empty) is held. Small
 integers (< `MIN_SCALABLE`) and structural names (kernel_size, stride, groups, heads, ...) are never
@@ -136,11 +136,11 @@ def footprint_at(path: Path, text: str, dims: dict[str, int]) -> Footprint:
 
 def _halve(v: int) -> int:
     """Half of v, rounded down to v's alignment (a power of two up to 128); a power of two at or below
-    128 halves on down to 8."""
+    128 halves on down to 2."""
     align = min(v & -v, LANE)
     if v // 2 >= align:
         return (v // 2) // align * align
-    return v // 2 if v == align and v // 2 >= 8 else v
+    return v // 2 if v == align and v // 2 >= 2 else v
 
 
 def plan_sizes(
@@ -187,14 +187,13 @@ def plan_sizes(
         if not live:
             break
         name = max(live, key=lambda n: dims[n])
-        # globals equal at full move together; no two cross or meet that did not at full (a slice
-        # bias[:T] with T below max_seqlen stays a slice: the port's graph is the same at every size)
+        # globals equal at full move together; no two cross (seq_len stays within max_seqlen)
         group = [n for n in names if full[n] == full[name] and dims[n] == dims[name]]
         far = not check_found and (cur.check_bytes() > 4 * budget or cur.check_seconds(runs) > 4 * seconds)
         if far and not frozen and len(live) > 1:  # far above the budget: every global halves at once
             group = live
         trial = dict(dims, **{n: _halve(dims[n]) for n in group})
-        if any((full[a] < full[b]) != (trial[a] < trial[b]) for a in names for b in names if a != b):
+        if any(full[a] < full[b] and trial[a] > trial[b] for a in names for b in names):
             frozen.update([name] if len(group) > 1 and group == live else group)
             continue
         steps += 1
