@@ -52,15 +52,21 @@ def _draw(inp: PortInput, key: str, shape: str, sample: Any = None) -> str:
     return draw if abs(mean) < 0.05 * std else f"{_num(mean)} + {draw}"
 
 
-def _fit(values: dict[str, int], sizes: dict[str, dict[str, int]]) -> str | None:
+def _fit(
+    values: dict[str, int], sizes: dict[str, dict[str, int]], used: set[str] | None = None
+) -> str | None:
     """One dimension's value at every size as an expression of that size's dict `d`: a literal, a size
-    global, or a fixed multiple or fraction of one; None when none fits every size."""
+    global, or a fixed multiple or fraction of one; None when none fits every size. Globals not `used`
+    by the tensor's earlier dims come first (height and width equal at every size stay two globals)."""
     first = next(iter(values.values()))
     if all(v == first for v in values.values()):
         return repr(first)
+    used = used if used is not None else set()
     names = list(next(iter(sizes.values())))
+    names = [g for g in names if g not in used] + [g for g in names if g in used]
     for g in names:
         if all(values[s] == sizes[s][g] for s in values):
+            used.add(g)
             return f'd["{g}"]'
     for g in names:
         if all(sizes[s][g] and values[s] % sizes[s][g] == 0 for s in values):
@@ -285,9 +291,9 @@ def _render_sized(
     dims_text: list[str] = []
     table_needed = False
     for k, inp in enumerate(tr.inputs):
-        parts = []
+        parts, used = [], set()
         for j in range(len(inp.shape)):
-            expr = _fit({s: int(shapes[s][k][j]) for s in sizes}, sizes)
+            expr = _fit({s: int(shapes[s][k][j]) for s in sizes}, sizes, used)
             if expr is None:
                 table_needed = True
                 expr = f"_SHAPES[size][{k}][{j}]"

@@ -151,3 +151,15 @@ def test_validate_refuses_a_reference_too_big_for_the_host(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-2000:]
     assert "the reference 'huge_matmul' at size 'small' needs about" in out and "not run" in out, out[-2000:]
+
+
+def test_shapes_are_written_from_the_size_globals():
+    from maxkernel.tpu_tools.port.write import _fit
+
+    sizes = {"full": {"n": 32, "h": 512, "w": 512}, "small": {"n": 8, "h": 32, "w": 32}}
+    used: set[str] = set()
+    dims = [_fit({"full": a, "small": b}, sizes, used) for a, b in ((32, 8), (3, 3), (512, 32), (512, 32))]
+    assert dims == ['d["n"]', "3", 'd["h"]', 'd["w"]']  # height and width stay two globals
+    assert _fit({"full": 1536, "small": 96}, sizes) == '3 * d["h"]'
+    assert _fit({"full": 16, "small": 4}, sizes) == 'd["n"] // 2'
+    assert _fit({"full": 7, "small": 5}, sizes) is None  # no expression: the port keeps a per-size table
