@@ -122,8 +122,29 @@ def compare(
     """The port's outputs against the source's for one run: the numerics rule and the weak-check guard in
     one place (validate's rule, judge/compare.py), so a new rule swaps in here."""
     result = compare_outputs(seed, expected, actual, tol)
-    result.trivial_outputs_passing = trivial_outputs_passing(expected, activations, tol)
+    trivial = trivial_outputs_passing(expected, activations, tol)
+    if all(np.size(e) <= 1 for e in expected):  # a scalar (a loss): its own mean is itself, says nothing
+        trivial = [t for t in trivial if t != "reference mean"]
+    result.trivial_outputs_passing = trivial
     return result
+
+
+def scalar_guard(
+    runs: list[tuple[list[np.ndarray], list[np.ndarray]]],
+    tol: Tolerance,
+    locate: Callable[[list[np.ndarray], Tolerance], str | None] | None,
+) -> tuple[str | None, str | None, str]:
+    """For a port whose every output is a scalar (a loss), whether the check can tell it apart from a
+    constant: (first op off, weak reason, note). A port this tool wrote is compared statement by statement
+    on the last seed's inputs (every intermediate, not only the scalar); a given port is weak where the
+    outputs' mean over the seeds passes every seed."""
+    if locate is not None:
+        off = locate(runs[-1][0], tol)
+        return off, None, "; every intermediate matched too (a scalar output)" if off is None else ""
+    means = [np.mean([np.asarray(e[i], np.float64) for _, e in runs], axis=0) for i in range(len(runs[0][1]))]
+    if all(bool(within(e, m, tol).all()) for _, exp in runs for e, m in zip(exp, means, strict=True)):
+        return None, "a constant (the outputs' mean over the seeds) also passes every seed", ""
+    return None, None, ""
 
 
 def _refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
@@ -188,6 +209,7 @@ def check_port(
     worst_inputs: list[np.ndarray] | None = None
     worst_score = -1.0
     run_sizes: list[str] = []
+    at_runs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []  # (inputs, source outputs) per seed at `at`
     runs = [(at, seed) for seed in range(offset, offset + seeds)]
     if "small" in ref.info.sizes and ref.sizes_table.get("small") != ref.sizes_table.get(at):
         runs.append(
@@ -280,6 +302,8 @@ def check_port(
             result = compare(seed, expected, actual, inputs[: len(positions)], tol)
             per_seed.append(result)
             run_sizes.append(size)
+            if size == at:
+                at_runs.append((inputs, expected))
             if size != at:
                 pass
             elif expected_first is None:
@@ -329,10 +353,23 @@ def check_port(
         )
         return refuse("mismatch", summary, offset, worst_op=where, **common)
     weak = all(r.trivial_outputs_passing for r in per_seed)
-    if (weak or not moved) and not allow_weak_check:
+    scalar_note, scalar_weak = "", None
+    if at_runs and all(np.size(e) <= 1 for e in at_runs[0][1]):
+        off, scalar_weak, scalar_note = scalar_guard(at_runs, tol, locate)
+        if off is not None:
+            return refuse(
+                "mismatch",
+                f"the port's scalar output matches the source but an intermediate does not: first op off: {off}",
+                offset,
+                worst_op=off,
+                **common,
+            )
+    if (weak or not moved or scalar_weak) and not allow_weak_check:
         why = (
             f"a trivial output ({', '.join(per_seed[0].trivial_outputs_passing)}) also passes every seed"
             if weak
+            else scalar_weak
+            if scalar_weak
             else f"the source's output is the same for all {len(per_seed)} seeds"
         )
         return refuse(
@@ -347,7 +384,7 @@ def check_port(
             + (f" and 1 at 'small' {ref.sizes_table.get('small')}" if len(runs) > seeds else "")
             + ": "
             f"max abs err {max(r.max_abs_err or 0 for r in per_seed):.3g} within atol={tol.atol:g} "
-            f"rtol={tol.rtol:g} ({tol.source})"
+            f"rtol={tol.rtol:g} ({tol.source})" + scalar_note
         ),
         size=at,
         seed_offset=offset,
