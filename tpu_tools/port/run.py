@@ -115,7 +115,8 @@ def sized_translations(
             [],
             list(raw) if isinstance(raw, list | tuple) else [raw],
         )
-        out[size] = translate(meta, dynamic=False, like=tr)
+        with torch.device("meta"):  # a tensor the forward makes (a mask) is on meta, beside the inputs
+            out[size] = translate(meta, dynamic=False, like=tr)
     return out
 
 
