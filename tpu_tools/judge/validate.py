@@ -26,6 +26,7 @@ from maxkernel.tpu_tools.errors import ReferenceFailure, UsageError
 from maxkernel.tpu_tools.judge.compare import compare_outputs, trivial_outputs_passing, within
 from maxkernel.tpu_tools.judge.error_rule import FACTOR, reference_error
 from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
+from maxkernel.tpu_tools.problem import memory
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.reference import load_reference, reference_failure
 from maxkernel.tpu_tools.problem.tolerances import choose_tolerance
@@ -218,7 +219,7 @@ def reference_job(
     job_env.scrub()
     input_case = InputCase.model_validate(case) if case is not None else None
     ref, side = reference_side(reference, size, input_case, derive_seed=derive_seed)
-    if not side.ok or ref is None:
+    if not side.ok or ref is None or not memory.fits_host(ref, side):
         return side.model_dump(mode="json")
     path = Path(ref.info.path)
     path = path / "reference.py" if path.is_dir() else path

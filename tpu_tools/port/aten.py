@@ -137,7 +137,7 @@ def _sdpa(q, k, v, mask, is_causal, scale):
 ''',
     "_pool": '''
 def _pool(x, kind, kernel, stride, padding, dilation=1, ceil_mode=False, count_include_pad=True, divisor=None):
-    """torch's max/avg poolNd over the trailing len(kernel) dims (floor mode only)."""
+    """torch's max/avg poolNd over the trailing len(kernel) dims (ceil mode: max pooling only)."""
     n = len(kernel)
     stride = tuple(stride) if stride else tuple(kernel)
     stride = stride * n if len(stride) == 1 else stride
@@ -148,6 +148,15 @@ def _pool(x, kind, kernel, stride, padding, dilation=1, ceil_mode=False, count_i
     strides = (1,) * lead + stride
     dil = (1,) * lead + dilation
     pads = ((0, 0),) * lead + tuple((p, p) for p in padding)
+    if ceil_mode:  # more windows on the right, each starting inside the input or its left padding
+        extra = []
+        for size, k, s, p, d in zip(x.shape[lead:], kernel, stride, padding, dilation):
+            span = size + 2 * p - d * (k - 1) - 1
+            out = -(-span // s) + 1
+            if (out - 1) * s >= size + p:
+                out -= 1
+            extra.append(max(0, (out - 1) * s + d * (k - 1) + 1 - (size + 2 * p)))
+        pads = ((0, 0),) * lead + tuple((p, p + e) for p, e in zip(padding, extra))
     if kind == "max":
         return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, pads, window_dilation=dil)
     total = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, pads, window_dilation=dil)
@@ -434,9 +443,35 @@ op("var")(_var("jnp.var"))
 op("std")(_var("jnp.std"))
 
 
-@op("cumsum")
+@op("cumsum", "cumprod")
 def _cumsum(a: Args) -> str:
-    return f"jnp.cumsum({a.r('self')}, axis={a.r('dim')})"
+    name = a.node.target.overloadpacket.__name__
+    dtype = a.raw("dtype")
+    cast = f".astype({DTYPES[str(dtype).removeprefix('torch.')]})" if dtype is not None else ""
+    return f"jnp.{name}({a.r('self')}{cast}, axis={a.r('dim')})"
+
+
+@op("bitwise_not")
+def _bitwise_not(a: Args) -> str:
+    return f"jnp.invert({a.r('self')})"  # logical not on a bool mask (`~mask`)
+
+
+@op("bitwise_xor", "logical_xor")
+def _xor(a: Args) -> str:
+    return f"({a.r('self')} ^ {a.r('other')})"
+
+
+@op("gather")
+def _gather(a: Args) -> str:
+    return f"jnp.take_along_axis({a.r('self')}, {a.r('index')}, axis={a.r('dim')})"
+
+
+@op("linalg_vector_norm", "norm")
+def _vector_norm(a: Args) -> str:
+    p = a.raw("ord", a.raw("p", 2))
+    p = 2 if p is None else p
+    ordtext = "jnp.inf" if p == math.inf else ("-jnp.inf" if p == -math.inf else repr(p))
+    return f"jnp.linalg.vector_norm({a.r('self')}, ord={ordtext}, axis={_axes(a)}, keepdims={a.r('keepdim', False)})"
 
 
 HI = "precision=jax.lax.Precision.HIGHEST"
@@ -568,11 +603,9 @@ def _attention(a: Args) -> str:
 
 @op("max_pool1d", "max_pool2d", "max_pool3d", helpers=("_pool",))
 def _maxpool(a: Args) -> str:
-    if a.raw("ceil_mode"):
-        raise Unsupported(f"aten.{a.node.target.overloadpacket.__name__} with ceil_mode=True")
     return (
         f"_pool({a.r('self')}, 'max', {a.r('kernel_size')}, {a.r('stride')}, {a.r('padding', [0])}, "
-        f"{a.r('dilation', [1])})"
+        f"{a.r('dilation', [1])}, {a.r('ceil_mode', False)})"
     )
 
 

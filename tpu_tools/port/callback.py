@@ -16,27 +16,55 @@ import numpy as np
 _LOADED: dict[str, Any] = {}
 
 
-def _source(path: str):
+def _source(path: str, dims: dict[str, int] | None = None):
+    """The source built at `dims` (its size globals; None: as written), once per size, after the memory
+    guard (problem/memory.py) has its footprint."""
+    from maxkernel.tpu_tools.port.sizing import footprint_at
     from maxkernel.tpu_tools.port.source import load_source
+    from maxkernel.tpu_tools.problem.memory import guard
 
-    if path not in _LOADED:
-        _LOADED[path] = load_source(path)
-    return _LOADED[path]
+    key = (path, tuple(sorted((dims or {}).items())))
+    if key not in _LOADED:
+        if dims:
+            p = Path(path)
+            fp = footprint_at(p, p.read_text(encoding="utf-8"), dims)
+            guard(fp.check_bytes(), f"the PyTorch source {p.name} at {dims}")
+        _LOADED[key] = load_source(path, sizes=dims)
+    return _LOADED[key]
 
 
-def source_workload(source_path: str, source_params: list[str], port_workload: Any, inputs: tuple) -> Any:
-    """The source's outputs on the port's inputs (activations, then SOURCE_PARAMS), shaped like the port's."""
+def _dims_for(inputs: tuple, sizes: dict[str, dict] | None, create_inputs: Any) -> dict[str, int] | None:
+    """The size globals whose port inputs have these shapes (a port written at several sizes)."""
+    import jax
+
+    if not sizes or create_inputs is None:
+        return None
+    want = [tuple(x.shape) for x in inputs]
+    for name, dims in sizes.items():
+        specs = jax.eval_shape(lambda name=name: tuple(create_inputs(size=name)))
+        if [tuple(s.shape) for s in specs] == want:
+            return dict(dims)
+    raise ValueError(f"the port's SIZES have no entry with the input shapes {want}")
+
+
+def source_workload(
+    source_path: str, source_params: list[str], port_workload: Any, inputs: tuple,
+    sizes: dict[str, dict] | None = None, create_inputs: Any = None,
+) -> Any:  # fmt: skip
+    """The source's outputs on the port's inputs (activations, then SOURCE_PARAMS), shaped like the port's.
+    `sizes`: the port's SIZES when its entries are the source's size globals (SOURCE_GLOBALS)."""
     import jax
 
     from maxkernel.tpu_tools.port.check import to_numpy, to_torch, torch_to_numpy
     from maxkernel.tpu_tools.port.source import forward
 
     out_shape = jax.eval_shape(port_workload, *inputs)
+    dims = _dims_for(inputs, sizes, create_inputs)
 
     def host(*arrays):
         import torch
 
-        src = _source(source_path)
+        src = _source(source_path, dims)
         n_act = len(arrays) - len(source_params)
         call = list(src.inputs)
         for k, pos in enumerate(src.tensor_positions[:n_act]):
@@ -83,7 +111,8 @@ create_inputs = _port.create_inputs
 
 
 def workload(*inputs):
-    return source_workload(SOURCE, SOURCE_PARAMS, _port.workload, inputs)
+    sized = SIZES if hasattr(_port, "SOURCE_GLOBALS") else None  # sizes that set the source's globals
+    return source_workload(SOURCE, SOURCE_PARAMS, _port.workload, inputs, sized, create_inputs)
 ''',
         encoding="utf-8",
     )

@@ -112,8 +112,44 @@ def _make_inputs(ref: Any, module: Any, seed: int, size: str = CHECK_SIZE) -> tu
         return tuple(ref.create_inputs(size, seed))
 
 
+def compare(
+    seed: int,
+    expected: list[np.ndarray],
+    actual: list[np.ndarray],
+    activations: list[np.ndarray],
+    tol: Tolerance,
+) -> SeedResult:
+    """The port's outputs against the source's for one run: the numerics rule and the weak-check guard in
+    one place (validate's rule, judge/compare.py), so a new rule swaps in here."""
+    result = compare_outputs(seed, expected, actual, tol)
+    trivial = trivial_outputs_passing(expected, activations, tol)
+    if all(np.size(e) <= 1 for e in expected):  # a scalar (a loss): its own mean is itself, says nothing
+        trivial = [t for t in trivial if t != "reference mean"]
+    result.trivial_outputs_passing = trivial
+    return result
+
+
+def scalar_guard(
+    runs: list[tuple[list[np.ndarray], list[np.ndarray]]],
+    tol: Tolerance,
+    locate: Callable[[list[np.ndarray], Tolerance], str | None] | None,
+) -> tuple[str | None, str | None, str]:
+    """For a port whose every output is a scalar (a loss), whether the check can tell it apart from a
+    constant: (first op off, weak reason, note). A port this tool wrote is compared statement by statement
+    on the last seed's inputs (every intermediate, not only the scalar); a given port is weak where the
+    outputs' mean over the seeds passes every seed."""
+    if locate is not None:
+        off = locate(runs[-1][0], tol)
+        return off, None, "; every intermediate matched too (a scalar output)" if off is None else ""
+    means = [np.mean([np.asarray(e[i], np.float64) for _, e in runs], axis=0) for i in range(len(runs[0][1]))]
+    if all(bool(within(e, m, tol).all()) for _, exp in runs for e, m in zip(exp, means, strict=True)):
+        return None, "a constant (the outputs' mean over the seeds) also passes every seed", ""
+    return None, None, ""
+
+
 def _refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
-    return PortCheck(ok=False, status=status, summary=summary, size=CHECK_SIZE, seed_offset=offset, **kw)
+    kw.setdefault("size", CHECK_SIZE)
+    return PortCheck(ok=False, status=status, summary=summary, seed_offset=offset, **kw)
 
 
 def check_port(
@@ -125,23 +161,37 @@ def check_port(
     allow_weak_check: bool = False,
     required_params: set[str] | None = None,
     locate: Callable[[list[np.ndarray], Tolerance], str | None] | None = None,
+    at: str = CHECK_SIZE,
+    sources: dict[str, TorchSource] | None = None,
 ) -> PortCheck:
-    """The port against the source over `seeds` fresh seeds at the source's own shape."""
+    """The port against the source over `seeds` fresh seeds at size `at` (the source's own shape where
+    the host holds it), plus one at `small`. `sources`: the source built at each size (its size globals
+    scaled); a size without one runs on `source` (only its batch may differ)."""
     offset = random.randrange(1 << 30) if seed_offset is None else seed_offset
     ref, module = _load_port(port)
+    sources = dict(sources or {})
+
+    def refuse(status: str, summary: str, offset: int, **kw: Any) -> PortCheck:
+        return _refuse(status, summary, offset, size=at, **kw)
+
     if CHECK_SIZE not in ref.info.sizes:
         raise UsageError(
             f"port {port}: SIZES has no 'full' (the source's own shape); it has {ref.info.sizes}"
+        )
+    if at not in ref.info.sizes:
+        raise UsageError(
+            f"port {port}: the source's own shape is too big to check on this host and SIZES has no "
+            f"{at!r} entry (it has {ref.info.sizes})"
         )
     names = source_params(source, module)
     state = dict(source.model.named_parameters()) | dict(source.model.named_buffers())
     unknown = [n for n in names if n not in state]
     if unknown:
-        return _refuse("bad_port", f"SOURCE_PARAMS names {unknown} that the source does not have", offset)
+        return refuse("bad_port", f"SOURCE_PARAMS names {unknown} that the source does not have", offset)
     missing = sorted((required_params or set()) - set(names))
     missing = [n for n in missing if state[n].is_floating_point()]
     if missing:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"the port does not take the source's {', '.join(missing)}: they would stay fixed; "
             "add them to SOURCE_PARAMS and create_inputs",
@@ -159,8 +209,9 @@ def check_port(
     worst_inputs: list[np.ndarray] | None = None
     worst_score = -1.0
     run_sizes: list[str] = []
-    runs = [(CHECK_SIZE, seed) for seed in range(offset, offset + seeds)]
-    if "small" in ref.info.sizes and ref.sizes_table.get("small") != ref.sizes_table.get(CHECK_SIZE):
+    at_runs: list[tuple[list[np.ndarray], list[np.ndarray]]] = []  # (inputs, source outputs) per seed at `at`
+    runs = [(at, seed) for seed in range(offset, offset + seeds)]
+    if "small" in ref.info.sizes and ref.sizes_table.get("small") != ref.sizes_table.get(at):
         runs.append(
             ("small", offset)
         )  # the size validation runs kernels at: the port must be right there too
@@ -178,22 +229,25 @@ def check_port(
                     f"create_inputs gives {len(inputs)} inputs; the source takes {len(positions)} "
                     f"activations and SOURCE_PARAMS names {len(names)} parameters"
                 )
-            call = list(source.inputs)
+            src = sources.get(size, source)
+            exact = size == at or size in sources
+            src_state = dict(src.model.named_parameters()) | dict(src.model.named_buffers())
+            call = list(src.inputs)
             for k, pos in enumerate(positions):
-                want = tuple(source.inputs[pos].shape)
+                want = tuple(src.inputs[pos].shape)
                 got = inputs[k].shape
-                if got != want if size == CHECK_SIZE else (len(got) != len(want) or got[1:] != want[1:]):
+                if got != want if exact else (len(got) != len(want) or got[1:] != want[1:]):
                     raise BadPort(f"input {k} is {got} in the port at {size!r}, {want} in the source")
-                sample = source.input_samples.get(pos)
-                if size == CHECK_SIZE and sample is not None and sample.is_floating_point():
+                sample = src.input_samples.get(pos)
+                if size == at and sample is not None and sample.is_floating_point():
                     if (off := scale_problem(f"input {k}", inputs[k], sample.double().numpy())) is not None:
                         raise BadPort(off)
-                call[pos] = to_torch(inputs[k], source.inputs[pos])
+                call[pos] = to_torch(inputs[k], src.inputs[pos])
             import torch
 
             with torch.no_grad():
                 for name, arr in zip(names, inputs[len(positions) :], strict=True):
-                    t = state[name]
+                    t = src_state[name]
                     if tuple(t.shape) != arr.shape:
                         raise BadPort(f"{name} is {tuple(t.shape)} in the source, {arr.shape} in the port")
                     if t.is_floating_point():
@@ -201,19 +255,19 @@ def check_port(
                             raise BadPort(f"the port draws {name} as all zeros (seed {seed})")
                         if arr.size > 1 and np.all(arr == arr.flat[0]):
                             raise BadPort(f"the port draws {name} as one constant (seed {seed})")
-                        if (off := scale_problem(name, arr, init[name])) is not None:
+                        if size == at and (off := scale_problem(name, arr, init[name])) is not None:
                             raise BadPort(off)
-                        if size == CHECK_SIZE and name in previous and np.array_equal(previous[name], arr):
+                        if size == at and name in previous and np.array_equal(previous[name], arr):
                             raise BadPort(f"the port's {name} does not vary with the seed")
-                    if size == CHECK_SIZE:
+                    if size == at:
                         previous[name] = arr
                     t.copy_(to_torch(arr, t))
             try:
-                expected = [torch_to_numpy(t) for t in forward(source, call)]
+                expected = [torch_to_numpy(t) for t in forward(src, call)]
             except Exception as e:
                 from maxkernel.tpu_tools.problem.source import user_frame_line
 
-                if size != CHECK_SIZE:  # the source runs at its own shape: the port's smaller size is wrong
+                if size != at:  # the source runs at the check size: the port's smaller size is wrong
                     raise BadPort(
                         f"the source cannot run at the port's {size!r} size {ref.sizes_table.get(size)}: "
                         f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
@@ -245,11 +299,12 @@ def check_port(
                 tol = choose_tolerance(
                     str(actual[0].dtype), ref_atol=cfg.get("atol"), ref_rtol=cfg.get("rtol")
                 )
-            result = compare_outputs(seed, expected, actual, tol)
-            result.trivial_outputs_passing = trivial_outputs_passing(expected, inputs[: len(positions)], tol)
+            result = compare(seed, expected, actual, inputs[: len(positions)], tol)
             per_seed.append(result)
             run_sizes.append(size)
-            if size != CHECK_SIZE:
+            if size == at:
+                at_runs.append((inputs, expected))
+            if size != at:
                 pass
             elif expected_first is None:
                 expected_first = expected
@@ -259,7 +314,7 @@ def check_port(
             if not result.ok and score > worst_score:
                 worst_score, worst_inputs = score, inputs
     except BadPort as e:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"{e}",
             offset,
@@ -269,7 +324,7 @@ def check_port(
             source_params=names,
         )
     except ReferenceFailure as e:
-        return _refuse(
+        return refuse(
             "bad_port",
             f"the port fails on its own: {e}",
             offset,
@@ -296,28 +351,42 @@ def check_port(
             f"rtol={tol.rtol:g}, max abs err {r.max_abs_err:.3g})"
             + (f"; first op off: {where}" if where else "")
         )
-        return _refuse("mismatch", summary, offset, worst_op=where, **common)
+        return refuse("mismatch", summary, offset, worst_op=where, **common)
     weak = all(r.trivial_outputs_passing for r in per_seed)
-    if (weak or not moved) and not allow_weak_check:
+    scalar_note, scalar_weak = "", None
+    if at_runs and all(np.size(e) <= 1 for e in at_runs[0][1]):
+        off, scalar_weak, scalar_note = scalar_guard(at_runs, tol, locate)
+        if off is not None:
+            return refuse(
+                "mismatch",
+                f"the port's scalar output matches the source but an intermediate does not: first op off: {off}",
+                offset,
+                worst_op=off,
+                **common,
+            )
+    if (weak or not moved or scalar_weak) and not allow_weak_check:
         why = (
             f"a trivial output ({', '.join(per_seed[0].trivial_outputs_passing)}) also passes every seed"
             if weak
+            else scalar_weak
+            if scalar_weak
             else f"the source's output is the same for all {len(per_seed)} seeds"
         )
-        return _refuse(
+        return refuse(
             "weak_check", f"the check cannot tell: {why} (--allow-weak-check accepts)", offset, **common
         )
     return PortCheck(
         ok=True,
         status="match",
         summary=(
-            f"the port matches the source on {seeds} fresh seeds (offset {offset}) at its own shape"
+            f"the port matches the source on {seeds} fresh seeds (offset {offset}) "
+            + ("at its own shape" if at == CHECK_SIZE else f"at {at!r} {ref.sizes_table.get(at)}")
             + (f" and 1 at 'small' {ref.sizes_table.get('small')}" if len(runs) > seeds else "")
             + ": "
             f"max abs err {max(r.max_abs_err or 0 for r in per_seed):.3g} within atol={tol.atol:g} "
-            f"rtol={tol.rtol:g} ({tol.source})"
+            f"rtol={tol.rtol:g} ({tol.source})" + scalar_note
         ),
-        size=CHECK_SIZE,
+        size=at,
         seed_offset=offset,
         **common,
     )

@@ -12,9 +12,11 @@ from maxkernel.tpu_tools.port import aten
 from maxkernel.tpu_tools.port.callback import write_source_reference
 from maxkernel.tpu_tools.port.check import check_port, first_op_off, read_params, to_torch
 from maxkernel.tpu_tools.port.report import PortChange, PortReport
-from maxkernel.tpu_tools.port.source import SourceFailure, TorchSource, load_source
+from maxkernel.tpu_tools.port.sizing import SizePlan, load_module, plan_sizes
+from maxkernel.tpu_tools.port.source import INPUT_FUNCTIONS, SourceFailure, TorchSource, load_source
 from maxkernel.tpu_tools.port.translate import Translation, export, translate
 from maxkernel.tpu_tools.port.write import render, write
+from maxkernel.tpu_tools.problem.memory import MEMORY_SHARE, gib
 from maxkernel.tpu_tools.reports import Tolerance
 
 
@@ -58,6 +60,83 @@ def changes_seen(source: TorchSource, ops: set[str] | None) -> list[PortChange]:
             PortChange(kind="in_place", detail=f"{op} runs in place in the source; the port is functional")
         )
     return out
+
+
+def plan_for(source_path: str, *, runs: int, share: float = MEMORY_SHARE) -> SizePlan:
+    """The sizes to port and check at (port/sizing.py); TooBig when none fits the host."""
+    path = Path(source_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        compile(text, str(path), "exec")
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return SizePlan()  # load_source says what is wrong with the file
+    return plan_sizes(path, text, runs=runs, share=share)
+
+
+def plan_sizes_table(plan: SizePlan) -> dict[str, dict[str, int]]:
+    """The port's SIZES: full (the source's own), the check size where full did not fit, small."""
+    table = {"full": plan.full}
+    if plan.check_name != "full":
+        table["check"] = plan.check
+    table["small"] = plan.small
+    return table
+
+
+def sized_translations(
+    source_path: str, plan: SizePlan, tr: Translation, sources: dict[str, TorchSource]
+) -> dict[str, Translation]:
+    """The translation at every SIZES entry: the built sources as they are, `full` (when it was too big to
+    build) on the meta device, its buffers classified as at the built size."""
+    import torch
+
+    out: dict[str, Translation] = {plan.check_name: tr}
+    for size, dims in plan_sizes_table(plan).items():
+        if size in out:
+            continue
+        if size in sources:
+            out[size] = translate(sources[size], dynamic=False, like=tr)
+            continue
+        if size == "small" and plan.small == plan.check:
+            out[size] = tr
+            continue
+        path = Path(source_path)
+        module = load_module(path, path.read_text(encoding="utf-8"), dims)
+        base = sources[plan.check_name]
+        with torch.device("meta"):
+            init = getattr(module, "get_init_inputs", None)
+            model = type(base.model)(*(list(init()) if callable(init) else [])).eval()
+            raw = next(getattr(module, n) for n in INPUT_FUNCTIONS if callable(getattr(module, n, None)))()
+        meta = TorchSource(
+            path,
+            base.sha256,
+            base.kind,
+            module,
+            model,
+            [],
+            list(raw) if isinstance(raw, list | tuple) else [raw],
+        )
+        with torch.device("meta"):  # a tensor the forward makes (a mask) is on meta, beside the inputs
+            out[size] = translate(meta, dynamic=False, like=tr)
+    return out
+
+
+def plan_changes(plan: SizePlan) -> list[PortChange]:
+    if not plan.names:
+        return [PortChange(kind="shape", detail=plan.note)] if plan.note else []
+    fp = plan.footprints.get("full")
+    need = (
+        f" (the source's own shape needs ~{gib(fp.check_bytes())}, ~{fp.check_seconds(4):.0f} s: estimate)"
+        if fp
+        else ""
+    )
+    held = "; held: " + "; ".join(plan.held.values()) if plan.held else ""
+    return [
+        PortChange(
+            kind="shape",
+            detail=f"size globals {', '.join(plan.names)}: {plan.describe()}{need}; budget "
+            f"{gib(plan.budget_bytes)} and {plan.budget_seconds:.0f} s{held}",
+        )
+    ]
 
 
 def _ops(program: Any) -> set[str]:
@@ -120,13 +199,23 @@ def port_source(
     seeds: int = 3,
     seed_offset: int | None = None,
     allow_weak_check: bool = False,
+    memory_share: float = MEMORY_SHARE,
 ) -> PortReport:
     """Port SOURCE to a JAX reference (or check --check's port) and check it against the source on CPU.
 
-    Raises UsageError for bad input (no Model, inputs that cannot be built, an op no path translates).
+    Raises UsageError for bad input (no Model, inputs that cannot be built, an op no path translates)
+    and TooBig (a UsageError) when no check size fits `memory_share` of the host's available memory.
     """
+    if not Path(source_path).is_file():
+        raise UsageError(f"source file not found: {source_path}")
     try:
-        source = load_source(source_path)
+        plan = plan_for(source_path, runs=seeds + 1, share=memory_share)
+        sources = {}
+        if plan.names:  # the source's size globals, scaled to what the host holds
+            sources[plan.check_name] = load_source(source_path, sizes=plan.check)
+            if plan.small != plan.check:
+                sources["small"] = load_source(source_path, sizes=plan.small)
+        source = sources.get(plan.check_name) or load_source(source_path)
     except SourceFailure as e:
         return PortReport(
             ok=False, status="source_error", summary=str(e), source=source_path, source_line=e.line
@@ -143,21 +232,30 @@ def port_source(
     ops: set[str] | None = None
     if check is None:
         try:
-            tr = translate(source)
+            tr = translate(source, dynamic=not plan.names)
+            if plan.names:
+                tr.per_size = sized_translations(source_path, plan, tr, sources)
         except aten.RandomOp as e:
             raise UsageError(f"{source_path}: the forward draws random numbers: {e}") from None
         except aten.Unsupported as e:
             raise UsageError(f"{source_path}: no path can translate {e}") from None
         port = Path(out) if out else default_out(source_path)
         name = Path(source_path).stem
-        text = render(
-            tr, name=name, source_name=Path(source_path).name, port_path=tr.path, samples=source.input_samples
-        )
+        try:
+            text = render(
+                tr, name=name, source_name=Path(source_path).name, port_path=tr.path,
+                samples=source.input_samples, sizes=plan_sizes_table(plan) if plan.names else None,
+            )  # fmt: skip
+        except aten.Unsupported as e:
+            raise UsageError(f"{source_path}: no path can translate {e}") from None
         write(text, port)
         port_file = str(port)
         names = [i.source_name for i in tr.inputs if i.kind == "param"]
-        locate = _locator(source, tr, text, names)
-        required, ops = read_params(tr.program), _ops(tr.program)
+        fp = plan.footprints.get(plan.check_name)
+        if fp is None or fp.intermediates * 2 + fp.check_bytes() <= plan.budget_bytes:
+            locate = _locator(source, tr, text, names)  # it holds every intermediate of both sides
+        kept = {k for k, v in tr.constant_kinds.items() if v}  # masks and indices the port keeps as constants
+        required, ops = read_params(tr.program) - kept, _ops(tr.program)
     else:
         if not Path(check).is_file():
             raise UsageError(f"port file not found: {check}")
@@ -176,10 +274,12 @@ def port_source(
             allow_weak_check=allow_weak_check,
             required_params=required,
             locate=locate,
+            at=plan.check_name,
+            sources=sources,
         )
     except SourceFailure as e:
         return PortReport(ok=False, status="source_error", summary=str(e), source_line=e.line, **base)
-    changes = (tr.changes if tr else []) + changes_seen(source, ops)
+    changes = (tr.changes if tr else []) + changes_seen(source, ops) + plan_changes(plan)
     made = tr.path if tr else "given"
     source_reference = None
     if result.ok and tr is not None:

@@ -7,6 +7,7 @@ child. A Triton source runs in Triton's interpreter (TRITON_INTERPRET=1, set bef
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ def _triton_kernels(text: str) -> list[str]:
     return names
 
 
-def _model_class(module: ModuleType, path: Path):
+def model_class(module: ModuleType, path: Path):
     import torch
 
     cls = getattr(module, "Model", None)
@@ -135,12 +136,21 @@ def _run_recording(source: TorchSource, seed: int) -> None:
     source.random_ops = list(dict.fromkeys(source.random_ops))
 
 
+POOL_ELEMENTS = 1 << 16  # per call and input, an evenly strided sample (a KernelBench input can be GBs)
+
+
+def _sample(x: Any) -> Any:
+    flat = x.detach().flatten()
+    step = max(1, flat.numel() // POOL_ELEMENTS)
+    return flat[::step].clone()
+
+
 def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> dict[int, Any]:
     """Each tensor input's values over `calls` calls of the inputs function (one call may not show the
-    range: torch.randint(0, 4, (1,)) once is a single value)."""
+    range: torch.randint(0, 4, (1,)) once is a single value), sampled: at most POOL_ELEMENTS a call."""
     import torch
 
-    pooled = {i: [x.detach().flatten()] for i, x in enumerate(first) if isinstance(x, torch.Tensor)}
+    pooled = {i: [_sample(x)] for i, x in enumerate(first) if isinstance(x, torch.Tensor)}
     for k in range(1, calls):
         torch.manual_seed(seed + k)
         try:
@@ -150,12 +160,14 @@ def _pooled_inputs(inputs_fn: Any, first: list, seed: int, calls: int = 8) -> di
         more = list(more) if isinstance(more, list | tuple) else [more]
         for i in pooled:
             if i < len(more) and isinstance(more[i], torch.Tensor):
-                pooled[i].append(more[i].detach().flatten())
+                pooled[i].append(_sample(more[i]))
     return {i: torch.cat(v) for i, v in pooled.items()}
 
 
-def load_source(spec: str, *, seed: int = 0) -> TorchSource:
-    """Import the source, build Model(*get_init_inputs()) in eval mode and its example inputs, run it once."""
+def load_source(spec: str, *, seed: int = 0, sizes: dict[str, int] | None = None) -> TorchSource:
+    """Import the source, build Model(*get_init_inputs()) in eval mode and its example inputs, run it once.
+
+    `sizes` replaces the source's size globals (port/sizing.py) before anything is built."""
     path = Path(spec)
     if not path.is_file():
         raise UsageError(f"source file not found: {spec}")
@@ -173,12 +185,17 @@ def load_source(spec: str, *, seed: int = 0) -> TorchSource:
     except ImportError:
         raise UsageError('PyTorch is not installed: pip install "maxkernel[torch]" (see README)') from None
     try:
-        module, sha = import_file(path, "source")
+        if sizes:
+            from maxkernel.tpu_tools.port.sizing import load_module
+
+            module, sha = load_module(path, text, sizes), hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            module, sha = import_file(path, "source")
     except UsageError:
         raise
     except Exception as e:
         raise _fail(e, path, "import") from None
-    cls, named_model = _model_class(module, path)
+    cls, named_model = model_class(module, path)
     inputs_fn = next(
         (getattr(module, n) for n in INPUT_FUNCTIONS if callable(getattr(module, n, None))), None
     )

@@ -8,6 +8,7 @@ the source line it came from, so a mismatch can name its op.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import warnings
@@ -53,6 +54,8 @@ class Translation:
     paths_tried: list[PathTry] = field(default_factory=list)
     changes: list[PortChange] = field(default_factory=list)
     program: Any = None  # the ExportedProgram that made it
+    constant_kinds: dict[str, str | None] = field(default_factory=dict)  # buffer -> tril/triu/literal/None
+    per_size: dict[str, Translation] = field(default_factory=dict)  # the same source at other sizes
 
 
 def _ident(name: str) -> str:
@@ -117,13 +120,39 @@ def _structural(t: Any) -> bool:
     return bool(((t == 0) | (t == 1)).all()) and bool((t != t.flatten()[0]).any())
 
 
+def constant_kind(t: Any) -> str | None:
+    """How a non-parameter buffer enters the port: 'tril'/'triu' (a causal mask of ones, rebuilt from
+    its shape: it need not be embedded), 'literal' (a mask or index, embedded), None (a weight-like
+    float buffer: a port input drawn from the key)."""
+    import torch
+
+    if t.is_floating_point() and not _structural(t):
+        return None
+    if t.dim() >= 2 and t.shape[-1] >= 2 and t.shape[-2] >= 2:
+        ones = torch.ones(t.shape[-2:], dtype=t.dtype)
+        for kind, fn in (("tril", torch.tril), ("triu", torch.triu)):
+            if bool((t == fn(ones)).all()):
+                return kind
+    return "literal"
+
+
+def _mask_expr(kind: str, t: Any) -> str:
+    dtype = aten.DTYPES.get(str(t.dtype).removeprefix("torch."), "jnp.float32")
+    rows, cols = int(t.shape[-2]), int(t.shape[-1])
+    shape = tuple(int(s) for s in t.shape)
+    return f"jnp.broadcast_to(jnp.{kind}(jnp.ones(({rows}, {cols}), {dtype})), {shape})"
+
+
 def _literal(t: Any) -> str:
     dtype = aten.DTYPES.get(str(t.dtype).removeprefix("torch."), "jnp.float32")
     return f"jnp.asarray({t.detach().cpu().tolist()!r}, {dtype})"
 
 
-def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
-    """jnp statements for an ExportedProgram's graph (raises aten.Unsupported / aten.RandomOp)."""
+def emit(ep: Any, source: TorchSource, path_name: str, like: Translation | None = None) -> Translation:
+    """jnp statements for an ExportedProgram's graph (raises aten.Unsupported / aten.RandomOp).
+
+    `like`: the translation of the same source at a size that was built (a meta-device source has no
+    buffer values: its masks are classified as `like`'s were)."""
     import operator
 
     import torch
@@ -133,6 +162,8 @@ def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
     inputs: list[PortInput] = []
     constants: dict[str, str] = {}
     changes: list[PortChange] = []
+    kinds: dict[str, str | None] = {}
+    masks: list[Statement] = []
     state = dict(source.model.named_parameters()) | dict(source.model.named_buffers())
     specs = {s.arg.name: s for s in ep.graph_signature.input_specs}
     positions = iter(source.tensor_positions)
@@ -159,10 +190,34 @@ def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
             t = ep.constants.get(target)
         if t is None:
             raise aten.Unsupported(f"input {target!r} ({spec.kind.name}) that is no parameter or buffer")
-        if spec.kind != InputKind.PARAMETER and (not t.is_floating_point() or _structural(t)):
+        if spec.kind != InputKind.PARAMETER:
+            if t.is_meta:  # a size no tensor was built at: the kind the built size showed
+                kind = (like.constant_kinds if like else {}).get(target, "literal")
+            else:
+                kind = constant_kind(t)
+            kinds[target] = kind
+        else:
+            kind = None
+        if kind in ("tril", "triu"):
+            masks.append(Statement(var, _mask_expr(kind, t), "constant", f"buffer {target}: {kind} of ones"))
+            changes.append(
+                PortChange(
+                    kind="constant",
+                    detail=f"buffer {target} ({str(t.dtype)[6:]}, {tuple(t.shape)}) is a {kind} of ones: "
+                    f"rebuilt in the port from its shape (jnp.{kind}), not drawn from the seed",
+                )
+            )
+            continue
+        if kind == "literal":
+            if t.is_meta:
+                raise aten.Unsupported(
+                    f"buffer {target!r} at the source's own size: its values are data (not a mask) and "
+                    "that size was too big to build"
+                )
             if t.numel() > 65536:
                 raise aten.Unsupported(
-                    f"a {t.numel()}-element non-float buffer {target!r} (too big to embed)"
+                    f"a {t.numel()}-element buffer {target!r} of masks or indices (too big to embed; "
+                    "only a tril/triu of ones is rebuilt from its shape)"
                 )
             constants[var] = _literal(t)
             changes.append(
@@ -179,7 +234,7 @@ def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
     inputs = sorted((i for i in inputs if i.kind == "activation"), key=lambda i: i.position) + [
         i for i in inputs if i.kind == "param"
     ]
-    statements: list[Statement] = []
+    statements: list[Statement] = list(masks)
     helpers: list[str] = []
     outputs: list[str] = []
     src = source.path.resolve()
@@ -219,10 +274,19 @@ def emit(ep: Any, source: TorchSource, path_name: str) -> Translation:
         names[node] = var
         statements.append(Statement(var, expr, label, where))
     return Translation(
-        path_name, inputs, statements, outputs, helpers, constants, changes=changes, program=ep
+        path_name,
+        inputs,
+        statements,
+        outputs,
+        helpers,
+        constants,
+        changes=changes,
+        program=ep,
+        constant_kinds=kinds,
     )
 
 
+@functools.cache
 def _try_torchax() -> PathTry:
     try:
         import torchax  # noqa: F401
@@ -236,12 +300,17 @@ def _try_torchax() -> PathTry:
     )
 
 
-def export(source: TorchSource) -> tuple[Any, int | None, str]:
-    """(ExportedProgram, dynamic batch or None, note): dim 0 of every input varies where export allows."""
+def export(source: TorchSource, *, dynamic: bool = True) -> tuple[Any, int | None, str]:
+    """(ExportedProgram, dynamic batch or None, note): dim 0 of every input varies where export allows
+    (`dynamic`; a source whose size globals are scaled is exported at each size instead)."""
     import warnings
+
+    import torch
 
     with warnings.catch_warnings():  # torch's own deprecation notes are not the user's (one-line errors)
         warnings.simplefilter("ignore")
+        if not dynamic:
+            return torch.export.export(source.model, tuple(source.inputs)), None, ""
         return _export(source)
 
 
@@ -264,7 +333,7 @@ def _export(source: TorchSource) -> tuple[Any, int | None, str]:
     return torch.export.export(source.model, args), None, note
 
 
-def translate(source: TorchSource) -> Translation:
+def translate(source: TorchSource, *, dynamic: bool = True, like: Translation | None = None) -> Translation:
     """The port's statements, by the first path that covers every op (raises Unsupported naming the op)."""
     tried = [_try_torchax()]
     if source.triton_kernels:
@@ -274,14 +343,16 @@ def translate(source: TorchSource) -> Translation:
             "(the port_to_jax prompt) and check it with --check"
         )
     try:
-        ep, batch, note = export(source)
+        ep, batch, note = export(source, dynamic=dynamic)
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0][:300]
         raise aten.Unsupported(
             f"torch.export cannot trace the forward: {type(e).__name__}: {first}"
         ) from None
     try:
-        out = emit(ep, source, "torch.export")
+        if like is not None and like.path == "torch.export+decompositions":
+            raise aten.Unsupported(like.paths_tried[-2].detail.removeprefix("no translation for "))
+        out = emit(ep, source, "torch.export", like)
         tried.append(
             PathTry(path="torch.export", ok=True, detail="every op of the exported graph translated")
         )
@@ -291,7 +362,7 @@ def translate(source: TorchSource) -> Translation:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 decomposed = ep.run_decompositions()
-            out = emit(decomposed, source, "torch.export+decompositions")
+            out = emit(decomposed, source, "torch.export+decompositions", like)
         except aten.Unsupported as e2:
             raise aten.Unsupported(str(e2)) from None
         tried.append(PathTry(path="torch.export+decompositions", ok=True, detail="core ATen ops translated"))

@@ -30,6 +30,7 @@ from maxkernel.tpu_tools.judged.timed_loop import (
 )
 from maxkernel.tpu_tools.pool import handover
 from maxkernel.tpu_tools.pool.child import report_progress
+from maxkernel.tpu_tools.problem.memory import TooBig, guard_reference
 from maxkernel.tpu_tools.problem.reference import load_reference
 from maxkernel.tpu_tools.problem.source import ReferenceInfo
 from maxkernel.tpu_tools.reports import ArraySpec
@@ -110,6 +111,11 @@ def build_and_time_job(
         side.warnings.append(
             "the reference is not seedable: every input set is the same, so memoization cannot be excluded"
         )
+    try:
+        guard_reference(ref, size)
+    except TooBig as e:
+        side.error, side.error_is_usage = str(e), True
+        return side.model_dump(mode="json")
     staging = Path(staging_dir)
     report_progress("reference: build inputs")
     try:
