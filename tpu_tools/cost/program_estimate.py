@@ -88,6 +88,7 @@ def xla_estimate(
         padding_waste_fraction=0.0,
         per_call=[],
         xla_fusions=table,
+        launch_us=table.program_overhead_us,
         reason=(
             f"no pallas_call: XLA's TPU program costed fusion by fusion, {len(table.fusions)} ops summed + "
             f"{table.program_overhead_us:g} us per program (whole-program roofline {old:.3g} us); slowest: {heavy}"
