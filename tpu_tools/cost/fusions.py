@@ -62,7 +62,7 @@ TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one",
                   "sqrt", "cbrt", "power", "sine", "cosine", "tan", "atan2", "erf"}  # fmt: skip
 # Ops inside a fusion that move or reinterpret data without VPU arithmetic.
 NO_VPU = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "broadcast", "reshape", "slice",
-          "dynamic-slice", "iota", "transpose", "copy", "concatenate", "pad", "reverse"}  # fmt: skip
+          "dynamic-slice", "dynamic-update-slice", "iota", "transpose", "copy", "concatenate", "pad", "reverse"}  # fmt: skip
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all",
                "all-reduce-start", "all-gather-start", "collective-permute-start", "ragged-all-to-all"}  # fmt: skip
 
@@ -314,8 +314,13 @@ def _walk(
 # Bytes one top-level op moves between HBM and the core
 
 
+# Memory spaces in a TPU layout that are on the core, not HBM: S(1) VMEM, S(2) sync flags, S(6) SMEM (a
+# loop's index XLA keeps in scalar memory).
+ON_CORE_SPACES = {1, 2, 6}
+
+
 def _hbm(shapes: Sequence[Shape]) -> int:
-    return sum(s.nbytes for s in shapes if s.memory_space != 1)
+    return sum(s.nbytes for s in shapes if s.memory_space not in ON_CORE_SPACES)
 
 
 def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
@@ -503,6 +508,8 @@ def _cost_op(
         # Not a program: the top-level program does it inline (scalar unit, or a DMA it issues).
         fixed_s = 0.0
         vpu_s = 0.0
+        if scalar:  # its operands are scalars the program holds in registers and SMEM: no HBM traffic
+            nbytes, hbm_s = 0.0, 0.0
         what = "a scalar op" if scalar else "an async copy (a DMA)"
         if tlp is not None:
             tier = "llo"
@@ -746,7 +753,10 @@ def _tlp_us(tlp: ProgramLLO, counts: dict[str, int], c: ChipSpec, notes: list[st
         inside = [counts.get(name, 0) for name, i in tlp.calls if lp.start <= i < lp.start + lp.bundles]
         runs = max(inside, default=0)
         if not runs:
-            notes.append(f"a loop of {lp.bundles} bundles in the top-level program calls no op: counted once")
+            notes.append(
+                f"a loop of {lp.bundles} bundles in the top-level program calls no op (e.g. the copy of a may-alias "
+                "parameter it skips when the caller donates it): counted once"
+            )
             continue
         for k in range(lp.start, min(n, lp.start + lp.bundles)):
             mult[k] = runs
