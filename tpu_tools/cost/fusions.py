@@ -506,16 +506,22 @@ def _cost_op(
         fallback = f"LLO read, but {c.name} has no clock to turn bundles into time"
     elif kernel_prog is None and (scalar or ins.opcode in ASYNC_STARTS):
         # Not a program: the top-level program does it inline (scalar unit, or a DMA it issues).
-        fixed_s = 0.0
         vpu_s = 0.0
         if scalar:  # its operands are scalars the program holds in registers and SMEM: no HBM traffic
-            nbytes, hbm_s = 0.0, 0.0
+            nbytes, hbm_s, fixed_s = 0.0, 0.0, 0.0
         what = "a scalar op" if scalar else "an async copy (a DMA)"
         if tlp is not None:
-            tier = "llo"
+            tier, fixed_s = "llo", 0.0  # an async DMA's round trip is hidden until its -done (see _overlap)
             notes.append(f"{what} the top-level program runs inline: no launch, its bundles counted there")
-        else:
+        else:  # model tier: an async copy charged whole, its round trip included, as if it did not overlap
             fallback = f"{what}: no launch, but no top-level program dumped to read it from"
+    elif (
+        kernel_prog is None and tlp is not None and nbytes == 0 and ins.name not in {n for n, _ in tlp.calls}
+    ):
+        # No code at all: the top-level program never runs it and it moves nothing (XLA's ConcatBitcast of
+        # VMEM slices is an alias of their buffers).
+        fixed_s, vpu_s, mxu_s, tier = 0.0, 0.0, 0.0, "llo"
+        notes.append("no code: the top-level program never runs it and it moves no HBM bytes")
     elif kernel_prog is None:
         fallback = (
             "no LLO program of its own in the dump"
@@ -666,6 +672,32 @@ class _Ctx:
         self.module, self.c, self.cores, self.llo, self.notes = module, c, cores, llo, notes
         self.skip_kernels, self.budget, self.tlp = skip_kernels, budget, tlp
         self.counts: dict[str, int] = {}  # instruction -> times it runs (while trips multiplied)
+        self._twins: dict[tuple, ProgramLLO] | None = None
+
+    def program_of(self, ins: HloInstruction) -> ProgramLLO | None:
+        """The op's own program, or the one XLA compiled once for ops alike (two identical fusions, the two
+        RMSNorms of a layer, share one program: the dump names it after one of them)."""
+        if ins.name in self.llo or not self.llo:
+            return self.llo.get(ins.name)
+        if self._twins is None:
+            self._twins = {}
+            for comp in self.module.computations.values():
+                for other in comp.instructions:
+                    if other.name in self.llo:
+                        self._twins.setdefault(_signature(self.module, other), self.llo[other.name])
+        return self._twins.get(_signature(self.module, ins))
+
+
+def _signature(module: HloModule, ins: HloInstruction) -> tuple:
+    """What makes two ops one program: opcode, result shapes, and the fused body's ops and shapes."""
+    body = tuple(
+        (i.opcode, tuple(str(s) for s in i.shapes))
+        for c in ins.calls
+        if c in module.computations
+        for i in module.computations[c].instructions
+    )
+    target = re.search(r'custom_call_target="([^"]*)"', ins.attrs)
+    return (ins.opcode, tuple(str(s) for s in ins.shapes), body, target.group(1) if target else None)
 
 
 def _cost_computation(ctx: _Ctx, comp: HloComputation, count: int, depth: int = 0) -> list[FusionCost]:
@@ -677,7 +709,7 @@ def _cost_computation(ctx: _Ctx, comp: HloComputation, count: int, depth: int = 
         op = ins.opcode
         ctx.counts[ins.name] = count
         if op.endswith("-done") and ins.operands and ins.operands[0] in pending:
-            _overlap(pending.pop(ins.operands[0]), out)
+            _overlap(pending.pop(ins.operands[0]), out, ctx.tlp is not None)
         if op in FREE_OPS or op.endswith("-done"):
             continue
         if ctx.skip_kernels and _holds_kernel(
@@ -715,26 +747,37 @@ def _cost_computation(ctx: _Ctx, comp: HloComputation, count: int, depth: int = 
                 if b in module.computations:
                     out += _cost_computation(ctx, module.computations[b], count, depth + 1)
             continue
-        cost = _cost_op(module, ins, table, ctx.c, ctx.cores, ctx.llo, count, ctx.tlp)
+        llo = ctx.llo
+        twin = ctx.program_of(ins) if ins.name not in llo else None
+        if twin is not None:
+            llo = {**llo, ins.name: twin}
+        cost = _cost_op(module, ins, table, ctx.c, ctx.cores, llo, count, ctx.tlp)
+        if twin is not None:
+            cost.notes.append(f"runs the program XLA compiled once for it and {twin.program} (alike)")
         out.append(cost)
         if op in ASYNC_STARTS:
             pending[ins.name] = cost
-            cost.notes.append("charged only what the ops scheduled before its -done do not cover")
     return out
 
 
-def _overlap(start: FusionCost, out: list[FusionCost]) -> None:
+def _overlap(start: FusionCost, out: list[FusionCost], scheduled: bool) -> None:
     """An async copy's DMA runs beside the ops the schedule puts between its start and done: only the part
-    of its transfer they do not cover is charged (XLA's HLO is scheduled: instruction order is run order)."""
+    of its transfer they do not cover is charged (XLA's HLO is scheduled: instruction order is run order).
+    Only when the top-level program that issues it was read (`scheduled`); the model tier charges it whole,
+    as if it did not overlap."""
     i = next((k for k, f in enumerate(out) if f is start), None)
     if i is None:
         return
-    beside = sum(f.estimated_time_us for f in out[i + 1 :])
+    if not scheduled:
+        start.notes.append("charged whole, as if it did not overlap (no top-level program read: model tier)")
+        return
+    # HBM is shared: the DMA hides only under the time those ops do not spend on HBM themselves.
+    beside = sum(max(0.0, f.estimated_time_us - f.hbm_time_us) for f in out[i + 1 :])
     if beside <= 0:
         return
     exposed = max(0.0, start.estimated_time_us - beside)
     start.notes.append(
-        f"{start.estimated_time_us - exposed:.3g} us of it overlapped by {len(out) - i - 1} op(s)"
+        f"{start.estimated_time_us - exposed:.3g} us of it hidden under the non-HBM time of {len(out) - i - 1} op(s)"
     )
     start.estimated_time_us = exposed
     if exposed <= 0:
@@ -876,8 +919,8 @@ def cost_hlo_text(
             ),
             f"an op whose own program waits on an HBM DMA adds {FUSION_OVERHEAD_US} us (one DMA round trip); "
             "one that only touches VMEM/SMEM adds nothing",
-            "an async copy (copy-start) is charged only the part of its transfer the ops scheduled before its "
-            "copy-done do not cover",
+            "an async copy (copy-start) is charged only the part of its transfer that the compute and fixed time "
+            "(not the HBM time: bandwidth is shared) of the ops scheduled before its copy-done do not cover",
             "an in-place dynamic-update-slice (a fusion's output aliased to its operand) moves only its update",
             "buffers XLA placed in VMEM (S(1)) cost no HBM bytes",
             "f32 matmuls at DEFAULT precision run as one bf16 MXU pass (XLA on TPU); HIGHEST as 6",
