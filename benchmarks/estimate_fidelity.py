@@ -1,8 +1,13 @@
 """How well the static estimate predicts published TPU timings, per chip: before (main) vs after (this tree).
 
 Points: benchmarks/data/*.csv (v5e Pallas matmuls: the JAX docs' tutorial table, and sqtian's sweeps,
-held out) and the XLA rows of /work/shared/calibration/published_v6e.csv (v6e einsum+softmax attention,
-which XLA_HBM_EFFICIENCY was fitted on, and linear+cross-entropy, held out). Each point is rebuilt
+held out) and /work/shared/calibration/published_v6e.csv: its XLA rows (v6e einsum+softmax attention,
+which XLA_HBM_EFFICIENCY was fitted on, and linear+cross-entropy, held out) and its Pallas attention rows
+(tokamax's kernel; jax's splash attention at the same blocks stands in for it, as the README allows).
+The kernel side (pallas_calls) and the XLA side (plain JAX) are reported apart: within [0.8, 1.25],
+Spearman, and the pick between kernel and XLA where both were timed on one shape; then the tier of every
+XLA-side estimate, with three programs that have no published time (a donated KV-cache loop, a tiny
+attention, lax.ragged_dot), before and after. Each point is rebuilt
 (`acc_scratch`: the docs' matmul with an f32 VMEM accumulator; `acc_out`: accumulating into the output
 block; the XLA programs as the calibration README describes them), traced and compiled for its chip with
 libtpu's LLO dump, and estimated the way `maxkernel estimate` does (analyze.estimate_one):
@@ -163,10 +168,63 @@ def calibration_points(path: Path) -> list[dict]:
             elif r["op"].startswith("linear_softmax_xent") and r["implementation"] == "xla":
                 rows.append({"chip": r["chip"], "kernel": "xla_xent", "shape": nums[:3], "causal": False,
                              "measured_ms": float(r["published_ms"]), "fitted": False, "source": r["source"]})  # fmt: skip
+            elif r["implementation"] == "pallas_tokamax_splash":
+                blocks = [int(x) for x in r["config"].split("=")[-1].split("/")]
+                rows.append({"chip": r["chip"], "kernel": "splash", "shape": nums[:4], "blocks": blocks,
+                             "causal": r["causal"] == "Y", "measured_ms": float(r["published_ms"]),
+                             "fitted": False, "source": r["source"]})  # fmt: skip
     return rows
 
 
-def estimate_all(points: list[dict], cal: list[dict]) -> dict:
+# Plain-JAX programs with no published device time: their XLA-side estimate and tier only (the goal: `llo` for
+# every program that compiles). (name, shapes, donated args).
+XLA_PROGRAMS = {
+    "kv_cache_loop": (
+        [((8, 16384, 8, 128), "bfloat16"), ((8, 8, 128), "float32"), ((128, 128), "float32")],
+        (0,),
+    ),
+    "tiny_attention": ([((1, 128, 4, 64), "bfloat16")] * 3, ()),
+    "ragged_dot": ([((8192, 2048), "bfloat16"), ((8, 2048, 4096), "bfloat16"), ((8,), "int32")], ()),
+}
+
+
+def _xla_program(name: str):
+    import jax
+    import jax.numpy as jnp
+
+    def kv_cache_loop(cache, x, w):
+        """128 decode steps, each writing one slot of a 268 MB cache (donated: updated in place)."""
+
+        def step(i, carry):
+            c, h = carry
+            h = jnp.tanh(h @ w)
+            return jax.lax.dynamic_update_slice(c, h.astype(c.dtype).reshape(8, 1, 8, 128), (0, i, 0, 0)), h
+
+        return jax.lax.fori_loop(0, 128, step, (cache, x))
+
+    def ragged_dot(x, w, group_sizes):
+        return jax.lax.ragged_dot(x, w, group_sizes)
+
+    return {"kv_cache_loop": kv_cache_loop, "tiny_attention": _attention(True), "ragged_dot": ragged_dot}[
+        name
+    ]
+
+
+def _splash(b: int, s: int, h: int, d: int, causal: bool, blocks: list[int]):
+    """jax's splash attention forward at the published blocks, q/k/v [B, H, S, D] (its own layout): the
+    calibration README's proxy for tokamax's Pallas attention."""
+    import jax
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    mask = sm.MultiHeadMask([sm.CausalMask((s, s)) if causal else sm.FullMask((s, s)) for _ in range(h)])
+    bq, bkv, bkvc = blocks
+    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkvc)
+    kernel = sk.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
+    return jax.vmap(kernel)
+
+
+def estimate_all(points: list[dict], cal: list[dict], kinds: set[str] | None = None) -> dict:
     """{key: estimated us} for every point, with whatever estimator `maxkernel` resolves to in this process.
 
     The same path a user's `estimate` takes (analyze.estimate_one: trace, compile with the LLO dump,
@@ -183,24 +241,28 @@ def estimate_all(points: list[dict], cal: list[dict]) -> dict:
 
     out: dict[str, dict] = {}
 
-    def run(key, fn, shapes, chip):
+    def run(key, fn, shapes, chip, donate=()):
         sharding, scope = _aot(chip)
         args = [jax.ShapeDtypeStruct(s, d, sharding=sharding) for s, d in shapes]
         with scope:
-            calls = find_pallas_calls(jax.jit(fn).trace(*args).jaxpr)
+            traced = jax.jit(fn, donate_argnums=donate).trace(*args)
+            calls = find_pallas_calls(traced.jaxpr)
             try:
-                est, _, facts = estimate_one(fn, args, calls, chip, dump, None)
+                est, _, facts = estimate_one(fn, args, calls, chip, dump, None, traced=traced)
             except Exception as e:  # reported, never silently dropped
                 print(f"estimate failed for {key}: {str(e).splitlines()[0][:200]}", file=sys.stderr)
                 return
         if est is not None and "error" not in facts:
-            out[key] = {"us": est.estimated_time_us, "tier": est.tier}
+            table = getattr(est, "xla_fusions", None)
+            out[key] = {"us": est.estimated_time_us, "tier": est.tier, "note": est.tier_note,
+                        "fallbacks": getattr(table, "fallbacks", None) if table is not None else None}  # fmt: skip
         else:
             print(f"no estimate for {key}: {str(facts.get('error'))[:200]}", file=sys.stderr)
 
+    want = lambda k: kinds is None or k in kinds  # noqa: E731
     for p in points:
         key = _key(p)
-        if key not in out:
+        if key not in out and want("matmul"):
             dt = getattr(jnp, p["dtype"])
             run(
                 key,
@@ -209,13 +271,27 @@ def estimate_all(points: list[dict], cal: list[dict]) -> dict:
                 p["chip"],
             )
     for p in cal:
+        if not want(p["kernel"]):
+            continue
         if p["kernel"] == "xla_attention":
             b, s, h, d = p["shape"]
             run(_key(p), _attention(p["causal"]), [((b, s, h, d), jnp.bfloat16)] * 3, p["chip"])
+        elif p["kernel"] == "splash":
+            b, s, h, d = p["shape"]
+            run(
+                _key(p),
+                _splash(b, s, h, d, p["causal"], p["blocks"]),
+                [((b, h, s, d), jnp.bfloat16)] * 3,
+                p["chip"],
+            )
         else:
             n, h, v = p["shape"]
             shapes = [((n, h), jnp.bfloat16), ((h, v), jnp.bfloat16), ((n,), jnp.int32)]
             run(_key(p), _xent, shapes, p["chip"])
+    for name, (shapes, donate) in XLA_PROGRAMS.items():
+        if want("xla_program"):
+            typed = [(s, getattr(jnp, d)) for s, d in shapes]
+            run(f"tpu-v6e|xla_program|{name}", _xla_program(name), typed, "tpu-v6e", donate)
     return out
 
 
@@ -223,6 +299,11 @@ def _key(p: dict) -> str:
     if "bm" in p:
         return f"{p['chip']}|{p['kernel']}|{p['dtype']}|{p['n']}|{p['bm']}|{p['bk']}|{p['bn']}"
     return f"{p['chip']}|{p['kernel']}|{p['shape']}|{p['causal']}"
+
+
+def side(p: dict) -> str:
+    """'kernel' (a pallas_call: the docs' matmuls, splash) or 'XLA' (a plain-JAX program)."""
+    return "kernel" if "bm" in p or p["kernel"] == "splash" else "XLA"
 
 
 def estimate_at_rev(rev: str, data: str) -> dict:
@@ -282,11 +363,45 @@ def _fmt(st: dict) -> str:
     return f"{rho:>5} {rr:>9} {loss:>6}"
 
 
+def _side_summary(pts: list[dict], col: str) -> dict:
+    """Within [0.8, 1.25], Spearman, of one side's points with a published time (timeit points with the floor)."""
+    have = [p for p in pts if p.get(col) is not None and p.get("measured_ms") is not None]
+    est = [p[col] / 1e3 + p.get("_floor_" + col, 0.0) for p in have]
+    meas = [p["measured_ms"] for p in have]
+    ratios = [e / m for e, m in zip(est, meas, strict=True)]
+    return {"n": len(have), "in_band": sum(0.8 <= r <= 1.25 for r in ratios), "spearman": spearman(est, meas)}
+
+
+def _picks(cal: list[dict], col: str) -> tuple[int, int, list[str]]:
+    """Kernel vs XLA on the same problem (splash vs einsum+softmax at one shape): does the estimate pick the
+    implementation the chip found faster? (right, pairs, lines)."""
+    by = {}
+    for p in cal:
+        if p["kernel"] in ("splash", "xla_attention"):
+            by.setdefault((p["chip"], str(p["shape"]), p["causal"]), {})[p["kernel"]] = p
+    right, n, lines = 0, 0, []
+    for (chip, shape, causal), pair in sorted(by.items()):
+        k, x = pair.get("splash"), pair.get("xla_attention")
+        if k is None or x is None or k.get(col) is None or x.get(col) is None:
+            continue
+        n += 1
+        ok = (k[col] < x[col]) == (k["measured_ms"] < x["measured_ms"])
+        right += ok
+        lines.append(
+            f"{chip} {shape} causal={causal}: kernel {k[col] / 1e3:.3g} vs XLA {x[col] / 1e3:.3g} ms estimated, "
+            f"{k['measured_ms']:.3g} vs {x['measured_ms']:.3g} published: {'right' if ok else 'WRONG'}"
+        )
+    return right, n, lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT / "benchmarks" / "data"))
     ap.add_argument("--calibration", default=str(CALIBRATION))
     ap.add_argument("--before", default="main", help="git revision whose estimator is the `before` column")
+    ap.add_argument(
+        "--before-json", help="the before column's estimates from an earlier --emit (skips that run)"
+    )
     ap.add_argument("--json", help="write every point and series figure here")
     ap.add_argument("--emit", help=argparse.SUPPRESS)  # child mode: estimates of this process's tree, as JSON
     args = ap.parse_args(argv)
@@ -298,7 +413,11 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     t0 = time.perf_counter()
-    before = estimate_at_rev(args.before, args.data)
+    before = (
+        json.loads(Path(args.before_json).read_text())
+        if args.before_json
+        else estimate_at_rev(args.before, args.data)
+    )
     t1 = time.perf_counter()
     after = estimate_all(points, cal)
     t2 = time.perf_counter()
@@ -307,9 +426,14 @@ def main(argv: list[str] | None = None) -> int:
         k = _key(p)
         p["before_us"] = before.get(k, {}).get("us")
         p["after_us"] = after.get(k, {}).get("us")
+        p["before_tier"] = before.get(k, {}).get("tier")
         p["after_tier"] = after.get(k, {}).get("tier")
+        p["after_fallbacks"] = after.get(k, {}).get("fallbacks")
     cols = ("before_us", "after_us")
     floors = {c: dispatch_floor_ms(points, c) for c in cols}
+    for p in points:
+        for c in cols:
+            p["_floor_" + c] = floors[c]
     print(
         f"{len(allp)} published points; before = {args.before}'s estimator ({t1 - t0:.0f} s), after = this tree ({t2 - t1:.0f} s)"
     )
@@ -360,9 +484,49 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {name:<16} within {s['in_band']}/{s['n']} ({frac:.0%}), rho {s['rhos']}, worst pick-loss {s['max_loss']:.0%}"
         )
+    sides: dict[str, dict] = {}
+    print("\nkernel side and XLA side apart (every point with a published time): within [0.8,1.25], Spearman")
+    for sd in ("kernel", "XLA"):
+        pts = [p for p in allp if side(p) == sd]
+        for c in cols:
+            st = sides[f"{sd} {c[:-3]}"] = _side_summary(pts, c)
+            rho = "-" if st["spearman"] is None else f"{st['spearman']:.2f}"
+            print(f"  {sd:<6} {c[:-3]:<6} within {st['in_band']}/{st['n']}, Spearman {rho}")
+    print("\npick agreement (kernel vs XLA on one problem, the faster one by the estimate vs by the chip):")
+    picks = {}
+    for c in cols:
+        right, n, lines = _picks(cal, c)
+        picks[c[:-3]] = {"right": right, "pairs": n, "lines": lines}
+        print(f"  {c[:-3]}: {right}/{n}")
+        for ln in lines:
+            print("    " + ln)
+    print("\nXLA-side tier of every plain-JAX program (before -> after; after's model-tier ops, if any):")
+    programs = [_key(p) for p in allp if side(p) == "XLA"]
+    programs += [k for k in sorted(set(after) | set(before)) if "|xla_program|" in k]
+    tiers = []
+    for key in programs:
+        b, a = before.get(key, {}), after.get(key, {})
+        falls = a.get("fallbacks") or []
+        us = lambda r: f"{r['us']:.4g} us" if r.get("us") is not None else "-"  # noqa: E731
+        line = f"  {key:<58} {b.get('tier', '-'):>5} {us(b):>12} -> {a.get('tier', '-'):>5} {us(a):>12}"
+        if falls:
+            line += f"; {len(falls)} fell back: {falls[0]}"
+        print(line)
+        tiers.append({"key": key, "before": b, "after": a})
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"floors_ms": floors, "series": out, "summary": summary, "points": allp}, indent=1)
+            json.dumps(
+                {
+                    "floors_ms": floors,
+                    "series": out,
+                    "summary": summary,
+                    "sides": sides,
+                    "picks": picks,
+                    "tiers": tiers,
+                    "points": allp,
+                },
+                indent=1,
+            )  # fmt: skip
         )
     return 0
 

@@ -39,7 +39,7 @@ from maxkernel.tpu_tools.cost.call_estimate import (
     vpu_ops_per_s,
 )
 from maxkernel.tpu_tools.cost.data_work import CallData
-from maxkernel.tpu_tools.cost.fusions import PROGRAM_OVERHEAD_US, FusionTable
+from maxkernel.tpu_tools.cost.fusions import FusionTable, program_launch_us
 from maxkernel.tpu_tools.cost.jaxpr_cost import ProgramCost
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
 from maxkernel.tpu_tools.hardware.chips import ChipSpec
@@ -114,6 +114,10 @@ class StaticEstimate(BaseModel):
     )
     ignored_cost_estimates: list[str] = Field(
         default_factory=list, description="pl.CostEstimates ignored as far below the counted flops"
+    )
+    launch_us: float | None = Field(
+        default=None,
+        description="the program's launch inside estimated_time_us (its top-level program's bundles)",
     )
     reason: str
     assumptions: list[str]
@@ -412,10 +416,12 @@ def estimate_pallas(
         notes.append("model came in under the roofline: clamped to it")
         est = rl.time_us
     if calls:
-        # The jitted program that runs the kernels is launched like any XLA program: the same fixed cost
-        # as the plain-JAX side (fusions.PROGRAM_OVERHEAD_US), so Pallas vs XLA compares like with like.
-        est += PROGRAM_OVERHEAD_US
-        notes.append(f"a fixed {PROGRAM_OVERHEAD_US:g} us per program (launch), as for XLA programs")
+        # The jitted program that runs the kernels is launched like any XLA program, costed the same way as
+        # the plain-JAX side (its top-level program's bundles when dumped), so Pallas vs XLA compares like
+        # with like.
+        launch_us, launch_note = program_launch_us(llo, c)
+        est += launch_us
+        notes.append(f"{launch_note}: {launch_us:.3g} us, once per program, as for XLA programs")
     outside = outside_cost(program, c) if program is not None else None
     if outside_fusions is not None and outside_fusions.fusions:
         outside = _outside_from_fusions(outside_fusions, program)
@@ -482,6 +488,7 @@ def estimate_pallas(
         padding_waste_fraction=pad_total / moved if moved else 0.0,
         per_call=per,
         outside_kernel=outside,
+        launch_us=launch_us,
         xla_fusions=outside_fusions if outside is not None and outside.basis == "fusions" else None,
         ignored_cost_estimates=ignored,
         reason=reason,

@@ -27,7 +27,14 @@ from maxkernel.tpu_tools.cost.mosaic_call import declared_cost, kernel_call
 from maxkernel.tpu_tools.hardware.chips import ChipSpec, get_chip
 from maxkernel.tpu_tools.hardware.megacore import cores_per_device
 
-__all__ = ["FusionCost", "FusionTable", "cost_fusions", "cost_hlo_text"]
+__all__ = [
+    "FusionCost",
+    "FusionTable",
+    "cost_fusions",
+    "cost_hlo_text",
+    "program_launch_us",
+    "top_level_program",
+]
 
 # Fixed cost of launching one TPU program, and of starting each fusion in it (its pipeline's first window
 # fetched and last one written back without overlap). Not fitted (no device-time data of tiny programs
@@ -55,7 +62,7 @@ TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one",
                   "sqrt", "cbrt", "power", "sine", "cosine", "tan", "atan2", "erf"}  # fmt: skip
 # Ops inside a fusion that move or reinterpret data without VPU arithmetic.
 NO_VPU = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "broadcast", "reshape", "slice",
-          "dynamic-slice", "iota", "transpose", "copy", "concatenate", "pad", "reverse"}  # fmt: skip
+          "dynamic-slice", "dynamic-update-slice", "iota", "transpose", "copy", "concatenate", "pad", "reverse"}  # fmt: skip
 COLLECTIVES = {"all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all",
                "all-reduce-start", "all-gather-start", "collective-permute-start", "ragged-all-to-all"}  # fmt: skip
 
@@ -84,6 +91,7 @@ class FusionCost(BaseModel):
     tier: Literal["llo", "model"] = "model"
     bound: Literal["compute", "memory", "overhead"]
     notes: list[str] = Field(default_factory=list)
+    fallback: str | None = Field(default=None, description="why this op is at the model tier (None: llo)")
 
 
 class FusionTable(BaseModel):
@@ -100,6 +108,13 @@ class FusionTable(BaseModel):
     )
     flops: float = 0.0
     bytes_accessed: float = 0.0
+    program_tier: Literal["llo", "model"] = Field(
+        default="model",
+        description="llo: the launch is the top-level program's own bundles; model: a fixed cost",
+    )
+    fallbacks: list[str] = Field(
+        default_factory=list, description="'name (opcode): why' of every op costed at the model tier"
+    )
     assumptions: list[str] = Field(default_factory=list)
 
     def top(self, n: int = 8) -> list[FusionCost]:
@@ -299,8 +314,13 @@ def _walk(
 # Bytes one top-level op moves between HBM and the core
 
 
+# Memory spaces in a TPU layout that are on the core, not HBM: S(1) VMEM, S(2) sync flags, S(6) SMEM (a
+# loop's index XLA keeps in scalar memory).
+ON_CORE_SPACES = {1, 2, 6}
+
+
 def _hbm(shapes: Sequence[Shape]) -> int:
-    return sum(s.nbytes for s in shapes if s.memory_space != 1)
+    return sum(s.nbytes for s in shapes if s.memory_space not in ON_CORE_SPACES)
 
 
 def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloInstruction]) -> float:
@@ -331,16 +351,44 @@ def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloIns
     return total
 
 
+def _in_place_update(comp: HloComputation, name: str, depth: int = 0) -> HloInstruction | None:
+    """The update a fused output writes when it is an in-place dynamic-update-slice of a parameter (through
+    bitcasts): XLA aliases the buffer to the fusion's operand, so only the update moves (None otherwise)."""
+    table = comp.by_name()
+    ins = table.get(name)
+    while ins is not None and ins.opcode == "bitcast" and ins.operands and depth < 8:
+        ins, depth = table.get(ins.operands[0]), depth + 1
+    if ins is None or ins.opcode != "dynamic-update-slice" or len(ins.operands) < 2:
+        return None
+    buf = table.get(ins.operands[0])
+    while buf is not None and buf.opcode == "bitcast" and buf.operands:
+        buf = table.get(buf.operands[0])
+    if buf is None or buf.opcode != "parameter":
+        return None
+    return table.get(ins.operands[1])
+
+
 def _writes(module: HloModule, ins: HloInstruction) -> float:
-    """Bytes written: an in-place dynamic-update-slice root writes only its update."""
+    """Bytes written: an output that is an in-place dynamic-update-slice writes only its update (a root
+    tuple's elements each on their own: a loop body's fusion returns the updated cache beside its carry)."""
     fused = module.computations.get(ins.calls[0]) if ins.calls else None
-    if fused is not None:
-        root = next((i for i in fused.instructions if i.is_root), None)
-        if root is not None and root.opcode == "dynamic-update-slice":
-            upd = fused.by_name().get(root.operands[1]) if len(root.operands) > 1 else None
-            if upd is not None:
-                return float(_hbm(upd.shapes))
-    return float(_hbm(ins.shapes))
+    if fused is None:
+        return float(_hbm(ins.shapes))
+    root = next((i for i in fused.instructions if i.is_root), None)
+    if root is None:
+        return float(_hbm(ins.shapes))
+    outs = root.operands if root.opcode == "tuple" else [root.name]
+    if root.opcode == "tuple" and len(outs) != len(ins.shapes):
+        return float(_hbm(ins.shapes))
+    total = 0.0
+    for k, name in enumerate(outs):
+        shape = ins.shapes[k : k + 1] if root.opcode == "tuple" else ins.shapes[:1]
+        upd = _in_place_update(fused, name)
+        if upd is not None and _hbm(shape):
+            total += float(sum(s.nbytes for s in upd.shapes))
+        else:
+            total += float(_hbm(shape))
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -369,6 +417,8 @@ def _llo_bundles(p: ProgramLLO) -> int | None:
     if not p.loop_bundles:
         return line or p.total_bundles
     trips = getattr(p, "loop_trip_count", None)
+    if not trips and not p.is_kernel and p.iteration_bounds and all(b > 0 for b in p.iteration_bounds):
+        trips = math.prod(p.iteration_bounds)  # an XLA fusion's loop walks its windows once each
     if not trips:
         return None
     body = p.executed_loop_bundles if p.executed_loop_bundles is not None else p.loop_bundles
@@ -383,7 +433,12 @@ def _cost_op(
     cores: int,
     llo: dict[str, ProgramLLO],
     count: int,
+    tlp: ProgramLLO | None = None,
 ) -> FusionCost:
+    """One op's cost: from its own LLO program where the dump has one (tier llo), else from its HLO.
+
+    `tlp`: the module's top-level program, when dumped. An op it runs inline (a scalar op, an async copy it
+    issues) has no program of its own: it is no launch, and its bundles are the TLP's (costed once, there)."""
     work = _Work()
     if ins.opcode == "fusion":
         for cname in ins.calls:
@@ -401,6 +456,13 @@ def _cost_op(
         src = table.get(ins.operands[0]) if ins.operands else None
         in_hbm = src is not None and bool(_hbm(src.shapes[:1]))
         nbytes = (ins.shapes[1].nbytes if in_hbm else 0.0) + float(_hbm(ins.shapes[1:2]))
+    elif ins.opcode == "dynamic-update-slice" and len(ins.operands) > 1 and ins.operands[1] in table:
+        # In place (XLA aliases the operand buffer to the result): the update is read and written, no more.
+        upd = float(_hbm(table[ins.operands[1]].shapes[:1]))
+        nbytes = upd + (float(table[ins.operands[1]].shapes[0].nbytes) if _hbm(ins.shapes) else 0.0)
+        notes.append("in-place dynamic-update-slice: only the update moves")
+    elif ins.opcode == "dynamic-slice":
+        nbytes = 2.0 * float(_hbm(ins.shapes)) or float(sum(s.nbytes for s in ins.shapes))
     else:
         reads = (
             _param_reads(module, ins, table)
@@ -423,26 +485,60 @@ def _cost_op(
         else:
             notes.append(f"collective: no ICI bandwidth known for {c.name}, costed as HBM traffic only")
     tier: Literal["llo", "model"] = "model"
+    fallback: str | None = None
     llo_s = None
     prog = llo.get(ins.name)
     kernel_prog = prog if prog is not None and prog.is_kernel else None
     if kernel_prog is not None:
         prog = None  # a Mosaic kernel's loop is one grid step: costed by _as_kernel below
+    fixed_s = FUSION_OVERHEAD_US * 1e-6
+    scalar = _is_scalar(ins)
     if prog is not None and c.clock_ghz:
         bundles = _llo_bundles(prog)
         if bundles:
             llo_s = bundles / (c.clock_ghz * 1e9)
             tier = "llo"
+            if not _waits_on_hbm(prog):  # VMEM/SMEM only: no DMA round trip to wait for
+                fixed_s = 0.0
         else:
-            notes.append("LLO read, but its loop's trip count was not found: model tier")
+            fallback = "LLO read, but its loop's trip count was not found"
+    elif prog is not None:
+        fallback = f"LLO read, but {c.name} has no clock to turn bundles into time"
+    elif kernel_prog is None and (scalar or ins.opcode in ASYNC_STARTS):
+        # Not a program: the top-level program does it inline (scalar unit, or a DMA it issues).
+        vpu_s = 0.0
+        if scalar:  # its operands are scalars the program holds in registers and SMEM: no HBM traffic
+            nbytes, hbm_s, fixed_s = 0.0, 0.0, 0.0
+        what = "a scalar op" if scalar else "an async copy (a DMA)"
+        if tlp is not None:
+            tier, fixed_s = "llo", 0.0  # an async DMA's round trip is hidden until its -done (see _overlap)
+            notes.append(f"{what} the top-level program runs inline: no launch, its bundles counted there")
+        else:  # model tier: an async copy charged whole, its round trip included, as if it did not overlap
+            fallback = f"{what}: no launch, but no top-level program dumped to read it from"
+    elif (
+        kernel_prog is None and tlp is not None and nbytes == 0 and ins.name not in {n for n, _ in tlp.calls}
+    ):
+        # No code at all: the top-level program never runs it and it moves nothing (XLA's ConcatBitcast of
+        # VMEM slices is an alias of their buffers).
+        fixed_s, vpu_s, mxu_s, tier = 0.0, 0.0, 0.0, "llo"
+        notes.append("no code: the top-level program never runs it and it moves no HBM bytes")
+    elif kernel_prog is None:
+        fallback = (
+            "no LLO program of its own in the dump"
+            if llo
+            else "no LLO dump (compiled without libtpu's dump, or the backend was up before it was switched on)"
+        )
     compute_s = max(mxu_s, llo_s if llo_s is not None else vpu_s)
-    fixed_s = FUSION_OVERHEAD_US * 1e-6
     busy = max(compute_s, hbm_s)
     bound: Literal["compute", "memory", "overhead"] = (
         "overhead" if fixed_s > busy else ("compute" if compute_s >= hbm_s else "memory")
     )
     per_run = busy + fixed_s
     kernel = _as_kernel(ins, table, c, kernel_prog) if ins.opcode == "custom-call" else None
+    if kernel is not None and kernel.tier == "llo" and kernel.estimated_time_us * 1e-6 <= busy:
+        tier, fallback = "llo", None  # its compiled steps run under the roofline of its declared work
+    elif kernel is not None and kernel.tier != "llo":
+        fallback = "XLA's own Mosaic kernel matched no compiled program with a readable grid"
     if kernel is not None and kernel.estimated_time_us * 1e-6 > busy:
         # What XLA emitted runs as a gridded kernel: its own blocks, refetches and bundles per step, never
         # under the roofline of its declared work.
@@ -450,7 +546,7 @@ def _cost_op(
         nbytes = float(kernel.hbm_bytes_moved)
         hbm_s = nbytes / (c.hbm_bytes_per_s * cores)
         if kernel.tier == "llo":
-            llo_s, tier = kernel.compute_time_us * 1e-6, "llo"
+            llo_s, tier, fallback = kernel.compute_time_us * 1e-6, "llo", None
         bound = "compute" if kernel.compute_time_us >= kernel.dma_time_us else "memory"
         per_run = busy + fixed_s
         grid = " x ".join(str(g) for g in kernel.grid)
@@ -460,6 +556,20 @@ def _cost_op(
             + (f", {kernel.bundles_per_step} bundles per step" if kernel.bundles_per_step else "")
         )
         notes += kernel.notes
+    elif kernel is None and kernel_prog is not None and c.clock_ghz and _llo_bundles(kernel_prog):
+        # A Mosaic program with no grid we could read (XLA's own ragged-dot metadata kernel): its bundles.
+        llo_s = _llo_bundles(kernel_prog) / (c.clock_ghz * 1e9)
+        compute_s = max(mxu_s, llo_s)
+        busy, tier, fallback = max(compute_s, hbm_s), "llo", None
+        fixed_s = fixed_s if _waits_on_hbm(kernel_prog) else 0.0
+        per_run = busy + fixed_s
+        bound = "overhead" if fixed_s > busy else ("compute" if compute_s >= hbm_s else "memory")
+    elif kernel is None and kernel_prog is not None:
+        fallback = "a Mosaic program whose grid and bundles could not be read"
+    if fallback is None and tier == "model":
+        fallback = "costed from its HLO (no program of its own was read)"
+    if fallback is not None:
+        tier = "model"
     return FusionCost(
         name=ins.name,
         opcode=ins.opcode,
@@ -480,7 +590,25 @@ def _cost_op(
         tier=tier,
         bound=bound,
         notes=notes,
+        fallback=fallback,
     )
+
+
+ASYNC_STARTS = {"copy-start", "slice-start"}
+
+
+def _is_scalar(ins: HloInstruction) -> bool:
+    """Every output a scalar (a loop counter, a bound): run on the scalar unit, never a program of its own."""
+    return (
+        bool(ins.shapes)
+        and all(not s.dims for s in ins.shapes)
+        and ins.opcode not in ("while", "custom-call")
+    )
+
+
+def _waits_on_hbm(p: ProgramLLO) -> bool:
+    """The program moves data between HBM and its core (it waits on at least one HBM DMA)."""
+    return any("hbm" in d.kind for d in (*p.dmas_per_step, *p.dmas_outside_loop))
 
 
 def _int_value(ins: HloInstruction | None, table: dict[str, HloInstruction]) -> int | None:
@@ -537,28 +665,59 @@ def _trip_count(module: HloModule, ins: HloInstruction, table: dict[str, HloInst
     return trips if trips is not None and trips > 0 else None
 
 
-def _cost_computation(
-    module: HloModule,
-    comp: HloComputation,
-    c: ChipSpec,
-    cores: int,
-    llo: dict[str, ProgramLLO],
-    count: int,
-    notes: list[str],
-    depth: int = 0,
-    skip_kernels: bool = False,
-    budget: list[int] | None = None,
-) -> list[FusionCost]:
+class _Ctx:
+    """What every level of the walk shares: the module, the chip, the dumped programs, the notes."""
+
+    def __init__(self, module, c, cores, llo, notes, skip_kernels, budget, tlp):
+        self.module, self.c, self.cores, self.llo, self.notes = module, c, cores, llo, notes
+        self.skip_kernels, self.budget, self.tlp = skip_kernels, budget, tlp
+        self.counts: dict[str, int] = {}  # instruction -> times it runs (while trips multiplied)
+        self._twins: dict[tuple, ProgramLLO] | None = None
+
+    def program_of(self, ins: HloInstruction) -> ProgramLLO | None:
+        """The op's own program, or the one XLA compiled once for ops alike (two identical fusions, the two
+        RMSNorms of a layer, share one program: the dump names it after one of them)."""
+        if ins.name in self.llo or not self.llo:
+            return self.llo.get(ins.name)
+        if self._twins is None:
+            self._twins = {}
+            for comp in self.module.computations.values():
+                for other in comp.instructions:
+                    if other.name in self.llo:
+                        self._twins.setdefault(_signature(self.module, other), self.llo[other.name])
+        return self._twins.get(_signature(self.module, ins))
+
+
+def _signature(module: HloModule, ins: HloInstruction) -> tuple:
+    """What makes two ops one program: opcode, result shapes, and the fused body's ops and shapes."""
+    body = tuple(
+        (i.opcode, tuple(str(s) for s in i.shapes))
+        for c in ins.calls
+        if c in module.computations
+        for i in module.computations[c].instructions
+    )
+    target = re.search(r'custom_call_target="([^"]*)"', ins.attrs)
+    return (ins.opcode, tuple(str(s) for s in ins.shapes), body, target.group(1) if target else None)
+
+
+def _cost_computation(ctx: _Ctx, comp: HloComputation, count: int, depth: int = 0) -> list[FusionCost]:
+    module, notes = ctx.module, ctx.notes
     table = _symbols(comp)
     out: list[FusionCost] = []
+    pending: dict[str, FusionCost] = {}  # async copies in flight: their DMA overlaps what runs before -done
     for ins in comp.instructions:
         op = ins.opcode
+        ctx.counts[ins.name] = count
+        if op.endswith("-done") and ins.operands and ins.operands[0] in pending:
+            _overlap(pending.pop(ins.operands[0]), out, ctx.tlp is not None)
         if op in FREE_OPS or op.endswith("-done"):
             continue
-        if skip_kernels and _holds_kernel(module, ins):  # the caller costs the pallas_calls from their jaxpr
-            if budget is None or budget[0] > 0:
-                if budget is not None:
-                    budget[0] -= 1
+        if ctx.skip_kernels and _holds_kernel(
+            module, ins
+        ):  # the caller costs the pallas_calls from their jaxpr
+            if ctx.budget is None or ctx.budget[0] > 0:
+                if ctx.budget is not None:
+                    ctx.budget[0] -= 1
                 continue
             notes.append(
                 f"{ins.name}: a Mosaic kernel that no traced pallas_call accounts for, costed as an op here"
@@ -570,32 +729,12 @@ def _cost_computation(
             body = re.search(r"\bbody=%([\w.\-]+)", ins.attrs)
             if body and body.group(1) in module.computations:
                 out += _cost_computation(
-                    module,
-                    module.computations[body.group(1)],
-                    c,
-                    cores,
-                    llo,
-                    count * (trips or 1),
-                    notes,
-                    depth + 1,
-                    skip_kernels,
-                    budget,
+                    ctx, module.computations[body.group(1)], count * (trips or 1), depth + 1
                 )
             continue
         if op == "conditional" and depth < 6:
             branches = [
-                _cost_computation(
-                    module,
-                    module.computations[b],
-                    c,
-                    cores,
-                    llo,
-                    count,
-                    notes,
-                    depth + 1,
-                    skip_kernels,
-                    budget,
-                )
+                _cost_computation(ctx, module.computations[b], count, depth + 1)
                 for b in ins.calls
                 if b in module.computations
             ]
@@ -606,21 +745,65 @@ def _cost_computation(
         if op == "call" and depth < 6:
             for b in ins.calls:
                 if b in module.computations:
-                    out += _cost_computation(
-                        module,
-                        module.computations[b],
-                        c,
-                        cores,
-                        llo,
-                        count,
-                        notes,
-                        depth + 1,
-                        skip_kernels,
-                        budget,
-                    )
+                    out += _cost_computation(ctx, module.computations[b], count, depth + 1)
             continue
-        out.append(_cost_op(module, ins, table, c, cores, llo, count))
+        llo = ctx.llo
+        twin = ctx.program_of(ins) if ins.name not in llo else None
+        if twin is not None:
+            llo = {**llo, ins.name: twin}
+        cost = _cost_op(module, ins, table, ctx.c, ctx.cores, llo, count, ctx.tlp)
+        if twin is not None:
+            cost.notes.append(f"runs the program XLA compiled once for it and {twin.program} (alike)")
+        out.append(cost)
+        if op in ASYNC_STARTS:
+            pending[ins.name] = cost
     return out
+
+
+def _overlap(start: FusionCost, out: list[FusionCost], scheduled: bool) -> None:
+    """An async copy's DMA runs beside the ops the schedule puts between its start and done: only the part
+    of its transfer they do not cover is charged (XLA's HLO is scheduled: instruction order is run order).
+    Only when the top-level program that issues it was read (`scheduled`); the model tier charges it whole,
+    as if it did not overlap."""
+    i = next((k for k, f in enumerate(out) if f is start), None)
+    if i is None:
+        return
+    if not scheduled:
+        start.notes.append("charged whole, as if it did not overlap (no top-level program read: model tier)")
+        return
+    # HBM is shared: the DMA hides only under the time those ops do not spend on HBM themselves.
+    beside = sum(max(0.0, f.estimated_time_us - f.hbm_time_us) for f in out[i + 1 :])
+    if beside <= 0:
+        return
+    exposed = max(0.0, start.estimated_time_us - beside)
+    start.notes.append(
+        f"{start.estimated_time_us - exposed:.3g} us of it hidden under the non-HBM time of {len(out) - i - 1} op(s)"
+    )
+    start.estimated_time_us = exposed
+    if exposed <= 0:
+        start.bound = "overhead"
+
+
+def _tlp_us(tlp: ProgramLLO, counts: dict[str, int], c: ChipSpec, notes: list[str]) -> float | None:
+    """The top-level program's own time: its bundles (launch, loop control, scalar ops, DMA issue) at the
+    clock, each of its loops' bundles times the runs of the HLO ops it calls (a while body's trips)."""
+    if not c.clock_ghz or not tlp.total_bundles:
+        return None
+    n = tlp.straight_line_bundles + tlp.loop_bundles
+    n = n or tlp.total_bundles
+    mult = [1] * n
+    for lp in sorted(tlp.loops, key=lambda x: x.bundles, reverse=True):  # inner loops last: they win
+        inside = [counts.get(name, 0) for name, i in tlp.calls if lp.start <= i < lp.start + lp.bundles]
+        runs = max(inside, default=0)
+        if not runs:
+            notes.append(
+                f"a loop of {lp.bundles} bundles in the top-level program calls no op (e.g. the copy of a may-alias "
+                "parameter it skips when the caller donates it): counted once"
+            )
+            continue
+        for k in range(lp.start, min(n, lp.start + lp.bundles)):
+            mult[k] = runs
+    return sum(mult) / (c.clock_ghz * 1e9) * 1e6
 
 
 def _as_kernel(ins: HloInstruction, table: dict[str, HloInstruction], c: ChipSpec, prog: ProgramLLO | None):
@@ -676,20 +859,33 @@ def cost_hlo_text(
         raise ValueError("no ENTRY computation in the HLO text")
     llo = _llo_by_name(llo_programs)
     budget = [kernels] if kernels is not None else None
-    fusions = _cost_computation(
-        module, entry, c, cores, llo, 1, notes, skip_kernels=skip_kernels, budget=budget
-    )
+    tlp = top_level_program(llo_programs, module)
+    ctx = _Ctx(module, c, cores, llo, notes, skip_kernels, budget, tlp)
+    fusions = _cost_computation(ctx, entry, 1)
     if skip_kernels:
         notes.append("the program's Mosaic kernels (pallas_calls) are left out: costed from their own jaxpr")
     flops = sum(f.flops for f in fusions)
     nbytes = sum(f.bytes_accessed for f in fusions)
-    total = sum(f.estimated_time_us for f in fusions) + PROGRAM_OVERHEAD_US
-    tiers = {f.tier for f in fusions}
+    launch_us = _tlp_us(tlp, ctx.counts, c, notes) if tlp is not None else None
+    program_tier: Literal["llo", "model"] = "llo" if launch_us is not None else "model"
+    if launch_us is None:
+        launch_us = PROGRAM_OVERHEAD_US
+    total = sum(f.estimated_time_us for f in fusions) + launch_us
+    tiers = {f.tier for f in fusions} | {program_tier}
     tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} else "model"
+    fallbacks = [f"{f.name} ({f.opcode}): {f.fallback}" for f in fusions if f.tier == "model"]
+    if program_tier == "model":
+        fallbacks.append(
+            f"the program's launch: no top-level program (TLP) in the dump, a fixed {PROGRAM_OVERHEAD_US:g} us"
+        )
     if tier == "llo":
-        note = f"llo: every fusion's compute from the compiler's schedule at {c.clock_ghz} GHz"
+        note = (
+            f"llo: every op's compute from the compiler's schedule at {c.clock_ghz} GHz, the launch and loop "
+            "control from the top-level program's"
+        )
     elif "llo" in tiers:
-        note = "model: some fusions had no LLO program (or trip count); those are costed from the HLO"
+        shown = "; ".join(fallbacks[:3]) + (f"; and {len(fallbacks) - 3} more" if len(fallbacks) > 3 else "")
+        note = f"model: {len(fallbacks)} op(s) fell back to the HLO model ({shown})"
     elif llo_programs and not c.clock_ghz:
         note = f"model: LLO dump read, but {c.name} has no clock to turn bundles into time"
     else:
@@ -703,7 +899,9 @@ def cost_hlo_text(
     return FusionTable(
         chip=c.name,
         fusions=fusions,
-        program_overhead_us=PROGRAM_OVERHEAD_US,
+        program_overhead_us=launch_us,
+        program_tier=program_tier,
+        fallbacks=fallbacks,
         total_us=total,
         tier=tier,
         note=note,
@@ -713,13 +911,51 @@ def cost_hlo_text(
         assumptions=[
             f"each top-level op of the compiled HLO runs alone: time = max(MXU, VPU or LLO bundles, HBM bytes at "
             f"{XLA_HBM_EFFICIENCY:.0%} of {c.hbm_gbps:g} GB/s per core) + {FUSION_OVERHEAD_US} us",
-            f"{PROGRAM_OVERHEAD_US} us per program launch ({FIT_NOTES})",
-            "buffers XLA placed in VMEM (S(1)) cost no HBM bytes; an async copy into VMEM (copy-start) is charged "
-            "its HBM read as if it did not overlap other work",
+            (
+                f"the launch: the top-level program's own bundles ({launch_us:.3g} us), once per program; ops it "
+                "runs inline (scalar ops, async copies) are no launch"
+                if program_tier == "llo"
+                else f"{PROGRAM_OVERHEAD_US} us per program launch ({FIT_NOTES})"
+            ),
+            f"an op whose own program waits on an HBM DMA adds {FUSION_OVERHEAD_US} us (one DMA round trip); "
+            "one that only touches VMEM/SMEM adds nothing",
+            "an async copy (copy-start) is charged only the part of its transfer that the compute and fixed time "
+            "(not the HBM time: bandwidth is shared) of the ops scheduled before its copy-done do not cover",
+            "an in-place dynamic-update-slice (a fusion's output aliased to its operand) moves only its update",
+            "buffers XLA placed in VMEM (S(1)) cost no HBM bytes",
             "f32 matmuls at DEFAULT precision run as one bf16 MXU pass (XLA on TPU); HIGHEST as 6",
             f"megacore ({c.name}): {cores} TensorCore(s) per device, XLA splits every fusion across them",
             *notes,
         ],
+    )
+
+
+def top_level_program(
+    programs: Sequence[ProgramLLO] | None, module: HloModule | None = None
+) -> ProgramLLO | None:
+    """The module's top-level program (libtpu names it TLP): it runs the others as inlined calls. With
+    several (a dump folder shared by compiles), the one that calls most of this module's instructions."""
+    tlps = [p for p in programs or () if p.program == "TLP" and not p.is_kernel]
+    if len(tlps) <= 1 or module is None:
+        return tlps[0] if tlps else None
+    names = {i.name for comp in module.computations.values() for i in comp.instructions}
+    return max(tlps, key=lambda p: sum(n in names for n, _ in p.calls))
+
+
+def program_launch_us(programs: Sequence[ProgramLLO] | None, chip: str | ChipSpec) -> tuple[float, str]:
+    """A program's launch on the device: its top-level program's straight-line bundles at the clock (tier
+    llo), else the fixed PROGRAM_OVERHEAD_US (model); with the sentence that says which."""
+    c = chip if isinstance(chip, ChipSpec) else get_chip(chip)
+    tlp = top_level_program(programs)
+    if tlp is not None and c.clock_ghz and tlp.total_bundles:
+        us = (tlp.straight_line_bundles or tlp.total_bundles) / (c.clock_ghz * 1e9) * 1e6
+        return (
+            us,
+            f"the launch: the top-level program's {tlp.straight_line_bundles or tlp.total_bundles} bundles",
+        )
+    return (
+        PROGRAM_OVERHEAD_US,
+        f"a fixed {PROGRAM_OVERHEAD_US:g} us per program (launch), as for XLA programs",
     )
 
 

@@ -46,6 +46,9 @@ _PHI = re.compile(r"(%s\w+)\s*=\s*sphi\s+(%s\w+)\s*,\s*(%s\w+)")
 _SADD = re.compile(r"(%s\w+)\s*=\s*sadd\.s32\s+" + _PRED + r"(\d+)\s*,\s*(%s\w+)")
 _SMOV = re.compile(r"(%s\w+)\s*=\s*smov\s+" + _PRED + r"(\d+)\b")
 _EXIT_ANY = re.compile(r"scmp\.(ge|gt)\.s32\S*\s+" + _PRED + r"(%s\w+)\s*,\s*(\d+)\s*/\*[^*]*loop exit test")
+# The top-level program (TLP) runs every other program of an XLA module as an inlined call, named after its
+# HLO instruction: `%93 = inlined_call %s21_s0, %s669_s1 /* %copy.18 = copy(%cache.1) */`.
+_CALL = re.compile(r"inlined_call\b[^/]*/\*\s*%([\w.\-]+)\s*=")
 _ALLOC = re.compile(r"#allocation\d+(?=\s*\[)")
 _SIZE = re.compile(r"size\s*=\s*(0x[0-9a-fA-F]+|\d+)")
 
@@ -112,6 +115,13 @@ class ProgramLLO(BaseModel):
     dmas_per_step: list[DmaInfo] = Field(default_factory=list, description="DMAs issued in the loop body")
     dmas_outside_loop: list[DmaInfo] = Field(default_factory=list)
     vmem_allocated_bytes: int | None = Field(None, description="sum of the program's VMEM allocations")
+    calls: list[tuple[str, int]] = Field(
+        default_factory=list,
+        description="(HLO instruction, bundle index) of each program it runs as an inlined call (the TLP's)",
+    )
+    loops: list[InnerLoop] = Field(
+        default_factory=list, description="every loop (LB: label) in the program, at any depth, in order"
+    )
     files: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
 
@@ -201,6 +211,8 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     if it:
         out.iteration_bounds = [int(x) for x in it.group(1).replace(" ", "").split(",") if x]
     depths = [d for _, d, _, _ in rows]
+    out.calls = [(m.group(1), i) for i, (_, _, b, _) in enumerate(rows) for m in [_CALL.search(b)] if m]
+    out.loops = _inner_loops(rows, labels, 0, len(rows) - 1, 1)
     # A kernel with one grid step has no grid loop: its depth-1 loops are the body's own (a fori_loop).
     no_grid_loop = out.is_kernel and bool(out.iteration_bounds) and all(b == 1 for b in out.iteration_bounds)
     if no_grid_loop:

@@ -104,6 +104,7 @@ def xla_estimate(
         padding_waste_fraction=0.0,
         per_call=[],
         xla_fusions=table,
+        launch_us=table.program_overhead_us,
         reason=(
             f"no pallas_call: XLA's TPU program costed fusion by fusion, {len(table.fusions)} ops summed + "
             f"{table.program_overhead_us:g} us per program (whole-program roofline {old:.3g} us); slowest: {heavy}"
@@ -114,20 +115,30 @@ def xla_estimate(
 
 def xla_program_cost(fn, shapes, target, mesh_spec=None) -> tuple[dict[str, float], FusionTable | None]:
     """Compile `fn` for the TPU target once: XLA's own cost analysis and the per-fusion table ({}, None if it cannot)."""
-    import jax
+    import os
+    import re
+    from pathlib import Path
 
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
+    from maxkernel.tpu_tools.cost.llo_dump import DUMP_FLAG, compile_with_dump
     from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
     from maxkernel.tpu_tools.hardware import mesh
 
+    programs = []
     try:
+        # The LLO dump when this process has it on (a job that switched it on before its backend was up): the
+        # program is then costed from its own schedule (tier llo). Never switched on here: it would stay on
+        # for every later compile of a long-lived process.
+        on = re.search(re.escape(DUMP_FLAG) + r"(\S+)", os.environ.get("LIBTPU_INIT_ARGS", ""))
+        dump = Path(on.group(1)) if on else None
         args, scope = mesh.aot_args(target, shapes, mesh_spec)
         with scope:
-            compiled = jax.jit(fn).trace(*args).lower().compile()
+            compiled, programs, _ = compile_with_dump(fn, args, dump)
     except Exception:  # no libtpu, or the program does not compile there: the caller's counts stand
         return {}, None
     try:
-        table = cost_fusions(compiled, target.chip) if getattr(target, "chip", None) is not None else None
+        chip = getattr(target, "chip", None)
+        table = cost_fusions(compiled, chip, programs or None) if chip is not None else None
     except Exception:  # an HLO we cannot read: the whole-program roofline stands
         table = None
     return cost_analysis_of(compiled), table

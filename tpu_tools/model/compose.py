@@ -421,8 +421,11 @@ def estimate_step(
             )
         else:
             # a kernel called inside the step pays no program launch of its own: the step's is in step_us
-            row.after_each_us = max(0.0, e.estimated_time_us - PROGRAM_OVERHEAD_US)
-            row.note = f"the kernel's estimate {e.estimated_time_us:.4g} us less the {PROGRAM_OVERHEAD_US:g} us program launch"
+            launch = e.launch_us if e.launch_us is not None else PROGRAM_OVERHEAD_US
+            row.after_each_us = max(0.0, e.estimated_time_us - launch)
+            row.note = (
+                f"the kernel's estimate {e.estimated_time_us:.4g} us less the {launch:.3g} us program launch"
+            )
         row.after_us = row.after_each_us * row.count
         row.after_tier = est.estimate.tier
         row.speedup = row.before_us / row.after_us if row.after_us > 0 else None

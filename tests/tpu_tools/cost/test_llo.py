@@ -101,8 +101,11 @@ def test_llo_tier_uses_the_compilers_bundles():
     model = estimate_pallas(calls, "tpu-v5e", program=prog)
     assert model.tier == "model" and "no LLO dump" in model.tier_note
     # 64 steps at the 0.35 us step floor (185 bundles / 1.5 GHz = 0.12 us of compute per step), plus the
-    # fixed per-program cost every program pays, Pallas or XLA.
-    assert e.estimated_time_us == pytest.approx(64 * 0.35 + PROGRAM_OVERHEAD_US, rel=0.15)
+    # program's launch: its top-level program's own bundles in the dump (the fixed cost without one).
+    tlp = next(p for p in llo if p.program == "TLP")
+    assert e.launch_us == pytest.approx(tlp.straight_line_bundles / 1.5e9 * 1e6, rel=0.01) and e.launch_us < 1
+    assert e.estimated_time_us == pytest.approx(64 * 0.35 + e.launch_us, rel=0.15)
+    assert model.launch_us == PROGRAM_OVERHEAD_US
 
 
 def test_missing_or_garbled_dump_falls_back_to_the_model_with_its_label(tmp_path):

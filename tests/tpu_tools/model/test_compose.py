@@ -70,7 +70,8 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     assert r.validation["size"] == "small"  # compiled for v5e at the target size asked for
     e = r.estimate
     assert e is not None and e.basis == "estimate" and (e.target, e.size) == ("tpu-v5e", "small")
-    assert e.tier == "step: model; kernels: model"
+    # the step from the hotspot table (no dump: model); this plain-JAX kernel from its own LLO dump, whole (llo)
+    assert e.tier == "step: model; kernels: llo"
     (row,) = e.regions
     sdpa = hs.region("attention.sdpa")
     assert (row.region, row.count) == ("attention.sdpa", sdpa.region.count)
