@@ -96,7 +96,11 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     # the model's own computation re-emitted, so XLA compiles it as it compiles the model
     assert e.composed_us is not None and e.composed_us > 0
     assert e.composed_speedup == pytest.approx(hs.step_us / e.composed_us)
-    assert e.composed_us == pytest.approx(hs.step_us, rel=0.1), e.composed_note
+    # the composed program is costed from its own LLO dump (llo); the hotspot table without a dump at the model
+    # tier: two tiers are compared only by the note that names both, never asserted equal
+    assert e.composed_tier == "llo" and f"(tier {e.composed_tier})" in e.composed_note
+    if hs.tier == e.composed_tier:
+        assert e.composed_us == pytest.approx(hs.step_us, rel=0.1), e.composed_note
     assert (
         f"{e.composed_us:.4g} us" in e.composed_note
         and f"Amdahl's {e.step_after_us:.4g} us" in e.composed_note
