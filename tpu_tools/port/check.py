@@ -118,11 +118,19 @@ def compare(
     actual: list[np.ndarray],
     activations: list[np.ndarray],
     tol: Tolerance,
+    oracle: list[np.ndarray] | None = None,
 ) -> SeedResult:
     """The port's outputs against the source's for one run: the numerics rule and the weak-check guard in
-    one place (validate's rule, judge/compare.py), so a new rule swaps in here."""
-    result = compare_outputs(seed, expected, actual, tol)
-    trivial = trivial_outputs_passing(expected, activations, tol)
+    one place (validate's rule, judge/compare.py). With `oracle` (the source run wider), the error rule
+    (judge/error_rule.py) also applies: the port within 2x the source's own error against it passes."""
+    refs = None
+    if oracle is not None:
+        from maxkernel.tpu_tools.judge.error_rule import reference_error
+
+        refs = [reference_error(o, e) for o, e in zip(oracle, expected, strict=True)]
+    dtypes = [str(e.dtype) for e in expected]
+    result = compare_outputs(seed, expected, actual, tol, oracle, refs, dtypes)
+    trivial = trivial_outputs_passing(expected, activations, tol, oracle, refs, dtypes)
     if all(np.size(e) <= 1 for e in expected):  # a scalar (a loss): its own mean is itself, says nothing
         trivial = [t for t in trivial if t != "reference mean"]
     result.trivial_outputs_passing = trivial
