@@ -599,7 +599,7 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
     from maxkernel.clients.offline.fold import fold_constant_conds
     from maxkernel.clients.offline.rows import analyse
     from maxkernel.clients.offline.templates.fused import BLOCK_NAMES, build
-    from maxkernel.clients.offline.templates.op_families import build as build_op_family
+    from maxkernel.clients.offline.templates.op_dispatch import build as build_op_family
 
     program = fold_constant_conds(program)  # a cond on a constant is its branch (Gemma 2's key positions)
     try:  # pooling, convolution, scans, arg-reductions: their own kernels (templates/op_families.py)

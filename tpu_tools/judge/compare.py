@@ -4,19 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from maxkernel.tpu_tools.judge.error_rule import FACTOR, ReferenceError, judge_leaf, leaf_passes
+from maxkernel.tpu_tools.judge.error_rule import FACTOR, ReferenceError, judge_leaf, leaf_passes, within
 from maxkernel.tpu_tools.reports import SeedResult, Tolerance
-
-
-def within(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> np.ndarray:
-    """Elementwise pass mask: |a - e| <= atol + rtol*|e|; NaN passes only where the reference is NaN too."""
-    e = expected.astype(np.float64)
-    a = actual.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ok = np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)
-        ok |= a == e  # equal infinities
-    ok |= np.isnan(e) & np.isnan(a)
-    return ok
 
 
 def tails(wrong: np.ndarray) -> list[int] | None:

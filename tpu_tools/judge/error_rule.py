@@ -69,6 +69,17 @@ def _abs_err(oracle: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(d), np.inf, d)
 
 
+def within(expected: np.ndarray, actual: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Elementwise pass mask: |a - e| <= atol + rtol*|e|; NaN passes only where the reference is NaN too."""
+    e = expected.astype(np.float64)
+    a = actual.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.abs(a - e) <= tol.atol + tol.rtol * np.abs(e)
+        ok |= a == e  # equal infinities
+    ok |= np.isnan(e) & np.isnan(a)
+    return ok
+
+
 def reference_error(oracle: np.ndarray, reference: np.ndarray) -> ReferenceError:
     d = _abs_err(oracle, reference)
     o = np.abs(np.where(np.isfinite(oracle.astype(np.float64)), oracle.astype(np.float64), 0.0))
@@ -204,8 +215,6 @@ def leaf_passes(
     factor: float = FACTOR,
 ) -> bool:
     """The rule's yes/no alone (the weak-check guard asks it of trivial outputs)."""
-    from maxkernel.tpu_tools.judge.compare import within
-
     return judge_leaf(
         0, expected, actual, tol, within(expected, actual, tol), oracle, ref, out_dtype, factor
     ).ok

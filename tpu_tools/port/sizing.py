@@ -15,7 +15,6 @@ validation is quick.
 from __future__ import annotations
 
 import ast
-import itertools
 import re
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +22,7 @@ from types import ModuleType
 from pydantic import BaseModel, Field
 
 from maxkernel.tpu_tools.port.footprint import BASE_BYTES, Footprint, MetaFailure, measure
+from maxkernel.tpu_tools.port.source_module import load_module
 from maxkernel.tpu_tools.problem.memory import MEMORY_SHARE, TooBig, available_bytes, gib
 
 TIME_BUDGET_S = 30.0  # the port check's estimated run time at the check size (all seeds, both sides)
@@ -33,7 +33,6 @@ STRUCTURAL = re.compile(
     r"kernel|stride|pad|dilation|group|head|eps|axis|pool|window|order|margin|seed|bins|classes",
     re.IGNORECASE,
 )
-_counter = itertools.count()
 
 
 class SizePlan(BaseModel):
@@ -98,22 +97,6 @@ def size_globals(text: str) -> dict[str, int]:
 
 def scalable(globals_: dict[str, int]) -> list[str]:
     return [n for n, v in globals_.items() if v >= MIN_SCALABLE and not STRUCTURAL.search(n)]
-
-
-def load_module(path: Path, text: str, overrides: dict[str, int] | None = None) -> ModuleType:
-    """The source executed as a fresh module, its named top-level integers replaced by `overrides`
-    (line numbers and the file name kept: the port's comments and refusals name the source's lines)."""
-    tree = ast.parse(text)
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if overrides and name in overrides:
-                node.value = ast.copy_location(ast.Constant(int(overrides[name])), node.value)
-    module = ModuleType(f"_maxkernel_source_{next(_counter)}")
-    module.__file__ = str(path)
-    code = compile(tree, str(path), "exec")
-    exec(code, module.__dict__)  # noqa: S102 - the user's source, as `port` always runs it
-    return module
 
 
 def _build(module: ModuleType):

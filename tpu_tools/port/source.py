@@ -186,7 +186,7 @@ def load_source(spec: str, *, seed: int = 0, sizes: dict[str, int] | None = None
         raise UsageError('PyTorch is not installed: pip install "maxkernel[torch]" (see README)') from None
     try:
         if sizes:
-            from maxkernel.tpu_tools.port.sizing import load_module
+            from maxkernel.tpu_tools.port.source_module import load_module
 
             module, sha = load_module(path, text, sizes), hashlib.sha256(path.read_bytes()).hexdigest()
         else:

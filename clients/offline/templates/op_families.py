@@ -169,19 +169,3 @@ def check_config(legal: Mapping[str, Sequence[Any]]) -> Callable[[Mapping[str, A
         return [f"{k}={c[k]} is not one of {list(v)}" for k, v in legal.items() if c.get(k) not in v]
 
     return problems
-
-
-def build(program: Program):
-    """(the template, its target size, its dims) for a program of one of these families, or None when it
-    is of none; ValueError when it is of one but outside what its template does."""
-    family = family_of(program)
-    if family is None:
-        return None
-    core = core_of(program, family)
-    if family in ("scan", "arg"):
-        from maxkernel.clients.offline.templates.scan_reduce import build as build_scan_reduce
-
-        return build_scan_reduce(core)
-    from maxkernel.clients.offline.templates.window import build as build_window
-
-    return build_window(core)

@@ -19,7 +19,7 @@ import pytest
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
-from maxkernel.clients.offline.templates.op_families import build as build_op_family
+from maxkernel.clients.offline.templates.op_dispatch import build as build_op_family
 from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.targets import parse_target
