@@ -14,6 +14,18 @@ from maxkernel.tpu_tools.port.sizing import footprint_at, scalable, size_globals
 
 KB = Path(__file__).parent / "kernelbench"
 PROBLEMS = sorted(p.stem for p in KB.glob("*.py"))
+# The slow tier ports one problem per broad family (every problem: benchmarks/kernelbench_port.py, whose table
+# is in the closing note): all 35 take longer than the CI's slow tier can give them.
+IN_TESTS = (
+    "ssd_segsum",
+    "hinge_loss",
+    "triplet_margin_loss",
+    "max_pool_1d",
+    "gemm_sigmoid_sum",
+    "conv1d_dilated_strided",
+    "cumsum_exclusive",
+    "causal_attention_mingpt",
+)
 SHARE = 0.08  # of MemAvailable: the check must fit beside the rest of the test tier
 
 
@@ -96,7 +108,7 @@ def test_mingpt_mask_is_rebuilt_and_numbers_follow_the_size(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", PROBLEMS)
+@pytest.mark.parametrize("stem", IN_TESTS)
 def test_problem_ports_fits_matches_and_traces_at_full(stem, tmp_path):
     import jax
 
