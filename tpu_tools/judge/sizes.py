@@ -9,6 +9,7 @@ sizes, whatever the kind of failure where it broke (kept as `cause_kind`).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -207,44 +208,30 @@ def validate_at_sizes(
     compared: list = []  # every check size's per-seed errors: the error rule's line covers them all
     programs: dict[str, Any] = {}  # check size -> the kernel program its run traced
 
+    # every run at a check size shares the caller's options; each call names its size, seeds and progress
+    check_at = functools.partial(
+        ev.validate_at,
+        kernel_path,
+        reference,
+        target,
+        repeats=repeats,
+        atol=atol,
+        rtol=rtol,
+        allow_plain_jax=allow_plain_jax,
+        allow_weak_check=allow_weak_check,
+        timeout_s=timeout_s,
+        cancel=cancel,
+        caller=caller,
+        derive_seed=draw,
+    )
+
     def validate_grown() -> Any:
-        return ev.validate_at(
-            kernel_path,
-            reference,
-            target,
-            GROWN,
-            seeds=seed_list[:1],
-            repeats=repeats,
-            atol=atol,
-            rtol=rtol,
-            allow_plain_jax=allow_plain_jax,
-            allow_weak_check=allow_weak_check,
-            timeout_s=timeout_s,
-            on_progress=say(f"validate at {GROWN} (the target's program)"),
-            cancel=cancel,
-            caller=caller,
-            derive_seed=draw,
+        return check_at(
+            GROWN, seeds=seed_list[:1], on_progress=say(f"validate at {GROWN} (the target's program)")
         )
 
     for name in names:
-        run = ev.validate_at(
-            kernel_path,
-            reference,
-            target,
-            name,
-            seeds=seed_list,
-            repeats=repeats,
-            atol=atol,
-            rtol=rtol,
-            allow_plain_jax=allow_plain_jax,
-            allow_weak_check=allow_weak_check,
-            case=case,
-            timeout_s=timeout_s,
-            on_progress=say(f"validate at {name}"),
-            cancel=cancel,
-            caller=caller,
-            derive_seed=draw,
-        )
+        run = check_at(name, seeds=seed_list, case=case, on_progress=say(f"validate at {name}"))
         report.checks.append(size_check("validate", name, dims.get(name, {}), run))
         for field in (
             "per_seed",
@@ -295,23 +282,7 @@ def validate_at_sizes(
         assert derived is not None
 
         def probe(name: str, label: str, at: dict) -> Any:
-            run = ev.validate_at(
-                kernel_path,
-                reference,
-                target,
-                name,
-                seeds=seed_list[:1],
-                repeats=repeats,
-                atol=atol,
-                rtol=rtol,
-                allow_plain_jax=allow_plain_jax,
-                allow_weak_check=allow_weak_check,
-                timeout_s=timeout_s,
-                on_progress=say(f"shape contract at {label}"),
-                cancel=cancel,
-                caller=caller,
-                derive_seed=draw,
-            )
+            run = check_at(name, seeds=seed_list[:1], on_progress=say(f"shape contract at {label}"))
             report.checks.append(size_check("contract", label, at, run))
             return run
 
