@@ -16,7 +16,7 @@ PARITY_FILE = "source_parity.json"
 def port_in_child(workspace: Path, staged: str, seeds: int) -> dict:
     """`maxkernel port --json` in a child (the command the port_source tool runs) on a source staged in the
     workspace; the report, with the port's and the source reference's workspace paths. UsageError when the
-    source cannot be ported at all (bad input)."""
+    source cannot be ported at all (bad input). The port is checked on at least 2 seeds (`port` needs them)."""
     import subprocess
     import sys
 
@@ -24,7 +24,8 @@ def port_in_child(workspace: Path, staged: str, seeds: int) -> dict:
     stem = Path(staged).stem
     out = str(Path(staged).with_name(f"{stem}_port.py"))
     cmd = [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "port", str(workspace / staged)]
-    cmd += ["--out", str(workspace / out), "--seeds", str(seeds), "--json"]
+    # the port's weak-check guard compares the source over seeds: one seed cannot show it moves
+    cmd += ["--out", str(workspace / out), "--seeds", str(max(2, seeds)), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=str(workspace))
     if not proc.stdout.strip():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1].removeprefix("maxkernel: ")

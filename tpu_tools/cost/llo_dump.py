@@ -19,7 +19,7 @@ from typing import Any
 
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO, parse_dump_dir
 
-__all__ = ["DUMP_FLAG", "compile_with_dump", "dump_flags", "enable_dump", "scoped_vmem_error"]
+__all__ = ["DUMP_FLAG", "active_dump", "compile_with_dump", "dump_flags", "enable_dump", "scoped_vmem_error"]
 
 DUMP_FLAG = "--xla_jf_dump_to="
 # `final` keeps only the final passes (~300 KB per kernel instead of tens of MB).
@@ -37,6 +37,13 @@ def _backend_started() -> bool:
         return bool(getattr(xla_bridge, "_backends", {}))
     except Exception:  # private API moved: assume the worst only if jax says a backend exists
         return False
+
+
+def active_dump() -> Path | None:
+    """The folder this process's compiles dump to, if a job switched the dump on before its backend
+    started; None otherwise (never switched on here: it would stay on for every later compile)."""
+    m = re.search(re.escape(DUMP_FLAG) + r"(\S+)", os.environ.get("LIBTPU_INIT_ARGS", ""))
+    return Path(m.group(1)) if m else None
 
 
 def enable_dump(dump_dir: str | Path | None = None) -> Path | None:

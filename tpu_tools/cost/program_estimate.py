@@ -115,12 +115,8 @@ def xla_estimate(
 
 def xla_program_cost(fn, shapes, target, mesh_spec=None) -> tuple[dict[str, float], FusionTable | None]:
     """Compile `fn` for the TPU target once: XLA's own cost analysis and the per-fusion table ({}, None if it cannot)."""
-    import os
-    import re
-    from pathlib import Path
-
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
-    from maxkernel.tpu_tools.cost.llo_dump import DUMP_FLAG, compile_with_dump
+    from maxkernel.tpu_tools.cost.llo_dump import active_dump, compile_with_dump
     from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
     from maxkernel.tpu_tools.hardware import mesh
 
@@ -129,8 +125,7 @@ def xla_program_cost(fn, shapes, target, mesh_spec=None) -> tuple[dict[str, floa
         # The LLO dump when this process has it on (a job that switched it on before its backend was up): the
         # program is then costed from its own schedule (tier llo). Never switched on here: it would stay on
         # for every later compile of a long-lived process.
-        on = re.search(re.escape(DUMP_FLAG) + r"(\S+)", os.environ.get("LIBTPU_INIT_ARGS", ""))
-        dump = Path(on.group(1)) if on else None
+        dump = active_dump()
         args, scope = mesh.aot_args(target, shapes, mesh_spec)
         with scope:
             compiled, programs, _ = compile_with_dump(fn, args, dump)

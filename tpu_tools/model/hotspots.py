@@ -149,6 +149,7 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     """Trace, split, compile and cost `reference`'s step for `target` (in a pool child: user code)."""
     import jax
 
+    from maxkernel.tpu_tools.cost.llo_dump import active_dump, compile_with_dump
     from maxkernel.tpu_tools.hardware import mesh
     from maxkernel.tpu_tools.hardware.targets import parse_target
     from maxkernel.tpu_tools.model import regions as regions_mod
@@ -190,10 +191,15 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     args, scope = mesh.aot_args(tgt, leaves)
     t_compile = time.perf_counter()
     with scope:
-        compiled = jax.jit(lambda *xs: evaluate(flat, xs, scopes=scopes)).trace(*args).lower().compile()
+        compiled, programs, _ = compile_with_dump(
+            lambda *xs: evaluate(flat, xs, scopes=scopes), args, active_dump()
+        )
     compile_ms = (time.perf_counter() - t_compile) * 1e3
-    report_progress(f"compiled in {compile_ms / 1e3:.1f} s; cost its fusions")
-    table, tier, notes = _fusion_table(compiled, chip)
+    report_progress(
+        f"compiled in {compile_ms / 1e3:.1f} s; cost its fusions"
+        + (f" ({len(programs)} programs' schedules dumped)" if programs else " (no schedule dump: model tier)")
+    )
+    table, tier, notes = _fusion_table(compiled, chip, programs)
     report_progress(
         f"costed {len(table['fusions'])} fusions ({tier}); attribute them to the {len(merged)} regions"
     )
@@ -301,11 +307,12 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     )
 
 
-def _fusion_table(compiled, chip) -> tuple[dict, str, list[str]]:
-    """The compiled step costed fusion by fusion (tpu_tools/cost/fusions.py)."""
+def _fusion_table(compiled, chip, programs=None) -> tuple[dict, str, list[str]]:
+    """The compiled step costed fusion by fusion (tpu_tools/cost/fusions.py), from the compiler's own
+    schedule (llo) where the compile dumped it."""
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
 
-    t = cost_fusions(compiled, chip)
+    t = cost_fusions(compiled, chip, programs or None)
     notes = [t.note] if t.note else []
     notes += t.assumptions
     return (
@@ -321,7 +328,12 @@ def _fusion_table(compiled, chip) -> tuple[dict, str, list[str]]:
 
 
 def hotspots_job(reference: str, target: str, size: str | None = None) -> dict[str, Any]:
-    """Pool job: the HotspotReport as JSON, or {"error": ...} for the caller's mistake."""
+    """Pool job: the HotspotReport as JSON, or {"error": ...} for the caller's mistake. The LLO dump is
+    switched on first (a fresh child, no backend yet): the step is costed at the tier the composed step and
+    the kernels are (llo), not the fusion model."""
+    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+
+    enable_dump()
     try:
         return find_hotspots(reference, target, size).model_dump(mode="json")
     except UsageError as e:

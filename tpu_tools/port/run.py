@@ -208,6 +208,11 @@ def port_source(
     """
     if not Path(source_path).is_file():
         raise UsageError(f"source file not found: {source_path}")
+    if seeds < 2:
+        raise UsageError(
+            f"port --seeds {seeds}: the check needs at least 2 seeds (its weak-check guard asks whether the "
+            "source's output changes with its inputs, which one seed cannot show)"
+        )
     try:
         plan = plan_for(source_path, runs=seeds + 1, share=memory_share)
         sources = {}

@@ -239,9 +239,10 @@ class _Rewrite:
         f32 = jnp.float32
         bf16 = jnp.bfloat16
 
-        def split(x):
-            hi = x.astype(bf16)
-            return hi, (x.astype(f32) - hi.astype(f32)).astype(bf16)
+        def split(x):  # each half bf16-rounded, held in f32: a bf16 x bf16 product is exact in f32, and the
+            # host's dot runtime may not take bf16 operands with an f32 result (XLA CPU's DotThunk)
+            hi = x.astype(bf16).astype(f32)
+            return hi, (x.astype(f32) - hi).astype(bf16).astype(f32)
 
         lh, ll = split(lhs)
         rh, rl = split(rhs)

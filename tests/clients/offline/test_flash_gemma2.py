@@ -108,7 +108,7 @@ def test_the_kernels_match_the_synthetic_and_gemma2s_own_attention_by_default(tm
         ref, program = reference(tmp_path, windowed=True)
         kernel = tmp_path / "synthetic_kernel.py"
         kernel.write_text(first_kernel(program, get_chip("tpu-v5e")))
-        report = ev.validate(str(kernel), str(ref), "cpu", "small", seeds=2)
+        report = ev.validate(str(kernel), str(ref), "tpu-v5e", "small", seeds=2)  # its target's numerics
         assert report.ok, report.failure
         for region in ("Transformer.layer_{0,2}.attn", "Transformer.layer_{1,3}.attn"):
             _, text = extract_region(str(REFS / "gemma2_model.py"), region)

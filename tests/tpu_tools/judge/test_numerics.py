@@ -218,3 +218,23 @@ def test_remat_custom_rules_and_control_flow_are_re_entered():
     host = g(x, w)
     assert _err(tpu(x, w)[0], host) > 1e-3  # the dot inside the remat ran as the TPU runs it
     assert _err(oracle(x, w)[0], host) < 1e-4 and oracle(x, w)[0].dtype == np.float64
+
+
+@pytest.mark.slow  # recurrentgemma (the models stamp); ~10 s
+def test_a_library_models_reference_runs_at_the_targets_numerics_on_the_host():
+    """Griffin's step, as a TPU computes it, runs on the host: its one-pass dots were bf16 x bf16 -> f32
+    dots, which XLA CPU's dot runtime refused ('Unsupported element type for DotThunk'); the halves are
+    now held in f32 (exact) and the result equals a bf16 rounding of the operands."""
+    pytest.importorskip("recurrentgemma")
+    from conftest_paths import REFS
+
+    from maxkernel.tpu_tools.problem.reference import load_reference
+
+    ref = load_reference(str(REFS / "griffin_model.py"))
+    args = tuple(ref.create_inputs("small", 0))
+    run, how = as_computed(ref.workload, args, "tpu")
+    assert "1 bf16 pass" in how, how
+    tpu = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(run(*jax.tree_util.tree_leaves(args)))]
+    host = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(jax.jit(ref.workload)(*args))]
+    assert all(np.isfinite(t).all() for t in tpu)
+    assert any(np.abs(t - h).max() > 0 for t, h in zip(tpu, host, strict=True)), "no dot changed"

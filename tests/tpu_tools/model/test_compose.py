@@ -70,8 +70,9 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     assert r.validation["size"] == "small"  # compiled for v5e at the target size asked for
     e = r.estimate
     assert e is not None and e.basis == "estimate" and (e.target, e.size) == ("tpu-v5e", "small")
-    # the step from the hotspot table (no dump: model); this plain-JAX kernel from its own LLO dump, whole (llo)
-    assert e.tier == "step: model; kernels: llo"
+    # the step from the hotspot table (its compile's LLO dump) and this plain-JAX kernel from its own, whole:
+    # both at the compiler's schedule (llo)
+    assert e.tier == "step: llo; kernels: llo"
     (row,) = e.regions
     sdpa = hs.region("attention.sdpa")
     assert (row.region, row.count) == ("attention.sdpa", sdpa.region.count)
@@ -96,11 +97,10 @@ def test_the_estimate_is_amdahls_sum_of_the_hotspots_and_the_kernels_estimate(tm
     # the model's own computation re-emitted, so XLA compiles it as it compiles the model
     assert e.composed_us is not None and e.composed_us > 0
     assert e.composed_speedup == pytest.approx(hs.step_us / e.composed_us)
-    # the composed program is costed from its own LLO dump (llo); the hotspot table without a dump at the model
-    # tier: two tiers are compared only by the note that names both, never asserted equal
-    assert e.composed_tier == "llo" and f"(tier {e.composed_tier})" in e.composed_note
-    if hs.tier == e.composed_tier:
-        assert e.composed_us == pytest.approx(hs.step_us, rel=0.1), e.composed_note
+    # the composed program and the hotspot step are each costed from their own compile's LLO dump: the same
+    # tier, and with the model's own computation re-emitted, the same time
+    assert e.composed_tier == "llo" == hs.tier and f"(tier {e.composed_tier})" in e.composed_note
+    assert e.composed_us == pytest.approx(hs.step_us, rel=0.1), e.composed_note
     assert (
         f"{e.composed_us:.4g} us" in e.composed_note
         and f"Amdahl's {e.step_after_us:.4g} us" in e.composed_note

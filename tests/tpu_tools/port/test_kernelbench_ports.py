@@ -115,7 +115,7 @@ def test_problem_ports_fits_matches_and_traces_at_full(stem, tmp_path):
     from maxkernel.tpu_tools.port.run import port_source
 
     path = KB / f"{stem}.py"
-    report = port_source(str(path), out=str(tmp_path / f"{stem}_port.py"), seeds=1, memory_share=SHARE)
+    report = port_source(str(path), out=str(tmp_path / f"{stem}_port.py"), seeds=2, memory_share=SHARE)
     assert report.ok and report.status == "ported", report.summary
     port = _load(Path(report.port))
     wanted = {
