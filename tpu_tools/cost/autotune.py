@@ -71,6 +71,31 @@ class AutotuneReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+# Static estimates already made in this process, by (kernel bytes, reference side, target, size): an
+# estimate is a function of those alone (the compile never runs the kernel), so a second sweep over the same
+# template (the Auto loop's next iteration, a repeated tool call) compiles only what it has not seen.
+_ESTIMATES: dict[str, tuple[str, dict]] = {}  # key -> (chip, the estimate job's result)
+_ESTIMATES_MAX = 4096
+
+
+def _estimate_key(source: str, side_json: str, target: str, size: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for part in (source, side_json, target, size):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _remember(key: str, chip: str, result: dict) -> None:
+    if result.get("tampered") or "tampered" in str(result.get("error", ""))[:40]:
+        return  # a verdict about one run's process, not about the bytes
+    while len(_ESTIMATES) >= _ESTIMATES_MAX:
+        _ESTIMATES.pop(next(iter(_ESTIMATES)))
+    _ESTIMATES[key] = (chip, result)
+
+
 class SpaceError(ValueError):
     """The caller's search space is malformed (empty, too large, not lists)."""
 
@@ -327,24 +352,47 @@ def autotune(
                 hide_paths=hidden,
             )
 
+        side_key = json.dumps(side_json, sort_keys=True)
+        reused = 0
+
         def run_batch(batch: list[ConfigResult]) -> tuple[JobOutcome, list[dict]]:
-            """Estimate `batch` split over the pool's workers (each part one child, one jax start-up)."""
-            k = max(1, min(int(getattr(evaluator.pool, "max_workers", 1)), len(batch) // MIN_PER_PART))
-            parts = [batch[c::k] for c in range(k)]
+            """Estimate `batch` split over the pool's workers (each part one child, one jax start-up); a
+            kernel whose bytes this process estimated before for the same reference, target and size is
+            not compiled again."""
+            nonlocal reused
+            keys = {
+                r.kernel_path: _estimate_key(
+                    Path(r.kernel_path or "").read_text(), side_key, target, size or ""
+                )
+                for r in batch
+            }
+            todo = [r for r in batch if keys[r.kernel_path] not in _ESTIMATES]
+            reused += len(batch) - len(todo)
+            k = max(1, min(int(getattr(evaluator.pool, "max_workers", 1)), len(todo) // MIN_PER_PART))
+            parts = [todo[c::k] for c in range(k)] if todo else []
             say(
-                f"autotune: estimating {len(batch)} configs at {size or 'default'} on {target} in {k} part(s)"
+                f"autotune: estimating {len(todo)} configs at {size or 'default'} on {target} in {k} part(s)"
+                + (
+                    f" ({len(batch) - len(todo)} estimated before in this process)"
+                    if len(todo) < len(batch)
+                    else ""
+                )
             )
-            with ThreadPoolExecutor(max_workers=k) as ex:
-                outs = list(ex.map(lambda c: run_chunk(parts[c], c + 1, k), range(k)))
+            outs: list[JobOutcome] = []
+            if parts:
+                with ThreadPoolExecutor(max_workers=k) as ex:
+                    outs = list(ex.map(lambda c: run_chunk(parts[c], c + 1, k), range(k)))
             for out in outs:
                 if out.status != "ok" or out.result is None:
                     return out, []
-            by_path = {
-                r.kernel_path: res
-                for part, out in zip(parts, outs, strict=True)
-                for r, res in zip(part, out.result["results"], strict=True)
-            }
-            return outs[0], [by_path[r.kernel_path] for r in batch]
+            for part, out in zip(parts, outs, strict=True):
+                for r, res in zip(part, out.result["results"], strict=True):
+                    _remember(keys[r.kernel_path], out.result["chip"], res)
+            results_of = [_ESTIMATES[keys[r.kernel_path]][1] for r in batch]
+            if outs:
+                return outs[0], results_of
+            chip = _ESTIMATES[keys[batch[0].kernel_path]][0]
+            return JobOutcome(status="ok", result={"chip": chip}, message="every estimate reused"), results_of
 
         batch = to_estimate
         for _round in range(2):  # the second round re-estimates configs kept with a raised VMEM limit
@@ -364,6 +412,11 @@ def autotune(
                     retry.append(r)
             if _round == 0:
                 notes.append(f"estimates are static estimates for {outcome.result['chip']}, not timings")
+                if reused:
+                    notes.append(
+                        f"{reused} of {len(batch)} configs' estimates reused: this process estimated the same "
+                        "kernel bytes for the same reference, target and size before"
+                    )
             if retry and _round == 0:
                 notes.append(
                     f"{len(retry)} configs over the default scoped VMEM kept with a raised vmem_limit_bytes"

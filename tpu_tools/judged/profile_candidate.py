@@ -120,6 +120,7 @@ def candidate_job(
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
+    _dump_for(target)
     side = CandidateSide()
     guard = (_ShippedGuard if _shipped_with_jaxbench(kernel_path) else integrity.Guard)(
         list(hide_paths or [])
@@ -156,6 +157,44 @@ def candidate_job(
         side.tampered += [tampered] if tampered else []
         side.reached = reached
     return side.model_dump(mode="json")
+
+
+def _dump_for(target: str) -> None:
+    """Switch the LLO dump on (this fresh child, before its backend starts) for a TPU target: the static
+    estimate is then the compiler's schedule (tier llo), as `estimate` and the reference's side cost it."""
+    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+
+    try:
+        if parse_target(target).kind == "tpu":
+            enable_dump()
+    except Exception:  # noqa: BLE001 - a bad target is reported by the run itself
+        return
+
+
+def _llo_estimate(cand, tgt, base_shapes, mesh_spec, calls, chip, reference_flops, values, side):
+    """The candidate compiled for the TPU target with the dump on, costed as `estimate` costs it (llo);
+    None where the dump is off or the compile fails (the model-tier estimate then stands, with a warning)."""
+    from maxkernel.tpu_tools.cost.analyze import estimate_one
+    from maxkernel.tpu_tools.cost.llo_dump import active_dump
+
+    dump = active_dump()
+    if dump is None:
+        return None
+    args, scope = aot_args(tgt, base_shapes, mesh_spec)
+    if mesh_spec is None:
+        scope = trace_as_target(tgt)  # one chip: traced as the target, as compile traces it
+    with scope:
+        est, _, facts = estimate_one(
+            cand.workload, list(args), calls, chip, dump, reference_flops, input_values=values
+        )
+    if est is None or "error" in facts:
+        side.warnings.append(
+            "static estimate at the model tier: the compile for the LLO dump failed: "
+            + str(facts.get("error", "no estimate")).splitlines()[0][:200]
+        )
+        return None
+    return est
 
 
 def _run(
@@ -298,6 +337,13 @@ def _run(
             if est_chip is None:
                 return
             try:
+                values = _values(in_specs, warm, input_values) if calls else None
+                if calls and aot_tpu:
+                    side.static_estimate = _llo_estimate(
+                        cand, tgt, base_shapes, mesh_spec, calls, est_chip, reference_flops, values, side
+                    )
+                    if side.static_estimate is not None:
+                        return
                 cost, fusions = (
                     xla_program_cost(cand.workload, base_shapes, tgt, mesh_spec)
                     if not calls and tgt.kind == "tpu"
@@ -307,7 +353,7 @@ def _run(
                     jaxpr,
                     calls,
                     est_chip,
-                    input_values=_values(in_specs, warm, input_values) if calls else None,
+                    input_values=values,
                     reference_flops=reference_flops,
                     xla_flops=side.xla_flops,
                     io_bytes=io_bytes,

@@ -95,6 +95,10 @@ def build_and_time_job(
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
+    if target is not None:  # before the backend starts: XLA's program is costed from its schedule (llo)
+        from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+
+        enable_dump()
     side = ReferenceSide()
     report_progress("reference: load")
     _describe_device(side)

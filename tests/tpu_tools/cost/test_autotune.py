@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from maxkernel.tpu_tools.cost.autotune import SpaceError, autotune, expand
@@ -72,6 +74,17 @@ def test_small_sweep_prunes_by_vmem_and_layout_keeps_failures_and_picks_a_valid_
             max_configs=2,
             workdir=tmp_path,
         )
+        # the same sweep again in this process (the Auto loop's next iteration): the same kernel bytes for
+        # the same reference, target and size are not compiled again, and their estimates are the same
+        again = autotune(
+            Evaluator(pool, timeout_s=240), SOURCE, space, "8p_GEMM", "tpu-v6e", max_configs=1,
+            workdir=tmp_path / "again",
+        )  # fmt: skip
+    estimated = [r for r in report.configs if r.estimate_us is not None]
+    reused = [m for n in again.notes if (m := re.match(r"(\d+) of \1 configs' estimates reused", n))]
+    assert estimated and reused and int(reused[0].group(1)) >= len(estimated), again.notes
+    assert [r.estimate_us for r in again.configs] == [r.estimate_us for r in report.configs]
+    assert not any("reused" in n for n in report.notes)
     assert report.size == "full"
     by_cfg = {(r.config["bm"], r.config["bn"]): r for r in report.configs}
     huge = by_cfg[(8192, 8192)]
