@@ -537,8 +537,9 @@ class OfflineModel(Model):
 
     def _autotuner(self, walk: Walk, vmem_limit: int) -> str:
         t = walk.template
+        fitting = t.space(list(walk.dims.values()), vmem_limit)  # none fits: the legal space, the tool prunes
         space = {
-            "tunables": t.space(list(walk.dims.values())),
+            "tunables": fitting if all(fitting.values()) else t.space(list(walk.dims.values())),
             "constraints": list(t.constraints),
             "objective": "estimated_time_us (static estimate) to prune, then median_ms on the chip",
         }

@@ -50,11 +50,15 @@ class Template:
     def legal(self, config: Config, dims_list: list[Dims]) -> bool:
         return all(not self.check(config, d) for d in dims_list)
 
-    def space(self, dims_list: list[Dims]) -> dict[str, list[Any]]:
-        """Per tunable, the values that appear in at least one config legal at every dims."""
+    def space(self, dims_list: list[Dims], vmem_limit: int | None = None) -> dict[str, list[Any]]:
+        """Per tunable, the values that appear in at least one config legal at every dims (and, with
+        `vmem_limit`, within it by the template's own VMEM count: a value no config can fit is no sweep
+        point, only a compile that fails)."""
         keep: dict[str, set] = {k: set() for k in self.tunables}
         for cfg in self.configs():
-            if self.legal(cfg, dims_list):
+            if self.legal(cfg, dims_list) and (
+                vmem_limit is None or all(self.vmem_bytes(cfg, d) <= vmem_limit for d in dims_list)
+            ):
                 for k, v in cfg.items():
                     keep[k].add(v)
         return {k: [v for v in vals if v in keep[k]] for k, vals in self.tunables.items()}
