@@ -197,7 +197,11 @@ def find_hotspots(reference: str, target: str, size: str | None = None) -> Hotsp
     compile_ms = (time.perf_counter() - t_compile) * 1e3
     report_progress(
         f"compiled in {compile_ms / 1e3:.1f} s; cost its fusions"
-        + (f" ({len(programs)} programs' schedules dumped)" if programs else " (no schedule dump: model tier)")
+        + (
+            f" ({len(programs)} programs' schedules dumped)"
+            if programs
+            else " (no schedule dump: model tier)"
+        )
     )
     table, tier, notes = _fusion_table(compiled, chip, programs)
     report_progress(

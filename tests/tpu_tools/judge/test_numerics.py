@@ -234,7 +234,9 @@ def test_a_library_models_reference_runs_at_the_targets_numerics_on_the_host():
     args = tuple(ref.create_inputs("small", 0))
     run, how = as_computed(ref.workload, args, "tpu")
     assert "1 bf16 pass" in how, how
-    tpu = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(run(*jax.tree_util.tree_leaves(args)))]
+    tpu = [
+        np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(run(*jax.tree_util.tree_leaves(args)))
+    ]
     host = [np.asarray(x, np.float64) for x in jax.tree_util.tree_leaves(jax.jit(ref.workload)(*args))]
     assert all(np.isfinite(t).all() for t in tpu)
     assert any(np.abs(t - h).max() > 0 for t, h in zip(tpu, host, strict=True)), "no dot changed"
