@@ -106,8 +106,8 @@ def test_profile_pallas_human_output_says_not_measured():
     )
     assert p.returncode == 0, p.stderr
     out = " ".join(p.stdout.split())  # rich wraps lines
-    # the tier it got (model: the suite ranks it against the XLA baseline's per-fusion estimate, also model)
-    assert "not measured: target chip absent" in out and "static estimate (model)" in out
+    # the tier it got (llo: the compiler's schedule, as the XLA baseline it is ranked against)
+    assert "not measured: target chip absent" in out and "static estimate (llo)" in out
 
 
 @pytest.mark.slow  # an end-to-end scenario: make test-slow
