@@ -40,17 +40,6 @@ _CALLS = {
 }
 # Equations whose meaning is tied to their traced dtypes (a bit view): run as written.
 _AS_WRITTEN = {"bitcast_convert_type", "random_bits", "random_wrap", "random_unwrap", "random_seed"}
-# TPU MXU passes per declared precision for float32 operands (JAX's "Matmul precision" page).
-_PASSES = {"DEFAULT": 1, "HIGH": 3, "HIGHEST": 6}
-_PRESET_PASSES = {
-    "DEFAULT": 1,
-    "BF16_BF16_F32": 1,
-    "BF16_BF16_F32_X3": 3,
-    "BF16_BF16_F32_X6": 6,
-    "BF16_BF16_F32_X9": 6,
-    "F32_F32_F32": 6,
-    "F64_F64_F64": 6,
-}
 
 
 def _floating(dtype) -> bool:
@@ -63,25 +52,15 @@ def _floating(dtype) -> bool:
 
 
 def tpu_passes(precision, lhs_dtype, rhs_dtype) -> int | None:
-    """MXU passes a TPU runs for a dot/conv of these operands: None where it computes them natively
-    (both operands narrower than float32) or where the algorithm is one the host cannot emulate."""
-    import jax.numpy as jnp
+    """MXU passes a TPU runs for a dot/conv of these operands (the estimate's table, dot_precision.py: 1 at
+    DEFAULT, 3 at HIGH, 6 at HIGHEST, 9 for BF16_BF16_F32_X9; 6 or more computes as f32 here): None where it
+    computes them natively (both operands narrower than float32) or the algorithm is one the table lacks."""
+    from maxkernel.tpu_tools.problem.dot_precision import declared_passes
 
     wide = [np.dtype(d).itemsize >= 4 for d in (lhs_dtype, rhs_dtype) if _floating(d)]
     if not any(wide):
         return None
-    if precision is None:
-        return 1
-    if isinstance(precision, tuple | list):
-        names = [getattr(p, "name", str(p)).upper() for p in precision if p is not None] or ["DEFAULT"]
-        return max(_PASSES.get(n, 6) for n in names)
-    name = getattr(precision, "name", str(precision)).upper()
-    if name in _PRESET_PASSES:
-        return _PRESET_PASSES[name]
-    if name in _PASSES:
-        return _PASSES[name]
-    del jnp
-    return None
+    return declared_passes(precision)
 
 
 def precision_of(closed) -> list[str]:

@@ -128,3 +128,23 @@ def test_tier_llo_keeps_the_f32_floor_only_where_the_body_runs_f32_vmatmuls(tmp_
     assert f32["bundles"] == pytest.approx(one["bundles"], rel=0.01)
     assert f32["compute_us"] == pytest.approx(floor_us, rel=1e-6)
     assert f32["compute_us"] > 1.3 * one["compute_us"]
+
+
+def test_one_table_serves_the_estimate_and_the_judges_numerics():
+    """The judge's emulation (problem/numerics.py) reads the estimate's pass table: the same passes for
+    every name, and an algorithm the table lacks is no crash: the estimate counts one pass, the judge runs
+    it as written."""
+    import numpy as np
+
+    from maxkernel.tpu_tools.problem.dot_precision import precision_passes
+    from maxkernel.tpu_tools.problem.numerics import tpu_passes
+
+    lp, preset = jax.lax.Precision, jax.lax.DotAlgorithmPreset
+    for prec, passes in [
+        (None, 1), ((lp.HIGH, lp.HIGH), 3), ((lp.DEFAULT, lp.HIGHEST), 6), (preset.BF16_BF16_F32_X3, 3),
+        (preset.BF16_BF16_F32_X9, 9), (preset.TF32_TF32_F32, 3), (preset.F32_F32_F32, 6),
+    ]:  # fmt: skip
+        assert precision_passes(prec) == tpu_passes(prec, np.float32, np.float32) == passes, prec
+    assert precision_passes(preset.ANY_F8_ANY_F8_F32) == 1
+    assert tpu_passes(preset.ANY_F8_ANY_F8_F32, np.float32, np.float32) is None
+    assert tpu_passes(None, jnp.bfloat16, jnp.bfloat16) is None  # native on the MXU
