@@ -178,7 +178,8 @@ def test_a_simulation_over_its_budget_charges_at_least_what_it_ran(monkeypatch, 
 @pytest.mark.slow  # two pool jobs and a TPU compile at the production size (~45 s): make test-slow
 def test_estimate_and_profile_read_the_counts_through_the_judge(tmp_path):
     """End to end: the reference child makes the tables, the estimate and profile children cost the loop's
-    real trips (estimate: tier llo from the compiler's dump; profile off the chip: tier model)."""
+    real trips, both from the compiler's dump (tier llo): off the chip profile costs the candidate as
+    estimate does."""
     from maxkernel.tpu_tools.judge.evaluate import Evaluator
     from maxkernel.tpu_tools.pool.workers import WorkerPool
 
@@ -197,5 +198,8 @@ def test_estimate_and_profile_read_the_counts_through_the_judge(tmp_path):
     assert est.ok and est.estimate is not None and prof.static_estimate is not None
     for e in (est.estimate, prof.static_estimate):
         assert any("grid steps run on the inputs' values" in n for n in e.per_call[0].notes)
-    assert prof.static_estimate.estimated_time_us == pytest.approx(honest.estimated_time_us, rel=1e-9)
+    assert est.estimate.tier == prof.static_estimate.tier == "llo"
+    assert prof.static_estimate.estimated_time_us == pytest.approx(est.estimate.estimated_time_us, rel=1e-9)
+    # the honest twin (its trip count written into the program) at the model tier: the same work, the
+    # blind bound (one trip) far below
     assert est.estimate.estimated_time_us > 0.5 * honest.estimated_time_us
