@@ -19,7 +19,15 @@ from typing import Any
 
 from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO, parse_dump_dir
 
-__all__ = ["DUMP_FLAG", "active_dump", "compile_with_dump", "dump_flags", "enable_dump", "scoped_vmem_error"]
+__all__ = [
+    "DUMP_FLAG",
+    "active_dump",
+    "compile_with_dump",
+    "dump_flags",
+    "enable_dump",
+    "enable_dump_for",
+    "scoped_vmem_error",
+]
 
 DUMP_FLAG = "--xla_jf_dump_to="
 # `final` keeps only the final passes (~300 KB per kernel instead of tens of MB).
@@ -48,16 +56,30 @@ def active_dump() -> Path | None:
 
 def enable_dump(dump_dir: str | Path | None = None) -> Path | None:
     """Switch the dump on for this process; the folder it writes to, or None if it is too late."""
-    current = os.environ.get("LIBTPU_INIT_ARGS", "")
-    m = re.search(re.escape(DUMP_FLAG) + r"(\S+)", current)
-    if m:
-        return Path(m.group(1))
+    on = active_dump()
+    if on is not None:
+        return on
     if _backend_started():
         return None
     root = Path(dump_dir) if dump_dir is not None else Path(tempfile.mkdtemp(prefix="maxkernel-llo-"))
     root.mkdir(parents=True, exist_ok=True)
+    current = os.environ.get("LIBTPU_INIT_ARGS", "")
     os.environ["LIBTPU_INIT_ARGS"] = (current + " " + dump_flags(root)).strip()
     return root
+
+
+def enable_dump_for(target: str) -> None:
+    """`enable_dump` in a pool job whose static estimate is for a TPU target (the job's first act, before its
+    backend starts): its compiles are then costed from their own schedule (tier llo). A target that does not
+    parse is left to the job to report."""
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+
+    try:
+        tpu = parse_target(target).kind == "tpu"
+    except Exception:  # noqa: BLE001 - the job itself says what is wrong with it
+        return
+    if tpu:
+        enable_dump()
 
 
 def compile_with_dump(

@@ -117,10 +117,11 @@ def candidate_job(
     `mesh` (the reference's MESH): off the chip such a kernel is traced over the N-chip topology and
     estimated per chip; it is never run here (one process, one CPU device).
     """
+    from maxkernel.tpu_tools.cost.llo_dump import enable_dump_for
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    _dump_for(target)
+    enable_dump_for(target)  # before the backend starts: the static estimate from the compiler's schedule
     side = CandidateSide()
     guard = (_ShippedGuard if _shipped_with_jaxbench(kernel_path) else integrity.Guard)(
         list(hide_paths or [])
@@ -157,19 +158,6 @@ def candidate_job(
         side.tampered += [tampered] if tampered else []
         side.reached = reached
     return side.model_dump(mode="json")
-
-
-def _dump_for(target: str) -> None:
-    """Switch the LLO dump on (this fresh child, before its backend starts) for a TPU target: the static
-    estimate is then the compiler's schedule (tier llo), as `estimate` and the reference's side cost it."""
-    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
-    from maxkernel.tpu_tools.hardware.targets import parse_target
-
-    try:
-        if parse_target(target).kind == "tpu":
-            enable_dump()
-    except Exception:  # noqa: BLE001 - a bad target is reported by the run itself
-        return
 
 
 def _llo_estimate(cand, tgt, base_shapes, mesh_spec, calls, chip, reference_flops, values, side):

@@ -335,9 +335,9 @@ def hotspots_job(reference: str, target: str, size: str | None = None) -> dict[s
     """Pool job: the HotspotReport as JSON, or {"error": ...} for the caller's mistake. The LLO dump is
     switched on first (a fresh child, no backend yet): the step is costed at the tier the composed step and
     the kernels are (llo), not the fusion model."""
-    from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+    from maxkernel.tpu_tools.cost.llo_dump import enable_dump_for
 
-    enable_dump()
+    enable_dump_for(target)
     try:
         return find_hotspots(reference, target, size).model_dump(mode="json")
     except UsageError as e:

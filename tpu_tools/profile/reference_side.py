@@ -96,9 +96,9 @@ def build_and_time_job(
 
     job_env.scrub()
     if target is not None:  # before the backend starts: XLA's program is costed from its schedule (llo)
-        from maxkernel.tpu_tools.cost.llo_dump import enable_dump
+        from maxkernel.tpu_tools.cost.llo_dump import enable_dump_for
 
-        enable_dump()
+        enable_dump_for(target)
     side = ReferenceSide()
     report_progress("reference: load")
     _describe_device(side)
