@@ -30,6 +30,7 @@ class Footprint(BaseModel):
     intermediates: int = Field(description="every op's output, summed (what recording each op holds)")
     flops: float = Field(description="matmul/convolution/attention FLOPs (torch's FlopCounterMode)")
     largest: int = Field(default=0, description="elements of the largest input or output")
+    scalar_outputs: bool = Field(default=False, description="every output is one element (a loss)")
 
     def check_bytes(self) -> int:
         """The port check's peak (estimate): five copies of the inputs and parameters (the source's own,
@@ -37,6 +38,11 @@ class Footprint(BaseModel):
         the report), the source's and the port's intermediates, both outputs."""
         boundary = self.inputs + self.params
         return BASE_BYTES + 5 * boundary + 2 * self.peak + 2 * self.outputs
+
+    def locate_bytes(self) -> int:
+        """The check with both sides' every intermediate held (the op-by-op comparison of a port this tool
+        wrote): what a scalar output needs, since a constant can pass the scalar alone."""
+        return self.check_bytes() + 2 * self.intermediates
 
     def seconds(self) -> float:
         """One forward on this host (estimate)."""
@@ -105,6 +111,7 @@ def measure(build: Any) -> Footprint:
         intermediates=total[0],
         flops=float(flops.get_total_flops()),
         largest=max((t.numel() for t in tensors + outs), default=0),
+        scalar_outputs=bool(outs) and all(t.numel() <= 1 for t in outs),
     )
 
 

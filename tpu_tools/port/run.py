@@ -257,7 +257,7 @@ def port_source(
         port_file = str(port)
         names = [i.source_name for i in tr.inputs if i.kind == "param"]
         fp = plan.footprints.get(plan.check_name)
-        if fp is None or fp.intermediates * 2 + fp.check_bytes() <= plan.budget_bytes:
+        if fp is None or fp.locate_bytes() <= plan.budget_bytes:
             locate = _locator(source, tr, text, names)  # it holds every intermediate of both sides
         kept = {k for k, v in tr.constant_kinds.items() if v}  # masks and indices the port keeps as constants
         required, ops = read_params(tr.program) - kept, _ops(tr.program)

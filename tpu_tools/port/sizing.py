@@ -155,8 +155,9 @@ def plan_sizes(
         return plan
     plan.footprints["full"] = fp
 
-    def fits(f: Footprint) -> bool:
-        return f.check_bytes() <= budget and f.check_seconds(runs) <= seconds
+    def fits(f: Footprint) -> bool:  # a loss is checked op by op (its scalar alone a constant can pass)
+        need = f.locate_bytes() if f.scalar_outputs else f.check_bytes()
+        return need <= budget and f.check_seconds(runs) <= seconds
 
     check_found = fits(fp)
     dims, cur = dict(full), fp

@@ -308,7 +308,8 @@ def _render_sized(
     lines += ["", ""]
     if module_lines:
         lines += module_lines + ["", ""]
-    for h in tr.helpers:
+    # every size's helpers: a graph can differ by size (a mask slice is a no-op, so elided, at the source's size)
+    for h in dict.fromkeys([*tr.helpers, *(h for s in sizes for h in per_size[s].helpers)]):
         lines += [HELPERS[h].strip("\n"), "", ""]
     lines += [
         'def create_inputs(dtype=None, *, key=None, size="full"):',

@@ -106,6 +106,20 @@ def test_mingpt_mask_is_rebuilt_and_numbers_follow_the_size(tmp_path):
     inputs = ns["create_inputs"](key=jax.random.key(1), size="small")
     assert ns["workload"](*inputs).shape == (2, 16, 64)
 
+    # context == seq_len at the check size: the mask's slice is a no-op there, so export leaves it out, while
+    # the full graph slices; the port carries every size's helpers (CI once chose such a size: NameError _slice)
+    small = {"batch_size": 2, "context": 16, "seq_len": 16, "width": 64}
+    plan = SizePlan(names=list(full), full=full, check=small, small=small, check_name="check")
+    src = load_source(str(path), sizes=small)
+    tr = translate(src, dynamic=False)
+    assert "_slice" not in tr.helpers
+    tr.per_size = sized_translations(str(path), plan, tr, {"check": src})
+    text = render(tr, name="attn", source_name=path.name, port_path=tr.path, sizes=plan_sizes_table(plan))
+    ns = {}
+    exec(compile(text, "<port>", "exec"), ns)  # noqa: S102 - the text just rendered
+    specs = jax.eval_shape(lambda: ns["create_inputs"](size="full"))
+    assert jax.eval_shape(ns["workload"], *specs).shape == (128, 512, 768)
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", IN_TESTS)

@@ -62,6 +62,22 @@ def test_plan_scales_every_global_until_the_check_fits():
     assert plan.check["seq_len"] <= plan.check["context"]  # no two globals cross
 
 
+def test_a_loss_is_checked_at_a_size_that_holds_every_intermediate():
+    """A scalar output (a mean loss) concentrates: over seeds it barely moves, so a constant passes the scalar
+    alone; the check then compares every intermediate, and the plan sizes the check for that."""
+    path = KB / "hinge_loss.py"
+    budget = int(
+        2.1 * (1 << 30)
+    )  # the check alone fits at 4096 x 4096 (1.9 GiB); with its intermediates, 2.3
+    plan = plan_sizes(path, path.read_text(), runs=3, budget_bytes=budget)
+    fp = plan.footprints["check"]
+    assert fp.scalar_outputs and fp.locate_bytes() <= budget
+    assert plan.check == {"batch_size": 2048, "features": 2048}
+    big = footprint_at(path, path.read_text(), {"batch_size": 4096, "features": 4096})
+    assert big.check_bytes() <= budget < big.locate_bytes()
+    assert not footprint_at(KB / "max_pool_1d.py", (KB / "max_pool_1d.py").read_text(), {}).scalar_outputs
+
+
 def test_plan_refuses_in_one_line_with_the_numbers():
     path = KB / "hinge_loss.py"
     with pytest.raises(TooBig) as e:
