@@ -26,7 +26,14 @@ IN_TESTS = (
     "cumsum_exclusive",
     "causal_attention_mingpt",
 )
-SHARE = 0.08  # of MemAvailable: the check must fit beside the rest of the test tier
+BUDGET = 1.5 * (1 << 30)  # the check beside the rest of the test tier: the same sizes on any host with room
+
+
+def _share() -> float:
+    """The share of MemAvailable that is BUDGET now (a fixed share picked other sizes on a busier host)."""
+    from maxkernel.tpu_tools.problem.memory import available_bytes
+
+    return min(0.5, BUDGET / available_bytes())
 
 
 def _load(path: Path):
@@ -129,7 +136,7 @@ def test_problem_ports_fits_matches_and_traces_at_full(stem, tmp_path):
     from maxkernel.tpu_tools.port.run import port_source
 
     path = KB / f"{stem}.py"
-    report = port_source(str(path), out=str(tmp_path / f"{stem}_port.py"), seeds=2, memory_share=SHARE)
+    report = port_source(str(path), out=str(tmp_path / f"{stem}_port.py"), seeds=2, memory_share=_share())
     assert report.ok and report.status == "ported", report.summary
     port = _load(Path(report.port))
     wanted = {
