@@ -308,7 +308,7 @@ def _render_sized(
     lines += ["", ""]
     if module_lines:
         lines += module_lines + ["", ""]
-    # every size's helpers: a graph can differ by size (a mask slice is a no-op, so elided, at the source's size)
+    # every size's helpers: the graphs can differ (a mask slice export elides where it is a no-op at that size)
     for h in dict.fromkeys([*tr.helpers, *(h for s in sizes for h in per_size[s].helpers)]):
         lines += [HELPERS[h].strip("\n"), "", ""]
     lines += [

@@ -98,15 +98,20 @@ def test_mingpt_mask_is_rebuilt_and_numbers_follow_the_size(tmp_path):
 
     path = KB / "causal_attention_mingpt.py"
     full = {"batch_size": 128, "context": 1024, "seq_len": 512, "width": 768}
-    small = {"batch_size": 2, "context": 32, "seq_len": 16, "width": 64}
-    plan = SizePlan(names=list(full), full=full, check=small, small=small, check_name="check")
-    src = load_source(str(path), sizes=small)
-    tr = translate(src, dynamic=False)
-    tr.per_size = sized_translations(str(path), plan, tr, {"check": src})
-    text = render(tr, name="attn", source_name=path.name, port_path=tr.path, sizes=plan_sizes_table(plan))
+
+    def port_at(small: dict) -> tuple:
+        """The port rendered with `small` as its check size: (the check size's translation, text, namespace)."""
+        plan = SizePlan(names=list(full), full=full, check=small, small=small, check_name="check")
+        src = load_source(str(path), sizes=small)
+        tr = translate(src, dynamic=False)
+        tr.per_size = sized_translations(str(path), plan, tr, {"check": src})
+        text = render(tr, name="attn", source_name=path.name, port_path=tr.path, sizes=plan_sizes_table(plan))
+        ns: dict = {}
+        exec(compile(text, "<port>", "exec"), ns)  # noqa: S102 - the text just rendered
+        return tr, text, ns
+
+    _, text, ns = port_at({"batch_size": 2, "context": 32, "seq_len": 16, "width": 64})
     assert "jnp.tril(jnp.ones((1024, 1024)" not in text and "_k[" in text and "jnp.tril(jnp.ones((_k[" in text
-    ns: dict = {}
-    exec(compile(text, "<port>", "exec"), ns)  # noqa: S102 - the text just rendered
     specs = jax.eval_shape(lambda: ns["create_inputs"](size="full"))
     assert specs[0].shape == (128, 512, 768) and specs[1].shape == (2304, 768)
     assert jax.eval_shape(ns["workload"], *specs).shape == (128, 512, 768)
@@ -115,15 +120,8 @@ def test_mingpt_mask_is_rebuilt_and_numbers_follow_the_size(tmp_path):
 
     # context == seq_len at the check size: the mask's slice is a no-op there, so export leaves it out, while
     # the full graph slices; the port carries every size's helpers (CI once chose such a size: NameError _slice)
-    small = {"batch_size": 2, "context": 16, "seq_len": 16, "width": 64}
-    plan = SizePlan(names=list(full), full=full, check=small, small=small, check_name="check")
-    src = load_source(str(path), sizes=small)
-    tr = translate(src, dynamic=False)
+    tr, _, ns = port_at({"batch_size": 2, "context": 16, "seq_len": 16, "width": 64})
     assert "_slice" not in tr.helpers
-    tr.per_size = sized_translations(str(path), plan, tr, {"check": src})
-    text = render(tr, name="attn", source_name=path.name, port_path=tr.path, sizes=plan_sizes_table(plan))
-    ns = {}
-    exec(compile(text, "<port>", "exec"), ns)  # noqa: S102 - the text just rendered
     specs = jax.eval_shape(lambda: ns["create_inputs"](size="full"))
     assert jax.eval_shape(ns["workload"], *specs).shape == (128, 512, 768)
 

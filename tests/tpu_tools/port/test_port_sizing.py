@@ -66,9 +66,8 @@ def test_a_loss_is_checked_at_a_size_that_holds_every_intermediate():
     """A scalar output (a mean loss) concentrates: over seeds it barely moves, so a constant passes the scalar
     alone; the check then compares every intermediate, and the plan sizes the check for that."""
     path = KB / "hinge_loss.py"
-    budget = int(
-        2.1 * (1 << 30)
-    )  # the check alone fits at 4096 x 4096 (1.9 GiB); with its intermediates, 2.3
+    # the check alone fits at 4096 x 4096 (1.9 GiB); with its intermediates it needs 2.3
+    budget = int(2.1 * (1 << 30))
     plan = plan_sizes(path, path.read_text(), runs=3, budget_bytes=budget)
     fp = plan.footprints["check"]
     assert fp.scalar_outputs and fp.locate_bytes() <= budget
