@@ -18,7 +18,7 @@ from typing import Any
 from maxkernel.tpu_tools.judge.error_rule import rule_summary
 from maxkernel.tpu_tools.judge.outcomes import interpret_limit
 from maxkernel.tpu_tools.problem.input_cases import InputCase
-from maxkernel.tpu_tools.problem.kernel_program import differences
+from maxkernel.tpu_tools.problem.kernel_program import differences, unvalidated
 from maxkernel.tpu_tools.problem.sizes import (
     GROWN,
     UNALIGNED,
@@ -225,10 +225,24 @@ def validate_at_sizes(
         derive_seed=draw,
     )
 
-    def validate_grown() -> Any:
+    def validate_grown(name: str) -> Any:
         return check_at(
-            GROWN, seeds=seed_list[:1], on_progress=say(f"validate at {GROWN} (the target's program)")
+            name, seeds=seed_list[:1], on_progress=say(f"validate at {name} (the target's program)")
         )
+
+    def trace_at(name: str) -> Any:
+        """The kernel program at a grown size, from a compile there (cheap: nothing is interpreted)."""
+        other = ev.compile(
+            kernel_path,
+            reference,
+            target,
+            name,
+            derive_seed=draw,
+            timeout_s=timeout_s,
+            on_progress=say(f"trace at {name}"),
+            cancel=cancel,
+        )
+        return other.program if other.ok else None
 
     for name in names:
         run = check_at(name, seeds=seed_list, case=case, on_progress=say(f"validate at {name}"))
@@ -271,7 +285,15 @@ def validate_at_sizes(
     # 3. The program at the target is the program that was checked (else a run at a size that has it)
     if case is None:
         failure = _same_program(
-            comp, programs, derived, passed, report, dims, validate_grown, enforce=check_sizes is None
+            comp,
+            programs,
+            derived,
+            passed,
+            report,
+            dims,
+            validate_grown,
+            trace_at,
+            enforce=check_sizes is None,
         )
         if failure is not None:
             return finish(failure)
@@ -351,103 +373,105 @@ def _same_program(
     passed: list[str],
     report: ValidationReport,
     dims: dict[str, dict],
-    validate_grown: Callable[[], Any],
+    validate_grown: Callable[[str], Any],
+    trace_at: Callable[[str], Any],
     *,
     enforce: bool = True,
 ) -> Failure | None:
-    """None where the kernel program traced at the target matches one that was validated (block and grid
-    sizes aside: problem/kernel_program.py); where none does, a run at the `grown` size, whose program must
-    then be the target's; else `shape_specialized`, naming what differs. Every word from what was traced.
-    With check sizes the caller chose (`enforce` False), a difference is a warning: `compose` checks a whole
-    model step at small, where a kernel may take its one-block path."""
+    """None where what the kernel program runs at the target was run at a validated size
+    (problem/kernel_program.py `unvalidated`: one validated program is the target's, grid aside, and every
+    branch its grid takes, op under it and part of an operand it leaves out, some validated size had too).
+    Where not, the grown sizes (the derived size's lead dimension, then each dimension alone, toward the
+    target) are traced, and each whose program runs some of what is missing is validated; what none ran is
+    `shape_specialized`, naming it. Every word from what was traced. With check sizes the caller chose
+    (`enforce` False), a difference is a warning: `compose` checks a whole model step at small, where a
+    kernel may take its one-block path."""
     target = comp.program
     if target is None or not programs or any(p is None for p in programs.values()):
         report.target_program = "could not tell: the kernel program was not read at every size"
         return None
-    found = {n: differences(target, p, comp.size, n) for n, p in programs.items()}
-    same = [n for n, d in found.items() if not d]
-    if same:
-        report.target_program = f"the kernel program at {comp.size} is the one validated at {', '.join(same)}"
+    left, nearest = unvalidated(target, programs, comp.size)
+    if not left:
+        report.target_program = (
+            f"the kernel program at {comp.size} is the one validated at {_same(programs, target, comp.size)}"
+        )
         return None
-    nearest = min(found, key=lambda n: len(found[n]))
-    differ = "; ".join(found[nearest])
     if not enforce:  # check sizes the caller chose (compose's whole step at small): a finding, no more runs
         report.target_program = (
-            f"differs from every validated one ({differ}); not enforced: the check sizes were chosen"
+            f"differs from every validated one ({'; '.join(left)}); not enforced: the check sizes were chosen"
         )
         report.warnings.append(
             f"the kernel program at {comp.size} was not validated: {report.target_program}"
         )
         return None
-    grid_only = [n for n, p in programs.items() if not differences(target, p, comp.size, n, over_grid=False)]
-    if grid_only and (derived is None or derived.grown_dims is None):
-        # only branches on the grid position the target's longer grid reaches: said, with no size to run
-        report.target_program = (
-            f"the target reaches branches on the grid position that no check size reached ({differ}); the "
-            f"rest of its program is the one validated at {', '.join(grid_only)}"
-        )
-        report.warnings.append(f"not validated: {report.target_program}")
-        return None
-    if derived is None or derived.grown_dims is None:
-        why = "no larger check size to run it at" if derived is None else derived.grown_why
-        report.target_program = f"differs from every validated one ({differ}); not run: {why}"
-        return Failure(
-            kind="shape_specialized",
-            summary=(
-                f"the kernel program at {comp.size} is not one that was validated ({', '.join(passed)}): "
-                f"{differ}; {why}"
-            )[:1500],
-            stage="trace",
-            sizes_passed=list(passed),
-            sizes_failed=[comp.size],
-        )
-    run = validate_grown()
-    report.checks.append(size_check("validate", GROWN, derived.grown_dims, run))
-    at = ", ".join(f"{k}={v}" for k, v in derived.grown_dims.items() if dims.get(passed[-1], {}).get(k) != v)
-    if not run.ok:
-        failure = run.failure or Failure(kind="internal_error", summary="validation failed without a failure")
-        report.target_program = f"differs from every validated one ({differ}); wrong at {GROWN} ({at})"
-        if failure.kind in SIZE_DEPENDENT:
-            out = specialized(failure, passed, GROWN, "right")
-            out.summary = (
-                f"{out.summary}; run at {GROWN} ({at}) because the kernel program at {comp.size} differs from "
-                f"the validated one: {differ}"
-            )[:1500]
-            return out
-        return failure
-    grown = run.program
-    left = differences(target, grown, comp.size, GROWN) if grown is not None else ["not read"]
-    fixed = differences(target, grown, comp.size, GROWN, over_grid=False) if grown is not None else left
-    if left and not fixed:
-        # only branches on the grid position that the target's longer grid reaches and no check size did
-        # (a reduction of one step at every check size): said, not failed; no size that fits here has them
-        passed.append(GROWN)
-        report.target_program = (
-            f"the target reaches branches on the grid position that no check size reached ({'; '.join(left)});"
-            f" the rest of its program is the one validated at {GROWN} ({at})"
-        )
-        report.warnings.append(f"not validated: {report.target_program}")
-        return None
-    if left:
-        report.target_program = (
-            f"differs from every validated one, {GROWN} ({at}) included: {'; '.join(left)}"
-        )
-        return Failure(
-            kind="shape_specialized",
-            summary=(
-                f"the kernel program at {comp.size} is not one that was validated ({', '.join([*passed, GROWN])}):"
-                f" {'; '.join(left)}"
-            )[:1500],
-            stage="trace",
-            sizes_passed=[*passed, GROWN],
-            sizes_failed=[comp.size],
-        )
-    passed.append(GROWN)
-    report.target_program = (
-        f"the kernel program at {comp.size} differs from the one at {nearest} ({differ}); it is the one "
-        f"validated at {GROWN} ({at})"
+    grown: dict[str, dict] = {}
+    if derived is not None and derived.grown_dims is not None:
+        grown[GROWN] = derived.grown_dims
+    if derived is not None:
+        grown |= {f"{GROWN}:{k}": d for k, d in derived.grown_alone.items()}
+    tried: list[str] = []
+    for name, at_dims in grown.items():
+        traced = trace_at(name)
+        if traced is None:
+            continue
+        if unvalidated(target, {**programs, name: traced}, comp.size)[0] == left and left:
+            continue  # it reaches nothing the target is missing: not worth an interpret run
+        run = validate_grown(name)
+        report.checks.append(size_check("validate", name, at_dims, run))
+        at = ", ".join(f"{k}={v}" for k, v in at_dims.items() if dims.get(passed[0], {}).get(k) != v)
+        if not run.ok:
+            failure = run.failure or Failure(
+                kind="internal_error", summary="validation failed without a failure"
+            )
+            report.target_program = f"runs what no check size did ({'; '.join(left)}); wrong at {name} ({at})"
+            if failure.kind in SIZE_DEPENDENT:
+                out = specialized(failure, passed, name, "right")
+                out.summary = (
+                    f"{out.summary}; run at {name} ({at}) because the kernel program at {comp.size} runs what no "
+                    f"check size did: {'; '.join(left)}"
+                )[:1500]
+                return out
+            return failure
+        if run.program is None:
+            continue
+        programs[name] = run.program
+        passed.append(name)
+        tried.append(f"{name} ({at})")
+        left, nearest = unvalidated(target, programs, comp.size)
+        if not left:
+            report.target_program = (
+                f"the kernel program at {comp.size} is the one validated at "
+                f"{_same(programs, target, comp.size)}: what only its longer grid reaches was run at "
+                f"{', '.join(tried)}"
+            )
+            return None
+    why = (
+        f"run at {', '.join(tried)} too"
+        if tried
+        else "no grown size reaches it"
+        if grown
+        else (derived.grown_why or derived.why)
+        if derived is not None
+        else "no larger check size to run it at"
     )
-    return None
+    report.target_program = f"runs what no validated size did ({'; '.join(left)}); {why}"
+    return Failure(
+        kind="shape_specialized",
+        summary=(
+            f"the kernel program at {comp.size} runs what no validated size ({', '.join(passed)}) did: "
+            f"{'; '.join(left)}; {why}"
+        )[:1500],
+        stage="trace",
+        sizes_passed=list(passed),
+        sizes_failed=[comp.size],
+    )
+
+
+def _same(programs: dict[str, Any], target: Any, at: str) -> str:
+    """The validated sizes whose program is the target's, grid aside."""
+    names = [n for n, p in programs.items() if not differences(target, p, at, n, over_grid=False)]
+    exact = [n for n in names if not differences(target, programs[n], at, n)]
+    return ", ".join(exact or names)
 
 
 # At the unaligned size, the kernel refusing the shape (its own error, or the compiler's).

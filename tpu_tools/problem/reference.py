@@ -166,6 +166,12 @@ class Reference:
             if unaligned is None or dim not in unaligned.alone:
                 raise UsageError(f"reference {self.info.name!r}: no {name!r} size (no {dim!r} moved alone)")
             return CheckSize(name=name, dims=dict(unaligned.alone[dim]))
+        if name.startswith(f"{GROWN}:"):
+            derived = self.derived_size()
+            dim = name.split(":", 1)[1]
+            if dim not in derived.grown_alone:
+                raise UsageError(f"reference {self.info.name!r}: no {name!r} size (no {dim!r} grown alone)")
+            return CheckSize(name=name, dims=dict(derived.grown_alone[dim]))
         if name == GROWN:
             derived = self.derived_size()
             if not derived.ok or derived.grown_dims is None:

@@ -56,8 +56,9 @@ SYNTHETIC = (DERIVED, UNALIGNED, GROWN)  # check sizes built here, not written i
 
 
 def synthetic(size: str) -> bool:
-    """A check size built here: derived, unaligned, grown, or `unaligned:<dim>` (one dimension moved)."""
-    return size in SYNTHETIC or size.startswith(f"{UNALIGNED}:")
+    """A check size built here: derived, unaligned, grown, `unaligned:<dim>` (one dimension moved off its
+    grain) or `grown:<dim>` (one dimension grown toward the target)."""
+    return size in SYNTHETIC or size.startswith((f"{UNALIGNED}:", f"{GROWN}:"))
 
 
 DEFAULT_CHECK_SIZES: tuple[str, ...] = ("small", DERIVED)
@@ -127,6 +128,12 @@ class DerivedSize(BaseModel):
         "(None: it cannot grow)",
     )
     grown_why: str = ""
+    grown_alone: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="dimension -> small with only it grown toward the target's, within MAX_ELEMENTS (size "
+        "'grown:<dim>'): where a branch or a part of an operand only the target's longer axis reaches "
+        "(K past one step) is run",
+    )
     ok: bool = Field(default=True, description="False: no dimension could grow (`why` says which and why)")
     why: str = ""
 
@@ -458,6 +465,9 @@ def derive_size(
         free = [k for k in scaling if k not in state["active"]]
         most = max(free, key=lambda k: (spans[k][1] / spans[k][0], spans[k][1], -scaling.index(k)))
         _grow_toward_target(out, state, most, spans[most][1], trial_at=trial)
+    for k in scaling:
+        if k not in active:
+            _grow_alone(out, small, k, spans[k][1], active, tied, probe)
     for k in active:
         out.grown.pop(k, None)
         out.held.pop(k, None)
@@ -502,6 +512,36 @@ def _grow_toward_target(out: DerivedSize, state: dict, lead: str, upper: int, tr
         f"{lead} {now} -> {ladder[lo]}: the derived size's lead dimension grown toward the target's "
         f"{upper}, as far as {MAX_ELEMENTS} input and output elements allow ({best[1]})"
     )
+
+
+def _grow_alone(
+    out: DerivedSize,
+    small: dict,
+    k: str,
+    upper: int,
+    active: set[str],
+    tied: Callable[[dict, set[str]], dict],
+    probe: Probe,
+) -> None:
+    """`out.grown_alone[k]`: small with k alone at the largest value up to `upper` (the largest size's) that
+    keeps its grain and clamped blocks, that the reference takes and whose inputs and outputs stay within
+    MAX_ELEMENTS (a matmul's K at the target's 8192 with M and N at small: every K step the target has)."""
+    g, now, aim_k = out.grains[k], int(small[k]), out.target_dims.get(k)
+    ladder = [v for v in range(now + g, upper + 1, g) if clamp_safe(v, aim_k)]
+    lo, hi, best = -1, len(ladder) - 1, None
+    while lo < hi:  # elements grow with the dimension; a refusal counts as too far
+        mid = (lo + hi + 1) // 2
+        dims = tied(dict(small) | {k: ladder[mid]}, active)
+        try:
+            fits = probe(dims) <= MAX_ELEMENTS
+        except Exception:  # noqa: BLE001 - the reference refuses this shape
+            fits = False
+        if fits:
+            lo, best = mid, dims
+        else:
+            hi = mid - 1
+    if best is not None and best != out.grown_dims:
+        out.grown_alone[k] = best
 
 
 def _unaligned(
