@@ -755,12 +755,12 @@ def _grid_features(c: CallProgram, at: str) -> dict[str, str]:
     for j, share in enumerate(c.coverage):
         if share is not None and share < 1:
             feats[f"writes part of output {j}"] = (
-                f"'s grid writes {share * 100:.3g}% of output {j}'s blocks at {at} ({how}grid {tuple(c.grid)})"
+                f"'s grid writes {share * 100:.3g}% of output {j}'s blocks ({how}grid {tuple(c.grid)})"
             )
     for j, share in enumerate(c.read_coverage):
         if share is not None and share < 1:
             feats[f"reads part of input {j}"] = (
-                f"'s grid reads {share * 100:.3g}% of input {j}'s blocks at {at} ({how}grid {tuple(c.grid)})"
+                f"'s grid reads {share * 100:.3g}% of input {j}'s blocks ({how}grid {tuple(c.grid)})"
             )
     for key, share in c.extents.items():
         if share < 1:
@@ -784,7 +784,9 @@ def unvalidated(target: KernelProgram, checked: dict[str, KernelProgram], at: st
     nearest = min(fixed, key=lambda n: len(fixed[n]))
     if fixed[nearest]:
         return fixed[nearest], nearest
-    same = [p for n, p in checked.items() if not fixed[n]]
+    # what the grid reaches is drawn from every validated size that runs the same kernels (a grown size
+    # whose unrolled prologue numbers its conds otherwise still ran the branch or the part it reached)
+    same = [p for p in checked.values() if len(p.calls) == len(target.calls)]
     out = []
     for i, t in enumerate(target.calls):
         seen: set[str] = set()
@@ -797,7 +799,7 @@ def unvalidated(target: KernelProgram, checked: dict[str, KernelProgram], at: st
             if k not in seen
             and (not k.startswith("part of ") or k in whole)  # a site no size ran whole: chunks
         }
-        out += [f"{_label(t, i, len(target.calls))}{v}, at no validated size" for v in new.values()]
+        out += [f"{_label(t, i, len(target.calls))}{v} at {at}, at no validated size" for v in new.values()]
     return out, nearest
 
 
