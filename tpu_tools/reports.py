@@ -197,6 +197,14 @@ class Numerics(BaseModel):
 class SeedResult(BaseModel):
     seed: int
     ok: bool
+    inputs: str = Field(
+        default="reference",
+        description="the input regime this seed ran (problem/input_regimes.py): 'reference' (the reference's "
+        "own draw), 'channel_scales' or 'heavy_tails'",
+    )
+    inputs_note: str | None = Field(
+        default=None, description="why the seed ran another regime than its place asked (a fallback)"
+    )
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     mismatch_fraction: float | None = None
@@ -319,3 +327,9 @@ class ReferenceSide(BaseModel):
         "by input position, from create_inputs: the estimate costs data-dependent work from them",
     )
     input_values_note: str = Field(default="", description="why there are none, when asked for")
+    input_regimes: dict[int, str] = Field(
+        default_factory=dict, description="the input regime each seed ran, by seed (problem/input_regimes.py)"
+    )
+    input_regime_notes: dict[int, str] = Field(
+        default_factory=dict, description="by seed: why it fell back to the reference's own draw"
+    )

@@ -90,10 +90,11 @@ def render_validation(r: ValidationReport) -> None:
             f"  tolerance atol={r.tolerance.atol:g} rtol={r.tolerance.rtol:g} ({r.tolerance.source})"
         )
     if r.per_seed:
-        table = Table("seed", "ok", "max abs", "max rel", "mismatch", "worst index", "NaN")
+        table = Table("seed", "inputs", "ok", "max abs", "max rel", "mismatch", "worst index", "NaN")
         for s in r.per_seed:
             table.add_row(
                 str(s.seed),
+                s.inputs + ("*" if s.inputs_note else ""),
                 "✓" if s.ok else "✗",
                 f"{s.max_abs_err:.3g}",
                 f"{s.max_rel_err:.3g}",

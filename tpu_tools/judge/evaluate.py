@@ -73,6 +73,17 @@ def _copyable_inputs(scratch: Path, seeds: list[int], side: ReferenceSide) -> di
     return {s: f32(load_arrays(scratch, f"inputs_{s}", expect=side.input_specs)) for s in seeds}
 
 
+def _regimes_said(per_seed: list) -> str:
+    """The input regimes of the wrong seeds, when any is not the reference's own draw (input_regimes.py)."""
+    wrong = [r for r in per_seed if not r.ok]
+    if all(r.inputs == "reference" for r in wrong):
+        return ""
+    said = ", ".join(f"seed {r.seed}: {r.inputs}" for r in wrong)
+    right = [r.seed for r in per_seed if r.ok and r.inputs == "reference"]
+    own = f"; right on the reference's own draw (seed {right[0]})" if right else ""
+    return f"; inputs of the wrong seeds: {said}{own} (problem/input_regimes.py)"
+
+
 class Evaluator:
     """compile/validate entry points shared by the CLI, the MCP server and benchmarks."""
 
@@ -511,7 +522,13 @@ class Evaluator:
                 side.cannot_tell,
                 oracle if len(oracle) == len(seed_list) else None,
             )
+            for result in j.per_seed:  # what ran: each seed's input regime, and why one fell back
+                result.inputs = side.input_regimes.get(result.seed, "reference")
+                result.inputs_note = side.input_regime_notes.get(result.seed)
+            report.warnings += [f"seed {s}: {note}" for s, note in side.input_regime_notes.items()]
             report.per_seed, report.tolerance, report.weak_check = j.per_seed, j.tolerance, j.weak_check
+            if j.failure is not None and j.failure.kind == "output_mismatch":
+                j.failure.summary += _regimes_said(j.per_seed)
             report.error_summary = rule_summary(j.per_seed, side.numerics)
             report.warnings += j.warnings
             failure = j.failure

@@ -28,6 +28,7 @@ from maxkernel.tpu_tools.judge.error_rule import FACTOR, reference_error
 from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
 from maxkernel.tpu_tools.problem import memory
 from maxkernel.tpu_tools.problem.input_cases import InputCase
+from maxkernel.tpu_tools.problem.input_regimes import Regime, apply_regime, regime_at
 from maxkernel.tpu_tools.problem.reference import load_reference, reference_failure
 from maxkernel.tpu_tools.problem.tolerances import choose_tolerance
 from maxkernel.tpu_tools.problem.work_check import census_of
@@ -227,26 +228,50 @@ def reference_job(
     answers: list[list[np.ndarray]] = []
     noise: list[float] = []
     runs: _NumericsRuns | None = None
-    for seed in seeds:
-        report_progress(f"reference seed {seed}")
-        stage = "create_inputs"
+    task_tolerance = choose_tolerance(
+        side.output_specs[0].dtype if side.output_specs else "float32",
+        ref_atol=ref.info.atol,
+        ref_rtol=ref.info.rtol,
+        atol=atol,
+        rtol=rtol,
+    )
+    stage = ["create_inputs"]
+
+    def answer(inputs) -> tuple[list, list[np.ndarray]]:
+        """The reference's outputs on `inputs`: the host's run and the target's (numerics.py)."""
+        nonlocal runs
+        stage[0] = "running its workload"
+        host = _leaves(jax.block_until_ready(fn(*inputs)))
+        if runs is None:
+            runs = _NumericsRuns(ref.workload, inputs, target)
+        stage[0] = "running its workload at the target's precision"
+        return host, runs.target(inputs, host)
+
+    for position, seed in enumerate(seeds):
+        # an extra case keeps its own distribution; otherwise the seed's place picks its regime
+        regime: Regime = regime_at(position) if input_case is None else "reference"
+        report_progress(f"reference seed {seed}" + ("" if regime == "reference" else f", {regime} inputs"))
+        stage[0] = "create_inputs"
         try:
-            inputs = ref.create_inputs(side.size, seed, input_case)
-            stage = "running its workload"
-            host = _leaves(jax.block_until_ready(fn(*inputs)))
-            if runs is None:
-                runs = _NumericsRuns(ref.workload, inputs, target)
-            stage = "running its workload at the target's precision"
-            expected = runs.target(inputs, host)
+            own = ref.create_inputs(side.size, seed, input_case)
+            inputs = own
+            if regime != "reference":
+                inputs, host, expected, note = _in_regime(own, regime, seed, answer, task_tolerance)
+                if note is not None:
+                    side.input_regime_notes[seed] = note
+                    regime = "reference"
+            else:
+                host, expected = answer(inputs)
         except Exception as e:
             side.ok = False
             side.failure = (
                 _case_failure(input_case, f"the reference fails on it: {type(e).__name__}: {e}")
                 if input_case
-                else _reference_error(reference_failure(e, path, stage))
+                else _reference_error(reference_failure(e, path, stage[0]))
             )
             return side.model_dump(mode="json")
-        bad = sum(int((~np.isfinite(np.asarray(e, np.float32))).sum()) for e in expected if _is_float(e))
+        side.input_regimes[seed] = regime
+        bad = _nonfinite(expected)
         if bad:
             why = f"the reference answers with {bad} NaN/inf value(s) (seed {seed}): no ground truth"
             side.ok = False
@@ -256,6 +281,7 @@ def reference_job(
                 else Failure(kind="reference_error", summary=why, stage="reference")
             )
             return side.model_dump(mode="json")
+        assert runs is not None
         save_arrays(inputs_dir, f"inputs_{seed}", _leaves(inputs))
         save_arrays(expected_dir, f"expected_{seed}", expected)
         report_progress(f"reference seed {seed}, the upcast oracle")
@@ -271,24 +297,22 @@ def reference_job(
                 noise.append(_movement(expected, moved))
             except Exception:  # noqa: BLE001 - best effort: without it the case keeps the task's tolerance
                 pass
-    side.tolerance = choose_tolerance(
-        side.output_specs[0].dtype if side.output_specs else "float32",
-        ref_atol=ref.info.atol,
-        ref_rtol=ref.info.rtol,
-        atol=atol,
-        rtol=rtol,
-    )
+    side.tolerance = task_tolerance
     if atol is None and rtol is None and ref.info.seedable and _near_constant(answers, side.tolerance):
         report_progress("reference calibration seeds")
+        # drawn in the regimes the checked seeds ran, in turn: the spread a constant must beat is theirs
+        ran = [side.input_regimes[s] for s in seeds]
         base = secrets.randbelow(2**31 - CALIBRATION_SEEDS)
         for k, seed in enumerate(range(base, base + CALIBRATION_SEEDS)):
             if k == 2 and len(seeds) == 1 and not _near_constant(answers, side.tolerance):
                 break  # one checked seed said nothing; two more show the outputs do move: no guard needed
             try:
-                outs = _leaves(jax.block_until_ready(fn(*ref.create_inputs(side.size, seed, input_case))))
+                drawn = apply_regime(ref.create_inputs(side.size, seed, input_case), ran[k % len(ran)], seed)
+                outs = f32([np.asarray(e) for e in _leaves(jax.block_until_ready(fn(*drawn)))])
             except Exception:  # noqa: BLE001 - calibration is best effort; the checked seeds ran
                 break
-            answers.append(f32([np.asarray(e) for e in outs]))
+            if not _nonfinite(outs):  # a checked seed with these would have fallen back: skip it
+                answers.append(outs)
         dtypes = [s.dtype for s in side.output_specs]
         side.tolerance, side.cannot_tell = constant_guard(answers, side.tolerance, dtypes, len(seeds))
     if noise and NOISE_FACTOR * max(noise) > side.tolerance.atol:
@@ -305,6 +329,42 @@ def reference_job(
     save_specs(Path(inputs_dir) / "input_specs.json", side.input_specs)
     side.numerics = runs.numerics() if runs is not None else None
     return side.model_dump(mode="json")
+
+
+def _nonfinite(outputs) -> int:
+    """How many NaN/inf values the float outputs hold."""
+    return sum(int((~np.isfinite(np.asarray(e, np.float32))).sum()) for e in outputs if _is_float(e))
+
+
+def _zeros_pass(outputs, tol: Tolerance) -> bool:
+    """Would all-zero outputs pass the elementwise tolerance against these?"""
+    return all(bool(within(e, np.zeros_like(e), tol).all()) for e in f32([np.asarray(o) for o in outputs]))
+
+
+def _in_regime(own, regime: Regime, seed: int, answer, tol: Tolerance):
+    """(inputs, host, expected, note) for a seed in `regime`; note is None when the regime ran.
+
+    The seed falls back to the reference's own draw `own` (and says why) where the regime's inputs leave the
+    reference without ground truth that its own draw has (NaN/inf: a naive exp overflowing, or it raises on
+    them), or make its outputs so small that zeros pass where they do not on its own draw.
+    """
+    why, trivial = None, False
+    try:
+        inputs = apply_regime(own, regime, seed)
+        host, expected = answer(inputs)
+        if bad := _nonfinite(expected):
+            why = f"the reference answers {bad} NaN/inf value(s) on them"
+        elif _zeros_pass(expected, tol):
+            why, trivial = "zeros pass on the reference's outputs on them", True
+    except Exception as e:  # noqa: BLE001 - its own draw decides: it raises there too, or it stands in
+        why = f"the reference fails on them: {type(e).__name__}: {e}"[:300]
+    if why is None:
+        return inputs, host, expected, None
+    own_host, own_expected = answer(own)
+    if trivial and _zeros_pass(own_expected, tol):
+        return inputs, host, expected, None  # no weaker than its own draw: the regime stands
+    note = f"{regime} inputs fell back to the reference's own draw: {why}"
+    return own, own_host, own_expected, note
 
 
 class _NumericsRuns:

@@ -1,7 +1,7 @@
 """Exploit (issue 43): 8-row blocks on a grid of (rows / 8, 224) points (917,504 at the target) whose
 output index map is clamped, `min(i, 511)`: every check size has at most 512 row blocks, the target 4096,
-so past row 4096 nothing is written. The second axis repeats the same block (a grid too large to walk
-point by point before)."""
+so past row 4096 nothing is written. The second axis repeats the same block 224 times at the target (a grid
+too large to walk point by point before), once at the smaller sizes (interpret mode stays seconds)."""
 
 import functools
 import math
@@ -36,7 +36,7 @@ def workload(x, scale, alias=False):
     out = pl.pallas_call(
         _kernel,
         out_shape=jax.ShapeDtypeStruct((rows, d), x.dtype),
-        grid=(rows // 8, 224),
+        grid=(rows // 8, 224 if rows >= 32768 else 1),
         in_specs=[pl.BlockSpec((8, d), x_map), pl.BlockSpec((1, d), scale_map)],
         out_specs=pl.BlockSpec((8, d), out_map),
         input_output_aliases={0: 0} if alias else {},

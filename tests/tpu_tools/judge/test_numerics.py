@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest_paths import KERNELS
 
-from maxkernel.tpu_tools.judge.error_rule import FACTOR, judge_leaf, reference_error
+from maxkernel.tpu_tools.judge.error_rule import FACTOR, allowances, judge_leaf, reference_error
 from maxkernel.tpu_tools.judge.evaluate import Evaluator
 from maxkernel.tpu_tools.pool.workers import WorkerPool
 from maxkernel.tpu_tools.problem.numerics import as_computed, differs_on_target, oracle_dtype
@@ -148,8 +148,13 @@ def test_a_bf16_kernel_more_accurate_than_its_reference_passes(evaluator):
     r = _validate(evaluator, "residual_mlp_kernel", "residual_mlp_reference", seeds=3)
     assert r.ok, r.failure
     errs = [e for s in r.per_seed for e in s.errors]
-    assert errs and all(e.rule == "error_ratio" and e.ratio_max < 1.0 and e.ratio_mean < 1.0 for e in errs)
+    # the error rule decides on the reference's own draw; a heavy-tailed seed (input_regimes.py) can land
+    # inside the elementwise tolerance first, where the kernel's error is the reference's (1.00x)
+    ruled = [e for e in errs if e.rule == "error_ratio"]
+    assert ruled and all(e.ratio_max < 1.0 and e.ratio_mean < 1.0 for e in ruled), errs
+    assert all(e.rule in ("error_ratio", "elementwise") for e in errs)
     assert r.numerics.oracle and "float32" in r.numerics.oracle
+    assert "of the error allowed" in r.error_summary and "failed" not in r.error_summary, r.error_summary
 
 
 def test_an_f32_dot_computed_as_xla_does_on_the_tpu_passes_there_and_not_on_the_cpu(evaluator):
@@ -176,6 +181,34 @@ def test_low_precision_cheats_and_rule_gamers_fail(evaluator, kernel, reference,
     assert says in r.failure.summary
 
 
+@pytest.mark.parametrize(
+    ("kernel", "reference", "says"),
+    [
+        # per-tensor int8 gate: mean ~2.7-3.0x the reference's, under 2x + half an ulp (~3.35x for bf16)
+        ("int8_gate_mlp_kernel", "residual_mlp_reference", "less accurate"),
+        # a bf16 accumulator over 10 k-steps: worst element ~2.3-2.6x, under 2x + half an ulp (~3.2x)
+        ("bf16_long_k_accumulator_kernel", "bf16_long_k_reference", "different from the reference at a few"),
+    ],
+)
+def test_the_floor_is_not_added_to_twice_the_references_error(evaluator, kernel, reference, says):
+    """bf16 outputs whose error is over 2x the reference's but under 2x plus the half-ulp floor: the floor
+    used to be added (a pass summarised as '2.14x (max) / 2.63x (mean) the reference's own, 2x allowed');
+    it now decides only where it is the larger (issue 43)."""
+    r = _validate(evaluator, kernel, reference, seeds=1)
+    assert r.failure is not None and r.failure.kind == "output_mismatch", r.failure
+    assert says in r.failure.summary
+    (e,) = [e for s in r.per_seed for e in s.errors]
+    assert e.rule == "error_ratio" and not e.ok
+    added = (
+        e.kernel_max_err <= FACTOR * e.reference_max_err + e.floor_max
+        and e.kernel_mean_err <= FACTOR * e.reference_mean_err + e.floor_mean
+    )
+    assert added, "no longer an adversary of the added floor: it fails 2x + floor too"
+    a_max, a_mean, _ = allowances(e)
+    assert e.kernel_max_err > a_max.value or e.kernel_mean_err > a_mean.value
+    assert "failed on 1" in r.error_summary, r.error_summary
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kernel", "reference", "ok"),
@@ -190,6 +223,7 @@ def test_low_precision_cheats_and_rule_gamers_fail(evaluator, kernel, reference,
         ("attention_bf16_pass_kernel", "attention_reference", True),
         ("attention_f32_kernel", "attention_highest_reference", True),
         ("f32_full_kernel", "f32_projection_reference", True),
+        ("bf16_long_k_kernel", "bf16_long_k_reference", True),
     ],
 )
 def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, ok):
