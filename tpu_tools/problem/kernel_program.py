@@ -463,7 +463,10 @@ class _Walk:
             if mode == "write":
                 self._record_write(label, mask)
             shape = getattr(getattr(ref, "aval", None), "shape", None)
-            self._touch(label, shape, transforms, mode, read, mask, prefix)
+            try:
+                self._touch(label, shape, transforms, mode, read, mask, prefix)
+            except Exception:  # noqa: BLE001 - an indexer we cannot read: the site counts as whole
+                continue
 
     def _branch_masks(self, index, count: int, mask) -> list[tuple[int, Any]]:
         """(k, mask where branch k runs) for each branch some active point (and trip) takes."""

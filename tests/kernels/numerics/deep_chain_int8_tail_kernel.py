@@ -1,0 +1,93 @@
+"""Adversary (issue 43's held-out cheat): the deep residual chain (deep_chain_reference) with its LAST TWO
+layers in int8, quantized per tensor and symmetric (one absmax scale for all of the layer's input
+activations, one for all of its weight, int32 accumulation); the first six layers are bf16 with f32
+accumulation like the honest twin (deep_chain_honest_kernel). The int8 noise enters at the end of a chain
+whose reference has accumulated six layers of bf16 rounding before it."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+BLOCK_ROWS, BLOCK_COLS, BLOCK_K = 512, 512, 512
+INT8_LAYERS = 2  # the last this many layers run in int8
+
+
+def _per_tensor_int8(a):
+    """Symmetric per-tensor quantization: int8 values and the one f32 scale that maps them back."""
+    scale = jnp.max(jnp.abs(a.astype(jnp.float32))) / 127.0
+    return jnp.round(a.astype(jnp.float32) / scale).astype(jnp.int8), scale
+
+
+def _bf16_kernel(xk_ref, xres_ref, w_ref, o_ref, acc_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(xk_ref[...], w_ref[...], preferred_element_type=jnp.float32)  # [bm, bn]
+
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    def _store():
+        h = jax.nn.gelu(acc_ref[...])
+        o_ref[...] = (xres_ref[...].astype(jnp.float32) + h).astype(o_ref.dtype)
+
+
+def _int8_kernel(scale_ref, xq_ref, xres_ref, wq_ref, o_ref, acc_ref):
+    @pl.when(pl.program_id(2) == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    acc_ref[...] += jnp.dot(xq_ref[...], wq_ref[...], preferred_element_type=jnp.int32)  # [bm, bn]
+
+    @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
+    def _store():
+        h = jax.nn.gelu(acc_ref[...].astype(jnp.float32) * scale_ref[0])  # back to x @ w's scale
+        o_ref[...] = (xres_ref[...].astype(jnp.float32) + h).astype(o_ref.dtype)
+
+
+def _layer(x, w, layer, interpret, quantized):
+    rows, d = x.shape
+    bm, bn, bk = min(BLOCK_ROWS, rows), min(BLOCK_COLS, d), min(BLOCK_K, d)
+    specs = [
+        pl.BlockSpec((bm, bk), lambda i, j, k: (i, k)),  # x (or its int8 copy) as the dot's lhs
+        pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),  # x as the residual: row block, column block
+    ]
+    if quantized:
+        xq, x_scale = _per_tensor_int8(x)
+        wq, w_scale = _per_tensor_int8(w[layer])
+        kernel, acc = _int8_kernel, jnp.int32
+        args = (jnp.reshape(x_scale * w_scale, (1,)), xq, x, wq)
+        specs = [
+            pl.BlockSpec(memory_space=pltpu.SMEM),
+            *specs,
+            pl.BlockSpec((bk, bn), lambda i, j, k: (k, j)),
+        ]
+    else:
+        kernel, acc = _bf16_kernel, jnp.float32
+        args = (x, x, w)
+        specs = [*specs, pl.BlockSpec((None, bk, bn), lambda i, j, k: (layer, k, j))]
+    return pl.pallas_call(
+        kernel,
+        grid=(rows // bm, d // bn, d // bk),
+        in_specs=specs,
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, k: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((rows, d), x.dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), acc)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * rows * d * d,
+            transcendentals=rows * d,
+            bytes_accessed=2 * (rows * d * (d // bn) + d * d * (rows // bm) + 2 * rows * d),
+        ),
+        interpret=interpret,
+    )(*args)
+
+
+@functools.partial(jax.jit, static_argnames=("interpret",))
+def workload(x, w, interpret=False):
+    layers = w.shape[0]
+    for layer in range(layers):
+        x = _layer(x, w, layer, interpret, quantized=layer >= layers - INT8_LAYERS)
+    return x
