@@ -4,6 +4,7 @@ Each size-dependent exploit (tests/kernels/adversarial/rms_*.py) wraps the same 
 12p's check sizes and at its target, each must differ there, and the honest one and the experts must not.
 """
 
+import functools
 import importlib.util
 import sys
 
@@ -22,6 +23,7 @@ from maxkernel.tpu_tools.problem.reference import load_reference
 SHAPES = {"small": (2, 128, 1024), "derived": (4, 256, 2048), "full": (8, 4096, 8192)}
 
 
+@functools.lru_cache(maxsize=64)  # a program is not changed by its readers: trace each size once
 def _program(name: str, shape: tuple[int, ...], fn: str = "workload"):
     sys.path.insert(0, str(KERNELS / "adversarial"))
     try:
