@@ -184,3 +184,21 @@ def test_a_matmul_takes_its_k_branches_only_where_k_has_steps():
                 assert after == [] and grown_k.calls[0].read_coverage == [0.125, 0.125]
     finally:
         sys.path.pop(0)
+
+
+def test_a_dma_into_an_hbm_output_is_followed_to_its_destination_rows():
+    spec = importlib.util.spec_from_file_location(
+        "_kp_any", KERNELS / "adversarial" / "any_output_clamped_dma.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def prog(rows):
+        return kernel_program(jax.make_jaxpr(module.workload)(jax.ShapeDtypeStruct((rows, 128), jnp.float32)))
+
+    full, small = prog(1024), prog(64)
+    assert full.calls[0].coverage == [None]  # no index map: the DMA's slice is what tells
+    assert unvalidated(full, {"small": small}, "full")[0] == [
+        "_kernel's body stores 6.25% of output 0 dim 0 at run_scoped/store#0 at full, at no validated size"
+    ]
+    assert unvalidated(full, {"small": small, "grown": prog(256)}, "full")[0] == []  # partial there too
