@@ -331,3 +331,17 @@ def test_a_matmul_named_by_its_shape_passes_and_a_capped_k_grid_fails(evaluator)
         kernel("adversarial/gemm_k_grid_capped"), "8p", "tpu-v6e", seeds=1, seed_offset=0
     )
     assert bad.failure.kind == "shape_specialized" and bad.failure.sizes_failed == ["grown:K"], bad.failure
+
+
+@pytest.mark.slow  # 8p at small, derived and grown:K: ~60 s
+def test_a_bf16_accumulator_whose_k_tile_covers_every_check_size_fails_where_k_has_steps(evaluator):
+    """K tile min(K, 512): one K step at every check size, so the bf16 accumulator never rounds a sum
+    there; the target's `k > 0` branches send the judge to grown:K (K 8192, 16 steps), where its error
+    is over 2x the reference's."""
+    r = evaluator.validate(
+        kernel("adversarial/gemm_bf16_acc_k_capped_tile"), "8p", "tpu-v6e", seeds=1, seed_offset=0
+    )
+    assert r.failure.kind == "shape_specialized" and r.failure.sizes_failed == ["grown:K"], r.failure
+    assert (
+        r.failure.cause_kind == "output_mismatch" and "less accurate than the reference" in r.failure.summary
+    )
