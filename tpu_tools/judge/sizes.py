@@ -445,6 +445,16 @@ def _same_program(
                 f"{', '.join(tried)}"
             )
             return None
+    if not grown and all(" over the grid at " in d or "under a branch on the grid" in d for d in left):
+        # no size here can grow (an author's derived size: a model region): branches only a longer grid
+        # takes, with the rest of the program validated, are said, not failed; parts left out still fail
+        report.target_program = (
+            f"the target reaches branches on the grid position that no check size reached ({'; '.join(left)});"
+            f" no grown size to run them at; the rest of its program is the one validated at "
+            f"{_same(programs, target, comp.size)}"
+        )
+        report.warnings.append(f"not validated: {report.target_program}")
+        return None
     why = (
         f"run at {', '.join(tried)} too"
         if tried

@@ -233,4 +233,4 @@ def test_griffins_rg_lru_region_gets_a_kernel_that_validates_and_compiles_at_ful
         ev = Evaluator(pool, timeout_s=600)
         assert ev.compile(str(kernel), str(ref), "tpu-v5e", "full").ok
         v = ev.validate(str(kernel), str(ref), "tpu-v5e", None, seeds=1)
-        assert v.ok, v.failure
+        assert v.ok, (v.failure, v.target_program)
