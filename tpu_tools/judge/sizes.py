@@ -138,6 +138,19 @@ def validate_at_sizes(
     def say(prefix: str) -> ProgressFn | None:
         return None if on_progress is None else (lambda m: on_progress(f"{prefix}: {m}"))
 
+    def compile_at(name: str, doing: str) -> Any:
+        """A compile-only look at another size (cheap: nothing is interpreted)."""
+        return ev.compile(
+            kernel_path,
+            reference,
+            target,
+            name,
+            derive_seed=draw,
+            timeout_s=timeout_s,
+            on_progress=say(doing),
+            cancel=cancel,
+        )
+
     # 1. The target size: the real compiler for the target, before anything is interpreted.
     comp = ev.compile(
         kernel_path,
@@ -168,16 +181,7 @@ def validate_at_sizes(
         for check in comp.check_sizes:  # compile-only at the check sizes (cheap): does it work anywhere?
             if check.name == comp.size:
                 continue
-            other = ev.compile(
-                kernel_path,
-                reference,
-                target,
-                check.name,
-                derive_seed=draw,
-                timeout_s=timeout_s,
-                on_progress=say(f"compile at {check.name}"),
-                cancel=cancel,
-            )
+            other = compile_at(check.name, f"compile at {check.name}")
             report.checks += other.checks
             if other.ok:
                 passed.append(check.name)
@@ -232,16 +236,7 @@ def validate_at_sizes(
 
     def trace_at(name: str) -> Any:
         """The kernel program at a grown size, from a compile there (cheap: nothing is interpreted)."""
-        other = ev.compile(
-            kernel_path,
-            reference,
-            target,
-            name,
-            derive_seed=draw,
-            timeout_s=timeout_s,
-            on_progress=say(f"trace at {name}"),
-            cancel=cancel,
-        )
+        other = compile_at(name, f"trace at {name}")
         return other.program if other.ok else None
 
     for name in names:

@@ -79,7 +79,6 @@ TRANSPARENT = {
 MAX_EXACT = 1 << 20  # grid points walked one by one (more: every value of each axis on sampled lines)
 LINE_VALUES = 1 << 16  # at most this many values of one axis on a sampled line
 LOOP_CELLS = 1 << 23  # a loop's induction values x the grid points held at once (more: left unknown)
-MAX_POINTS = MAX_EXACT  # kept for callers of the old name
 
 _UNARY: dict[str, Any] = {
     "neg": np.negative,

@@ -429,15 +429,7 @@ def derive_size(
                 ladder.append(value)
                 if value > stop:
                     break
-        lo, hi = -1, len(ladder) - 1
-        best: tuple[dict, int, set[str]] | None = None
-        while lo < hi:  # elements grow with the dimension; a refusal counts as too far
-            mid = (lo + hi + 1) // 2
-            got = trial(lead, ladder[mid])
-            if isinstance(got, str):
-                hi = mid - 1
-            else:
-                lo, best = mid, got
+        lo, best = _largest(ladder, lambda v: None if isinstance(got := trial(lead, v), str) else got)
         value = ladder[lo] if lo >= 0 else now
         if rng is not None and lo >= 0:  # drawn among the values that fit, past SWITCH_ROWS where any does
             # where the grain is below small, off small's multiples (a grid floored by small's blocks drops
@@ -496,14 +488,12 @@ def _grow_toward_target(out: DerivedSize, state: dict, lead: str, upper: int, tr
     that keeps its grain and clamped blocks and keeps the inputs and outputs within MAX_ELEMENTS."""
     g, now, aim_k = out.grains[lead], state["dims"][lead], out.target_dims.get(lead)
     ladder = [v for v in range(now + g, upper + 1, g) if clamp_safe(v, aim_k)]
-    lo, hi, best = -1, len(ladder) - 1, None
-    while lo < hi:  # elements grow with the dimension; a refusal counts as too far
-        mid = (lo + hi + 1) // 2
-        got = trial_at(lead, ladder[mid], budget=MAX_ELEMENTS)
-        if isinstance(got, str):
-            hi = mid - 1
-        else:
-            lo, best = mid, got
+
+    def fits(value: int) -> tuple[dict, int, set[str]] | None:
+        got = trial_at(lead, value, budget=MAX_ELEMENTS)
+        return None if isinstance(got, str) else got
+
+    lo, best = _largest(ladder, fits)
     if best is None:
         out.grown_why = f"{lead} cannot grow past {now} within {MAX_ELEMENTS} elements"
         return
@@ -512,6 +502,20 @@ def _grow_toward_target(out: DerivedSize, state: dict, lead: str, upper: int, tr
         f"{lead} {now} -> {ladder[lo]}: the derived size's lead dimension grown toward the target's "
         f"{upper}, as far as {MAX_ELEMENTS} input and output elements allow ({best[1]})"
     )
+
+
+def _largest(ladder: list[int], fits: Callable[[int], Any]) -> tuple[int, Any]:
+    """(index, what `fits` gave) for the largest ladder value it accepts, by bisection: elements grow with
+    the dimension, and a refusal counts as too far. (-1, None) where it accepts none."""
+    lo, hi, best = -1, len(ladder) - 1, None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        got = fits(ladder[mid])
+        if got is None:
+            hi = mid - 1
+        else:
+            lo, best = mid, got
+    return lo, best
 
 
 def _grow_alone(
@@ -528,18 +532,15 @@ def _grow_alone(
     MAX_ELEMENTS (a matmul's K at the target's 8192 with M and N at small: every K step the target has)."""
     g, now, aim_k = out.grains[k], int(small[k]), out.target_dims.get(k)
     ladder = [v for v in range(now + g, upper + 1, g) if clamp_safe(v, aim_k)]
-    lo, hi, best = -1, len(ladder) - 1, None
-    while lo < hi:  # elements grow with the dimension; a refusal counts as too far
-        mid = (lo + hi + 1) // 2
-        dims = tied(dict(small) | {k: ladder[mid]}, active)
+
+    def fits(value: int) -> dict | None:
+        dims = tied(dict(small) | {k: value}, active)
         try:
-            fits = probe(dims) <= MAX_ELEMENTS
+            return dims if probe(dims) <= MAX_ELEMENTS else None
         except Exception:  # noqa: BLE001 - the reference refuses this shape
-            fits = False
-        if fits:
-            lo, best = mid, dims
-        else:
-            hi = mid - 1
+            return None
+
+    _, best = _largest(ladder, fits)
     if best is not None and best != out.grown_dims:
         out.grown_alone[k] = best
 
