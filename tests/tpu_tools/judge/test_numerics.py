@@ -148,10 +148,14 @@ def test_a_bf16_kernel_more_accurate_than_its_reference_passes(evaluator):
     r = _validate(evaluator, "residual_mlp_kernel", "residual_mlp_reference", seeds=3)
     assert r.ok, r.failure
     errs = [e for s in r.per_seed for e in s.errors]
-    # the error rule decides on the reference's own draw; a heavy-tailed seed (input_regimes.py) can land
-    # inside the elementwise tolerance first, where the kernel's error is the reference's (1.00x)
+    # On the reference's own draw the kernel is the more accurate at its worst element and on the mean. On
+    # the rescaled regimes (input_regimes.py) only the mean says so: a few heavy-tailed elements x8 decide
+    # the max, where either side can round worse (seen: 1.74x the reference's max, 0.64x its mean).
+    own = [e for s in r.per_seed if s.inputs == "reference" for e in s.errors]
+    assert own and all(e.rule == "error_ratio" and e.ratio_max < 1.0 and e.ratio_mean < 1.0 for e in own), own
+    # a heavy-tailed seed can land inside the elementwise tolerance first (the kernel's error is then 1.00x)
     ruled = [e for e in errs if e.rule == "error_ratio"]
-    assert ruled and all(e.ratio_max < 1.0 and e.ratio_mean < 1.0 for e in ruled), errs
+    assert all(e.ratio_mean < 1.0 for e in ruled), errs
     assert all(e.rule in ("error_ratio", "elementwise") for e in errs)
     assert r.numerics.oracle and "float32" in r.numerics.oracle
     assert "of the error allowed" in r.error_summary and "failed" not in r.error_summary, r.error_summary
