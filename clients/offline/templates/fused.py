@@ -263,6 +263,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         gmm = grouped_matmul.build(program, sym)
         if gmm is not None:
             return gmm
+        from maxkernel.clients.offline.templates import cross_entropy
+
+        ce = cross_entropy.build(program, sym)
+        if ce is not None:
+            return ce
 
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
