@@ -18,6 +18,7 @@ Every constant below says where it comes from.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -320,18 +321,28 @@ def grids_pair(
     return True
 
 
+_MAX_REORDERED = 6  # calls whose dump orders are searched: 720 orders at most
+
+
 def match_kernels(
     calls: Sequence[PallasCallInfo], programs: Sequence[ProgramLLO], chip: str | None = None
 ) -> list[ProgramLLO | None]:
-    """Pair each pallas_call with its compiled kernel program (in order; grids must pair, see grids_pair)."""
+    """Pair each pallas_call with its compiled kernel program: in order when every grid pairs (grids_pair),
+    else the one order of the dump that pairs them all. The dump's order is not always the trace's (9p's
+    expert: its down projection's kernel came first); where several orders pair, the calls stay unpaired."""
     kernels = [p for p in programs if p.is_kernel]
     if len(kernels) != len(calls):
         return [None] * len(calls)
     cores = cores_per_device(chip)
-    return [
-        prog if grids_pair(call.grid, prog.iteration_bounds, call.dimension_semantics, cores) else None
-        for call, prog in zip(calls, kernels, strict=True)
+    fits = [
+        [grids_pair(call.grid, prog.iteration_bounds, call.dimension_semantics, cores) for prog in kernels]
+        for call in calls
     ]
+    in_order = [prog if fits[i][i] else None for i, prog in enumerate(kernels)]
+    if all(p is not None for p in in_order) or len(calls) > _MAX_REORDERED:
+        return in_order
+    orders = [o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))]
+    return [kernels[j] for j in orders[0]] if len(orders) == 1 else in_order
 
 
 def estimate_pallas(

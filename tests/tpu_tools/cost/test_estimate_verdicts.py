@@ -92,6 +92,33 @@ def test_compiled_grids_pair_with_traced_ones_across_megacore_splits_and_dynamic
     assert grids_pair((4, 8, 2), [4, DYNAMIC_BOUND, 2], sem, cores=1)
 
 
+def test_kernels_dumped_in_another_order_than_traced_pair_by_their_grids():
+    from maxkernel.tpu_tools.cost.estimate import match_kernels
+    from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+    from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
+
+    def call(name, grid):
+        return PallasCallInfo(
+            kernel_name=name, path="jit(f)/pallas_call", grid=grid, num_scalar_prefetch=0,
+            dimension_semantics=("parallel", "parallel", "arbitrary"), inputs=[], outputs=[], scratch=[],
+            interpret=False,
+        )  # fmt: skip
+
+    def prog(name, bounds):
+        return ProgramLLO(program=name, is_kernel=True, iteration_bounds=bounds)
+
+    up, down = call("up", (8, 28, 8)), call("down", (8, 4, 28))
+    # 9p's expert: the dump lists the down projection's kernel first
+    got = match_kernels([up, down], [prog("k1", [8, 4, 28]), prog("k0", [8, 28, 8])], "tpu-v6e")
+    assert [p.program for p in got] == ["k0", "k1"]
+    in_order = match_kernels([up, down], [prog("k0", [8, 28, 8]), prog("k1", [8, 4, 28])], "tpu-v6e")
+    assert [p.program for p in in_order] == ["k0", "k1"]
+    # two kernels of one grid dumped out of order cannot be told apart by it: they stay unpaired
+    same = [call("a", (4, 4, 2)), call("b", (4, 4, 2)), call("c", (2, 2, 2))]
+    dumped = [prog("kc", [2, 2, 2]), prog("ka", [4, 4, 2]), prog("kb", [4, 4, 2])]
+    assert match_kernels(same, dumped, "tpu-v6e")[0] is None
+
+
 @pytest.mark.slow
 def test_jax_flash_attention_is_estimated_at_its_production_shape(evaluator):
     """The 1p task's full size (bf16 [4,64,4096,128], 262144 grid steps) finishes with the compiler's
