@@ -341,7 +341,9 @@ def match_kernels(
     in_order = [prog if fits[i][i] else None for i, prog in enumerate(kernels)]
     if all(p is not None for p in in_order) or len(calls) > _MAX_REORDERED:
         return in_order
-    orders = [o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))]
+    orders = [
+        o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))
+    ]
     return [kernels[j] for j in orders[0]] if len(orders) == 1 else in_order
 
 
