@@ -329,7 +329,7 @@ def match_kernels(
 ) -> list[ProgramLLO | None]:
     """Pair each pallas_call with its compiled kernel program: in order when every grid pairs (grids_pair),
     else the one order of the dump that pairs them all. The dump's order is not always the trace's (9p's
-    expert: its down projection's kernel came first); where several orders pair, the calls stay unpaired."""
+    expert: its down projection's kernel came first); where several orders pair, the in-order pairing stays."""
     kernels = [p for p in programs if p.is_kernel]
     if len(kernels) != len(calls):
         return [None] * len(calls)
@@ -341,9 +341,10 @@ def match_kernels(
     in_order = [prog if fits[i][i] else None for i, prog in enumerate(kernels)]
     if all(p is not None for p in in_order) or len(calls) > _MAX_REORDERED:
         return in_order
-    orders = [
+    pairing = (
         o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))
-    ]
+    )
+    orders = list(itertools.islice(pairing, 2))  # a second one is enough to say it is ambiguous
     return [kernels[j] for j in orders[0]] if len(orders) == 1 else in_order
 
 

@@ -19,8 +19,10 @@ import ast
 from collections.abc import Mapping
 from typing import Any
 
-from maxkernel.clients.offline.dims import LITERAL, Symbolic
+from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.flash_program import Graph, lit_value
+from maxkernel.clients.offline.templates.row_blocks import itemsize
 from maxkernel.tpu_tools.problem.emit import Program, dot_kind, dot_time_factor, mxu_dot_note, mxu_dot_source
 
 SOURCE = '''"""Cross entropy over an LM head (offline template `cross_entropy`), generated from the reference's program.
@@ -126,43 +128,18 @@ _LABEL_PATH = {"broadcast_in_dim", "lt", "add", "select_n", "reshape", "convert_
 _LOSS_PATH = {"squeeze", "convert_element_type", "neg", "sub", "reshape", "broadcast_in_dim"}
 
 
-def _producers(eqns: list[Mapping[str, Any]]) -> dict[str, int]:
-    return {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
-
-
-def _ancestors(eqns: list[Mapping[str, Any]], var: str) -> set[int]:
-    """Indices of the equations `var` is computed from."""
-    prod, seen, todo = _producers(eqns), set(), [var]
-    while todo:
-        i = prod.get(todo.pop())
-        if i is None or i in seen:
-            continue
-        seen.add(i)
-        todo.extend(a for a in eqns[i]["inputs"] if not a.startswith("lit:"))
-    return seen
-
-
-def _inputs_of(eqns: list[Mapping[str, Any]], var: str, names: list[str]) -> set[str]:
+def _inputs_of(g: Graph, var: str, names: list[str]) -> set[str]:
     """The program inputs `var` is computed from."""
     found = {var} & set(names)
-    for i in _ancestors(eqns, var):
-        found |= {a for a in eqns[i]["inputs"] if a in names}
+    for i in g.ancestors(var):
+        found |= {a for a in g.eqns[i]["inputs"] if a in names}
     return found
-
-
-def _literal(text: str) -> float | None:
-    m = LITERAL.match(text)
-    if not m:
-        return None
-    try:
-        return float(ast.literal_eval(m.group(1)))
-    except (ValueError, SyntaxError):
-        return None
 
 
 def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
     """The hidden, weight and label inputs, the weight's layout, the sign and the reduction, or None."""
-    eqns, names = list(program["equations"]), list(program["input_names"])
+    g = Graph(program)
+    eqns, names = g.eqns, list(program["input_names"])
     shapes = {n: s["shape"] for n, s in zip(names, program["inputs"], strict=True)}
     dtypes = {n: s["dtype"] for n, s in zip(names, program["inputs"], strict=True)}
     prims = {e["primitive"] for e in eqns}
@@ -175,7 +152,7 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
     dot = eqns[dots[0]]
     hidden, weight = dot["inputs"][:2]
     transposed = False
-    t = _producers(eqns).get(weight)
+    t = g.producer.get(weight)
     if t is not None and eqns[t]["primitive"] == "transpose":  # `h @ w.T`: the [V, H] weight read as it is
         if ast.literal_eval(eqns[t]["params"].get("permutation", "None")) != (1, 0):
             return None
@@ -193,35 +170,33 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
     b = shapes[hidden][0]
     v = shapes[weight][0] if weight_vh else shapes[weight][1]
     for e in eqns:  # the softmax's reductions run over the vocab axis of a [B, V] value
-        if e["primitive"] in ("reduce_max", "reduce_sum") and e["inputs"][0] in _producers(eqns):
-            shape = eqns[_producers(eqns)[e["inputs"][0]]]["out_specs"][0]["shape"]
-            if shape == [b, v] and ast.literal_eval(e["params"]["axes"]) != (1,):
+        if e["primitive"] in ("reduce_max", "reduce_sum") and g.shape(e["inputs"][0]) == [b, v]:
+            if ast.literal_eval(e["params"]["axes"]) != (1,):
                 return None
-    g = eqns[gathers[0]]
-    operand, idx = g["inputs"][:2]
-    dn = g["params"].get("dimension_numbers", "").replace(" ", "")
+    gather = eqns[gathers[0]]
+    operand, idx = gather["inputs"][:2]
+    dn = gather["params"].get("dimension_numbers", "").replace(" ", "")
     if "collapsed_slice_dims=(1,)" not in dn or "start_index_map=(1,)" not in dn:
         return None
-    if ast.literal_eval(g["params"].get("slice_sizes", "None") or "None") != (1, 1):
+    if ast.literal_eval(gather["params"].get("slice_sizes", "None") or "None") != (1, 1):
         return None
-    if any(eqns[i]["primitive"] not in _LABEL_PATH for i in _ancestors(eqns, idx)):
+    if any(eqns[i]["primitive"] not in _LABEL_PATH for i in g.ancestors(idx)):
         return None
-    label_inputs = _inputs_of(eqns, idx, names)
+    label_inputs = _inputs_of(g, idx, names)
     if len(label_inputs) != 1:
         return None
     labels = label_inputs.pop()
     if shapes[labels] != [b] or "int" not in dtypes[labels]:
         return None
-    up = _ancestors(eqns, operand)
+    up = g.ancestors(operand)
     if dots[0] not in up:
         return None
     from_log = any(eqns[i]["primitive"] == "log" for i in up)  # the log-softmax's entry, else the logit's
     # From the gather to the output: the per-token value's sign, then the reduction over tokens.
-    sign, cur, reduce = 1, g["outputs"][0], "none"  # the picked entry's coefficient so far
+    sign, cur, reduce = 1, gather["outputs"][0], "none"  # the picked entry's coefficient so far
     scale_eqn = None
-    users = {a: [i for i, e in enumerate(eqns) if a in e["inputs"]] for e in eqns for a in e["outputs"]}
     while cur not in program["outputs"]:
-        nxt = users.get(cur, [])
+        nxt = g.users.get(cur, [])
         if len(nxt) != 1:
             return None
         e = eqns[nxt[0]]
@@ -231,7 +206,7 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
                 sign = -sign
             elif p == "sub":
                 other = e["inputs"][1] if e["inputs"][0] == cur else e["inputs"][0]
-                if from_log or not any(eqns[i]["primitive"] == "log" for i in _ancestors(eqns, other)):
+                if from_log or not any(eqns[i]["primitive"] == "log" for i in g.ancestors(other)):
                     return None  # only the logit form subtracts, and only the log-sum-exp
                 if e["inputs"][1] == cur:
                     sign = -sign
@@ -252,7 +227,7 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
         for text, at_b in zip(
             sym.literal_texts(scale_eqn, 1), _b_per_size(sym, names.index(hidden)), strict=True
         ):
-            if _literal(text) != float(at_b):
+            if not text.startswith("lit:") or lit_value(text) != float(at_b):
                 return None
     out_shape = program["out_specs"][0]["shape"]
     if (reduce == "none") != (out_shape == [b]):
@@ -293,8 +268,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     b, h = at[found["hidden"]]["shape"]
     ws = at[found["weight"]]["shape"]
     v = ws[0] if found["weight_vh"] else ws[1]
-    item_h = 2 if "16" in at[found["hidden"]]["dtype"] else 4
-    item_w = 2 if "16" in at[found["weight"]]["dtype"] else 4
+    item_h, item_w = itemsize(at[found["hidden"]]["dtype"]), itemsize(at[found["weight"]]["dtype"])
     kind = dot_kind(program, program["equations"][found["dot"]])
     factor = dot_time_factor(kind)
 

@@ -39,7 +39,7 @@ _MASK_PRIMS = {"iota", "add", "sub", "ge", "gt", "le", "lt", "eq", "ne", "and", 
                "select_n", "broadcast_in_dim", "convert_element_type"}  # fmt: skip
 
 
-def _lit(text: str) -> Any:
+def lit_value(text: str) -> Any:
     """The value of a literal operand `lit:...` (numbers, bools, jnp.asarray(x, dtype))."""
     body = text[4:]
     if body in ("True", "False"):
@@ -50,7 +50,9 @@ def _lit(text: str) -> Any:
     return float(ast.literal_eval(body))
 
 
-class _Graph:
+class Graph:
+    """A traced program's producers, users and ancestry (the flash and cross-entropy recognisers read it)."""
+
     def __init__(self, program: Program) -> None:
         self.p = program
         self.eqns = program["equations"]
@@ -86,7 +88,7 @@ class _Graph:
 
         def val(n: str) -> Any:
             if n.startswith("lit:"):
-                return np.asarray(_lit(n))
+                return np.asarray(lit_value(n))
             if n in cache:
                 return cache[n]
             e = self.eqns[self.producer[n]]
@@ -136,7 +138,7 @@ _SOFTMAX_PRIMS = PASS | {"reduce_max", "max", "broadcast_in_dim", "sub", "exp", 
                          "transpose", "mul", "tanh", "select_n", "add"}  # fmt: skip
 
 
-def _downstream_of(g: _Graph, start: int) -> set[int]:
+def _downstream_of(g: Graph, start: int) -> set[int]:
     """Equations that (transitively) use equation `start`'s outputs."""
     live, out = set(g.eqns[start]["outputs"]), set()
     for i in range(start + 1, len(g.eqns)):
@@ -151,7 +153,7 @@ def _dims(e: dict) -> tuple[tuple, tuple, tuple, tuple]:
     return tuple(lc), tuple(rc), tuple(lb), tuple(rb)
 
 
-def _dot_labels(e: dict, left: list, right: list, g: _Graph) -> list:
+def _dot_labels(e: dict, left: list, right: list, g: Graph) -> list:
     """The labels of a dot_general's output axes: batch (from the left), left free, right free."""
     lc, rc, lb, rb = _dims(e)
     nl, nr = len(g.shape(e["inputs"][0])), len(g.shape(e["inputs"][1]))
@@ -204,7 +206,7 @@ def _reshape_labels(src: Sequence[int], dst: Sequence[int], labels: list) -> lis
     return out
 
 
-def _unbroadcast(g: _Graph, name: str) -> tuple[str, list[int | None]]:
+def _unbroadcast(g: Graph, name: str) -> tuple[str, list[int | None]]:
     """The array `name` was broadcast from, and for each of its axes the axis of `name` it lands on
     (None: a size-1 axis broadcast along it)."""
     axes: list[int | None] = list(range(len(g.shape(name))))
@@ -222,7 +224,7 @@ def _unbroadcast(g: _Graph, name: str) -> tuple[str, list[int | None]]:
 
 def recognise(program: Program) -> dict[str, Any] | None:
     """The plain-attention roles of `program`, or None when it is anything else."""
-    g = _Graph(program)
+    g = Graph(program)
     eqns = g.eqns
     if len(program["outputs"]) != 1:
         return None
