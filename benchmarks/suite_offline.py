@@ -1,21 +1,24 @@
-"""The offline suite over all 50 JaxBench tasks (tpu-v6e, estimate tier, at --size: the production size
-`full` by default, validated at the check sizes), killed halfway.
+"""The offline suite over all 50 JaxBench tasks (estimate tier, at --size: the production size `full` by
+default, validated at the check sizes), on --target (tpu-v6e by default), killed halfway.
 
 Runs `maxkernel-orchestrate suite --mode auto --model offline` as a subprocess, waits until half the
 tasks are finished, kills its whole process group with SIGKILL (the stdio server too), then continues
-it with `--resume`. Printed: wall time of each part, tasks correct, fast_1 / fast_1.2 and the geomean
-(estimate tier: the static model, not a measurement), how many tasks match or beat the expert Pallas
-reference, and what the resume kept: finished tasks never run twice, the ones in flight run again
-from their journals.
-Run: .venv/bin/python benchmarks/suite_offline.py [--out runs/suite-offline] [--tasks all] [--size full]
-[--no-kill]
+it with `--resume` (`--no-kill`: one uninterrupted run). Printed: wall time of each part, what the
+resume kept (finished tasks never run twice, the ones in flight run again from their journals), then
+the per-task table: correct, tier, kernel / XLA / expert time, x XLA and x expert (a ratio only where
+both sides have one tier), each task's wall time; then correct, tasks >= 1x XLA and the geomean, tasks
+>= 0.95x their expert Pallas reference, fast_1 / fast_1.2. Estimates are the static model, not measured.
+Run: .venv/bin/python benchmarks/suite_offline.py [--out DIR] [--tasks all|id,id] [--size full]
+[--target tpu-v6e] [--no-kill]; --report DIR prints a finished suite's table and runs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -45,6 +48,60 @@ def task_table(suite_dir: Path) -> dict[str, tuple[str, int, float | None]]:
         }
 
 
+def _f(x: float | None, spec: str) -> str:
+    """`x` formatted by `spec`; a missing value is a "-" of the same width."""
+    width = int(re.match(r"\d*", spec).group() or 0)
+    return ("-" if x is None else format(x, spec)).rjust(width)
+
+
+def print_report(suite_dir: Path) -> None:
+    """The per-task table (vs XLA and vs the expert, each only at one tier) and the issue's targets."""
+    doc = json.loads((suite_dir / "score.json").read_text())
+    rows = doc["rows"]
+    print(
+        f"{'task':<34} {'ok':<3} {'tier':<13} {'kernel us':>10} {'XLA us':>10} {'x XLA':>6} "
+        f"{'expert us':>10} {'x expert':>8} {'wall s':>7}"
+    )
+    for r in rows:
+        tier = (
+            f"est/{r['estimate_tier']}"
+            if r["tier"] == "estimate" and r["estimate_tier"]
+            else r["tier"] or "-"
+        )
+        why = ""
+        if not r["correct"] and r.get("failed"):
+            why = f"  ({r['failed']['kind']} at {r['failed'].get('size') or '?'})"
+        elif r.get("expert_time_us") and r.get("speedup_vs_expert") is None:
+            why = f"  (expert at {r.get('expert_tier') or 'another tier'}: no ratio)"
+        print(
+            f"{r['task'][:34]:<34} {'yes' if r['correct'] else 'no':<3} {tier:<13} "
+            f"{_f(r['kernel_time_us'], '10.1f')} {_f(r['baseline_time_us'], '10.1f')} "
+            f"{_f(r['speedup_vs_baseline'], '6.2f')} {_f(r.get('expert_time_us'), '10.1f')} "
+            f"{_f(r['speedup_vs_expert'], '8.2f')} {r['wall_time_s']:7.0f}{why}"
+        )
+    n = len(rows)
+    correct = [r for r in rows if r["correct"]]
+    vs_xla = [r["speedup_vs_baseline"] for r in correct if r["speedup_vs_baseline"]]
+    geo = math.exp(sum(math.log(v) for v in vs_xla) / len(vs_xla)) if vs_xla else None
+    experts = [r for r in rows if r.get("expert_time_us")]
+    ratios = [r["speedup_vs_expert"] for r in correct if r["speedup_vs_expert"] is not None]
+    tiers = sorted({r["tier"] for r in correct if r["tier"]})
+    print(
+        f"scores are {', '.join(tiers) or 'none'} (an estimate is the static model for the chip, not measured)"
+    )
+    print(f"correct: {len(correct)}/{n}")
+    print(
+        f"x XLA >= 1 (same tier): {sum(v >= 1.0 for v in vs_xla)}/{n}; geomean {_f(geo, '.3f')}x over {len(vs_xla)}"
+    )
+    print(
+        f"x expert >= 0.95: {sum(v >= 0.95 for v in ratios)}/{len(experts)} tasks with an expert "
+        f"({len(ratios)} correct with a same-tier ratio)"
+    )
+    for tier, t in doc["score"]["by_tier"].items():
+        print(f"{tier}: fast_1 {t['fast_1']:.2f}  fast_1.2 {t['fast_1_2']:.2f} (over all {n} tasks)")
+    print(f"per-task wall time: {sum(r['wall_time_s'] for r in rows):.0f} s summed over {n} tasks")
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=f"runs/suite-offline-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -52,7 +109,12 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--size", default="full", help="the target size: scored there, validated at check sizes")
     p.add_argument("--no-kill", action="store_true", help="one uninterrupted run")
+    p.add_argument("--target", default="tpu-v6e", help="the chip scored for")
+    p.add_argument("--report", metavar="DIR", help="print the table of a finished suite dir; run nothing")
     a = p.parse_args()
+    if a.report:
+        print_report(Path(a.report))
+        return 0
     suite_dir = Path(a.out)
     argv = ORCH + [
         "suite",
@@ -63,7 +125,7 @@ def main() -> int:
         "--model",
         "offline",
         "--target",
-        "tpu-v6e",
+        a.target,
     ]
     argv += ["--size", a.size, "--concurrency", str(a.concurrency), "--iterations", "1", "--test-cases", "1"]
     argv += ["--seeds", "2", "--verify-seeds", "2", "--quiet", "--json"]
@@ -100,9 +162,7 @@ def main() -> int:
     result = json.loads(out)
     after = task_table(suite_dir)
     repeated = [t for t in finished_before if after[t][1] != before[t][1] or after[t][2] != before[t][2]]
-    sc = result["score"]
-    est = sc["by_tier"].get("estimate") or {}
-    print(f"suite: {suite_dir}  tasks {sc['tasks']}  target tpu-v6e  size {a.size}  model offline")
+    print(f"suite: {suite_dir}  target {a.target}  size {a.size}  model offline")
     if killed_at is not None:
         print(
             f"first run: killed with SIGKILL at {killed_at:.0f} s with {len(finished_before)} tasks finished; "
@@ -110,17 +170,7 @@ def main() -> int:
             f"tasks re-queued from their journals: {result['requeued_on_start']}"
         )
     print(f"wall time: {part1_s + resumed_s:.0f} s in all")
-    print(f"correct: {sc['correct']}/{sc['tasks']} ({100 * sc['fraction_correct']:.0f}%)")
-    if est:
-        print(
-            f"estimate tier (static model, not measured): fast_1 {est['fast_1']:.2f}  fast_1.2 {est['fast_1_2']:.2f}  "
-            f"geomean {est['geomean_speedup']}x over {est['rows']} correct tasks"
-        )
-    print(
-        f"vs expert Pallas reference: {sc['match_or_beat_expert']}/{sc['with_expert']} match or beat (>= 0.95x), "
-        f"{sc['beat_expert']} beat"
-    )
-    print("ranked: " + ", ".join(f"{r['task']} {r['speedup_vs_baseline']:.2f}x" for r in sc["ranked"]))
+    print_report(suite_dir)
     return 0
 
 

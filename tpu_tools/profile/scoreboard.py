@@ -60,6 +60,9 @@ class TaskRow(BaseModel):
         default=None, description="the baseline's tier (measured, estimate/<estimator tier>) when known"
     )
     expert_time_us: float | None = Field(default=None, description="the expert Pallas reference, if any")
+    expert_tier: str | None = Field(
+        default=None, description="the expert's tier (measured, estimate/<estimator tier>) when known"
+    )
     speedup_vs_baseline: float | None = Field(default=None, description="baseline / kernel, same tier")
     speedup_vs_expert: float | None = Field(default=None, description="expert / kernel, same tier")
     kernel_sha256: str | None = None
@@ -216,7 +219,7 @@ def timed_row(
         notes.append(f"no speedup: kernel is {k_tier}, baseline is {b_tier}")
     if expert is not None:
         e_us, e_tier = expert
-        row.expert_time_us = e_us
+        row.expert_time_us, row.expert_tier = e_us, e_tier
         if k_us and e_us and e_tier == k_tier and row.tier is not None:
             row.speedup_vs_expert = round(e_us / k_us, 4)
         elif k_us and e_us:

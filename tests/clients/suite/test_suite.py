@@ -61,7 +61,15 @@ def test_speedups_only_within_one_tier_and_cpu_time_is_not_a_tpu_measurement():
         TaskRow(task="x", status="done"), (10.0, "estimate"), (300.0, "measured"), (5.0, "estimate")
     )
     assert r.speedup_vs_baseline is None and "kernel is estimate, baseline is measured" in r.note
-    assert r.speedup_vs_expert == 0.5
+    assert r.speedup_vs_expert == 0.5 and r.expert_tier == "estimate"
+    r = timed_row(
+        TaskRow(task="x", status="done"),
+        (10.0, "estimate/llo"),
+        (30.0, "estimate/llo"),
+        (9.0, "estimate/model"),
+    )
+    assert r.speedup_vs_expert is None and r.expert_tier == "estimate/model"  # the row says why: two tiers
+    assert "expert is estimate/model" in r.note
     r = timed_row(TaskRow(task="x", status="done"), (10.0, "measured"), (30.0, "measured"))
     assert r.speedup_vs_baseline == 3.0 and r.tier == "measured"
     cpu_run = {
