@@ -296,6 +296,11 @@ def _walk(
             work.dtype = _matmul_dtype(ins, table)
         elif op == "custom-call" and _custom_call_work(ins, table, work):
             pass
+        elif op == "scatter":  # its combiner runs once per update element, not per element of the result
+            n = (len(ins.operands) - 1) // 2
+            work.vpu += sum(
+                table[o].shapes[0].elements for o in ins.operands[n + 1 :] if o in table and table[o].shapes
+            )
         elif op in TRANSCENDENTAL:
             work.trans += out
         elif op in ("reduce", "reduce-window"):
@@ -338,34 +343,70 @@ def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloIns
             us = users.get(name, [])
             if us and all(u.opcode in ("slice", "dynamic-slice", "gather") for u in us):
                 sliced[pos] = float(sum(_hbm(u.shapes) for u in us))
-            # An in-place update: the buffer XLA writes into is aliased, not read.
-            if us and all(u.opcode == "dynamic-update-slice" and u.operands[0] == name for u in us):
+            # An in-place update: the buffer XLA writes into is aliased, not read (but for the rows a scatter
+            # combines its updates with: `.at[i].add(x)` reads them; `.set(x)` does not).
+            if us and all(u.opcode in IN_PLACE and u.operands[0] == name for u in us):
                 skipped.add(pos)
+                ftable = fused.by_name()
+                sliced[pos] = sum(
+                    float(ftable[o].shapes[0].nbytes)
+                    for u in us
+                    if u.opcode == "scatter" and _combines(module, u)
+                    for o in u.operands[(len(u.operands) + 1) // 2 :]
+                    if o in ftable and ftable[o].shapes
+                )
     total = 0.0
     for pos, o in enumerate(ins.operands):
         src = table.get(o)
-        if src is None or pos in skipped:
+        if src is not None and pos in skipped:
+            total += sliced.get(pos, 0.0) if _hbm(src.shapes[:1]) else 0.0
+            continue
+        if src is None:
             continue
         full = float(_hbm(src.shapes if src.opcode != "get-tuple-element" else src.shapes[:1]))
         total += min(full, sliced.get(pos, full))
     return total
 
 
-def _in_place_update(comp: HloComputation, name: str, depth: int = 0) -> HloInstruction | None:
-    """The update a fused output writes when it is an in-place dynamic-update-slice of a parameter (through
-    bitcasts): XLA aliases the buffer to the fusion's operand, so only the update moves (None otherwise)."""
+def _combines(module: HloModule, scatter: HloInstruction) -> bool:
+    """Whether a scatter's combiner reads the value it replaces (add, max ...), not only its update (set)."""
+    m = re.search(r"\bto_apply=%([\w.\-]+)", scatter.attrs)
+    comp = module.computations.get(m.group(1)) if m else None
+    if comp is None:
+        return True
+    table = comp.by_name()
+    root = next((i for i in comp.instructions if i.is_root), None)
+    while root is not None and root.opcode == "bitcast" and root.operands:
+        root = table.get(root.operands[0])
+    return not (root is not None and root.opcode == "parameter" and root.parameter_number == 1)
+
+
+# Ops XLA runs in place on their first operand's buffer when it is the fusion's parameter: the fusion's output
+# aliases that operand (`aliasing_operands` in its backend config), and only the update moves.
+IN_PLACE = {"dynamic-update-slice", "scatter"}
+
+
+def _in_place_update(comp: HloComputation, name: str, depth: int = 0) -> list[HloInstruction] | None:
+    """The updates a fused output writes when it is an in-place dynamic-update-slice or scatter of a parameter
+    (through bitcasts): XLA aliases the buffer to the fusion's operand, so only the updates move (a scatter's
+    rows: its updates operand; a KV cache's `cache.at[slots].set(kv)`). None otherwise."""
     table = comp.by_name()
     ins = table.get(name)
     while ins is not None and ins.opcode == "bitcast" and ins.operands and depth < 8:
         ins, depth = table.get(ins.operands[0]), depth + 1
-    if ins is None or ins.opcode != "dynamic-update-slice" or len(ins.operands) < 2:
+    if ins is None or ins.opcode not in IN_PLACE or len(ins.operands) < 2:
         return None
     buf = table.get(ins.operands[0])
     while buf is not None and buf.opcode == "bitcast" and buf.operands:
         buf = table.get(buf.operands[0])
     if buf is None or buf.opcode != "parameter":
         return None
-    return table.get(ins.operands[1])
+    if ins.opcode == "dynamic-update-slice":
+        upd = [table.get(ins.operands[1])]
+    else:  # scatter(operands..., indices, updates...): one operand (the cache) here, a tuple of them is rare
+        n = (len(ins.operands) - 1) // 2
+        upd = [table.get(o) for o in ins.operands[n + 1 :]] if n == 1 else [None]
+    return upd if all(u is not None for u in upd) else None
 
 
 def _writes(module: HloModule, ins: HloInstruction) -> float:
@@ -385,7 +426,7 @@ def _writes(module: HloModule, ins: HloInstruction) -> float:
         shape = ins.shapes[k : k + 1] if root.opcode == "tuple" else ins.shapes[:1]
         upd = _in_place_update(fused, name)
         if upd is not None and _hbm(shape):
-            total += float(sum(s.nbytes for s in upd.shapes))
+            total += float(sum(s.nbytes for u in upd for s in u.shapes))
         else:
             total += float(_hbm(shape))
     return total
@@ -469,8 +510,10 @@ def _cost_op(
             if ins.opcode == "fusion"
             else float(sum(_hbm(table[o].shapes[:1]) for o in ins.operands if o in table))
         )
-        # An async copy into VMEM (copy-start: a prefetch) reads HBM and writes VMEM; charged as if not overlapped.
-        nbytes = reads + (0.0 if ins.opcode == "copy-start" else _writes(module, ins))
+        # An async copy (copy-start: (destination, source, context)) writes its destination: nothing when that
+        # is VMEM (a prefetch), all of it when it is HBM (a VMEM buffer written back: a non-donated cache that
+        # XLA updated in VMEM goes out again); charged as if not overlapped.
+        nbytes = reads + (float(_hbm(ins.shapes[:1])) if ins.opcode == "copy-start" else _writes(module, ins))
     # XLA runs a fusion on every TensorCore of a megacore device (v4/v5p): the chip table is per core.
     mxu_rate = c.mxu_flops_per_s("int8" if work.dtype == "int8" else "bfloat16") * cores
     mxu_s = work.mxu_flops_bf16 / mxu_rate
@@ -921,7 +964,8 @@ def cost_hlo_text(
             "one that only touches VMEM/SMEM adds nothing",
             "an async copy (copy-start) is charged only the part of its transfer that the compute and fixed time "
             "(not the HBM time: bandwidth is shared) of the ops scheduled before its copy-done do not cover",
-            "an in-place dynamic-update-slice (a fusion's output aliased to its operand) moves only its update",
+            "an in-place dynamic-update-slice or scatter (a fusion's output aliased to its operand: a donated KV cache) "
+            "moves only its updates; a copy XLA makes of a buffer the caller did not donate is costed as its own op",
             "buffers XLA placed in VMEM (S(1)) cost no HBM bytes",
             "f32 matmuls at DEFAULT precision run as one bf16 MXU pass (XLA on TPU); HIGHEST as 6",
             f"megacore ({c.name}): {cores} TensorCore(s) per device, XLA splits every fusion across them",

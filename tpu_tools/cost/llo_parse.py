@@ -188,6 +188,41 @@ def _executed(loops: list[InnerLoop], lo: int, hi: int) -> int:
     return sum(mult)
 
 
+def _back_edge_trips(rows: list[tuple[int, int, str, str]], first: int, last: int) -> int | None:
+    """The trip count of the loop [first, last] read from its back edge when no exit test is labelled (an XLA
+    scatter's row loop): the branch just after it, `sbr.rel (!%p48) target = $region304`, jumps to the region
+    its first bundle starts, on `%p48 = scmp.ge.s32 %s49, 8`, where %s49 is the back-edge value of a counter
+    `%s4061 = sphi %s4137, %s49` that starts at a literal (`%s4137 = smov 0`) and steps by one (`%s49 =
+    sadd.s32 1, ...`). None unless every link of that chain is in the dump."""
+    if last + 1 >= len(rows):
+        return None
+    starts = set(_REGION_START.findall(rows[first][3]))
+    back = [
+        m.group(1).strip()
+        for k in range(last, min(len(rows), last + 3))
+        for m in _BRANCH.finditer(rows[k][2])
+        if m.group(2) in starts and m.group(1).strip().startswith("!")
+    ]
+    if len(back) != 1:
+        return None
+    pred = back[0][1:]
+    text = [b for _, _, b, _ in rows]
+    cmp = re.compile(re.escape(pred) + r"\s*=\s*scmp\.(ge|gt)\.s32\S*\s+(%s\w+)\s*,\s*(\d+)\b")
+    test = [m for b in text[first : last + 1] for m in cmp.finditer(b)]
+    phis = {m.group(3): m.group(2) for m in _PHI.finditer(text[first])}  # back-edge value -> initial value
+    if len(test) != 1 or test[0].group(2) not in phis:
+        return None
+    counter = test[0].group(2)
+    steps = [
+        int(m.group(2)) for b in text[first : last + 1] for m in _SADD.finditer(b) if m.group(1) == counter
+    ]
+    inits = [_s32(m.group(2)) for b in text[:first] for m in _SMOV.finditer(b) if m.group(1) == phis[counter]]
+    if len(steps) != 1 or steps[0] <= 0 or len(inits) != 1:
+        return None
+    bound = int(test[0].group(3)) + (1 if test[0].group(1) == "gt" else 0)
+    return max(1, -(-(bound - inits[0]) // steps[0]))
+
+
 def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     """Fill loop/straight-line/predicated counts and DMAs; return each bundle's grid-loop depth, in order."""
     if not text:
@@ -230,6 +265,8 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     exits = [int(m.group(1)) for i in loop for m in [_EXIT.search(rows[i][2])] if m and depths[i] == 1]
     if exits:
         out.loop_trip_count = exits[-1]
+    elif in_loop:
+        out.loop_trip_count = _back_edge_trips(rows, first, last)
     out.straight_line_bundles = len(rows) - len(loop)
     if in_loop:
         out.inner_loops = _inner_loops(rows, labels, first, last, 2)
