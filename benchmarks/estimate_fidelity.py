@@ -6,8 +6,11 @@ which XLA_HBM_EFFICIENCY was fitted on, and linear+cross-entropy, held out) and 
 (tokamax's kernel; jax's splash attention at the same blocks stands in for it, as the README allows).
 The kernel side (pallas_calls) and the XLA side (plain JAX) are reported apart: within [0.8, 1.25],
 Spearman, and the pick between kernel and XLA where both were timed on one shape; then the tier of every
-XLA-side estimate, with three programs that have no published time (a donated KV-cache loop, a tiny
-attention, lax.ragged_dot), before and after. Each point is rebuilt
+XLA-side estimate, with programs that have no published time (a donated KV-cache loop, a tiny attention,
+lax.ragged_dot, a decode step's index math), before and after; and KV-cache updates as serving stacks write
+them (KV_PROGRAMS: a paged cache scattered at the decode tokens' slots, flat or paged, a decode step's
+dynamic-update-slice; donated, and not donated so that XLA copies the cache) on v6e and v5e, each printed
+beside a first-principles BOUND (the bytes it must touch at the chip's HBM peak), never a measurement. Each point is rebuilt
 (`acc_scratch`: the docs' matmul with an f32 VMEM accumulator; `acc_out`: accumulating into the output
 block; the XLA programs as the calibration README describes them), traced and compiled for its chip with
 libtpu's LLO dump, and estimated the way `maxkernel estimate` does (analyze.estimate_one):
@@ -21,7 +24,9 @@ The xprof rows are device times: no floor. Per series it prints Spearman, estima
 pick-loss (measured time of the estimate's pick / measured best - 1; only where a series is configs of
 one problem), and per chip: points within [0.8, 1.25], Spearman per series, worst pick-loss.
 
-    .venv/bin/python benchmarks/estimate_fidelity.py [--json OUT] [--before REV]
+    .venv/bin/python benchmarks/estimate_fidelity.py [--json OUT] [--before REV] [--only KINDS]
+
+`--only xla_program` (or program names, or `xla_attention,xla_xent`, `splash`, `matmul`) runs a subset.
 
 Compiles only (no chip); about 20 minutes per estimator on 2 shared cores (the LLO dump makes big
 compiles several times slower). Kernels compile with vmem_limit_bytes=100 MiB: the published f32
@@ -176,8 +181,8 @@ def calibration_points(path: Path) -> list[dict]:
     return rows
 
 
-# Plain-JAX programs with no published device time: their XLA-side estimate and tier only (the goal: `llo` for
-# every program that compiles). (name, shapes, donated args).
+# Plain-JAX programs with no published device time: their XLA-side estimate and tier (the goal: `llo` for every
+# program that compiles), on each chip. (name, shapes, donated args).
 XLA_PROGRAMS = {
     "kv_cache_loop": (
         [((8, 16384, 8, 128), "bfloat16"), ((8, 8, 128), "float32"), ((128, 128), "float32")],
@@ -185,7 +190,66 @@ XLA_PROGRAMS = {
     ),
     "tiny_attention": ([((1, 128, 4, 64), "bfloat16")] * 3, ()),
     "ragged_dot": ([((8192, 2048), "bfloat16"), ((8, 2048, 4096), "bfloat16"), ((8,), "int32")], ()),
+    # A decode step's bookkeeping: tiny fusions whose time is their schedule and their DMA round trips.
+    "decode_index_math": (
+        [((64,), "int32"), ((64,), "int32"), ((64, 512), "int32"), ((64,), "int32")],
+        (),
+    ),
 }
+XLA_PROGRAM_CHIPS = ("tpu-v6e", "tpu-v5e")
+
+# KV-cache updates as serving stacks write them (shapes from their public configs, one layer): a paged cache
+# [num_blocks, block_size, kv_heads, head_dim] bf16 updated at a batch of decode tokens' slots (vLLM /
+# tpu-inference: `cache.at[slot_mapping].set(kv)`, K and V, the caches donated: XLA scatters in place), the
+# same flattened to [num_slots, kv_heads * head_dim], and one decode step's [B, 1, H, D] written at its
+# position into [B, S, H, D] (MaxText / gemma: lax.dynamic_update_slice, donated); and the scatter and the
+# update with the cache not donated, where XLA must copy the whole cache. name: (shapes, donated args).
+KV_PROGRAMS = {
+    "kv_scatter_paged": (
+        [((2048, 16, 8, 128), "bfloat16")] * 2 + [((128, 8, 128), "bfloat16")] * 2 + [((128,), "int32")],
+        (0, 1),
+    ),
+    "kv_scatter_flat": (
+        [((32768, 1024), "bfloat16"), ((256, 1024), "bfloat16"), ((256,), "int32")],
+        (0,),
+    ),
+    "kv_dus_decode": ([((8, 8192, 8, 128), "bfloat16"), ((8, 1, 8, 128), "bfloat16"), ((), "int32")], (0,)),
+    "kv_scatter_paged_not_donated": (
+        [((2048, 16, 8, 128), "bfloat16"), ((128, 8, 128), "bfloat16"), ((128,), "int32")],
+        (),
+    ),
+    "kv_dus_decode_not_donated": (
+        [((8, 8192, 8, 128), "bfloat16"), ((8, 1, 8, 128), "bfloat16"), ((), "int32")],
+        (),
+    ),
+}
+
+
+def kv_touched_bytes(name: str) -> int:
+    """Bytes a KV-cache update must move between HBM and the core, from its shapes alone (not the estimator's
+    count): every input but the caches read (updates, slots), each update's rows written into its cache, and,
+    for a cache not donated, the whole cache read and written once (XLA's copy into the output buffer)."""
+    import math
+
+    import jax.numpy as jnp
+
+    shapes, donated = KV_PROGRAMS[name]
+    size = [math.prod(s) * jnp.dtype(d).itemsize for s, d in shapes]
+    caches = {i for i, b in enumerate(size) if b == max(size)}
+    read = sum(b for i, b in enumerate(size) if i not in caches)
+    written = sum(
+        b for i, ((s, _), b) in enumerate(zip(shapes, size, strict=True)) if i not in caches and len(s) >= 2
+    )
+    copy = sum(2 * size[i] for i in caches if i not in donated)
+    return read + written + copy
+
+
+def kv_bound_us(name: str, chip: str) -> float:
+    """The first-principles floor of a KV-cache update: its touched bytes at the chip's HBM bandwidth (no
+    launch, no DMA latency). A bound to print beside the estimate, not a measurement."""
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+
+    return kv_touched_bytes(name) / get_chip(chip).hbm_bytes_per_s * 1e6
 
 
 def _xla_program(name: str):
@@ -205,9 +269,43 @@ def _xla_program(name: str):
     def ragged_dot(x, w, group_sizes):
         return jax.lax.ragged_dot(x, w, group_sizes)
 
-    return {"kv_cache_loop": kv_cache_loop, "tiny_attention": _attention(True), "ragged_dot": ragged_dot}[
-        name
-    ]
+    def decode_index_math(positions, lengths, block_tables, tokens):
+        """Next positions, slots from the block table, the attention mask, the stop flags."""
+        pos = positions + 1
+        block = jnp.take_along_axis(block_tables, (pos // 16)[:, None], axis=1)[:, 0]
+        slots = block * 16 + pos % 16
+        new_len = jnp.minimum(lengths + 1, 8192)
+        mask = jnp.arange(8192)[None, :] < new_len[:, None]
+        return pos, slots, new_len, mask, (tokens == 2) | (new_len >= 8192)
+
+    def paged_scatter(k_cache, v_cache, k, v, slots):
+        """[blocks, block_size, H, D] caches, one row per token at its slot (block * block_size + offset)."""
+        nb, bs, h, d = k_cache.shape
+        k_cache = k_cache.reshape(nb * bs, h, d).at[slots].set(k).reshape(k_cache.shape)
+        v_cache = v_cache.reshape(nb * bs, h, d).at[slots].set(v).reshape(v_cache.shape)
+        return k_cache, v_cache
+
+    def paged_scatter_one(cache, kv, slots):
+        nb, bs, h, d = cache.shape
+        return cache.reshape(nb * bs, h, d).at[slots].set(kv).reshape(cache.shape)
+
+    def flat_scatter(cache, kv, slots):
+        return cache.at[slots].set(kv)
+
+    def decode_update(cache, kv, pos):
+        return jax.lax.dynamic_update_slice(cache, kv, (0, pos, 0, 0))
+
+    return {
+        "kv_cache_loop": kv_cache_loop,
+        "tiny_attention": _attention(True),
+        "ragged_dot": ragged_dot,
+        "decode_index_math": decode_index_math,
+        "kv_scatter_paged": paged_scatter,
+        "kv_scatter_flat": flat_scatter,
+        "kv_dus_decode": decode_update,
+        "kv_scatter_paged_not_donated": paged_scatter_one,
+        "kv_dus_decode_not_donated": decode_update,
+    }[name]
 
 
 def _splash(b: int, s: int, h: int, d: int, causal: bool, blocks: list[int]):
@@ -288,10 +386,12 @@ def estimate_all(points: list[dict], cal: list[dict], kinds: set[str] | None = N
             n, h, v = p["shape"]
             shapes = [((n, h), jnp.bfloat16), ((h, v), jnp.bfloat16), ((n,), jnp.int32)]
             run(_key(p), _xent, shapes, p["chip"])
-    for name, (shapes, donate) in XLA_PROGRAMS.items():
-        if want("xla_program"):
-            typed = [(s, getattr(jnp, d)) for s, d in shapes]
-            run(f"tpu-v6e|xla_program|{name}", _xla_program(name), typed, "tpu-v6e", donate)
+    for name, (shapes, donate) in {**XLA_PROGRAMS, **KV_PROGRAMS}.items():
+        for chip in XLA_PROGRAM_CHIPS:
+            key = f"{chip}|xla_program|{name}"
+            if want("xla_program") or want(name) or want(key):
+                typed = [(s, getattr(jnp, d)) for s, d in shapes]
+                run(key, _xla_program(name), typed, chip, donate)
     return out
 
 
@@ -306,7 +406,7 @@ def side(p: dict) -> str:
     return "kernel" if "bm" in p or p["kernel"] == "splash" else "XLA"
 
 
-def estimate_at_rev(rev: str, data: str) -> dict:
+def estimate_at_rev(rev: str, data: str, only: str | None = None) -> dict:
     """estimate_all run by this script in a child whose `maxkernel` is `git archive rev` (its venv's jax)."""
     tree = Path(tempfile.mkdtemp(prefix="mk-fidelity-rev-"))
     src = tree / "src"
@@ -318,7 +418,7 @@ def estimate_at_rev(rev: str, data: str) -> dict:
     (shim / "maxkernel").symlink_to(src)
     out = tree / "estimates.json"
     env = dict(os.environ, PYTHONPATH=str(shim))
-    cmd = [sys.executable, __file__, "--data", data, "--emit", str(out)]
+    cmd = [sys.executable, __file__, "--data", data, "--emit", str(out)] + (["--only", only] if only else [])
     subprocess.run(cmd, env=env, check=True)
     return json.loads(out.read_text())
 
@@ -364,12 +464,18 @@ def _fmt(st: dict) -> str:
 
 
 def _side_summary(pts: list[dict], col: str) -> dict:
-    """Within [0.8, 1.25], Spearman, of one side's points with a published time (timeit points with the floor)."""
+    """Within [0.8, 1.25], Spearman and the median estimate/measured ratio of one side's points with a
+    published time (timeit points with the floor)."""
     have = [p for p in pts if p.get(col) is not None and p.get("measured_ms") is not None]
     est = [p[col] / 1e3 + p.get("_floor_" + col, 0.0) for p in have]
     meas = [p["measured_ms"] for p in have]
     ratios = [e / m for e, m in zip(est, meas, strict=True)]
-    return {"n": len(have), "in_band": sum(0.8 <= r <= 1.25 for r in ratios), "spearman": spearman(est, meas)}
+    return {
+        "n": len(have),
+        "in_band": sum(0.8 <= r <= 1.25 for r in ratios),
+        "spearman": spearman(est, meas),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+    }
 
 
 def _picks(cal: list[dict], col: str) -> tuple[int, int, list[str]]:
@@ -403,12 +509,21 @@ def main(argv: list[str] | None = None) -> int:
         "--before-json", help="the before column's estimates from an earlier --emit (skips that run)"
     )
     ap.add_argument("--json", help="write every point and series figure here")
+    ap.add_argument(
+        "--only",
+        help="comma-separated point kinds (matmul, xla_attention, xla_xent, splash, xla_program) or XLA program "
+        "names (kv_scatter_paged, ...): a reduced run of just those; the summaries then cover only them",
+    )
     ap.add_argument("--emit", help=argparse.SUPPRESS)  # child mode: estimates of this process's tree, as JSON
     args = ap.parse_args(argv)
     points = load_points(Path(args.data))
     cal = calibration_points(Path(args.calibration)) if Path(args.calibration).is_file() else []
+    kinds = set(args.only.split(",")) if args.only else None
+    if kinds is not None:
+        points = [p for p in points if "matmul" in kinds]
+        cal = [p for p in cal if p["kernel"] in kinds]
     if args.emit:
-        Path(args.emit).write_text(json.dumps(estimate_all(points, cal)))
+        Path(args.emit).write_text(json.dumps(estimate_all(points, cal, kinds)))
         return 0
     import time
 
@@ -416,10 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     before = (
         json.loads(Path(args.before_json).read_text())
         if args.before_json
-        else estimate_at_rev(args.before, args.data)
+        else estimate_at_rev(args.before, args.data, args.only)
     )
     t1 = time.perf_counter()
-    after = estimate_all(points, cal)
+    after = estimate_all(points, cal, kinds)
     t2 = time.perf_counter()
     allp = points + cal
     for p in allp:
@@ -485,13 +600,19 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:<16} within {s['in_band']}/{s['n']} ({frac:.0%}), rho {s['rhos']}, worst pick-loss {s['max_loss']:.0%}"
         )
     sides: dict[str, dict] = {}
-    print("\nkernel side and XLA side apart (every point with a published time): within [0.8,1.25], Spearman")
+    print(
+        "\nestimate fidelity, kernel side (pallas_calls) and XLA side (plain JAX) apart, every point with a "
+        "published time: within [0.8,1.25], Spearman, median estimate/measured"
+    )
     for sd in ("kernel", "XLA"):
         pts = [p for p in allp if side(p) == sd]
         for c in cols:
             st = sides[f"{sd} {c[:-3]}"] = _side_summary(pts, c)
             rho = "-" if st["spearman"] is None else f"{st['spearman']:.2f}"
-            print(f"  {sd:<6} {c[:-3]:<6} within {st['in_band']}/{st['n']}, Spearman {rho}")
+            med = "-" if st["median_ratio"] is None else f"{st['median_ratio']:.2f}"
+            print(
+                f"  {sd:<6} {c[:-3]:<6} within {st['in_band']}/{st['n']}, Spearman {rho}, median ratio {med}"
+            )
     print("\npick agreement (kernel vs XLA on one problem, the faster one by the estimate vs by the chip):")
     picks = {}
     for c in cols:
@@ -513,6 +634,25 @@ def main(argv: list[str] | None = None) -> int:
             line += f"; {len(falls)} fell back: {falls[0]}"
         print(line)
         tiers.append({"key": key, "before": b, "after": a})
+    print(
+        "\nKV-cache updates (XLA side, no published time): the estimate beside a first-principles BOUND (the "
+        "bytes the update must touch at the chip's HBM peak, no launch or DMA latency; a floor, not a measurement)"
+    )
+    kv = []
+    for name in KV_PROGRAMS:
+        for chip in XLA_PROGRAM_CHIPS:
+            key = f"{chip}|xla_program|{name}"
+            b, a = before.get(key, {}).get("us"), after.get(key, {}).get("us")
+            if b is None and a is None:
+                continue
+            bound = kv_bound_us(name, chip)
+            cell = lambda v, b=bound: "-" if v is None else f"{v:.4g} us ({v / b:.1f}x)"  # noqa: E731
+            print(
+                f"  {chip:<8} {name:<29} bound {bound:8.3g} us ({kv_touched_bytes(name) / 1e6:.3g} MB) | before "
+                f"{cell(b):>20} -> after {cell(a):>20}"
+            )
+            kv.append({"key": key, "bound_us": bound, "touched_bytes": kv_touched_bytes(name), "before_us": b,
+                       "after_us": a})  # fmt: skip
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -523,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                     "sides": sides,
                     "picks": picks,
                     "tiers": tiers,
+                    "kv_cache": kv,
                     "points": allp,
                 },
                 indent=1,
