@@ -92,6 +92,19 @@ class Template:
         return _StrTemplate(self.source).substitute({**self.params(operator, vmem_limit_bytes), **values})
 
 
+def cheapest(*templates: Template | None, vmem_bytes: int = 40 * MiB) -> Template | None:
+    """Of alternative templates for one program (None: one that does not serve it), the one whose
+    cheapest config within `vmem_bytes` costs least by its own model; the models must share a unit
+    (us on the same rough chip) and read the program's target from their closure, not from dims."""
+
+    def best(t: Template) -> float:
+        fits = [c for c in t.configs() if not t.check(c, {}) and t.vmem_bytes(c, {}) <= vmem_bytes]
+        return min((t.cost_us(c, {}) for c in fits), default=float("inf"))
+
+    found = [t for t in templates if t is not None]
+    return min(found, key=best) if found else None
+
+
 def config_key(config: Mapping[str, Any]) -> str:
     """Canonical text of a config, for sets and dict keys."""
     return json.dumps(dict(config), sort_keys=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.rows import RowPlan, analyse
-from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.base import MiB, Template, cheapest
 from maxkernel.clients.offline.templates.row_blocks import legal_blocks, nbytes, row_body, tiled_axes
 from maxkernel.tpu_tools.problem.emit import Program, operand
 
@@ -272,9 +272,10 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
             return matmul_epilogue.build(program, plan, sp, sym)
-        from maxkernel.clients.offline.templates import mlp_chain
+        from maxkernel.clients.offline.templates import mlp_chain, mlp_two_pass
 
-        mlp = mlp_chain.build(program, sym)
+        # one pass where the weights stream few times, two where h's round trip buys compute-bound tiles
+        mlp = cheapest(mlp_chain.build(program, sym), mlp_two_pass.build(program, sym))
         if mlp is not None:
             return mlp
         from maxkernel.clients.offline.templates import batched_matmul

@@ -27,6 +27,7 @@ from maxkernel.tpu_tools.problem.emit import (
     Program,
     body_lines,
     dot_kind,
+    dot_time_factor,
     mxu_dot_note,
     mxu_dots,
 )
@@ -201,8 +202,10 @@ def recognise(program: Program) -> dict[str, Any] | None:
     }  # fmt: skip
 
 
-def build(program: Program, sym: Symbolic) -> Template | None:
-    """The hidden-tiled template of a gated-MLP program, or None (the caller keeps its own)."""
+def source_parts(program: Program, sym: Symbolic) -> dict[str, Any] | None:
+    """What every gated-MLP template writes from the program (the hidden chain and the epilogue as
+    the reference's own lines, the dots at its numerics, the names of the roles) and the target's
+    dims, or None when the program is not one or its lines do not follow the size."""
     r = recognise(program)
     if r is None:
         return None
@@ -218,17 +221,9 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     up_w = [eqns[i]["inputs"][1] for i in r["ups"]]
     kinds = [dot_kind(program, eqns[i]) for i in [*r["ups"], r["down"]]]
     dot_defs, dot_fns = mxu_dots(kinds)
-    up_dots = "\n".join(
-        f"    {o} = {fn}(x, {w}_ref[...], (((1,), (0,)), ((), ()))).astype(jnp.{eqns[i]['out_specs'][0]['dtype']})"
-        for o, w, i, fn in zip(up_outs, up_w, r["ups"], dot_fns, strict=False)
-    )
     at = sym.at(sym.target)
     tshape = {n: s["shape"] for n, s in zip(names, at["inputs"], strict=True)}
-    m_t = math.prod(tshape[r["x"]][:-1])
-    e_t = tshape[r["x"]][-1]
     h_t, eo_t = tshape[r["w_down"]]
-    item = 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4
-    n_up, n_res = len(up_w), len(res)
     fixed = {
         "mxu_dot": dot_defs,
         "down_dot": dot_fns[-1],
@@ -237,20 +232,65 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "ups": ", ".join(up_outs),
         "chain": "\n".join(f"    {ln}" for ln in chain) or "    pass",
         "h": r["h"],
-        "up_refs": ", ".join(f"{w}_ref" for w in up_w),
-        "up_dots": up_dots,
         "up_names": ", ".join(up_outs),
         "args": ", ".join(names),
         "down": r["w_down"],
         "out_dtype": program["out_specs"][0]["dtype"],
-        "up_specs": ", ".join("pl.BlockSpec((e, bh), up_map)" for _ in up_w),
         "up_args": ", ".join(up_w),
-        "in_refs": ", ".join(["x_ref", *(f"{w}_ref" for w in up_w), "down_ref", *(f"{n}_ref" for n in res)]),
         "epi_params": ", ".join([r["down_out"], *res]),
         "epi_chain": "\n".join(f"    {ln}" for ln in epi) or "    pass",
         "out": program["outputs"][0],
         "down_out": r["down_out"],
         "down_dtype": eqns[r["down"]]["out_specs"][0]["dtype"],
+    }
+    return {
+        "roles": r,
+        "fixed": fixed,
+        "kinds": kinds,
+        "dot_fns": dot_fns,
+        "up_w": up_w,
+        "up_outs": up_outs,
+        "m": math.prod(tshape[r["x"]][:-1]),
+        "e": tshape[r["x"]][-1],
+        "h": h_t,
+        "e_out": eo_t,
+        "item": 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4,
+    }
+
+
+def flops_us(m: int, k: int, n: int, rows: int, cols: int, kind: str) -> float:
+    """A rough MXU time of an [m, k] @ [k, n] dot in [rows, cols] output tiles (v6e-like, 900 TFLOP/s):
+    a pass wants 256 rows and columns of work, a smaller tile leaves the array part idle."""
+    feed = min(rows, 256) / 256 * min(cols, 256) / 256
+    return 2 * m * k * n / (900e12 * feed) * 1e6 * dot_time_factor(kind)
+
+
+def branch_us(elements: int, ops: int) -> float:
+    """A rough time of elementwise work under a kernel's `pl.when` (an epilogue on the last step): it
+    does not overlap the MXU's. About half a bundle per op per 1024 elements at 1.75 GHz (9p's LLO:
+    3026 bundles for SwiGLU's 6 ops, the casts and the store included, on a 1024 x 1024 block)."""
+    return 0.5 * ops * elements / 1024 / 1.75e3
+
+
+def build(program: Program, sym: Symbolic) -> Template | None:
+    """The hidden-tiled template of a gated-MLP program, or None (the caller keeps its own)."""
+    p = source_parts(program, sym)
+    if p is None:
+        return None
+    r, eqns = p["roles"], program["equations"]
+    res, up_w = r["residuals"], p["up_w"]
+    up_dots = "\n".join(
+        f"    {o} = {fn}(x, {w}_ref[...], (((1,), (0,)), ((), ()))).astype(jnp.{eqns[i]['out_specs'][0]['dtype']})"
+        for o, w, i, fn in zip(p["up_outs"], up_w, r["ups"], p["dot_fns"], strict=False)
+    )
+    m_t, e_t, h_t, eo_t, item = p["m"], p["e"], p["h"], p["e_out"], p["item"]
+    n_up, n_res = len(up_w), len(res)
+    fixed = {
+        **p["fixed"],
+        "up_refs": ", ".join(f"{w}_ref" for w in up_w),
+        "up_dots": up_dots,
+        "up_specs": ", ".join("pl.BlockSpec((e, bh), up_map)" for _ in up_w),
+        "in_refs": ", ".join(["x_ref", *(f"{w}_ref" for w in up_w), "down_ref", *(f"{n}_ref" for n in res)]),
         "epi_reads": ", ".join([r["down_out"], *(f"{n}_ref[...]" for n in res)]),
         "res_specs": "".join(", pl.BlockSpec((b0, e_out), o_map)" for _ in res),
         "res_args": "".join(f", {n}.reshape(-1, e_out)" for n in res),
@@ -277,8 +317,13 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         row_steps = -(-m_t // b0)
         steps = row_steps * -(-h_t // bh)
         hbm = item * (m_t * e_t + row_steps * (n_up * e_t * h_t + h_t * eo_t) + (1 + n_res) * m_t * eo_t)
+        # the up-projections' tiles are [b0, bh], the down-projection's [b0, E_out]
+        compute = sum(flops_us(m_t, e_t, h_t, b0, bh, k) for k in p["kinds"][:-1])
+        compute += flops_us(m_t, h_t, eo_t, b0, eo_t, p["kinds"][-1])
+        # the hidden chain runs beside the dots; the store (a cast, the epilogue) in a branch of its own
+        store = branch_us(m_t * eo_t, len(r["epilogue"]) + 2)
         penalty = 1e6 if vmem(c, d) > 48 * MiB else 0.0
-        return hbm / 1.6e12 * 1e6 + 0.35 * steps + penalty
+        return max(compute, hbm / 1.6e12 * 1e6) + store + 0.35 * steps + penalty
 
     fits = [
         (b0, bh)
