@@ -24,11 +24,11 @@ from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
+from maxkernel.clients.offline.templates.tile_cost import accumulator_us, flops_us
 from maxkernel.tpu_tools.problem.emit import (
     Program,
     body_lines,
     dot_kind,
-    dot_time_factor,
     mxu_dot_note,
     mxu_dot_source,
     operand,
@@ -40,8 +40,6 @@ LAYOUT = ("transpose", "convert_element_type", "reshape")
 # kernel sets (3/4 of physical VMEM, at most 64 MiB; 7x: 48 MiB). At 19k's 4096x8192x8192 the 24 MiB it had kept
 # 512-row blocks, streaming the weight 8 times (memory-bound, 866 us llo); 1024 rows are compute-bound (675 us).
 _FIRST_VMEM = 48 * MiB  # this count is the compiler's within 1%: room under the 64 MiB limit it asks for
-_VREG_BYTES = 4096  # one [8, 128] f32 vreg
-_CLOCK_HZ = 1.75e9  # v6e's; the cost only orders proposals
 
 SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), generated from the reference's program.
 
@@ -396,11 +394,8 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         steps = row_steps * col_steps * -(-k_t // bk)
         # the left operand is read once per column block, the right once per row block
         hbm = item * (m_t * k_t * col_steps + k_t * n_t * row_steps + m_t * n_t)
-        feed = min(bm, 256) / 256 * min(bn, 256) / 256  # an MXU pass wants 256 rows and columns of work
-        compute = 2 * m_t * n_t * k_t / (900e12 * feed) * 1e6 * dot_time_factor(kind)
-        # every k step loads and stores the f32 accumulator, one vreg store a bundle, beside the MXU work:
-        # 8p's LLO at (1024, 2048) is 6228 bundles a step at bk 512, 10365 at 1024 (2048 + MXU cycles)
-        acc = steps * (bm * bn * 4 / _VREG_BYTES) / _CLOCK_HZ * 1e6
+        compute = flops_us(m_t, k_t, n_t, bm, bn, kind)
+        acc = accumulator_us(steps, bm, bn)
         penalty = 1e6 if vmem(c, d) > _FIRST_VMEM else 0.0
         return max(compute + acc, hbm / 1.6e12 * 1e6) + 0.35 * steps + penalty
 

@@ -22,12 +22,12 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.tile_cost import branch_us, flops_us
 from maxkernel.tpu_tools.problem.emit import (
     ELEMENTWISE,
     Program,
     body_lines,
     dot_kind,
-    dot_time_factor,
     mxu_dot_note,
     mxu_dots,
 )
@@ -256,20 +256,6 @@ def source_parts(program: Program, sym: Symbolic) -> dict[str, Any] | None:
         "e_out": eo_t,
         "item": 2 if "16" in at["inputs"][names.index(r["x"])]["dtype"] else 4,
     }
-
-
-def flops_us(m: int, k: int, n: int, rows: int, cols: int, kind: str) -> float:
-    """A rough MXU time of an [m, k] @ [k, n] dot in [rows, cols] output tiles (v6e-like, 900 TFLOP/s):
-    a pass wants 256 rows and columns of work, a smaller tile leaves the array part idle."""
-    feed = min(rows, 256) / 256 * min(cols, 256) / 256
-    return 2 * m * k * n / (900e12 * feed) * 1e6 * dot_time_factor(kind)
-
-
-def branch_us(elements: int, ops: int) -> float:
-    """A rough time of elementwise work under a kernel's `pl.when` (an epilogue on the last step): it
-    does not overlap the MXU's. About half a bundle per op per 1024 elements at 1.75 GHz (9p's LLO:
-    3026 bundles for SwiGLU's 6 ops, the casts and the store included, on a 1024 x 1024 block)."""
-    return 0.5 * ops * elements / 1024 / 1.75e3
 
 
 def build(program: Program, sym: Symbolic) -> Template | None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.mlp_chain import branch_us, flops_us, source_parts
+from maxkernel.clients.offline.templates.mlp_chain import source_parts
+from maxkernel.clients.offline.templates.tile_cost import branch_us, flops_us
 from maxkernel.tpu_tools.problem.emit import Program, var_dtypes
 
 SOURCE = '''"""Gated MLP in two passes (offline template `mlp_two_pass`), generated from the reference's traced program.

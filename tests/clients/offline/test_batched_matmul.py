@@ -80,3 +80,22 @@ def test_one_source_validates_with_partial_m_n_k_blocks_and_compiles_at_full(tmp
             assert report.ok, report.failure
         full = ev.compile(str(kernel), str(ref), "tpu-v6e", "full")
         assert full.ok, full.failure
+
+
+def test_14p_first_blocks_reach_the_ridge_with_few_k_steps_and_fit_the_compilers_count():
+    """14p at full (8 x [1024, 4096] @ [4096, 14336]): 2048-wide n blocks read the activations 7 times,
+    not 14, and 2048-deep k blocks store the f32 accumulator half as often as 1024; the count is the
+    blocks and the accumulator, which the compiler scopes at 40.1 MiB (`maxkernel analyze`)."""
+    from maxkernel.clients.offline.dims import Symbolic
+    from maxkernel.clients.offline.templates.batched_matmul import WIDE, build
+
+    prog = describe(str(TASKS / "14p_Ragged_Dot" / "__init__.py")).model_dump(mode="json")
+    t = build(prog, Symbolic(prog))
+    assert t.initial == {"block_m": 1024, "block_n": 2048, "block_k": 2048}
+    assert t.vmem_bytes(t.initial, {}) == 40 * 2**20
+    narrower = t.initial | {"block_n": 1024, "block_k": 1024}  # the 1024-cube the template had: 0.92x expert
+    assert t.cost_us(t.initial, {}) < t.cost_us(narrower, {})
+    assert t.problems({"block_m": 2048, "block_n": 2048, "block_k": 4096}, {}) == [
+        "block_m=2048 is not one of [128, 256, 512, 1024]",
+        f"block_k=4096 is not one of {list(WIDE)}",
+    ]
