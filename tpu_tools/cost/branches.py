@@ -38,6 +38,7 @@ class BranchWork(BaseModel):
         default_factory=dict,
         description="matmul flops x the MXU passes a Mosaic kernel takes for them, by the rate's dtype",
     )
+    equations: int = Field(0, description="equations in the branch itself (0: an empty branch)")
 
     def time(self, mxu_flops_per_s: float, vpu_ops_per_s: float, transcendental_ops: float) -> float:
         return (
@@ -60,6 +61,18 @@ class KernelBranches(BaseModel):
     def known(self) -> bool:
         """Some top-level cond's predicate was evaluated over the grid."""
         return bool(self.conds) and self.unknown < len(self.conds)
+
+    def when_fractions(self) -> list[float | None] | None:
+        """Per top-level cond in program order, the share of grid steps that run its body (None: unknown),
+        when every cond is a pl.when (one branch with equations, the others empty); else None. These pair
+        with the compiled loop's pl.when regions (llo_parse.WhenRegion), one region per body."""
+        out: list[float | None] = []
+        for branches in self.conds:
+            bodies = [b for b in branches if b.equations]
+            if len(bodies) != 1:
+                return None
+            out.append(bodies[0].fraction)
+        return out
 
     def expected_flops(self) -> float:
         """Matmul flops of an average step: each branch weighted by its share (unknown: the costliest)."""
@@ -263,7 +276,10 @@ def kernel_branches(
             out.conds.append(
                 [
                     body_work(s.eqns, counts).model_copy(
-                        update={"fraction": taken[b] / counts.steps if known else None}  # type: ignore[index]
+                        update={
+                            "fraction": taken[b] / counts.steps if known else None,  # type: ignore[index]
+                            "equations": len(s.eqns),
+                        }
                     )
                     for b, s in enumerate(subs)
                 ]
@@ -286,12 +302,19 @@ def kernel_branches(
         subs = _subjaxprs(eqn)
         if index is None:
             out.unknown += 1
-            out.conds.append([body_work(s.eqns).model_copy(update={"fraction": None}) for s in subs])
+            out.conds.append(
+                [
+                    body_work(s.eqns).model_copy(update={"fraction": None, "equations": len(s.eqns)})
+                    for s in subs
+                ]
+            )
             continue
         which = np.clip(np.broadcast_to(np.asarray(index).astype(np.int64), (points,)), 0, len(subs) - 1)
         out.conds.append(
             [
-                body_work(s.eqns).model_copy(update={"fraction": float(np.mean(which == b))})
+                body_work(s.eqns).model_copy(
+                    update={"fraction": float(np.mean(which == b)), "equations": len(s.eqns)}
+                )
                 for b, s in enumerate(subs)
             ]
         )

@@ -48,6 +48,15 @@ VPU_OPS_PER_ELEMENT = 2
 TRANSCENDENTAL_VPU_OPS = 4
 
 
+class WhenCharge(BaseModel):
+    """One pl.when body of a compiled grid loop and the share of grid steps charged for it (tier llo)."""
+
+    bundles: int = Field(description="the body's bundles as issued when its branch is taken")
+    fraction: float | None = Field(
+        description="share of grid steps whose predicate holds; None: unknown (reads memory), charged every step"
+    )
+
+
 class CallEstimate(BaseModel):
     """The pipeline model's view of one pallas_call."""
 
@@ -66,6 +75,18 @@ class CallEstimate(BaseModel):
     )
     tier: Literal["llo", "model"] = "model"
     bundles_per_step: int | None = Field(default=None, description="compiler's grid-loop bundles (llo tier)")
+    expected_bundles_per_step: float | None = Field(
+        default=None,
+        description="bundles an average grid step issues: pl.when bodies weighted by the share of steps that "
+        "take them (llo tier; None: no branch share known, every step issues bundles_per_step)",
+    )
+    always_bundles_per_step: int | None = Field(
+        default=None,
+        description="bundles every grid step issues: the loop less its pl.when bodies (llo tier)",
+    )
+    when_bodies: list[WhenCharge] = Field(
+        default_factory=list, description="the loop's pl.when bodies, paired in order with the body's conds"
+    )
     mxu_efficiency: float = Field(description="fraction of MXU rows/columns the blocks fill")
     hbm_bytes_moved: int
     min_hbm_bytes: int = Field(
@@ -265,17 +286,56 @@ def estimate_call(
             )
         elif llo.inner_loop_bundles and not llo.inner_loops:
             notes.append(f"{call.kernel_name}: {llo.inner_loop_bundles} bundles in inner loops counted once")
-        if llo.predicated_bundles:
-            notes.append(
-                f"{call.kernel_name}: {llo.predicated_bundles} bundles under pl.when-sized branches charged every step"
-            )
 
     # pl.when branches run on the grid steps whose predicate holds (evaluated over the grid where it is a
     # function of the program ids). Tier model: the counted flops above are already per share. Tier llo:
-    # the loop holds every branch's bundles, so a step is charged their expected share of the bundles; the
-    # MXU floor comes from those same per-share flops, so it is not scaled again (a dot outside every
-    # branch keeps its whole floor).
-    if branches is not None and branches.known:
+    # the loop holds every branch's bundles. Where the dump's pl.when regions pair with the body's conds, a
+    # step is charged the bundles outside them plus each region's bundles times its share (a 50k matmul's
+    # GELU + softmax epilogue, 17K bundles, on 1/32 of its steps); else the loop's bundles times the
+    # expected share of the branches' counted work. The MXU floor comes from the per-share flops, so it is
+    # not scaled again (a dot outside every branch keeps its whole floor).
+    expected_bundles: float | None = None
+    always_bundles: int | None = None
+    when_bodies: list[WhenCharge] = []
+    fractions = branches.when_fractions() if branches is not None else None
+    regions = llo.when_regions if llo is not None and tier == "llo" else []
+    if bundles is not None and regions and fractions is not None and len(fractions) == len(regions):
+        # The compiled loop's own pl.when bodies, each charged on the steps whose predicate holds.
+        when_bodies = [
+            WhenCharge(bundles=r.executed_bundles, fraction=f)
+            for r, f in zip(regions, fractions, strict=True)
+        ]
+        always_bundles = max(0, bundles - sum(w.bundles for w in when_bodies))
+        expected_bundles = always_bundles + sum(
+            w.bundles * (1.0 if w.fraction is None else w.fraction) for w in when_bodies
+        )
+        compute_s = max(expected_bundles / (c.clock_ghz * 1e9), mxu_floor_s)
+        unknown_n = sum(1 for w in when_bodies if w.fraction is None)
+        notes.append(
+            f"{call.kernel_name}: {step_bundles_text(always_bundles, when_bodies)} ({expected_bundles:.0f} an "
+            f"average step, of {bundles} in the loop): the dump's {len(regions)} pl.when bodies paired in order "
+            "with the body's conds, each charged on the share of grid steps its predicate holds (evaluated over "
+            "the grid, or on the inputs' values)"
+            + (f"; {unknown_n} predicate(s) read memory and stay charged every step" if unknown_n else "")
+            + (
+                f"; the MXU floor ({mxu_floor_s * 1e6:.3g} us a step) is above that and sets it"
+                if mxu_floor_s * c.clock_ghz * 1e9 > expected_bundles
+                else ""
+            )
+        )
+    elif tier == "llo" and llo is not None and llo.predicated_bundles and not (branches and branches.known):
+        notes.append(
+            f"{call.kernel_name}: {llo.predicated_bundles} bundles under pl.when branches charged every step "
+            "(no predicate evaluated over the grid)"
+        )
+    elif tier == "llo" and regions and branches is not None:
+        notes.append(
+            f"{call.kernel_name}: the dump's {len(regions)} pl.when bodies do not pair with the body's "
+            f"{len(branches.conds)} top-level conds: the step's bundles are weighted by the branches' counted work"
+        )
+    if (
+        not when_bodies and branches is not None and branches.known
+    ):  # no regions paired: shares of counted work
         taken = [f"{b.fraction:.2f}" for cond in branches.conds for b in cond[1:] if b.fraction is not None]
         how = "flops counted per branch on the steps that run it"
         share = branches.active_fraction(
@@ -283,6 +343,7 @@ def estimate_call(
         )
         if tier == "llo" and share is not None and share < 0.999 and bundles is not None:
             shared_s = bundles / (c.clock_ghz * 1e9) * share
+            expected_bundles = bundles * share
             compute_s = max(shared_s, mxu_floor_s)
             how = f"a step's compute is {share:.2f} of the loop's bundles, weighted by each branch's counted work"
             if mxu_floor_s > shared_s:
@@ -373,6 +434,9 @@ def estimate_call(
         flops_source=src,
         tier=tier,
         bundles_per_step=bundles,
+        expected_bundles_per_step=expected_bundles,
+        always_bundles_per_step=always_bundles,
+        when_bodies=when_bodies,
         mxu_efficiency=mxu_eff,
         hbm_bytes_moved=int(moved),
         min_hbm_bytes=int(min_bytes),
@@ -427,6 +491,30 @@ def _extra_bundles(loops: list[InnerLoop], filled: list[int]) -> float:
         )
         extra += (lp.trip_count - 1) * (lp.bundles + inside) * around
     return extra
+
+
+def share_text(fraction: float | None) -> str:
+    """A share of grid steps as a reader counts them: "1/32 of steps", "every step", "0.37 of steps"."""
+    if fraction is None or fraction >= 0.9995:
+        return "every step"
+    if fraction <= 0:
+        return "no step"
+    inv = 1.0 / fraction
+    if abs(inv - round(inv)) < 1e-6 * inv:
+        return f"1/{round(inv)} of steps"
+    return f"{fraction:.2g} of steps"
+
+
+def step_bundles_text(always: int, bodies: Sequence[WhenCharge]) -> str:
+    """ "4393 bundles every step + 2049 on 1/32 of steps + ...": what a grid step is charged, body by body."""
+    parts = [f"{always} bundles every step"]
+    parts += [f"{w.bundles} on {share_text(w.fraction)}" for w in bodies if w.fraction is not None]
+    unknown = [w.bundles for w in bodies if w.fraction is None]
+    if unknown:
+        parts.append(
+            f"{sum(unknown)} in {len(unknown)} pl.when bodies on every step (predicates read memory: a ceiling)"
+        )
+    return " + ".join(parts)
 
 
 def fmt_bytes(n: float) -> str:

@@ -37,6 +37,7 @@ from maxkernel.tpu_tools.cost.call_estimate import (
     chip_spec,
     estimate_call,
     fmt_bytes,
+    step_bundles_text,
     vpu_ops_per_s,
 )
 from maxkernel.tpu_tools.cost.data_work import CallData
@@ -173,10 +174,13 @@ ASSUMPTIONS = [
     "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
     "each pipelined VMEM block + VMEM scratch, tile-padded (the compiler's verdict, tier llo, is the truth)",
     "a single-buffered block (pl.Buffered(1)) cannot be prefetched: its transfers add to the step time",
-    "pl.when branches: a predicate of the program ids is evaluated over the grid, and a step is charged the "
+    "pl.when branches: a predicate of the program ids is evaluated over the grid; tier llo: the compiled "
+    "loop's pl.when bodies (the regions directly in the pipeline's stage guard, paired in order with the "
+    "body's top-level conds) are each charged their bundles on the share of steps that take them, the rest "
+    "of the loop every step; where they do not pair, a step is charged the loop's bundles times the "
     "expected share of its body's work (each branch weighted by its counted MXU, VPU and EUP time); the "
-    "skipped work's bundles are not charged, the step's fixed cost is (the f32 MXU floor comes from the "
-    "per-branch flops, never scaled again); a predicate that reads memory is charged every step",
+    "f32 MXU floor comes from the per-branch flops, never scaled again; a predicate that reads memory is "
+    "charged every step",
     "default scoped VMEM limit 16 MiB (v4/v5e/v5p), 32 MiB (v6e, 7x assumed): inferred from compiler errors",
     "XLA ops around the pallas_calls: roofline of their matmul/conv flops, element-ops and the bytes of "
     "every value they touch (jaxpr_cost.py), added to the kernels' time",
@@ -520,6 +524,17 @@ def _reason(
         return f"memory-bound: {fmt_bytes(moved)} moved at {c.hbm_gbps:.0f} GB/s{extra}"
     if bound == "compute":
         eff = f" at {worst.mxu_efficiency:.0%} MXU fill" if worst.mxu_efficiency < 0.999 else ""
+        if worst.when_bodies and worst.always_bundles_per_step is not None:
+            return (
+                f"compute-bound: {step_bundles_text(worst.always_bundles_per_step, worst.when_bodies)} "
+                f"({worst.expected_bundles_per_step:.0f} bundles an average grid step) x {worst.steps} steps{eff}"
+            )
+        if worst.expected_bundles_per_step is not None:
+            return (
+                f"compute-bound: {worst.expected_bundles_per_step:.0f} bundles an average grid step (of "
+                f"{worst.bundles_per_step} in the loop, pl.when branches by their share of the counted work) x "
+                f"{worst.steps} steps{eff}"
+            )
         if worst.bundles_per_step:
             return f"compute-bound: {worst.bundles_per_step} bundles per grid step x {worst.steps} steps{eff}"
         return f"compute-bound: {flops / 1e9:.3g} GFLOP at {c.peak_bf16_tflops:.0f} TFLOP/s peak bf16{eff}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-__all__ = ["InnerLoop", "ProgramLLO", "UnitUse", "parse_dump_dir", "parse_program"]
+__all__ = ["InnerLoop", "ProgramLLO", "UnitUse", "WhenRegion", "parse_dump_dir", "parse_program"]
 
 # One DMA granule is 32 bytes: a bf16[256,256] window (131072 B) moves as size_in_granules=4096 and an
 # f32[256,256] window (262144 B) as 8192, in our own v5e/v6e compiles (tests/data/llo).
@@ -74,6 +74,14 @@ class InnerLoop(BaseModel):
     )
 
 
+class WhenRegion(BaseModel):
+    """A region of the grid loop a forward branch skips: one of the kernel's top-level `pl.when` bodies."""
+
+    start: int = Field(description="index of its first bundle in the program")
+    bundles: int = Field(description="bundles the branch skips (the delay slots after it run either way)")
+    executed_bundles: int = Field(description="its bundles as issued when taken: its loops times their trips")
+
+
 class DmaInfo(BaseModel):
     kind: str = Field(description="hbm_to_vmem, vmem_to_hbm, ...")
     bytes: int
@@ -93,6 +101,11 @@ class ProgramLLO(BaseModel):
     )
     predicated_regions: list[int] = Field(
         default_factory=list, description="bundles a taken forward branch skips, per branch in the loop"
+    )
+    when_regions: list[WhenRegion] = Field(
+        default_factory=list,
+        description="the kernel's top-level pl.when bodies in the grid loop, in program order: the regions "
+        "directly inside the pipeline's stage guard; empty when no guard is found",
     )
     inner_loop_bundles: int = Field(
         0, description="bundles in loops inside the kernel body, each counted once"
@@ -223,6 +236,35 @@ def _back_edge_trips(rows: list[tuple[int, int, str, str]], first: int, last: in
     return max(1, -(-(bound - inits[0]) // steps[0]))
 
 
+def _when_regions(
+    rows: list[tuple[int, int, str, str]], spans: list[tuple[int, int]], loops: list[InnerLoop]
+) -> list[WhenRegion]:
+    """The kernel body's top-level pl.when regions: the regions directly inside the pipeline's stage guard.
+
+    Mosaic's pipeline wraps a grid step's body (its DMA waits, the kernel, its next DMAs) in one branch that
+    skips it on the pipeline's fill and drain iterations; that guard is the outermost region holding a
+    `pipeline-emitter-dma-wait`. The kernel's own `scf.if`s (pl.when) are the regions nested directly in it:
+    a pl.when nested in another is part of its parent's region. Its size says nothing (a 50k matmul's
+    GELU + softmax epilogue is 73% of the loop), so the guard is found by what it holds. Empty when no guard
+    is found."""
+    waits = [k for k, (_, _, b, _) in enumerate(rows) if "pipeline-emitter-dma-wait" in b]
+    guards = [(i, j) for i, j in spans if any(i < k < j for k in waits)]
+    if not guards:
+        return []
+    gi, gj = max(guards, key=lambda s: s[1] - s[0])
+    inside = [(i, j) for i, j in spans if gi < i and j <= gj and (i, j) != (gi, gj)]
+    top = [s for s in inside if not any(o[0] < s[0] and s[1] <= o[1] for o in inside if o != s)]
+    out = []
+    for i, j in sorted(top):
+        lo = i + 1
+        while lo < j and not rows[lo][2]:  # the branch's delay slots (empty) run either way
+            lo += 1
+        if lo >= j:
+            continue
+        out.append(WhenRegion(start=lo, bundles=j - lo, executed_bundles=_executed(loops, lo, j - 1)))
+    return out
+
+
 def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     """Fill loop/straight-line/predicated counts and DMAs; return each bundle's grid-loop depth, in order."""
     if not text:
@@ -281,17 +323,23 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
     for i, (_, _, _, comment) in enumerate(rows):
         for r in _REGION_START.findall(comment):
             region_at.setdefault(int(r), i)
-    # A branch over most of the loop is the pipeline's own stage guard, not a pl.when of the kernel.
-    skippable: set[int] = set()
+    spans: list[tuple[int, int]] = []  # (branch bundle, first bundle after the skipped region)
     for i in loop:
         for _, region in _BRANCH.findall(rows[i][2]):
             j = region_at.get(int(region))
             if j is not None and i < j <= last:
-                span = [k for k in range(i + 1, j) if rows[k][2]]  # delay slots are empty
-                out.predicated_regions.append(len(span))
-                if len(span) < len(loop) / 2:
-                    skippable.update(span)
-    out.predicated_bundles = len(skippable)
+                spans.append((i, j))
+                out.predicated_regions.append(sum(1 for k in range(i + 1, j) if rows[k][2]))
+    out.when_regions = _when_regions(rows, spans, out.inner_loops)
+    if out.when_regions:
+        out.predicated_bundles = sum(r.bundles for r in out.when_regions)
+    else:  # no stage guard found: a branch over most of the loop is taken for it, not for a pl.when
+        skippable: set[int] = set()
+        for i, j in spans:
+            span = [k for k in range(i + 1, j) if rows[k][2]]  # delay slots are empty
+            if len(span) < len(loop) / 2:
+                skippable.update(span)
+        out.predicated_bundles = len(skippable)
 
     for i, (_, _, body, _) in enumerate(rows):
         for kind, granules in _DMA.findall(body):
