@@ -18,12 +18,21 @@ class ScriptedServer:
     """Judges a template kernel by its config (time falls with bigger tiles); counts every call."""
 
     def __init__(
-        self, name: str = "scripted", delay_s: float = 0.0, *, overfit: bool = False, case_verdicts=None
+        self,
+        name: str = "scripted",
+        delay_s: float = 0.0,
+        *,
+        overfit: bool = False,
+        case_verdicts=None,
+        weak_below: int = 0,
     ) -> None:
         """overfit=True: a kernel that is right on the loop's seeds only (wrong on any fresh offset);
-        case_verdicts: {case name: failure kind} for the tester's cases that fail."""
+        case_verdicts: {case name: failure kind} for the tester's cases that fail; weak_below: a case
+        checked on fewer seeds is weak_check (a scalar output a constant matches on one seed)."""
         self.name, self.delay_s, self.overfit = name, delay_s, overfit
         self.case_verdicts = case_verdicts or {}
+        self.weak_below = weak_below
+        self.case_seeds: list[int] = []  # the seeds of each validate_kernel call, in order
         self.die_after: int | None = None  # calls before this server "dies" (EvaluatorDown from then on)
         self.calls: list[tuple[str, str]] = []
 
@@ -92,7 +101,10 @@ class ScriptedServer:
                 "out_specs": [{"shape": [8], "dtype": "float32"}],
             }
         if tool == "validate_kernel":
+            self.case_seeds.append(args.get("seeds") or 1)
             kind = self.case_verdicts.get((args.get("case") or {}).get("name"))
+            if kind is None and (args.get("seeds") or 1) < self.weak_below:
+                kind = "weak_check"
             return {"ok": True} if kind is None else {"ok": False, "failure": {"kind": kind, "summary": kind}}
         if tool == "profile_kernel":  # only the expert is profiled on its own (the baseline is evaluate's)
             assert "pallas_call" in args["kernel_source"], "the baseline is never profiled as a candidate"

@@ -570,7 +570,7 @@ def constant_guard(
     if chance > MAX_CONSTANT_CHANCE:
         return tol, (
             f"a constant passes the task's tolerance on every seed; with {checked} seed(s) even the tightened "
-            f"check would pass one with probability {chance:.1%} (use at least {_seeds_needed()} seeds)"
+            f"check would pass one with probability {chance:.1%} (use at least {seeds_needed()} seeds)"
         )
     return (
         Tolerance(
@@ -583,7 +583,8 @@ def constant_guard(
     )
 
 
-def _seeds_needed() -> int:
+def seeds_needed() -> int:
+    """The fewest seeds at which the tightened check passes a constant with chance <= MAX_CONSTANT_CHANCE."""
     n = 1
     while P_CONST**n > MAX_CONSTANT_CHANCE:
         n += 1

@@ -226,6 +226,22 @@ def test_a_tester_case_the_kernel_fails_makes_it_incorrect_one_the_reference_can
         assert r["failed"] is None
 
 
+@pytest.mark.parametrize(("weak_below", "correct"), [(3, True), (4, False)])
+def test_a_case_one_seed_cannot_tell_is_checked_on_the_seeds_that_can(tmp_path, weak_below, correct):
+    """13p's loss is one scalar: on one seed a constant passes (weak_check), on 3 the tightened check
+    tells; a case still weak on 3 seeds is not correct."""
+    from maxkernel.clients.suite.cli import run_suite
+
+    server = ScriptedServer(weak_below=weak_below)
+    out = asyncio.run(run_suite(suite_args(str(tmp_path / "s"), tasks="8p"), servers=[server]))
+    (r,) = out["rows"]
+    assert r["correct"] is correct
+    assert server.case_seeds and all(n in (1, 3) for n in server.case_seeds)
+    assert server.case_seeds.count(3) == server.case_seeds.count(1)  # each case: one seed, then three
+    if not correct:
+        assert r["failed"]["kind"] == "weak_check"
+
+
 @pytest.mark.slow  # an end-to-end scenario: make test-slow
 def test_suite_killed_with_sigkill_resumes_without_repeating_a_finished_task(tmp_path):
     from maxkernel.clients.suite.cli import run_suite
