@@ -95,8 +95,9 @@ class EstimateEvaluator:
         return verdict("valid", time_us=est.estimated_time_us, time_label="estimate", profile=profile)
 
     def _data(self, jaxpr, n_calls: int) -> list | None:
-        """Each pallas_call's run-time facts from the reference's small integer inputs (None: none, or
-        they decide nothing this program reads)."""
+        """Each pallas_call's run-time facts from the reference's small integer inputs and the program's
+        own constant tables (a causal kernel's block list built from shapes), as `maxkernel estimate` has
+        them (None: they could not be had)."""
         import jax
         import numpy as np
 
@@ -109,9 +110,7 @@ class EstimateEvaluator:
             except Exception:  # noqa: BLE001 - without values the bounds stand, and the notes say so
                 got = {}
             self._values = [np.asarray(got[i], s.dtype) if i in got else None for i, s in enumerate(leaves)]
-        if not any(v is not None for v in self._values):
-            return None
-        try:
+        try:  # with no values, only a kernel's constant prefetch tables are evaluated
             data = call_data(jaxpr, self._values)
         except Exception:  # noqa: BLE001
             return None

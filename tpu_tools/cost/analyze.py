@@ -195,6 +195,7 @@ def estimate_one(
     """
     import jax
 
+    from maxkernel.tpu_tools.cost.data_work import call_data, data_dependent
     from maxkernel.tpu_tools.cost.estimate import estimate_pallas
     from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost
     from maxkernel.tpu_tools.cost.llo_dump import compile_with_dump, scoped_vmem_error
@@ -205,12 +206,11 @@ def estimate_one(
     if traced is None:
         traced = jax.jit(fn).trace(*args)
     data = None
-    if calls and input_values is not None and any(v is not None for v in input_values):
-        from maxkernel.tpu_tools.cost.data_work import call_data
-
+    given = input_values is not None and any(v is not None for v in input_values)
+    if calls and (given or any(data_dependent(c) for c in calls)):
         t0 = time.perf_counter()
-        try:
-            data = call_data(traced.jaxpr, list(input_values))
+        try:  # no values given: the program's own constant tables still decide a kernel's prefetch operands
+            data = call_data(traced.jaxpr, list(input_values or ()))
         except Exception as e:  # noqa: BLE001 - the values cost nothing but their use: bounds stand
             facts["data_error"] = f"{type(e).__name__}: {e}"[:300]
         facts["data_ms"] = (time.perf_counter() - t0) * 1e3

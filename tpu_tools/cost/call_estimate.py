@@ -315,7 +315,7 @@ def estimate_call(
             f"{call.kernel_name}: {step_bundles_text(always_bundles, when_bodies)} ({expected_bundles:.0f} an "
             f"average step, of {bundles} in the loop): the dump's {len(regions)} pl.when bodies paired in order "
             "with the body's conds, each charged on the share of grid steps its predicate holds (evaluated over "
-            "the grid, or on the inputs' values)"
+            "the grid, or on the prefetch tables' values)"
             + (f"; {unknown_n} predicate(s) read memory and stay charged every step" if unknown_n else "")
             + (
                 f"; the MXU floor ({mxu_floor_s * 1e6:.3g} us a step) is above that and sets it"

@@ -6,7 +6,10 @@ A grouped matmul's m-tile count, a ragged paged attention's loops over sequences
 the target size hold the answer, and the operands that decide it are small integer tables. Two steps:
 
 1. `call_data`: the program is evaluated on those small inputs only (everything else unknown), up to
-   each `pallas_call`, which yields its run-time grid bounds and scalar-prefetch values.
+   each `pallas_call`, which yields its run-time grid bounds and scalar-prefetch values. A table the
+   program builds from its own constants (literals, iota, shapes: a causal kernel's block-pair list, a
+   splash mask's block kinds) is a compile-time constant and is evaluated even with no input values at
+   all; one that reads an input (sequence lengths, a page table) stays unknown without its values.
 2. `simulate_body`: the kernel body's scalar part runs over the grid in order, the prefetch tables as
    SMEM (a body may write them: ragged paged attention carries its position from step to step), vector
    work skipped. Each cond's branch taken and each while loop's iterations are counted.
@@ -25,11 +28,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BodyCounts", "CallData", "call_data", "simulate_body", "small_int_inputs"]
+__all__ = ["BodyCounts", "CallData", "call_data", "data_dependent", "simulate_body", "small_int_inputs"]
 
-# An input (or an op's result before the kernel) above this many elements is not evaluated: the tables
-# that decide a grid (group sizes, page tables, sequence lengths) are far smaller.
+# An input above this many elements is not evaluated: the tables that decide a grid (group sizes, page
+# tables, sequence lengths) are far smaller.
 MAX_ELEMENTS = 1 << 16
+# A value computed before a kernel (an op's result, a constant of the program) above this many elements is
+# not evaluated: a constant block table of a long causal kernel (e.g. 64 heads x 128 x 128 blocks) fits.
+MAX_VALUE_ELEMENTS = 1 << 20
 # A scalar-part value inside a kernel body above this many elements is left unknown (vector work).
 MAX_BODY_ELEMENTS = 1 << 12
 # Primitive evaluations one kernel's simulation may spend (a few seconds of NumPy) before giving up.
@@ -91,6 +97,8 @@ class CallData:
     grid: tuple[int | None, ...] = ()
     counts: BodyCounts | None = None
     notes: list[str] = dataclasses.field(default_factory=list)
+    # some input's values were given; False: only the program's own constants were evaluated
+    from_inputs: bool = True
 
     @property
     def prefetch_known(self) -> bool:
@@ -130,13 +138,34 @@ def small_int_inputs(create: Any, shapes: Sequence[Any]) -> dict[int, list]:
 
 def _small(aval: Any) -> bool:
     shape = getattr(aval, "shape", None)
-    return shape is not None and math.prod(shape) <= MAX_ELEMENTS
+    return shape is not None and math.prod(shape) <= MAX_VALUE_ELEMENTS
 
 
-def call_data(closed_jaxpr: Any, inputs: Sequence[Any | None]) -> list[CallData]:
+class _Over:
+    """A value that could be computed (its inputs are known) but is over MAX_VALUE_ELEMENTS: unknown, and
+    said so where it reaches a kernel's prefetch operand."""
+
+    def __repr__(self) -> str:
+        return "<over the bound>"
+
+
+_OVER = _Over()
+
+
+def data_dependent(call: Any) -> bool:
+    """Whether a pallas_call's work depends on values: a scalar-prefetch operand or a run-time grid axis.
+    `call`: its PallasCallInfo, or its jaxpr equation."""
+    gm = getattr(call, "params", {}).get("grid_mapping")
+    if gm is not None:
+        return bool(gm.num_index_operands or int(getattr(gm, "num_dynamic_grid_bounds", 0)))
+    return bool(call.num_scalar_prefetch) or any(g is None for g in call.grid)
+
+
+def call_data(closed_jaxpr: Any, inputs: Sequence[Any | None] = ()) -> list[CallData]:
     """Per pallas_call (find_pallas_calls' order), its dynamic grid bounds and scalar-prefetch operands
-    as far as `inputs` (one per jaxpr input, None: unknown) decide them; each call's body is simulated
-    when they are all known."""
+    as far as `inputs` (one per jaxpr input, None or missing: unknown) and the program's own constants
+    decide them; each call's body is simulated when they are all known. With no input values at all, only
+    the calls whose work depends on values (data_dependent) are simulated, on their constant tables."""
     from jax._src import core as jcore
 
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
@@ -144,8 +173,17 @@ def call_data(closed_jaxpr: Any, inputs: Sequence[Any | None]) -> list[CallData]
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     found: list[tuple[Any, CallData]] = []
     _partial(jaxpr, consts, list(inputs), found, jcore)
+    from_inputs = any(x is not None for x in inputs)
     out = []
     for eqn, data in found:
+        data.from_inputs = from_inputs
+        over = [k for k, x in enumerate(data.prefetch) if x is _OVER]
+        if over:
+            data.notes.append(
+                f"its scalar-prefetch operand(s) {', '.join(map(str, over))} are over the {MAX_VALUE_ELEMENTS}-"
+                "element bound on values evaluated before a kernel: not evaluated"
+            )
+            data.prefetch = [None if x is _OVER else x for x in data.prefetch]
         gm = eqn.params["grid_mapping"]
         dyn = iter(data.dynamic_bounds)
         grid = []
@@ -156,7 +194,7 @@ def call_data(closed_jaxpr: Any, inputs: Sequence[Any | None]) -> list[CallData]
                 v = next(dyn, None)
                 grid.append(int(v) if v is not None else None)
         data.grid = tuple(grid)
-        if data.prefetch_known and all(g is not None for g in grid):
+        if data.prefetch_known and all(g is not None for g in grid) and (from_inputs or data_dependent(eqn)):
             data.counts, note = simulate_body(eqn, data.grid, data.prefetch)  # type: ignore[arg-type]
             if note:
                 data.notes.append(note)
@@ -171,7 +209,7 @@ def _partial(jaxpr: Any, consts: list, args: list, found: list, jcore: Any) -> l
         return np.asarray(v.val) if isinstance(v, jcore.Literal) else env.get(v)
 
     for v, x in zip(jaxpr.constvars, consts, strict=False):
-        env[v] = np.asarray(x) if _small(getattr(x, "aval", np.asarray(x))) else None
+        env[v] = np.asarray(x) if _small(getattr(x, "aval", np.asarray(x))) else _OVER
     for v, x in zip(jaxpr.invars, args, strict=False):
         env[v] = x
     for eqn in jaxpr.eqns:
@@ -203,7 +241,9 @@ def _partial(jaxpr: Any, consts: list, args: list, found: list, jcore: Any) -> l
                 continue
         if any(x is None for x in ins) or any(bad in name for bad in _NEVER) or eqn.effects:
             continue
-        if not all(_small(v.aval) for v in eqn.outvars):
+        if any(x is _OVER for x in ins) or not all(_small(v.aval) for v in eqn.outvars):
+            for v in eqn.outvars:  # computable, but too large to evaluate
+                env[v] = _OVER
             continue
         try:
             with np.errstate(all="ignore"):
@@ -248,7 +288,7 @@ def _holds_kernel(subs: list) -> bool:
 
 
 def _scalar(x: Any) -> int | None:
-    if x is None:
+    if x is None or x is _OVER:
         return None
     a = np.asarray(x)
     return int(a.reshape(-1)[0]) if a.size == 1 else None

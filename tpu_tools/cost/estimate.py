@@ -168,7 +168,9 @@ ASSUMPTIONS = [
     "trips on the reference's inputs; unknown: once, named, with the counted matmul work as a floor)",
     "data-dependent work (a run-time grid axis, prefetch-indexed blocks, pl.when on a prefetched value, while "
     "loops) from the reference's own inputs at the target size, their small integer tables run through the "
-    "program and the kernel body's scalar part; where no values are had, the traced bounds (a ceiling)",
+    "program and the kernel body's scalar part, and from the program's own constant tables (built before the "
+    "kernel from literals, iota and shapes, at most 1M elements); where no values are had, the traced bounds "
+    "(a ceiling)",
     f"VPU: {VPU_ELEMENT_OPS_PER_CYCLE} element-ops/cycle at the clock implied by the MXU peak; "
     f"{VPU_OPS_PER_ELEMENT} ops per element touched; MXU and VPU overlap",
     "VMEM need = buffer_count (default 2; 1 for a single-step kernel or a block whose index never changes) x "
@@ -284,16 +286,25 @@ def _with_data(
                 "no input values were had (an abstract-shape caller, or a reference with no small integer "
                 "inputs)"
             )
-            if d is not None:
+            if d is not None and d.from_inputs:
                 why = "the inputs' values do not decide its scalar-prefetch operands or run-time grid"
+            elif d is not None:
+                why += " and its scalar-prefetch operands or run-time grid are not constants of the program"
             said.append(
                 f"{call.kernel_name}: {why}: its run-time grid, prefetch-indexed blocks, branches and loops "
                 "are costed at their bounds, a ceiling"
             )
+        elif call.num_scalar_prefetch and d is not None and not d.from_inputs:
+            said.append(
+                f"{call.kernel_name}: its scalar-prefetch operands are constants of the program (computed before "
+                "the kernel from literals, iota and shapes, or baked in), evaluated: its prefetch-indexed blocks, branches "
+                "and loops follow their values"
+            )
         if d is not None and d.counts is not None and not d.counts.partial:
+            on = "the inputs' values" if d.from_inputs else "its constant prefetch tables"
             said.append(
                 f"{call.kernel_name}: its body's branches and while loops counted over the {d.counts.steps} "
-                "grid steps run on the inputs' values"
+                f"grid steps run on {on}"
             )
         said += [f"{call.kernel_name}: {n}" for n in (d.notes if d is not None else [])]
         out.append(call)

@@ -39,14 +39,14 @@ def estimate_program(
     """The labeled estimate of `jaxpr` on `chip` (its `calls` already found and vetted by the caller).
     `input_values`: per input, its values where known (data_work.py: data-dependent work from them)."""
     if calls:
+        from maxkernel.tpu_tools.cost.data_work import call_data, data_dependent
         from maxkernel.tpu_tools.cost.jaxpr_cost import program_cost  # the estimate costs the whole program
 
         data = None
-        if input_values is not None and any(v is not None for v in input_values):
-            from maxkernel.tpu_tools.cost.data_work import call_data
-
-            try:
-                data = call_data(jaxpr, list(input_values))
+        given = input_values is not None and any(v is not None for v in input_values)
+        if given or any(data_dependent(c) for c in calls):
+            try:  # no values given: the program's own constant tables may still decide them
+                data = call_data(jaxpr, list(input_values or ()))
             except Exception:  # noqa: BLE001 - without them the bounds stand, and the notes say so
                 data = None
             if data is not None and len(data) != len(calls):
