@@ -846,6 +846,96 @@ ${tail}
 )
 
 
+# What the row-tile kernel changes in SOURCE_T: the same transposed score tile, from [block, D] tiles.
+_ROW_TILES = (
+    (
+        '''"""Attention as an online softmax with the sequence on lanes (offline template `flash_program`).
+
+The reference's q, k, v are brought to [N, G, D, S] / [N, D, S] (N: its batch axes, G: the query's
+extra axes per kv head): D on sublanes and the sequence on lanes, the layout XLA keeps a [..., S, H, D]
+array in on TPU, so the transposes around the kernel are free. Each step computes the transposed score
+tile s^T = k^T q, [block_kv, block_q]: the softmax reduces over sublanes, its running max and sum are
+[1, block_q] rows, and the output o^T = v^T p^T is a plain matmul into a [D_v, block_q] f32 accumulator
+(set under pl.when(kv == 0)).''',
+        '''"""Attention as an online softmax with the scores' sequence on lanes (offline template `flash_program`).
+
+The reference's q, k, v already hold the sequence second-to-last ([N, G, S, D] / [N, S, D]; N: its
+batch axes, G: the query's extra axes per kv head), so the kernel reads [block, D] tiles as they lie,
+with no transpose around it. Each step computes the transposed score tile s^T = k q^T, [block_kv,
+block_q] (both operands contract D): the softmax reduces over sublanes, its running max and sum are
+[1, block_q] rows, and the output o^T = v^T p^T (contracting the kv axis of both) goes into a [D_v,
+block_q] f32 accumulator (set under pl.when(kv == 0)), transposed once per q block when it is stored.''',
+    ),
+    ("block_q, block_kv = q.shape[1], k.shape[1]", "block_q, block_kv = q.shape[0], k.shape[0]"),
+    ("(k, q, (((0,), (0,)), ((), ())))", "(k, q, (((1,), (1,)), ((), ())))"),
+    (
+        """    v = v_ref[...]  # [D_v, block_kv]
+    if s_kv % v.shape[1] == 0:
+        return v
+    cols = ki * v.shape[1] + lax.broadcasted_iota(jnp.int32, (1, v.shape[1]), 1)
+    return jnp.where(cols < s_kv, v, jnp.zeros_like(v))  # a partial block's columns past the end""",
+        """    v = v_ref[...]  # [block_kv, D_v]
+    if s_kv % v.shape[0] == 0:
+        return v
+    rows = ki * v.shape[0] + lax.broadcasted_iota(jnp.int32, (v.shape[0], 1), 0)
+    return jnp.where(rows < s_kv, v, jnp.zeros_like(v))  # a partial block's rows past the end""",
+    ),
+    ("q_ref.shape[2], k_ref.shape[1]", "q_ref.shape[1], k_ref.shape[0]"),
+    ("(v, p.astype(v.dtype), (((1,), (0,)), ((), ())))", "(v, p.astype(v.dtype), (((0,), (0,)), ((), ())))"),
+    (
+        "o_ref[...] = acc_ref[...].astype(o_ref.dtype)",
+        "for j in range(groups):\n                o_ref[j] = acc_ref[j].T.astype(o_ref.dtype)  # [block_q, D_v]",
+    ),
+    (
+        "o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)  # [groups, D_v, block_q]",
+        "for j in range(groups):\n                o_ref[j] = (acc_ref[j] / l_ref[j]).T.astype(o_ref.dtype)  # [block_q, D_v]",
+    ),
+    ("# [batch..., groups..., D, S_q]", "# [batch..., groups..., S_q, D]"),
+    ("# [batch..., D, S_kv]", "# [batch..., S_kv, D]"),
+    ("# [batch..., D_v, S_kv]", "# [batch..., S_kv, D_v]"),
+    (
+        "d, s_q, s_kv, dv = q.shape[-2], q.shape[-1], k.shape[-1], v.shape[-2]",
+        "s_q, d, s_kv, dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]",
+    ),
+    (
+        "q = q.reshape(n, g, d, s_q)\n    k = k.reshape(n, d, s_kv)\n    v = v.reshape(n, dv, s_kv)",
+        "q = q.reshape(n, g, s_q, d)\n    k = k.reshape(n, s_kv, d)\n    v = v.reshape(n, s_kv, dv)",
+    ),
+    (
+        "# q / out are (n, g, D, s_q): every group's [D, block_q] columns of q block qi\n        return i, 0, 0, qi",
+        "# q / out are (n, g, s_q, D): every group's [block_q, D] rows of q block qi\n        return i, 0, qi, 0",
+    ),
+    (
+        "return i, 0, jnp.minimum(step % nk, _last_kv(qi, bq, bkv, nk))",
+        "return i, jnp.minimum(step % nk, _last_kv(qi, bq, bkv, nk)), 0",
+    ),
+    (
+        "return i, 0, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk))",
+        "return i, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk)), 0",
+    ),
+    ("ShapeDtypeStruct((n, g, dv, s_q)", "ShapeDtypeStruct((n, g, s_q, dv)"),
+    ("pl.BlockSpec((sq, g, d, bq), q_map)", "pl.BlockSpec((sq, g, bq, d), q_map)"),
+    ("pl.BlockSpec((sq, d, bkv), kv_map)", "pl.BlockSpec((sq, bkv, d), kv_map)"),
+    ("pl.BlockSpec((sq, dv, bkv), v_map)", "pl.BlockSpec((sq, bkv, dv), v_map)"),
+    ("pl.BlockSpec((sq, g, dv, bq), q_map)", "pl.BlockSpec((sq, g, bq, dv), q_map)"),
+    ("out.reshape(nb + gs + (dv, s_q))", "out.reshape(nb + gs + (s_q, dv))"),
+)
+
+
+def _row_tiles(source: str) -> str:
+    for old, new in _ROW_TILES:
+        if old not in source:
+            raise AssertionError(f"SOURCE_T no longer holds {old[:60]!r}: update _ROW_TILES with it")
+        source = source.replace(old, new)
+    return source
+
+
+# the transposed score tile from row-layout tiles: for a reference whose q, k, v already hold the
+# sequence second-to-last (JaxBench's [B, H, S, D]), where SOURCE_T's transposes are copies. tpu-v6e,
+# llo, full, 1024 x 1024 blocks: 1p 7464 us (SOURCE_T, 1563 of them the copies) -> 5948, 4p 5205
+SOURCE_R = _row_tiles(SOURCE_T)
+
+
 BLOCKS = (128, 256, 512, 1024)
 
 
@@ -868,6 +958,12 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     # kernel: JaxBench's attention at full on v6e, llo: 1p 11820 -> 8749 us, 2p 24840 -> 12700, 4p 11910
     # -> 6466, but 5p (a [H, S, S] bias) 12030 -> 12750; Gemma 2's global attention 80.9 -> 62.1 on v5e
     tr = r["bias"] is None
+    # ... but where q, k and v already hold the sequence second-to-last and D last ([B, H, S, D]), those
+    # transposes are copies (1p: 1563 us of 9650): SOURCE_R reads their row tiles as they lie and
+    # computes the same transposed score tile inside the kernel
+    rows = tr and all(
+        list(r[f"{x}_perm"][-2:]) == [len(r[f"{x}_perm"]) - 2, len(r[f"{x}_perm"]) - 1] for x in "qkv"
+    )
     score_lines = []
     for op, (i, pos) in zip(r["ops"], r["op_eqns"], strict=True):  # in the reference's order
         if op in ("scale", "scale_div"):
@@ -943,9 +1039,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "prefix": prefix,
         "tail": tail,
         "q": r["q"], "k": r["k"], "v": r["v"],
-        "q_perm": str(tuple(r["q_perm_t" if tr else "q_perm"])), "k_perm": str(tuple(r["k_perm_t" if tr else "k_perm"])),
-        "v_perm": str(tuple(r["v_perm_t" if tr else "v_perm"])),
-        "out_perm": str(tuple(r["out_perm_t" if tr else "out_perm"])),
+        **{f"{x}_perm": str(tuple(r[f"{x}_perm_t" if tr and not rows else f"{x}_perm"])) for x in ("q", "k", "v", "out")},
         "n_batch": str(r["n_batch"]), "n_lead": str(n_lead),
         "dot2_out": r["dot2_out"],
         "result": program["outputs"][0],
@@ -969,34 +1063,56 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     for e, outs in zip(eqns, sym.eqn_shapes_at(sym.target), strict=True):
         shapes.update(zip(e["outputs"], outs, strict=False))
     s_kv = shapes[r["k"]][r["k_perm"][-2]]  # the kv sequence at the target
-    # one kv block when the whole sequence fits one (no rescaling across blocks): Gemma 2's attention at
-    # 1024 tokens on v5e, llo: 69.8 -> 64.8 us (local), 67.1 -> 62.1 us (global) against 512-wide blocks
-    first_kv = 1024 if s_kv <= 1024 else 512
+    s_q = shapes[r["q"]][r["q_perm"][-2]]
+    d, dv = shapes[r["q"]][r["q_perm"][-1]], shapes[r["v"]][r["v_perm"][-1]]
+    g = math.prod(shapes[r["q"]][a] for a in r["q_perm"][r["n_batch"] : n_lead])
 
-    def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        bq, bkv, hd = int(c["block_q"]), int(c["block_kv"]), 256
-        return 2 * 2 * (2 * bq * hd + 2 * bkv * hd) + 4 * bq * (hd + 256) + 4 * 4 * bq * bkv
+    def vmem(c: Mapping[str, Any], _: Mapping[str, int]) -> int:
+        bq, bkv = min(int(c["block_q"]), s_q), min(int(c["block_kv"]), s_kv)
+        heads = g if tr else 1  # the row layout walks the query heads on the grid
+        tiles = 2 * 2 * (heads * bq * (d + dv) + bkv * (d + dv))  # q, out, k, v: bf16, double-buffered
+        tiles += 2 * 4 * bq * bkv if b is not None or m is not None else 0  # a bias or mask tile
+        return tiles + 4 * heads * bq * (dv + 2 * 8) + 4 * 4 * bq * bkv  # f32 scratch, f32 score tiles
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
         return [
             f"{k}={c[k]} is not one of {list(BLOCKS)}" for k in ("block_q", "block_kv") if c[k] not in BLOCKS
         ]
 
-    def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        steps = math.ceil(s_kv / int(c["block_q"])) * math.ceil(s_kv / int(c["block_kv"]))
-        steps *= 2 if r["two_pass"] else 1
-        return 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
+    def cost(c: Mapping[str, Any], _: Mapping[str, int]) -> float:
+        # every grid step pays its overhead (0.35 us) and the loop's own bundles (~0.12 us); a step that
+        # computes (on or below the diagonal when causal) pays 0.19 us, and per query head 0.12 us (its
+        # running max and sum) plus 1.8 ps a score at D = 128. Fitted on the llo of 1p's row-tile kernel
+        # (881 bundles an average step at 512 x 512, 2542 at 1024 x 1024: 8240 and 5948 us) and 2p's 16
+        # heads a step (9517 and 35241: 12820 and 11996 us), so the triangle's skipped blocks do not buy
+        # 512-wide blocks there
+        bq, bkv = min(int(c["block_q"]), s_q), min(int(c["block_kv"]), s_kv)
+        nq, nk = math.ceil(s_q / bq), math.ceil(s_kv / bkv)
+        taken = sum(min((qi * bq + bq - 1) // bkv + 1, nk) for qi in range(nq)) if r["causal"] else nq * nk
+        passes = 2 if r["two_pass"] else 1
+        tile_us = 0.19 + g * (0.12 + bq * bkv * 1.8e-6 * (d + dv) / 256)
+        return passes * (0.47 * nq * nk + taken * tile_us) + (1e6 if vmem(c, {}) > 48 * MiB else 0.0)
+
+    # one kv block when the whole sequence fits one (no rescaling across blocks): Gemma 2's attention at
+    # 1024 tokens on v5e, llo: 69.8 -> 64.8 us (local), 67.1 -> 62.1 us (global) against 512-wide blocks;
+    # there 512-wide q blocks still beat one 1024 block (51.9 vs 53.0 us local, 48.2 vs 49.2 global: two
+    # steps a batch row let the pipeline hide a fetch), which `cost` does not see. Otherwise the cheapest
+    # pair by `cost`: 1024 x 1024 for JaxBench's 1p, 2p, 4p and 5p
+    configs = [{"block_q": q, "block_kv": k} for q in BLOCKS for k in BLOCKS]
+    if s_kv <= 1024:
+        configs = [{"block_q": 512, "block_kv": 1024}]
+    first = min(configs, key=lambda c: (cost(c, {}), -c["block_q"], -c["block_kv"]))
 
     return Template(
         name="flash_program",
         operators=("program",),
-        source=SOURCE_T if tr else SOURCE,
+        source=SOURCE_R if rows else SOURCE_T if tr else SOURCE,
         tunables={"block_q": BLOCKS, "block_kv": BLOCKS},
         dims_of=lambda sizes: {},
         problems=problems,
         vmem_bytes=vmem,
         cost_us=cost,
-        initial={"block_q": 512, "block_kv": first_kv},
+        initial=first,
         fixed=lambda op: fixed,
         constraints=("block_q, block_kv multiples of 128 (clamped to the sequence length)",),
         grid_axes=lambda c: ["batch", "q", "kv"] if tr else ["batch", "groups", "q", "kv"],
