@@ -9,7 +9,7 @@ the per-task table: correct, tier, kernel / XLA / expert time, x XLA and x exper
 both sides have one tier), each task's wall time; then correct, tasks >= 1x XLA and the geomean, tasks
 >= 0.95x their expert Pallas reference, fast_1 / fast_1.2. Estimates are the static model, not measured.
 Run: .venv/bin/python benchmarks/suite_offline.py [--out DIR] [--tasks all|id,id] [--size full]
-[--target tpu-v6e] [--no-kill]; --report DIR prints a finished suite's table and runs nothing.
+[--target tpu-v6e] [--no-kill]; --report DIR prints a suite's table (of one not finished, its finished tasks) and runs nothing.
 """
 
 from __future__ import annotations
@@ -54,9 +54,22 @@ def _f(x: float | None, spec: str) -> str:
     return ("-" if x is None else format(x, spec)).rjust(width)
 
 
+def _score_doc(suite_dir: Path) -> dict:
+    """score.json of a finished suite; of one still running (or killed), its finished tasks' rows."""
+    if (suite_dir / "score.json").is_file():
+        return json.loads((suite_dir / "score.json").read_text())
+    from maxkernel.tpu_tools.profile.scoreboard import TaskRow, score
+
+    with sqlite3.connect(suite_dir / "suite.sqlite", timeout=30) as db:
+        found = db.execute("SELECT row, status FROM tasks ORDER BY position").fetchall()
+    rows = [TaskRow.model_validate_json(r) for r, st in found if r and st in ("done", "failed")]
+    print(f"(not finished: the {len(rows)} of {len(found)} tasks done so far)")
+    return {"score": score(rows).model_dump(mode="json"), "rows": [r.model_dump(mode="json") for r in rows]}
+
+
 def print_report(suite_dir: Path) -> None:
     """The per-task table (vs XLA and vs the expert, each only at one tier) and the issue's targets."""
-    doc = json.loads((suite_dir / "score.json").read_text())
+    doc = _score_doc(suite_dir)
     rows = doc["rows"]
     print(
         f"{'task':<34} {'ok':<3} {'tier':<13} {'kernel us':>10} {'XLA us':>10} {'x XLA':>6} "
@@ -110,7 +123,11 @@ def main() -> int:
     p.add_argument("--size", default="full", help="the target size: scored there, validated at check sizes")
     p.add_argument("--no-kill", action="store_true", help="one uninterrupted run")
     p.add_argument("--target", default="tpu-v6e", help="the chip scored for")
-    p.add_argument("--report", metavar="DIR", help="print the table of a finished suite dir; run nothing")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        help="print the table of a suite dir (a running one: its finished tasks); run nothing",
+    )
     a = p.parse_args()
     if a.report:
         print_report(Path(a.report))
