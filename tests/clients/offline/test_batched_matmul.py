@@ -82,19 +82,21 @@ def test_one_source_validates_with_partial_m_n_k_blocks_and_compiles_at_full(tmp
         assert full.ok, full.failure
 
 
-def test_14p_first_blocks_reach_the_ridge_with_few_k_steps_and_fit_the_compilers_count():
+def test_14p_first_blocks_reach_the_ridge_and_keep_k_steps_a_check_size_repeats():
     """14p at full (8 x [1024, 4096] @ [4096, 14336]): 2048-wide n blocks read the activations 7 times,
-    not 14, and 2048-deep k blocks store the f32 accumulator half as often as 1024; the count is the
-    blocks and the accumulator, which the compiler scopes at 40.1 MiB (`maxkernel analyze`)."""
+    not 14. k blocks of 1024: at 2048 the target's two k steps are one at every check size (grown:K
+    reaches 2048 within the judge's element budget), so the accumulate-across-k path never runs there and
+    the kernel is shape_specialized (the full suite saw it, and its debugger fell to 128 blocks: 0.03x)."""
     from maxkernel.clients.offline.dims import Symbolic
-    from maxkernel.clients.offline.templates.batched_matmul import WIDE, build
+    from maxkernel.clients.offline.templates.batched_matmul import WIDE, build, k_checkable
 
     prog = describe(str(TASKS / "14p_Ragged_Dot" / "__init__.py")).model_dump(mode="json")
     t = build(prog, Symbolic(prog))
-    assert t.initial == {"block_m": 1024, "block_n": 2048, "block_k": 2048}
-    assert t.vmem_bytes(t.initial, {}) == 40 * 2**20
-    narrower = t.initial | {"block_n": 1024, "block_k": 1024}  # the 1024-cube the template had: 0.92x expert
+    assert t.initial == {"block_m": 1024, "block_n": 2048, "block_k": 1024}
+    assert t.vmem_bytes(t.initial, {}) == 28 * 2**20  # blocks + accumulator: the compiler's 28.1 MiB
+    narrower = t.initial | {"block_n": 1024}  # the 1024-cube the template had: 0.92x the expert
     assert t.cost_us(t.initial, {}) < t.cost_us(narrower, {})
+    assert not k_checkable(2048, 4096) and k_checkable(1024, 4096) and k_checkable(4096, 4096)
     assert t.problems({"block_m": 2048, "block_n": 2048, "block_k": 4096}, {}) == [
         "block_m=2048 is not one of [128, 256, 512, 1024]",
         f"block_k=4096 is not one of {list(WIDE)}",
