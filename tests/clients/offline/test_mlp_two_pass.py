@@ -11,7 +11,6 @@ mlp_chain refuses (a norm over the hidden axis) it refuses too.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -24,6 +23,7 @@ from maxkernel.clients.offline.templates import mlp_chain, mlp_two_pass
 from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.problem.program import describe
 
+from .test_cross_entropy import _module
 from .test_mlp_chain import GATED, HIDDEN_IN_EPILOGUE, MLP, NORMED, RESIDUAL
 
 TASK = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks" / "9p_SwiGLU_MLP"
@@ -34,15 +34,6 @@ def _reference(tmp_path: Path, body: str, full: str, small: str = '"m": 64, "e":
     text = MLP.replace("BODY", body).replace('"m": 512, "e": 2048, "h": 8192', full)
     path.write_text(text.replace('"m": 64, "e": 256, "h": 512', small))
     return path
-
-
-def _module(path: Path, source: str | None = None):
-    if source is not None:
-        path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _best_us(t) -> float:
