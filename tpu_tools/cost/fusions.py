@@ -368,14 +368,22 @@ def _param_reads(module: HloModule, ins: HloInstruction, table: dict[str, HloIns
     return total
 
 
-def _combines(module: HloModule, scatter: HloInstruction) -> bool:
-    """Whether a scatter's combiner reads the value it replaces (add, max ...), not only its update (set)."""
-    m = re.search(r"\bto_apply=%([\w.\-]+)", scatter.attrs)
+def _called(
+    module: HloModule, ins: HloInstruction, attr: str
+) -> tuple[HloComputation | None, dict[str, HloInstruction], HloInstruction | None]:
+    """The computation `ins` names in `attr` (to_apply, condition ...), its table by name and its root."""
+    m = re.search(rf"\b{attr}=%([\w.\-]+)", ins.attrs)
     comp = module.computations.get(m.group(1)) if m else None
     if comp is None:
+        return None, {}, None
+    return comp, comp.by_name(), next((i for i in comp.instructions if i.is_root), None)
+
+
+def _combines(module: HloModule, scatter: HloInstruction) -> bool:
+    """Whether a scatter's combiner reads the value it replaces (add, max ...), not only its update (set)."""
+    comp, table, root = _called(module, scatter, "to_apply")
+    if comp is None:
         return True
-    table = comp.by_name()
-    root = next((i for i in comp.instructions if i.is_root), None)
     while root is not None and root.opcode == "bitcast" and root.operands:
         root = table.get(root.operands[0])
     return not (root is not None and root.opcode == "parameter" and root.parameter_number == 1)
@@ -679,12 +687,9 @@ def _trip_count(module: HloModule, ins: HloInstruction, table: dict[str, HloInst
             return int(n)
         except (TypeError, ValueError):
             pass
-    cond_name = re.search(r"\bcondition=%([\w.\-]+)", ins.attrs)
-    cond = module.computations.get(cond_name.group(1)) if cond_name else None
+    cond, ctab, root = _called(module, ins, "condition")
     if cond is None:
         return None
-    ctab = cond.by_name()
-    root = next((i for i in cond.instructions if i.is_root), None)
     direction = re.search(r"direction=(\w+)", root.attrs) if root is not None else None
     if root is None or root.opcode != "compare" or not direction or len(root.operands) != 2:
         return None
