@@ -130,6 +130,8 @@ def main() -> int:
     )
     a = p.parse_args()
     if a.report:
+        if not (Path(a.report) / "score.json").is_file() and not (Path(a.report) / "suite.sqlite").is_file():
+            p.error(f"--report {a.report}: no suite there (neither score.json nor suite.sqlite)")
         print_report(Path(a.report))
         return 0
     suite_dir = Path(a.out)
