@@ -10,6 +10,7 @@ Primitives without a public `lax` form here are reported, never guessed.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -307,6 +308,49 @@ def _mosaic_dot_lines(
     return lines, f"{terms[0]} + ({terms[1]} + {terms[2]})"
 
 
+def lane_window_sum(e: Mapping[str, Any], params: Mapping[str, str]) -> int | None:
+    """The window k of a reduce_window that sums disjoint windows of a rank-2 value's last axis (window =
+    stride = (1, k), no padding or dilation, init 0: an average pool's sum), else None."""
+    try:
+        win, strides = _tuple(params["window_dimensions"]), _tuple(params["window_strides"])
+        pads = _tuple(params["padding"])
+        dil = _tuple(params["base_dilation"]) + _tuple(params["window_dilation"])
+        init = float(safe_ast.literal_eval(LITERAL_VALUE.match(e["inputs"][1]).group(1)))
+    except (KeyError, ValueError, SyntaxError, AttributeError, TypeError):
+        return None
+    if params.get("jaxpr") != "lax.add" or init != 0.0 or len(win) != 2 or win != strides:
+        return None
+    if win[0] != 1 or win[1] < 2 or any(tuple(pd) != (0, 0) for pd in pads) or set(dil) != {1}:
+        return None
+    return int(win[1])
+
+
+LITERAL_VALUE = re.compile(r"^lit:jnp\.asarray\((.+), jnp\.\w+\)$")
+
+
+def _window_sum_lines(e: Mapping[str, Any], k: int, dtype: str) -> tuple[list[str], str]:
+    """A sum over disjoint k-wide windows of the last axis as MXU dots with a 0/1 pooling matrix, f32
+    accumulated and rounded once. The matrix is block diagonal, so the value is cut into chunks of k * c
+    columns (c = 128 outputs when the output width is a multiple of 128: lane-dense) and every chunk
+    meets the same [k * c, c] matrix: k * c * c per row per chunk, not a whole [N, N / k] matrix."""
+    a, v = operand(e["inputs"][0]), e["outputs"][0]
+    wide = is_wide(dtype)
+    kind = "jnp.float32" if wide else f"jnp.{dtype}"
+    precision = ", precision=lax.Precision.HIGHEST" if wide else ""  # exact sums of f32 values
+    pre = [
+        f"{v}_n = {a}.shape[1] // {k}  # windows of {k} along the last axis",
+        f"{v}_c = 128 if {v}_n % 128 == 0 else {v}_n  # outputs per chunk",
+        f"{v}_p = lax.convert_element_type(lax.convert_element_type(lax.eq(lax.div("
+        f"lax.broadcasted_iota(jnp.int32, ({v}_c * {k}, {v}_c), 0), jnp.int32({k})), "
+        f"lax.broadcasted_iota(jnp.int32, ({v}_c * {k}, {v}_c), 1)), jnp.int32), {kind})  # [c * k, c] 0/1",
+        f"{v}_s = [lax.dot_general(lax.slice({a}, (0, j * {v}_c * {k}), ({a}.shape[0], (j + 1) * {v}_c * {k})), "
+        f"{v}_p, (((1,), (0,)), ((), ())){precision}, preferred_element_type=jnp.float32) "
+        f"for j in range({v}_n // {v}_c)]",
+    ]
+    whole = f"({v}_s[0] if len({v}_s) == 1 else lax.concatenate({v}_s, 1))"
+    return pre, f"lax.convert_element_type({whole}, jnp.{dtype})"
+
+
 def body_lines(
     program: Program,
     shape_of: Callable[[dict, str], str] | None = None,
@@ -357,6 +401,10 @@ def body_lines(
             ins = [operand(a) for a in e["inputs"]]
             ins[n:] = [f"lax.convert_element_type({a}, jnp.int32)" for a in ins[n:]]
             expr = f"lax.ne({_call(e['primitive'], ins, params)}, jnp.int32(0))"
+        elif e["primitive"] == "reduce_window" and (k := lane_window_sum(e, params)) is not None:
+            # Mosaic has no reduce_window: a sum over windows of the last axis is a dot with a 0/1 matrix
+            pre, expr = _window_sum_lines(e, k, dtypes.get(e["inputs"][0], out_dtype))
+            lines.extend(pre)
         elif e["primitive"] == "dot_general" and dot_kind(program, e, dtypes) != "narrow":
             # f32 operands: the numerics XLA gives this dot on a TPU (one bf16 pass at DEFAULT, not Mosaic's f32)
             args = [operand(a) for a in e["inputs"]]
