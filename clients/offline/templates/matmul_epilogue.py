@@ -16,6 +16,7 @@ columns (softmax, logsumexp, a reduction over the last axis) keeps them whole.
 from __future__ import annotations
 
 import ast
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -225,8 +226,8 @@ def _column_axes(
         i = names.index(name)
         shape = program["inputs"][i]["shape"]
         tiled = plan.input_axes[i] is not None
-        if not shape:
-            continue  # a scalar: the same in every block
+        if not shape or (math.prod(shape) == 1 and not tiled):
+            continue  # a scalar (or a one-element array): the same in every block
         if len(shape) == 1 and shape[0] == sp.n and not tiled:
             axes[i] = 0  # a bias along N
         elif len(shape) == 2 and shape[1] == sp.n and (tiled or shape[0] == 1):
@@ -248,6 +249,8 @@ def _column_axes(
             continue
         if e["primitive"] != "broadcast_in_dim":
             return None
+        if math.prod(out_shape) == 1:
+            continue  # a one-element value made (1, 1): the same in every block
         dims = tuple(ast.literal_eval(str(e["params"]["broadcast_dimensions"])))
         if len(out_shape) != 2 or out_shape[1] != sp.n or dims not in ((), (1,), (0, 1)):
             return None
