@@ -272,6 +272,12 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
             return matmul_epilogue.build(program, plan, sp, sym)
+        from maxkernel.clients.offline.templates import matmul_colstats
+
+        # rows tied by a sum over them (train-mode BatchNorm): a k-tiled matmul, then passes over its result
+        colstats = matmul_colstats.build(program, sym)
+        if colstats is not None:
+            return colstats
         from maxkernel.clients.offline.templates import mlp_chain, mlp_two_pass
 
         # one pass where the weights stream few times, two where h's round trip buys compute-bound tiles
