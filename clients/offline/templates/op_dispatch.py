@@ -1,5 +1,6 @@
 """Which op-family template writes a program (op_families.py recognises the family; scan_reduce.py and
-window.py write the kernels): its own module, so the templates import op_families without a cycle."""
+window.py write the kernels, conv_split.py a convolution with more than an elementwise epilogue): its
+own module, so the templates import op_families without a cycle."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ def build(program: Program):
     family = family_of(program)
     if family is None:
         return None
-    core = core_of(program, family)
+    try:
+        core = core_of(program, family)
+    except ValueError:
+        if family != "conv":
+            raise
+        from maxkernel.clients.offline.templates.conv_split import build as build_conv_split
+
+        split = build_conv_split(program)  # a conv then a norm or a reduction: two kernels
+        if split is None:
+            raise
+        return split
     if family in ("scan", "arg"):
         return build_scan_reduce(core)
     return build_window(core)
