@@ -258,7 +258,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         if flash is not None:
             return flash
     if kind == "matmul":
-        from maxkernel.clients.offline.templates import grouped_matmul, matmul_epilogue
+        from maxkernel.clients.offline.templates import decay_attention, grouped_matmul, matmul_epilogue
+
+        decay = decay_attention.build(program, sym)  # q·kᵀ · decay / row norm · v: score tiles, not [S, S]
+        if decay is not None:
+            return decay
 
         gmm = grouped_matmul.build(program, sym)
         if gmm is not None:
@@ -269,6 +273,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         if ce is not None:
             return ce
 
+        from maxkernel.clients.offline.templates import matmul_rows
+
+        rows = matmul_rows.build(program, plan, sym)  # an epilogue over whole rows: N tiled, partials
+        if rows is not None:
+            return rows
         sp = matmul_epilogue.split(program, plan)
         if sp is not None:
             return matmul_epilogue.build(program, plan, sp, sym)
