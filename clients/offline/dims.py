@@ -149,6 +149,30 @@ class Symbolic:
         for (a, da), (b, db), (c, dc) in itertools.combinations_with_replacement(dims, 3):
             if tuple(x * y * z for x, y, z in zip(da, db, dc, strict=True)) == v:
                 return f"{a} * {b} * {c}"
+        return self._solve_products(v)
+
+    def _solve_products(self, v: tuple[int, ...]) -> str | None:
+        """A product of two or three dims times or over a constant (a group norm's count: C / G * H * W),
+        or of dims less a common offset (a valid convolution's output count: (H - 2) * (W - 2))."""
+        atoms: dict[tuple[int, ...], str] = {}
+        for name, d in self.dims:  # one name per value tuple: the search is over distinct values
+            atoms.setdefault(d, name)
+        plain = [(name, d) for d, name in atoms.items()]
+        for r in (2, 3):
+            for combo in itertools.combinations_with_replacement(plain, r):
+                prod = [math.prod(x) for x in zip(*(d for _, d in combo), strict=True)]
+                found = _scaled(" * ".join(n for n, _ in combo), prod, v)
+                if found:
+                    return found
+        for c in range(1, _MAX_OFFSET + 1):
+            shifted = [(f"({n} - {c})", tuple(x - c for x in d)) for n, d in plain if min(d) > c]
+            shifted += [(f"({n} + {c})", tuple(x + c for x in d)) for n, d in plain]
+            for r in (1, 2, 3):
+                for combo in itertools.combinations_with_replacement(shifted, r):
+                    prod = [math.prod(x) for x in zip(*(d for _, d in combo), strict=True)]
+                    found = _scaled(" * ".join(n for n, _ in combo), prod, v)
+                    if found:
+                        return found
         return None
 
     def float_expr(self, values: Sequence[float], where: str) -> str | None:
@@ -225,6 +249,25 @@ class Symbolic:
             *(v["out_specs"][k]["shape"] for v in self.variants.values()),
         ]
         return self.shape(shapes, f"output {k}")
+
+
+def _scaled(expr: str, prod: Sequence[int], v: Sequence[int]) -> str | None:
+    """`expr`, `expr * k` or `expr // k` when `prod` (its values) is `v` up to one integer factor k."""
+    if any(p <= 0 for p in prod):
+        return None
+    if tuple(prod) == tuple(v):
+        return expr
+    if (
+        all(y % x == 0 for x, y in zip(prod, v, strict=True))
+        and len({y // x for x, y in zip(prod, v, strict=True)}) == 1
+    ):
+        return f"{expr} * {v[0] // prod[0]}"
+    if (
+        all(x % y == 0 for x, y in zip(prod, v, strict=True))
+        and len({x // y for x, y in zip(prod, v, strict=True)}) == 1
+    ):
+        return f"{expr} // {prod[0] // v[0]}"
+    return None
 
 
 def shape_source(elems: Sequence[str]) -> str:

@@ -70,3 +70,47 @@ def subprogram(
         "census": dict(Counter(e["primitive"] for e in eqns)),
         "variants": variants,
     }
+
+
+def with_unit_axes(program: Program) -> tuple[dict[str, Any], list[int]]:
+    """(the program, which outputs changed): each output of rank 1 or 2 reshaped to two more trailing
+    unit axes. A block of a [N] or [N, C] output must be a multiple of (8, 128) along its last two axes;
+    of [N, C, 1, 1], any block along N and C: a row of a per-sample mean is one grid step, not 128."""
+    changed = [k for k, s in enumerate(program["out_specs"]) if 1 <= len(s["shape"]) <= 2]
+    if not changed:
+        return dict(program), []
+    eqns, outputs, specs = list(program["equations"]), list(program["outputs"]), list(program["out_specs"])
+    variants = {s: dict(v) for s, v in (program.get("variants") or {}).items()}
+    taken = {o for e in eqns for o in e["outputs"]} | set(program["input_names"])
+    for k in changed:
+        new = next(f"{outputs[k]}_{i}" for i in range(len(taken) + 1) if f"{outputs[k]}_{i}" not in taken)
+        taken.add(new)
+        shape = [*specs[k]["shape"], 1, 1]
+        eqns.append(
+            {
+                "primitive": "reshape",
+                "inputs": [outputs[k]],
+                "outputs": [new],
+                "out_specs": [{**specs[k], "shape": shape}],
+                "params": {"new_sizes": str(tuple(shape)), "dimensions": "None"},
+                "scope": "",
+                "source": "",
+            }
+        )
+        j = str(len(eqns) - 1)
+        for v in variants.values():
+            if v.get("mismatch"):
+                continue
+            at = [*v["out_specs"][k]["shape"], 1, 1]
+            v["params"] = {**(v.get("params") or {}), j: {"new_sizes": str(tuple(at))}}
+            v["shapes"] = {**(v.get("shapes") or {}), j: [at]}
+            v["out_specs"] = [
+                *v["out_specs"][:k],
+                {**v["out_specs"][k], "shape": at},
+                *v["out_specs"][k + 1 :],
+            ]
+        outputs[k] = new
+        specs[k] = {**specs[k], "shape": shape}
+    census = dict(Counter(e["primitive"] for e in eqns))
+    out = {**program, "equations": eqns, "outputs": outputs, "out_specs": specs, "census": census}
+    return {**out, "variants": variants}, changed

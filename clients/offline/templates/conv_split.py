@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from string import Template as _StrTemplate
 from typing import Any
 
-from maxkernel.clients.offline.subprogram import subprogram
+from maxkernel.clients.offline.subprogram import subprogram, with_unit_axes
 from maxkernel.clients.offline.templates.base import Template
 from maxkernel.clients.offline.templates.op_families import CONV, LAYOUT, core_of
 from maxkernel.clients.offline.templates.row_blocks import itemsize
@@ -44,7 +44,7 @@ GLUE = '''
 def workload(${args}):
     """The reference's signature: the convolution's kernel, then the ${tail} kernel on its output."""
     ${cut} = conv_workload(${head_args})  # ${cut_shape} at the target: to HBM
-    return tail_workload(${tail_args})
+    ${ret}
 '''
 
 
@@ -52,9 +52,10 @@ def _absorbable(e: Mapping[str, Any], out_shape: list[int]) -> bool:
     return e["primitive"] in ELEMENTWISE and e["out_specs"][0]["shape"] == out_shape
 
 
-def split(program: Program) -> tuple[dict[str, Any], dict[str, Any], str] | None:
-    """(head, tail, cut): the conv with its elementwise epilogue up to `cut`, and the program after it;
-    None when the program is not one convolution with more than an elementwise epilogue."""
+def split(program: Program) -> tuple[dict[str, Any], dict[str, Any], str, list[int]] | None:
+    """(head, tail, cut, unit): the conv with its elementwise epilogue up to `cut`, and the program after
+    it, whose outputs `unit` carry two trailing unit axes (subprogram.with_unit_axes); None when the
+    program is not one convolution with more than an elementwise epilogue."""
     eqns = program["equations"]
     convs = [i for i, e in enumerate(eqns) if e["primitive"] in CONV]
     if len(convs) != 1:
@@ -119,8 +120,8 @@ def split(program: Program) -> tuple[dict[str, Any], dict[str, Any], str] | None
     tail_idx.reverse()
     tail_ins = [cut] + [n for n in names if n in live]
     head = subprogram(program, head_idx, head_ins, [cut])
-    tail = subprogram(program, tail_idx, tail_ins, program["outputs"])
-    return head, tail, cut
+    tail, unit = with_unit_axes(subprogram(program, tail_idx, tail_ins, program["outputs"]))
+    return head, tail, cut, unit
 
 
 def _closure(eqns: Sequence[Mapping[str, Any]], chan_eqns: Sequence[int], needed: set[str]) -> set[str]:
@@ -130,6 +131,16 @@ def _closure(eqns: Sequence[Mapping[str, Any]], chan_eqns: Sequence[int], needed
         if set(eqns[i]["outputs"]) & out:
             out |= {a for a in eqns[i]["inputs"] if not a.startswith("lit:")}
     return out
+
+
+def _returns(n_out: int, unit: Sequence[int], args: str) -> str:
+    """The glue's return: the tail's outputs, the trailing unit axes of those in `unit` dropped."""
+    if not unit:
+        return f"return tail_workload({args})"
+    outs = ["out"] if n_out == 1 else [f"out[{k}]" for k in range(n_out)]
+    outs = [f"{o}.reshape({o}.shape[:-2])" if k in unit else o for k, o in enumerate(outs)]
+    body = outs[0] if n_out == 1 else "(" + ", ".join(outs) + ")"
+    return f"out = tail_workload({args})  # trailing unit axes: free blocks along N\n    return {body}"
 
 
 def _top_level(text: str) -> list[str]:
@@ -177,6 +188,7 @@ def compose(
     program: Program,
     cut: str,
     target: str,
+    unit: Sequence[int] = (),
 ) -> Template:
     """One template of both stages: tunables of both (the tail's renamed `block_tail_*`), each kernel
     checked by its own rules, VMEM the larger stage's, cost their sum."""
@@ -203,6 +215,7 @@ def compose(
         "args": ", ".join(program["input_names"]),
         "head_args": ", ".join(head_prog["input_names"]),
         "tail_args": ", ".join(tail_prog["input_names"]),
+        "ret": _returns(len(tail_prog["outputs"]), unit, ", ".join(tail_prog["input_names"])),
     }
     source = (
         _StrTemplate(HEADER).safe_substitute(fill)
@@ -253,7 +266,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]] | None:
     found = split(program)
     if found is None:
         return None
-    head, tail, cut = found
+    head, tail, cut, unit = found
     conv, target, dims = build_window(core_of(head, "conv"))
     from maxkernel.clients.offline.model import NoTemplateFits, program_template
 
@@ -263,4 +276,4 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]] | None:
         raise ValueError(f"after its convolution: {e}") from None
     if tail_target != target:
         raise ValueError(f"its stages target different sizes ({target}, {tail_target})")
-    return compose(conv, rest, head, tail, program, cut, target), target, dims
+    return compose(conv, rest, head, tail, program, cut, target, unit), target, dims
