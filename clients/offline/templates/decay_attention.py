@@ -178,18 +178,19 @@ def recognise(program: Program) -> dict[str, Any] | None:
     s_name = e1["outputs"][0]
     prefix: set[int] = set()
 
-    def is_cut(a: str) -> bool:  # an input-dependent value the tiles cannot compute: computed outside
+    def is_cut(a: str, lab: Sequence[Label]) -> bool:
+        """An input-dependent vector (not both Q and K) the tiles do not compute: computed outside."""
         if a in inputs:
             return True
         if d1 in g.ancestors(a) or not g.depends_on_input(a):
             return False
-        return eqns[g.producer[a]]["primitive"] not in _SHAPE_ONLY
+        return not ("Q" in lab and "K" in lab)
 
     s_labels = [*(("B", a) for a in range(nb)), "Q", "K"]
     for i in range(d2 - 1, -1, -1):
         e = eqns[i]
         out = e["outputs"][0]
-        if out not in labels or i == d1 or is_cut(out):
+        if out not in labels or i == d1 or out in cuts:
             continue
         region.append(i)
         for pos, a in enumerate(e["inputs"]):
@@ -202,9 +203,11 @@ def recognise(program: Program) -> dict[str, Any] | None:
                 if lab != s_labels:
                     return None
                 labels[a] = lab
-            elif is_cut(a):
+            elif is_cut(a, lab):
                 if "Q" in lab and "K" in lab:
                     return None  # a whole score-sized input: not a vector the tiles can read
+                if a in labels and a not in cuts:
+                    return None  # also used in the kernel as a tile value
                 if lab not in cuts.setdefault(a, []):
                     cuts[a].append(lab)
                 labels.setdefault(a, lab)
