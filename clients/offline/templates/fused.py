@@ -156,6 +156,7 @@ def _source_parts(program: Program, plans: Sequence[RowPlan], sym: Symbolic, why
             f"pl.BlockSpec({_block(rank, axes, [f'sh[{i}][{d}]' for d in range(rank)])}, {n}_map)"
         )
     out_specs, out_shapes = [], []
+    out_axes = {p.out_axis: k for k, p in enumerate(plans)}  # the outputs' axis each grid axis tiles
     for i, s in enumerate(program["out_specs"]):
         args = ", ".join(f"i{k}" for k in range(max(ngrid, 1)))
         if not s["shape"]:
@@ -167,21 +168,21 @@ def _source_parts(program: Program, plans: Sequence[RowPlan], sym: Symbolic, why
             continue
         rank = len(s["shape"])
         whole = sym.output_shape(i)
-        axes = {k: k for k in range(ngrid)}
-        _, idx = _index(rank, axes, ngrid)
+        _, idx = _index(rank, out_axes, ngrid)
         maps.append(
             f"    # output {i} is {tuple(s['shape'])} at {sym.sizes[0]}\n    def o{i}_map({args}):\n        return {idx}\n"
         )
-        out_specs.append(f"pl.BlockSpec({_block(rank, axes, whole)}, o{i}_map)")
+        out_specs.append(f"pl.BlockSpec({_block(rank, out_axes, whole)}, o{i}_map)")
         out_shapes.append(f"jax.ShapeDtypeStruct({shape_source(whole)}, jnp.{s['dtype']})")
     first = sym.output_shape(0) if program["out_specs"] and program["out_specs"][0]["shape"] else []
     extents = [
-        f"    n{k} = {first[k]}  # the outputs' axis {k}\n    b{k} = min({BLOCK_NAMES[k].upper()}, n{k})"
-        for k in range(ngrid)
+        f"    n{k} = {first[p.out_axis]}  # the outputs' axis {p.out_axis}\n"
+        f"    b{k} = min({BLOCK_NAMES[p.out_axis].upper()}, n{k})"
+        for k, p in enumerate(plans)
     ]
     consts = [
-        f"{BLOCK_NAMES[k].upper()} = ${{{BLOCK_NAMES[k]}}}  # along the outputs' axis {k}"
-        for k in range(ngrid)
+        f"{BLOCK_NAMES[p.out_axis].upper()} = ${{{BLOCK_NAMES[p.out_axis]}}}  # along the outputs' axis {p.out_axis}"
+        for p in plans
     ]
     if not plans:
         consts = [f"BLOCK_ROWS = ${{block_rows}}  # unused: not tiled ({why}), one block holds everything"]
@@ -229,12 +230,14 @@ def _vmem_fn(program: Program, plans: Sequence[RowPlan], sym: Symbolic):
         for name, shape in zip(e["outputs"], shapes, strict=True)
     ]
 
+    keys = [BLOCK_NAMES[p.out_axis] for p in plans]  # grid axis k's tunable
+
     def blocked(shape: Sequence[int], axes: Mapping[int, int], c: Mapping[str, Any]) -> list[int]:
-        return [min(int(c[BLOCK_NAMES[axes[d]]]), x) if d in axes else x for d, x in enumerate(shape)]
+        return [min(int(c[keys[axes[d]]]), x) if d in axes else x for d, x in enumerate(shape)]
 
     def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
         total = sum(2 * nbytes(blocked(s["shape"], ax, c), s["dtype"]) for s, ax in ins)
-        outs = {k: k for k in range(len(plans))}
+        outs = {p.out_axis: k for k, p in enumerate(plans)}
         total += sum(2 * nbytes(blocked(s["shape"], outs, c), s["dtype"]) for s in at["out_specs"])
         total += 3 * max([nbytes(blocked(sh, ax, c), "float32") for sh, ax in values] or [0])
         return int(total)
@@ -303,6 +306,12 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         stacked = stacked_matmul.build(program, sym)
         if stacked is not None:
             return stacked
+    if (
+        not plans and plan.why
+    ):  # rows mix (a batch norm): the outputs' axis 1 alone, when one block cannot fit
+        alone = analyse(program_at(program, sym.target), 1)
+        if alone.tiled and _vmem_fn(program, [], sym)({}, {}) > _INITIAL_VMEM:
+            plans = [alone]
     if len(plans) == 2:  # a second grid axis only when the rows alone cannot fit at the target
         one = plans[:1]
         smallest = {BLOCK_NAMES[0]: min(legal_blocks(program, one, sym)[0])}
@@ -315,10 +324,10 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         )
     at = sym.at(sym.target)
     blocks = legal_blocks(program, plans, sym) if plans else [(1,)]
-    names = BLOCK_NAMES[: len(plans)] if plans else ("block_rows",)
+    names = tuple(BLOCK_NAMES[p.out_axis] for p in plans) if plans else ("block_rows",)
     vmem = _vmem_fn(program, plans, sym)
     hbm = sum(nbytes(s["shape"], s["dtype"]) for s in at["inputs"] + at["out_specs"])
-    extents = [at["out_specs"][0]["shape"][k] for k in range(len(plans))]
+    extents = [at["out_specs"][0]["shape"][p.out_axis] for p in plans]
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
         return [
