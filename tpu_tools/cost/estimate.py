@@ -360,7 +360,22 @@ def match_kernels(
         o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))
     )
     orders = list(itertools.islice(pairing, 2))  # a second one is enough to say it is ambiguous
-    return [kernels[j] for j in orders[0]] if len(orders) == 1 else in_order
+    if len(orders) == 1:
+        return [kernels[j] for j in orders[0]]
+    # several orders pair by grid (two passes over one array share theirs): the one order in which every
+    # program carries its call's kernel name, as Mosaic names them (`offline_colstats_pass1.1`)
+    named = [
+        o
+        for o in itertools.permutations(range(len(kernels)))
+        if all(fits[i][j] and _named(calls[i], kernels[j]) for i, j in enumerate(o))
+    ]
+    return [kernels[j] for j in named[0]] if len(named) == 1 else in_order
+
+
+def _named(call: PallasCallInfo, prog: ProgramLLO) -> bool:
+    """The compiled program is named for the call's kernel (`<kernel name>` or `<kernel name>.<n>`)."""
+    name = call.kernel_name
+    return bool(name) and (prog.program == name or prog.program.startswith(name + "."))
 
 
 def estimate_pallas(

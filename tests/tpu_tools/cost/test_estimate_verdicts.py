@@ -117,6 +117,10 @@ def test_kernels_dumped_in_another_order_than_traced_pair_by_their_grids():
     same = [call("a", (4, 4, 2)), call("b", (4, 4, 2)), call("c", (2, 2, 2))]
     dumped = [prog("kc", [2, 2, 2]), prog("ka", [4, 4, 2]), prog("kb", [4, 4, 2])]
     assert match_kernels(same, dumped, "tpu-v6e")[0] is None
+    # named as Mosaic names them (`<kernel name>.<n>`), they pair by name (31k: two passes of one grid,
+    # dumped before and after the matmul between them)
+    named = [prog("b.1", [4, 4, 2]), prog("c.1", [2, 2, 2]), prog("a.1", [4, 4, 2])]
+    assert [p.program for p in match_kernels(same, named, "tpu-v6e")] == ["a.1", "b.1", "c.1"]
 
 
 @pytest.mark.slow
