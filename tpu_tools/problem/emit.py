@@ -329,26 +329,21 @@ LITERAL_VALUE = re.compile(r"^lit:jnp\.asarray\((.+), jnp\.\w+\)$")
 
 
 def _window_sum_lines(e: Mapping[str, Any], k: int, dtype: str) -> tuple[list[str], str]:
-    """A sum over disjoint k-wide windows of the last axis as MXU dots with a 0/1 pooling matrix, f32
-    accumulated and rounded once. The matrix is block diagonal, so the value is cut into chunks of k * c
-    columns (c = 128 outputs when the output width is a multiple of 128: lane-dense) and every chunk
-    meets the same [k * c, c] matrix: k * c * c per row per chunk, not a whole [N, N / k] matrix."""
+    """A sum over disjoint k-wide windows of the last axis as one MXU dot with the [N, N // k] 0/1 pooling
+    matrix, f32 accumulated and rounded once. One dot at every size: chunking it into lane-dense pieces
+    would concatenate them only where N // k exceeds a chunk, a program the small check sizes never run."""
     a, v = operand(e["inputs"][0]), e["outputs"][0]
     wide = is_wide(dtype)
     kind = "jnp.float32" if wide else f"jnp.{dtype}"
     precision = ", precision=lax.Precision.HIGHEST" if wide else ""  # exact sums of f32 values
     pre = [
-        f"{v}_n = {a}.shape[1] // {k}  # windows of {k} along the last axis",
-        f"{v}_c = 128 if {v}_n % 128 == 0 else {v}_n  # outputs per chunk",
-        f"{v}_p = lax.convert_element_type(lax.convert_element_type(lax.eq(lax.div("
-        f"lax.broadcasted_iota(jnp.int32, ({v}_c * {k}, {v}_c), 0), jnp.int32({k})), "
-        f"lax.broadcasted_iota(jnp.int32, ({v}_c * {k}, {v}_c), 1)), jnp.int32), {kind})  # [c * k, c] 0/1",
-        f"{v}_s = [lax.dot_general(lax.slice({a}, (0, j * {v}_c * {k}), ({a}.shape[0], (j + 1) * {v}_c * {k})), "
-        f"{v}_p, (((1,), (0,)), ((), ())){precision}, preferred_element_type=jnp.float32) "
-        f"for j in range({v}_n // {v}_c)]",
+        f"{v}_w = lax.div(lax.broadcasted_iota(jnp.int32, ({a}.shape[1], 1), 0), jnp.int32({k}))"
+        f"  # each column's window (VALID: a last partial one matches no output)",
+        f"{v}_p = lax.convert_element_type(lax.convert_element_type({v}_w == lax.broadcasted_iota(jnp.int32, "
+        f"(1, {a}.shape[1] // {k}), 1), jnp.int32), {kind})  # [N, N // {k}] 0/1",
     ]
-    whole = f"({v}_s[0] if len({v}_s) == 1 else lax.concatenate({v}_s, 1))"
-    return pre, f"lax.convert_element_type({whole}, jnp.{dtype})"
+    dot = f"lax.dot_general({a}, {v}_p, (((1,), (0,)), ((), ())){precision}, preferred_element_type=jnp.float32)"
+    return pre, f"lax.convert_element_type({dot}, jnp.{dtype})"
 
 
 def body_lines(

@@ -12,8 +12,9 @@ by equation, in one of two modes:
   precision (an explicit `precision=`, a dot algorithm, or `jax_default_matmul_precision`, which jax bakes
   into the jaxpr when it traces).
 
-Control flow (jit, scan, while, cond, custom_jvp/vjp, remat) is re-entered; any other equation that holds a
-program of its own (a pallas_call, shard_map) runs as written, its inputs cast back to their traced dtypes.
+Control flow (jit, scan, while, cond, custom_jvp/vjp, remat) is re-entered; a reduce_window whose reducer is one
+add/max/min/mul is widened like any reduction; any other equation that holds a program of its own (a
+pallas_call, shard_map) runs as written, its inputs cast back to their traced dtypes.
 """
 
 from __future__ import annotations
@@ -111,6 +112,27 @@ def _subjaxprs(eqn) -> list:
     return out
 
 
+def _monoid(params):
+    """The lax op of a generic reduce_window's reducer when it is one add/max/min/mul of its two scalars, else
+    None (variadic windows, a reducer with more to it, a literal operand)."""
+    from jax import lax
+
+    sub = params.get("jaxpr")
+    sub = getattr(sub, "jaxpr", sub)
+    eqns = getattr(sub, "eqns", None)
+    if not eqns or len(eqns) != 1 or len(sub.invars) != 2 or len(sub.outvars) != 1 or params.get("consts"):
+        return None
+    (e,) = eqns
+    ops = {"add": lax.add, "max": lax.max, "min": lax.min, "mul": lax.mul}
+    if (
+        e.primitive.name not in ops
+        or list(e.invars) != list(sub.invars)
+        or e.outvars[0] is not sub.outvars[0]
+    ):
+        return None
+    return ops[e.primitive.name]
+
+
 def oracle_dtype(closed) -> np.dtype:
     """float64 when the program holds float32 (or wider) values and the host can enable x64, else float32."""
     wide = False
@@ -180,6 +202,8 @@ class _Rewrite:
             branches = params["branches"]
             fns = [(lambda *ops, b=b: tuple(evaluate(b.jaxpr, b.consts, list(ops), self))) for b in branches]
             return list(lax.switch(invals[0], fns, *invals[1:]))
+        if self.mode == "oracle" and name == "reduce_window" and (op := _monoid(params)) is not None:
+            return [self.window(params, op, invals)]
         if _subjaxprs(eqn) or name in _AS_WRITTEN:
             return self.as_written(eqn, invals)
         if self.mode == "oracle":
@@ -193,6 +217,23 @@ class _Rewrite:
         except Exception:  # noqa: BLE001 - an op that insists on its traced dtypes runs as written
             return self.as_written(eqn, invals)
         return list(outs) if eqn.primitive.multiple_results else [outs]
+
+    def window(self, params, op, invals):
+        """A reduce_window over one operand whose reducer is one add/max/min/mul, at the widened dtype: run as
+        written, its sums would round as the reference's do (an average pool summed in bf16)."""
+        from jax import lax
+
+        x, init = invals
+        return lax.reduce_window(
+            x,
+            lax.convert_element_type(init, x.dtype),
+            op,
+            params["window_dimensions"],
+            params["window_strides"],
+            params["padding"],
+            params["base_dilation"],
+            params["window_dilation"],
+        )
 
     def contraction(self, eqn, invals):
         import jax.numpy as jnp

@@ -82,6 +82,30 @@ def test_the_oracle_widens_every_float_and_reaches_into_control_flow():
     assert oracle_dtype(closed) == np.float32  # a bf16 program widens to f32
 
 
+def test_the_oracle_widens_a_window_sum_and_keeps_other_reducers_as_written():
+    """An average pool's sum (reduce_window with an add reducer, 49k) is summed wide like any reduction:
+    run as written it would round every partial sum to bf16, and a kernel summing in f32 would look worse
+    than the reference. A reducer with more to it than one op still runs as written."""
+    y = (jax.random.normal(jax.random.key(1), (8, 256), jnp.float32) * 40).astype(jnp.bfloat16)
+
+    def pool(v):
+        return jax.lax.reduce_window(v, jnp.zeros((), v.dtype), jax.lax.add, (1, 16), (1, 16), "VALID")
+
+    run, _ = as_computed(pool, (y,), "oracle")
+    (got,) = run(y)
+    exact = np.asarray(y, np.float64).reshape(8, 16, 16).sum(-1)
+    assert got.dtype == np.float32 and _err(got, exact) < 1e-4
+    assert _err(pool(y).astype(jnp.float32), exact) > 0.1  # the bf16 sums the oracle no longer gives
+
+    def odd(v):  # max(a, b) + 0: not one op, so as written (bf16)
+        return jax.lax.reduce_window(
+            v, jnp.zeros((), v.dtype), lambda a, b: jnp.maximum(a, b) + 0, (1, 16), (1, 16), "VALID"
+        )
+
+    run, _ = as_computed(odd, (y,), "oracle")
+    np.testing.assert_array_equal(np.asarray(run(y)[0]), np.asarray(odd(y), np.float32))  # the bf16 sums
+
+
 # ---- the rule -----------------------------------------------------------------------------------------
 
 
