@@ -326,3 +326,28 @@ def test_a_mosaic_kernel_no_traced_pallas_call_accounts_for_is_costed_as_an_op()
         and traced_none.total_us > traced_one.total_us + kernel.estimated_time_us / 2
     )
     assert any("no traced pallas_call accounts for" in a for a in traced_none.assumptions)
+
+
+ONE_ELEMENT_COPY = """HloModule m, is_scheduled=true
+
+ENTRY %main (bias: bf16[1], v: bf16[1024]) -> (bf16[1], bf16[1024]) {
+  %bias = bf16[1]{0:T(256)(128)(2,1)} parameter(0)
+  %v = bf16[1024]{0:T(1024)(128)(2,1)} parameter(1)
+  %copy = bf16[1]{0:T(256)(128)(2,1)} copy(%bias)
+  %copy.1 = bf16[1024]{0:T(1024)(128)(2,1)} copy(%v)
+  ROOT %t = (bf16[1]{0:T(256)(128)(2,1)}, bf16[1024]{0:T(1024)(128)(2,1)}) tuple(%copy, %copy.1)
+}
+"""
+
+
+def test_a_one_element_copy_with_no_program_of_its_own_runs_in_the_top_level_program():
+    """48k's XLA program copies its bf16[1] bias with no LLO program of its own: the top-level program moves
+    it inline, so it keeps the baseline at the llo tier; a larger copy without a program still falls back."""
+    from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+
+    tlp = ProgramLLO(program="TLP", is_kernel=False, total_bundles=200, straight_line_bundles=200)
+    table = cost_hlo_text(ONE_ELEMENT_COPY, "tpu-v6e", [tlp])
+    by_name = {f.name: f for f in table.fusions}
+    one, wide = by_name["copy"], by_name["copy.1"]
+    assert one.tier == "llo" and one.fallback is None and one.estimated_time_us < 0.01
+    assert wide.tier == "model" and wide.fallback == "no LLO program of its own in the dump"
