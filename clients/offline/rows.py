@@ -259,7 +259,11 @@ _MAX_WALKS = 64  # row walks per program: inputs are few, and each walk is one p
 
 
 def _seed(shape: list[int], rows: int, out_axis: int) -> Axis:
-    """The axis an input's rows are first guessed on: the output's axis when its size there matches."""
+    """The axis an input's rows are first guessed on: the output's axis when its size there matches, or
+    a vector's one axis (a per-channel [C] scale of an output tiled along its channels); the walk proves
+    or drops each guess."""
     if len(shape) > out_axis and shape[out_axis] == rows:
         return out_axis
+    if len(shape) == 1 and shape[0] == rows:
+        return 0
     return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from string import Template as _StrTemplate
 from typing import Any
 
@@ -44,7 +45,7 @@ GLUE = '''
 def workload(${args}):
     """The reference's signature: the convolution's kernel, then the ${tail} kernel on its output."""
     ${cut} = conv_workload(${head_args})  # ${cut_shape} at the target: to HBM
-    ${ret}
+${prep}    ${ret}
 '''
 
 
@@ -52,10 +53,20 @@ def _absorbable(e: Mapping[str, Any], out_shape: list[int]) -> bool:
     return e["primitive"] in ELEMENTWISE and e["out_specs"][0]["shape"] == out_shape
 
 
-def split(program: Program) -> tuple[dict[str, Any], dict[str, Any], str, list[int]] | None:
-    """(head, tail, cut, unit): the conv with its elementwise epilogue up to `cut`, and the program after
-    it, whose outputs `unit` carry two trailing unit axes (subprogram.with_unit_axes); None when the
-    program is not one convolution with more than an elementwise epilogue."""
+@dataclass(frozen=True)
+class Split:
+    """A conv program cut in two: the conv with its elementwise epilogue up to `cut`, and the rest."""
+
+    head: dict[str, Any]  # the conv's program: its operands and channel vectors in, `cut` out
+    tail: dict[str, Any]  # the rest: `cut`, the inputs it reads, then the `prep` values in
+    cut: str
+    unit: list[int]  # tail outputs given two trailing unit axes (subprogram.with_unit_axes)
+    prep: list[dict[str, Any]]  # per-channel reshapes of inputs the glue does for the tail
+
+
+def split(program: Program) -> Split | None:
+    """The program cut after its conv's elementwise epilogue; None when it is not one convolution with
+    more than an elementwise epilogue."""
     eqns = program["equations"]
     convs = [i for i, e in enumerate(eqns) if e["primitive"] in CONV]
     if len(convs) != 1:
@@ -111,17 +122,36 @@ def split(program: Program) -> tuple[dict[str, Any], dict[str, Any], str, list[i
         inside | {i for i in chan_eqns if set(eqns[i]["outputs"]) & _closure(eqns, chan_eqns, needed)}
     )
     head_ins = operands + [n for n in names if n in _closure(eqns, chan_eqns, needed) and n not in operands]
-    live, tail_idx = set(program["outputs"]), []
+    live, tail_idx, prep = set(program["outputs"]), [], []
     for i in range(len(eqns) - 1, -1, -1):  # the tail: what the outputs need, the head's ops left out
-        if i in inside or not set(eqns[i]["outputs"]) & live:
+        e = eqns[i]
+        if i in inside or not set(e["outputs"]) & live:
+            continue
+        if _channel_reshape(e, names):  # the tail reads it as an input: its blocks follow the channels
+            prep.append(e)
             continue
         tail_idx.append(i)
-        live |= {a for a in eqns[i]["inputs"] if not a.startswith("lit:")}
+        live |= {a for a in e["inputs"] if not a.startswith("lit:")}
     tail_idx.reverse()
-    tail_ins = [cut] + [n for n in names if n in live]
+    prep = [e for e in reversed(prep) if e["outputs"][0] in live]
+    outs = {e["outputs"][0] for e in prep}
+    tail_ins = [cut] + [n for n in names if n in live] + [o for e in eqns for o in e["outputs"] if o in outs]
     head = subprogram(program, head_idx, head_ins, [cut])
     tail, unit = with_unit_axes(subprogram(program, tail_idx, tail_ins, program["outputs"]))
-    return head, tail, cut, unit
+    return Split(head=head, tail=tail, cut=cut, unit=unit, prep=prep)
+
+
+def _channel_reshape(e: Mapping[str, Any], names: Sequence[str]) -> bool:
+    """A reshape of an input vector to one non-unit axis ([C] -> [1, C, 1, 1]): data movement the glue
+    does, so the tail gets a per-channel value it can block along the channels (a [C] block must be a
+    multiple of 256, a [1, C, 1, 1] one is free)."""
+    shape = e["out_specs"][0]["shape"]
+    return (
+        e["primitive"] == "reshape"
+        and e["inputs"][0] in names
+        and len(shape) > 1
+        and sum(d != 1 for d in shape) == 1
+    )
 
 
 def _closure(eqns: Sequence[Mapping[str, Any]], chan_eqns: Sequence[int], needed: set[str]) -> set[str]:
@@ -131,6 +161,11 @@ def _closure(eqns: Sequence[Mapping[str, Any]], chan_eqns: Sequence[int], needed
         if set(eqns[i]["outputs"]) & out:
             out |= {a for a in eqns[i]["inputs"] if not a.startswith("lit:")}
     return out
+
+
+def _vector_shape(e: Mapping[str, Any]) -> str:
+    """A per-channel reshape's shape with its one non-unit axis read from the vector (-1)."""
+    return str(tuple(-1 if d != 1 else 1 for d in e["out_specs"][0]["shape"]))
 
 
 def _returns(n_out: int, unit: Sequence[int], args: str) -> str:
@@ -180,18 +215,10 @@ def _stage(template: Template, prefix: str, keys: Mapping[str, str]) -> tuple[st
     return body, imports
 
 
-def compose(
-    conv: Template,
-    tail: Template,
-    head_prog: Program,
-    tail_prog: Program,
-    program: Program,
-    cut: str,
-    target: str,
-    unit: Sequence[int] = (),
-) -> Template:
+def compose(conv: Template, tail: Template, found: Split, program: Program, target: str) -> Template:
     """One template of both stages: tunables of both (the tail's renamed `block_tail_*`), each kernel
     checked by its own rules, VMEM the larger stage's, cost their sum."""
+    head_prog, tail_prog, cut = found.head, found.tail, found.cut
     tail_keys = {
         k: f"block_tail_{k.removeprefix('block_')}" if k.startswith("block") else f"tail_{k}"
         for k in tail.tunables
@@ -215,7 +242,11 @@ def compose(
         "args": ", ".join(program["input_names"]),
         "head_args": ", ".join(head_prog["input_names"]),
         "tail_args": ", ".join(tail_prog["input_names"]),
-        "ret": _returns(len(tail_prog["outputs"]), unit, ", ".join(tail_prog["input_names"])),
+        "ret": _returns(len(tail_prog["outputs"]), found.unit, ", ".join(tail_prog["input_names"])),
+        "prep": "".join(
+            f"    {e['outputs'][0]} = {e['inputs'][0]}.reshape({_vector_shape(e)})  # per channel: data movement\n"
+            for e in found.prep
+        ),
     }
     source = (
         _StrTemplate(HEADER).safe_substitute(fill)
@@ -266,14 +297,13 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]] | None:
     found = split(program)
     if found is None:
         return None
-    head, tail, cut, unit = found
-    conv, target, dims = build_window(core_of(head, "conv"))
+    conv, target, dims = build_window(core_of(found.head, "conv"))
     from maxkernel.clients.offline.model import NoTemplateFits, program_template
 
     try:
-        rest, tail_target, _ = program_template(tail)
+        rest, tail_target, _ = program_template(found.tail)
     except NoTemplateFits as e:
         raise ValueError(f"after its convolution: {e}") from None
     if tail_target != target:
         raise ValueError(f"its stages target different sizes ({target}, {tail_target})")
-    return compose(conv, rest, head, tail, program, cut, target, unit), target, dims
+    return compose(conv, rest, found, program, target), target, dims

@@ -72,10 +72,10 @@ def legal_blocks(program: Program, plans: Sequence[RowPlan], sym: Symbolic) -> l
     alignment along it (a block at or past the dim clamps to the whole dim, which is always legal)."""
     at = sym.at(sym.target)
     out = []
-    for k, p in enumerate(plans):
-        n = at["out_specs"][0]["shape"][k]
+    for p in plans:
+        n = at["out_specs"][0]["shape"][p.out_axis]
         arrays = [(s, a) for s, a in zip(at["inputs"], p.input_axes, strict=True) if a is not None]
-        arrays += [(s, k) for s in at["out_specs"]]
+        arrays += [(s, p.out_axis) for s in at["out_specs"]]
         align = max(block_align(len(s["shape"]), a, s["dtype"]) for s, a in arrays)
         top = max(align, 1 << max(n - 1, 0).bit_length())
         out.append(tuple(b for b in (1 << j for j in range(top.bit_length())) if b % align == 0))
