@@ -39,11 +39,11 @@ from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, _call, dot_ki
 Label = Any  # ("B", i): batch axis i of the scores; "Q"; "K"; None: a size-1 axis
 BLOCKS = (128, 256, 512, 1024)
 # one pass rounds the scores to v's dtype before dividing by the norm, where the reference rounds the
-# quotient: the same relative error (a rounding is scale-free), on other numbers, so it is ulps away from
-# the reference elementwise but as far from the upcast oracle as the reference is, which the judge's rule
-# accepts (15p at small, mixed signs x4: max error vs the reference 0.5 against two passes' 0.016, both
-# pass), at one walk of the tiles instead of two (15p full, llo: 1844 us against 3119). Two passes stay
-# a config for a reference where that rule would not hold.
+# quotient: the same relative error on other numbers, so ulps away from the reference elementwise, and
+# one walk of the tiles instead of two (15p full, llo: 1844 us against 3119). The judge's oracle rule
+# takes it on normal and mixed-sign inputs but not on its channel_scales regime at the derived size
+# (15p: worst element 1.13 of the allowed error, 2.57x the reference's), so a reference that rounds the
+# quotient gets two passes first (rounded as it rounds); one pass stays a config to search.
 PASSES = (1, 2)
 _SHAPE_ONLY = {"broadcast_in_dim", "reshape", "convert_element_type"}
 _FAR = -1e4  # a fill at or below this is exactly 0 after exp in f32
@@ -676,6 +676,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     configs = [
         {"block_q": bq, "block_kv": bkv, "passes": n} for bq in BLOCKS for bkv in BLOCKS for n in PASSES
     ]
+    if r["two_pass"]:  # the reference rounds (scores / norm): round the same numbers
+        configs = [c for c in configs if c["passes"] == 2]
     first = min(configs, key=lambda c: (cost(c, {}), -c["block_q"], -c["block_kv"]))
     cut_note = ", ".join(sorted(r["cuts"])) or "none here"
     fixed = {
