@@ -269,6 +269,10 @@ def _tile_shape(lab: Sequence[Label]) -> str:
     return f"({'bq' if 'Q' in lab else 1}, {'bkv' if 'K' in lab else 1})"
 
 
+def _shape_text(q: bool, k: bool) -> str:
+    return f"({'bq' if q else 1}, {'bkv' if k else 1})"
+
+
 def _role_tag(lab: Sequence[Label]) -> str:
     return "q" if "Q" in lab else "k" if "K" in lab else "n"
 
@@ -281,6 +285,7 @@ class _Emitter:
         self.eqns = program["equations"]
         self.producer = {o: i for i, e in enumerate(self.eqns) for o in e["outputs"]}
         self.region = set(r["region"])
+        self.emitted: dict[str, tuple[bool, bool]] = {}  # per function: each value's emitted extent
 
     def needed(self, targets: Sequence[str], given: Sequence[str]) -> list[int]:
         out: set[int] = set()
@@ -302,21 +307,34 @@ class _Emitter:
             return f"{a}_{_role_tag(lab or [])}"
         return a
 
+    def pair(self, name: str, lab: Sequence[Label] | None) -> tuple[bool, bool]:
+        """Whether the value as emitted spans the q rows and the kv columns (size-1 axes broadcast late)."""
+        if name in self.emitted:
+            return self.emitted[name]
+        if name in self.r["cuts"]:
+            tag = _role_tag(lab or [])
+            return tag == "q", tag == "k"
+        full = self.r["labels"].get(name, [])
+        return "Q" in full, "K" in full
+
     def line(self, i: int) -> str:
         e = self.eqns[i]
         prim, out = e["primitive"], e["outputs"][0]
-        labels = self.r["labels"]
-        lab = labels[out]
-        shape = _tile_shape(lab)
+        lab = self.r["labels"][out]
         params = {k: self.sym.param(e, k) for k in e["params"]}
         dtype = e["out_specs"][0]["dtype"]
+        ins = e["inputs"]
         in_labs = [
             None if a.startswith("lit:") else _input_labels(_G(self), e, lab, pos)
-            for pos, a in enumerate(e["inputs"])
+            for pos, a in enumerate(ins)
         ]
-        args = [self.arg(e, pos, in_labs[pos]) for pos in range(len(e["inputs"]))]
+        args = [self.arg(e, pos, in_labs[pos]) for pos in range(len(ins))]
+        pairs = [self.pair(a, in_labs[pos]) for pos, a in enumerate(ins) if not a.startswith("lit:")]
+        q, k = any(x[0] for x in pairs), any(x[1] for x in pairs)
         if prim == "iota":
             role = lab[int(e["params"]["dimension"])]
+            q, k = role == "Q", role == "K"
+            shape = _shape_text(q, k)
             if role == "Q":
                 expr = f"lax.broadcasted_iota(jnp.int32, {shape}, 0) + qi * bq"
             elif role == "K":
@@ -327,21 +345,27 @@ class _Emitter:
                 expr = f"jnp.full({shape}, bidx[{role[1]}], jnp.int32)"
             if dtype != "int32":
                 expr = f"({expr}).astype(jnp.{dtype})"
+            self.emitted[out] = (q, k)
             return f"{out} = {expr}  # iota along {role or 'a size-1 axis'}"
-        if prim in ("broadcast_in_dim", "reshape"):
+        self.emitted[out] = (q, k)
+        shape = _shape_text(q, k)
+        if prim in ("broadcast_in_dim", "reshape"):  # no copy: later ops broadcast its size-1 axes
+            if not ins[0].startswith("lit:") and g_rank(self, ins[0]) > 0:
+                return f"{out} = {args[0]}  # as it is: {shape}"
             if dtype == "bool":  # masks as int32 (exact): Mosaic relayouts few i1 vectors
                 return f"{out} = jnp.broadcast_to(jnp.asarray({args[0]}).astype(jnp.int32), {shape}) != 0"
-            return f"{out} = jnp.broadcast_to({args[0]}, {shape})"
+            return f"{out} = jnp.broadcast_to(jnp.asarray({args[0]}, jnp.{dtype}), {shape})"
         if prim == "select_n" and dtype == "bool":
-            cases = [f"jnp.asarray({a}).astype(jnp.int32)" for a in args[1:]]
-            return f"{out} = lax.select_n({args[0]}, {', '.join(cases)}) != 0"
-        if prim == "select_n":  # a literal case is a scalar: broadcast it to the tile
+            cases = [f"jnp.broadcast_to(jnp.asarray({a}).astype(jnp.int32), {shape})" for a in args[1:]]
+            return f"{out} = lax.select_n(jnp.broadcast_to({args[0]}, {shape}), {', '.join(cases)}) != 0"
+        if prim == "select_n":  # the cases and the predicate at one shape
             cases = [f"jnp.broadcast_to(jnp.asarray({a}, jnp.{dtype}), {shape})" for a in args[1:]]
             return f"{out} = lax.select_n(jnp.broadcast_to({args[0]}, {shape}), {', '.join(cases)})"
         return f"{out} = {_call(prim, args, params)}"
 
     def function(self, name: str, targets: Sequence[str], given: Sequence[str], doc: str) -> str:
         idx = self.needed(targets, given)
+        self.emitted = {}
         labels = self.r["labels"]
         used_cuts: dict[str, set[str]] = {}
         for i in idx:
@@ -366,11 +390,15 @@ class _Emitter:
                 f"    {s} = {self.qk_dot}(q, k, (((1,), (1,)), ((), ())))  # the scores, [bq, bkv] f32"
             )
         body += [f"    {self.line(i)}" for i in idx]
-        ret = ", ".join(targets) + ("," if len(targets) > 1 else "")
-        body.append(f"    return {ret.rstrip(',') if len(targets) == 1 else ret}")
+        full = [f"jnp.broadcast_to({t}, {_tile_shape(self.r['labels'][t])})" for t in targets]
+        body.append(f"    return {', '.join(full)}")
         params = "".join(f"{g}, " for g in given)
         head = f"def {name}({params}*, q_ref, k_ref, refs, bidx, qi, ki, bq, bkv, sh):\n"
         return head + "\n".join(body)
+
+
+def g_rank(em: _Emitter, name: str) -> int:
+    return len(_G(em).shape(name))
 
 
 class _G:
