@@ -1,10 +1,12 @@
 """Which op-family template writes a program (op_families.py recognises the family; scan_reduce.py and
-window.py write the kernels, conv_split.py a convolution with more than an elementwise epilogue): its
+window.py write the kernels, conv_rows.py a 2-D NCHW conv when its cost beats window.py's, conv_split.py a convolution with more than an elementwise epilogue): its
 own module, so the templates import op_families without a cycle."""
 
 from __future__ import annotations
 
-from maxkernel.clients.offline.templates.op_families import core_of, family_of
+from maxkernel.clients.offline.templates.base import MiB, cheapest
+from maxkernel.clients.offline.templates.conv_rows import build as build_conv_rows
+from maxkernel.clients.offline.templates.op_families import Core, core_of, family_of
 from maxkernel.clients.offline.templates.scan_reduce import build as build_scan_reduce
 from maxkernel.clients.offline.templates.window import build as build_window
 from maxkernel.tpu_tools.problem.emit import Program
@@ -29,4 +31,17 @@ def build(program: Program):
         return split
     if family in ("scan", "arg"):
         return build_scan_reduce(core)
+    if family == "conv":
+        return build_conv(core)
     return build_window(core)
+
+
+def build_conv(core: Core):
+    """window.py's convolution or conv_rows', whichever its own cost model puts cheaper at the target
+    (conv_rows refuses 3-D, strided, dilated, grouped and padded convolutions: window.py keeps those)."""
+    window = build_window(core)
+    try:
+        rows = build_conv_rows(core)
+    except ValueError:
+        return window
+    return rows if cheapest(window[0], rows[0], vmem_bytes=48 * MiB) is rows[0] else window
