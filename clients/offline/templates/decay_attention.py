@@ -502,48 +502,58 @@ def _v_block(v_ref, ki, s_kv):
     return jnp.where(rows < s_kv, v, jnp.zeros_like(v))  # a partial block's rows past the end
 
 
-def _kernel(q_ref, k_ref, v_ref, *rest, names, sh, nb, s_kv, nk):
+def _schedule(nq, nk, bq, bkv):
+    """The grid's steps for one batch row: each q block's kv blocks (to the diagonal when causal), once per
+    pass. Steps above the diagonal are not in it, so they cost no grid step (tables in SMEM)."""
+    qs, ks, ps = [], [], []
+    for qi in range(nq):
+        last = min((qi * bq + bq - 1) // bkv, nk - 1) if CAUSAL else nk - 1
+        for p in range(PASSES):
+            qs += [qi] * (last + 1)
+            ks += list(range(last + 1))
+            ps += [p] * (last + 1)
+    return tuple(jnp.asarray(x, jnp.int32) for x in (qs, ks, ps))
+
+
+def _kernel(qt_ref, kt_ref, pt_ref, q_ref, k_ref, v_ref, *rest, names, sh, nb, s_kv, nk):
     refs = dict(zip(names, rest[: len(names)]))
     o_ref, row_ref, acc_ref = rest[len(names) :]
-    n, qi, step = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    ki = step % nk
+    n, t = pl.program_id(0), pl.program_id(1)
+    qi, ki, pas = qt_ref[t], kt_ref[t], pt_ref[t]  # this step's q block, kv block and pass
     bq, bkv = q_ref.shape[0], k_ref.shape[0]
     last = _last_kv(qi, bq, bkv, nk)
     tile = dict(q_ref=q_ref, k_ref=k_ref, refs=refs, bidx=_batch_index(n, nb), qi=qi, ki=ki, bq=bq, bkv=bkv, sh=sh)
 
-    @pl.when(step == 0)
+    @pl.when(jnp.logical_and(pas == 0, ki == 0))
     def _init():
         row_ref[...] = jnp.zeros_like(row_ref)
         acc_ref[...] = jnp.zeros_like(acc_ref)
 
     if TWO_PASS:
 
-        @pl.when(jnp.logical_and(step < nk, ki <= last))
+        @pl.when(pas == 0)
         def _statistic():  # pass 1: the reference's row reduction, accumulated over kv blocks in f32
             row_ref[...] += jnp.sum(_masked(_statistic_tile(**tile), ki, s_kv), axis=1, keepdims=True)
 
-        @pl.when(step == nk)
+        @pl.when(jnp.logical_and(pas == 1, ki == 0))
         def _normalise():  # the reference's equations from the row sum to its norm
             row_ref[...] = jnp.broadcast_to(_norm(row_ref[...], **tile), row_ref.shape)
 
-        @pl.when(jnp.logical_and(step >= nk, ki <= last))
+        @pl.when(pas == 1)
         def _weighted():  # pass 2: (scores / norm), rounded as the reference rounds them, times v
             p = _weights(_masked(_numerator_tile(**tile), ki, s_kv), row_ref[...], **tile)
             v = _v_block(v_ref, ki, s_kv)
             acc_ref[...] += ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
 
-        @pl.when(step == nk + last)
+        @pl.when(jnp.logical_and(pas == 1, ki == last))
         def _store():
             o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
     else:
-
-        @pl.when(ki <= last)
-        def _update():  # the row statistic and the unnormalised scores' product with v, in f32
-            stat, num = _both_tiles(**tile)
-            row_ref[...] += jnp.sum(_masked(stat, ki, s_kv), axis=1, keepdims=True)
-            v = _v_block(v_ref, ki, s_kv)
-            acc_ref[...] += ${pv_dot}(_masked(num, ki, s_kv)${round}.astype(v.dtype), v, (((1,), (0,)), ((), ())))
+        stat, num = _both_tiles(**tile)  # the row statistic and the unnormalised scores' product with v
+        row_ref[...] += jnp.sum(_masked(stat, ki, s_kv), axis=1, keepdims=True)
+        v = _v_block(v_ref, ki, s_kv)
+        acc_ref[...] += ${pv_dot}(_masked(num, ki, s_kv)${round}.astype(v.dtype), v, (((1,), (0,)), ((), ())))
 
         @pl.when(ki == last)
         def _store():  # divided by the norm once, at the end
@@ -562,47 +572,50 @@ ${prefix}
     names = tuple(vectors)
     bq, bkv = min(BLOCK_Q, s_q), min(BLOCK_KV, s_kv)
     nq, nk = pl.cdiv(s_q, bq), pl.cdiv(s_kv, bkv)
+    tables = _schedule(nq, nk, bq, bkv)  # per step: q block, kv block, pass
 
-    def q_map(i, qi, step):  # q / out: the [bq, D] rows of q block qi
-        return i, qi, 0
+    def q_map(i, t, qt, kt, pt):  # q / out: the [bq, D] rows of this step's q block
+        return i, qt[t], 0
 
-    def k_map(i, qi, step):  # clamped: skipped steps past the diagonal fetch nothing new
-        return i, jnp.minimum(step % nk, _last_kv(qi, bq, bkv, nk)), 0
+    def k_map(i, t, qt, kt, pt):  # this step's kv block
+        return i, kt[t], 0
 
-    def v_map(i, qi, step):  # two passes: pass 1 needs no v, so it holds block 0 (one fetch)
-        ki = jnp.where(step < nk, 0, step - nk) if TWO_PASS else step
-        return i, jnp.minimum(ki, _last_kv(qi, bq, bkv, nk)), 0
+    def v_map(i, t, qt, kt, pt):  # two passes: pass 1 needs no v, so it holds block 0 (one fetch)
+        return i, jnp.where(pt[t] == 0, 0, kt[t]) if TWO_PASS else kt[t], 0
 
     def vector_spec(name):
-        if name.endswith("_q"):  # the query block's slice, a lane vector
-            return pl.BlockSpec((pl.Squeezed(), 1, bq), lambda i, qi, step: (i, 0, qi))
-        if name.endswith("_k"):  # the kv block's slice, clamped as k is
-            return pl.BlockSpec((pl.Squeezed(), 1, bkv), lambda i, qi, step: (i, 0, k_map(i, qi, step)[1]))
-        return pl.BlockSpec((pl.Squeezed(), 1, 1), lambda i, qi, step: (i, 0, 0))
+        if name.endswith("_q"):  # the q block's slice, a lane vector
+            return pl.BlockSpec((pl.Squeezed(), 1, bq), lambda i, t, qt, kt, pt: (i, 0, qt[t]))
+        if name.endswith("_k"):  # the kv block's slice
+            return pl.BlockSpec((pl.Squeezed(), 1, bkv), lambda i, t, qt, kt, pt: (i, 0, kt[t]))
+        return pl.BlockSpec((pl.Squeezed(), 1, 1), lambda i, t, qt, kt, pt: (i, 0, 0))
 
     sq = pl.Squeezed()
     out = pl.pallas_call(
         functools.partial(_kernel, names=names, sh=sh, nb=nb, s_kv=s_kv, nk=nk),
         out_shape=jax.ShapeDtypeStruct((n, s_q, dv), jnp.${out_dtype}),
-        grid=(n, nq, PASSES * nk),
-        in_specs=[
-            pl.BlockSpec((sq, bq, d), q_map),
-            pl.BlockSpec((sq, bkv, d), k_map),
-            pl.BlockSpec((sq, bkv, dv), v_map),
-            *(vector_spec(name) for name in names),
-        ],
-        out_specs=pl.BlockSpec((sq, bq, dv), q_map),
-        scratch_shapes=[
-            pltpu.VMEM((bq, 1), jnp.float32),  # the row statistic, then the norm
-            pltpu.VMEM((bq, dv), jnp.float32),  # sum over kv of (scores / norm) · v
-        ],
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=3,
+            grid=(n, tables[0].shape[0]),
+            in_specs=[
+                pl.BlockSpec((sq, bq, d), q_map),
+                pl.BlockSpec((sq, bkv, d), k_map),
+                pl.BlockSpec((sq, bkv, dv), v_map),
+                *(vector_spec(name) for name in names),
+            ],
+            out_specs=pl.BlockSpec((sq, bq, dv), q_map),
+            scratch_shapes=[
+                pltpu.VMEM((bq, 1), jnp.float32),  # the row statistic, then the norm
+                pltpu.VMEM((bq, dv), jnp.float32),  # sum over kv of (scores / norm) · v
+            ],
+        ),
         compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("parallel", "parallel", "arbitrary"),
+            dimension_semantics=("parallel", "arbitrary"),
             vmem_limit_bytes=VMEM_LIMIT_BYTES,
         ),
         interpret=False,
         name="offline_decay_attention",
-    )(q, k, v, *vectors.values())
+    )(*tables, q, k, v, *vectors.values())
     return out.reshape(nb + (s_q, dv))
 '''
 
@@ -683,8 +696,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         ]
 
     def cost(c: Mapping[str, Any], _: Mapping[str, int]) -> float:
-        # a grid step's overhead (0.35 us) on every step; a computing step its MXU work and its tile
-        # equations (branch_us: ~half a bundle per op per vreg), pass 1 the statistic, pass 2 the rest
+        # a grid step's overhead (0.35 us; the schedule has no step above the diagonal), its MXU work and
+        # its tile equations (branch_us: ~half a bundle per op per vreg), pass 1 the statistic, pass 2 the rest
         bq, bkv = min(int(c["block_q"]), s_q), min(int(c["block_kv"]), s_kv)
         nq, nk = math.ceil(s_q / bq), math.ceil(s_kv / bkv)
         taken = sum(min((qi * bq + bq - 1) // bkv + 1, nk) for qi in range(nq)) if r["causal"] else nq * nk
@@ -692,14 +705,14 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         penalty = 1e6 if vmem(c, {}) > 48 * MiB else 0.0
         if int(c["passes"]) == 1:  # one pass: the tiles once, p·v on the unnormalised scores
             one = qk + flops_us(bq, bkv, dv, bq, dv, kinds[1]) + branch_us(bq * bkv, tile_ops["both"] + 3)
-            return n * (0.35 * nq * nk + taken * one) + penalty
+            return n * taken * (0.35 + one) + penalty
         one = qk + branch_us(bq * bkv, tile_ops["stat"] + 2)
         two = (
             qk
             + flops_us(bq, bkv, dv, bq, dv, kinds[1])
             + branch_us(bq * bkv, tile_ops["num"] + tile_ops["weights"])
         )
-        return n * (0.35 * nq * 2 * nk + taken * (one + two)) + penalty
+        return n * taken * (2 * 0.35 + one + two) + penalty
 
     configs = [
         {"block_q": bq, "block_kv": bkv, "passes": n} for bq in BLOCKS for bkv in BLOCKS for n in PASSES
@@ -732,6 +745,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             "block_q, block_kv multiples of 128 (clamped to the sequence length)",
             "passes 1: (scores · v) / norm, rounding the scores before the division; 2: rounded as the reference",
         ),
-        grid_axes=lambda c: ["batch", "q", "kv"],
-        semantics=lambda c: ["parallel", "parallel", "arbitrary"],
+        grid_axes=lambda c: ["batch", "steps"],
+        semantics=lambda c: ["parallel", "arbitrary"],
     )
