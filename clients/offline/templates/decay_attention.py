@@ -4,7 +4,7 @@ The program is q·kᵀ in f32, scores multiplied elementwise by a decay built fr
 vectors, each row divided by a statistic of its scores (a reduce_sum over kv with elementwise work
 before and after), the quotient rounded to v's dtype and multiplied by v. There is no softmax, so the
 flash template does not take it, and the whole-score matmul template holds [N, S, S] f32 per step. The
-kernel walks (batch x q block x kv block, the last axis "arbitrary") with the row statistic and an f32
+kernel walks (batch x its (q block, kv block) steps, the last axis "arbitrary") with the row statistic and an f32
 [block_q, D_v] accumulator in VMEM. In one pass (`passes=1`) each tile adds to the statistic and its
 scores, rounded to v's dtype, times v to the accumulator, divided by the norm at the end; in two, pass 1
 accumulates the statistic and pass 2 recomputes each tile and adds (scores / norm), rounded as the
@@ -18,7 +18,8 @@ that the tiles cannot compute (a cumsum over the sequence) is computed outside b
 equations and passed in as a [N, 1, S] vector per role it plays (a query vector is turned into a column
 in the kernel). When the row statistic's input and the numerator are provably zero above the diagonal
 (a constant tril factor, or exp of a tril-selected far-negative fill), kv blocks above the diagonal are
-skipped and their index maps clamped so that no new block is fetched. Anything else returns None.
+not in the grid's schedule (scalar-prefetched (q block, kv block, pass) tables): no step, no fetch.
+Anything else returns None.
 """
 
 from __future__ import annotations
@@ -416,9 +417,9 @@ class _G:
 
 SOURCE = '''"""Decay-masked linear attention (offline template `decay_attention`), from the reference's traced program.
 
-q, k, v [batch..., S, D] are walked as (batch, q block, kv block), each row's statistic (the reference's
-reduce_sum over kv of its score tile) and an f32 [block_q, D_v] accumulator in VMEM (both set under
-pl.when(step == 0)). One pass adds each tile's scores, rounded to v's dtype, times v and divides by the
+q, k, v [batch..., S, D] are walked as (batch, step), each step one (q block, kv block, pass) of a
+scalar-prefetched schedule, with each row's statistic (the reference's reduce_sum over kv of its score
+tile) and an f32 [block_q, D_v] accumulator in VMEM (both set on a q block's first step). One pass adds each tile's scores, rounded to v's dtype, times v and divides by the
 row's norm at the end; two passes accumulate the statistic first, then recompute every tile and add
 (scores / norm), rounded as the reference rounds it, times v. The decay is the reference's own
 equations on each tile: iotas offset by the tile's first row / column, the grid's batch index for a
@@ -727,7 +728,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "shapes": ", ".join(f"{x}.shape" for x in program["input_names"]) + ("," if len(program["input_names"]) == 1 else ""),
         "q": r["q"], "k": r["k"], "v": r["v"], "n_batch": str(nb), "vectors": ", ".join(vectors),
         "causal": str(r["causal"]), "round": rounding, "out_dtype": r["out_dtype"], "cut_note": cut_note,
-        "causal_note": " Causal: kv blocks above the diagonal are skipped." if r["causal"] else "",
+        "causal_note": " Causal: kv blocks above the diagonal are not in the schedule." if r["causal"] else "",
         "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }  # fmt: skip
     return Template(
