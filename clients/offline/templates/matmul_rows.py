@@ -77,7 +77,7 @@ N_AXES = ${n_axes}  # (input, axis) pairs that run along the output's columns
 
 
 ${mxu_dot}
-
+${helpers}
 def _epilogue(${epi_args}, *, sh, b0, r0, valid, ragged):
     """The reference's equations one output block can finish (`sh`: the shapes it sees; `valid`: its
     columns inside N, `ragged`: whether a block runs past N)."""
@@ -148,6 +148,23 @@ ${finish}
 '''
 
 
+GROUP_REDUCE = '''
+def _group_reduce(x, size, op):
+    """Each aligned run of `size` columns (a power of two) reduced by `op`, the result in every column of
+    the run: log2(size) butterfly steps of lane rolls, lane-dense (a [rows, G, size] layout pads size
+    columns to 128 lanes)."""
+    lane = lax.broadcasted_iota(jnp.int32, x.shape, 1)
+    step = 1
+    while step < size:
+        up = pltpu.roll(x, x.shape[1] - step, 1)  # column c holds x[c + step]
+        down = pltpu.roll(x, step, 1)  # column c holds x[c - step]
+        x = op(x, jnp.where((lane & step) == 0, up, down))
+        step *= 2
+    return x
+
+'''
+
+
 @dataclass
 class Stages:
     """The epilogue split where it first needs a whole row: what the kernel runs, what runs after."""
@@ -162,6 +179,31 @@ class Stages:
     groups: set[int] = field(default_factory=set)  # group sizes (columns) the blocks must keep whole
     unit: dict[str, int] = field(default_factory=dict)  # values kept without their trailing unit axes
     unit_reduces: set[str] = field(default_factory=set)  # reductions over unit axes only (identities)
+    grouped: dict[str, str] = field(default_factory=dict)  # {value: grp | gsum | gstat} (column groups)
+    group_reduces: dict[str, str] = field(default_factory=dict)  # {value: its reduction over a group}
+
+    @property
+    def lanes(self) -> bool:
+        """Column groups kept in the [rows, N] layout (each group's statistic in each of its columns,
+        made by a butterfly of lane rolls) rather than as [rows, G, S], whose S columns pad to 128 lanes:
+        where the padding costs more than the butterflies (`_epilogue_ops`)."""
+        if len(self.groups) != 1 or (size := next(iter(self.groups))) & (size - 1) or size >= 128:
+            return False
+        return _epilogue_ops(self, True) < _epilogue_ops(self, False)
+
+
+def _epilogue_ops(st: Stages, lanes: bool) -> float:
+    """Vector ops of the epilogue per [rows, N] element: each equation once, times the lane padding of a
+    [rows, G, S] layout, or plus 12 per butterfly step of each group reduction. Read off the llo estimates
+    at full: 40k (S 16, 3 reductions) 1143 us of epilogue as [rows, G, S], 597 as lanes; 45k (S 32)
+    565 and 811."""
+    base = len(st.first) + 2 * len(st.partial)
+    if not st.groups:
+        return base
+    size = max(st.groups)
+    if lanes:
+        return base + 12 * len(st.group_reduces) * max(1, size.bit_length() - 1)
+    return base * max(1, 128 // size)
 
 
 class _No(Exception):
@@ -244,6 +286,8 @@ def _stages(program: Program, sp: Split, sym: Symbolic) -> Stages:
     groups: set[int] = set()
     unit: dict[str, int] = {}
     unit_reduces: set[str] = set()
+    grouped: dict[str, str] = {}
+    group_reduces: dict[str, str] = {}
     for _, e in epi:
         ins = [a for a in e["inputs"] if not a.startswith("lit:")]
         out = e["outputs"][0]
@@ -258,6 +302,8 @@ def _stages(program: Program, sp: Split, sym: Symbolic) -> Stages:
                 kinds[out] = "other"
             if kinds[out] == "unit":  # a constant broadcast to [M, N, 1, 1]
                 unit[out] = len(sym.out_shapes(e)[0])
+            if kinds[out] in ("grp", "gsum", "gstat"):  # a constant broadcast to [M, G, 1]
+                grouped[out] = kinds[out]
             first.append(e)
             continue
         if any(a in late for a in ins):
@@ -279,7 +325,7 @@ def _stages(program: Program, sp: Split, sym: Symbolic) -> Stages:
         if prim in ("reduce_sum", "reduce_max", "reduce_min"):
             axes = tuple(ast.literal_eval(e["params"]["axes"]))
             if in_kinds == ["grp"] and axes == (2,) and kind == "gsum":
-                pass
+                group_reduces[out] = prim
             elif in_kinds == ["unit"] and kind == "col" and min(axes) >= 2:
                 unit_reduces.add(out)
             else:
@@ -302,6 +348,8 @@ def _stages(program: Program, sp: Split, sym: Symbolic) -> Stages:
             raise _No(f"{prim} in the epilogue")
         if kind == "unit":
             unit[out] = len(sym.out_shapes(e)[0])
+        if kind in ("grp", "gsum", "gstat"):
+            grouped[out] = kind
         kinds[out] = kind
         first.append(e)
     if not partial and not groups and not unit:
@@ -330,7 +378,18 @@ def _stages(program: Program, sp: Split, sym: Symbolic) -> Stages:
         raise _No("the kernel reads an input with no column reading")
     first = [e for e in first if e["outputs"][0] not in from_inputs or e["outputs"][0] in used]
     return Stages(
-        first, partial, carried, second, col_inputs, row_inputs, kernel_inputs, groups, unit, unit_reduces
+        first,
+        partial,
+        carried,
+        second,
+        col_inputs,
+        row_inputs,
+        kernel_inputs,
+        groups,
+        unit,
+        unit_reduces,
+        grouped,
+        group_reduces,
     )
 
 
@@ -372,17 +431,38 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
     rows = {dot_var} | {e["outputs"][0] for e in st.first if e["outputs"][0] not in set(names)}
     rows -= {e["outputs"][0] for e in st.first if _no_rows(e, sym)}
 
+    size = next(iter(st.groups), 1)  # the column group's width
+
     def shape_of(e: dict, key: str) -> str:
         elems = sym.shape_elems(e, key)
-        if e["outputs"][0] in rows and elems:
+        out = e["outputs"][0]
+        if out in rows and elems:
             elems[0] = "b0"
-        if e["outputs"][0] in st.unit:
+        if out in st.unit:
             elems = elems[:2]
+        if st.lanes and out in st.grouped:  # [rows, G, S] or [rows, G, 1] kept as [rows, G * S]
+            elems = [elems[0], f"{elems[1]} * {size}"]
         return shape_source(elems)
 
     def extra(e: dict, expr: str) -> str:
-        if e["outputs"][0] in st.unit_reduces:  # a reduction over unit axes only: the value itself
-            return operand(e["inputs"][0])
+        out, src = e["outputs"][0], operand(e["inputs"][0]) if e["inputs"] else ""
+        if out in st.unit_reduces:  # a reduction over unit axes only: the value itself
+            return src
+        if not st.lanes:
+            return expr
+        if out in st.group_reduces:  # each group's statistic, in every column of the group
+            dt = e["out_specs"][0]["dtype"]
+            op = {"reduce_sum": "lax.add", "reduce_max": "lax.max", "reduce_min": "lax.min"}[
+                st.group_reduces[out]
+            ]
+            if op == "lax.add":  # summed in f32, as XLA sums a bf16 reduction on a TPU
+                src = f"lax.convert_element_type({src}, jnp.float32)"
+            return f"lax.convert_element_type(_group_reduce({src}, {size}, {op}), jnp.{dt})"
+        grouped_in = e["inputs"] and e["inputs"][0] in st.grouped
+        if e["primitive"] == "reshape" and (out in st.grouped or grouped_in):
+            return src  # [rows, N] <-> [rows, G, S]: the same [rows, N] value here
+        if e["primitive"] == "broadcast_in_dim" and out in st.grouped and grouped_in:
+            return src  # [rows, G] -> [rows, G, 1]: already in every column of its group
         return expr
 
     body = body_lines({**program, "equations": st.first}, shape_of, extra, sym)
@@ -460,6 +540,7 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
         "kernel they are combined and the rest of the reference's equations run on whole arrays."
     )
     fixed = {
+        "helpers": GROUP_REDUCE if st.lanes else "",
         "passes": passes,
         "mxu_dot": mxu_dot_source(kind),
         "dot_note": mxu_dot_note(kind),
@@ -528,9 +609,10 @@ def _costed(
     if n_t % align == 0 and n_t <= 4096 and n_t not in col_blocks:
         col_blocks = (*col_blocks, n_t)
     k_blocks = _k_blocks(k_t)
-    # a group's [rows, G, S] layout pads S columns to 128 lanes: its temporaries grow by 128 / S
-    pad = max([128 // g for g in st.groups if g < 128] or [1])
-    n_ops = len(st.first) + 2 * len(st.partial)
+    # a group's [rows, G, S] layout pads S columns to 128 lanes: its temporaries grow by 128 / S; kept
+    # as [rows, N] (st.lanes) each reduction over a group is log2(S) roll, roll, select, combine steps
+    pad = 1 if st.lanes else max([128 // g for g in st.groups if g < 128] or [1])
+    n_ops = _epilogue_ops(st, st.lanes)
     other_ins = [(at["inputs"][names.index(n)], names.index(n)) for n in st.kernel_inputs]
 
     def dims_of(c: Mapping[str, Any]) -> tuple[int, int, int]:
@@ -547,6 +629,10 @@ def _costed(
         # Mosaic's scoped allocation is the blocks (42k at 1024 x 2048 x 2048: 41 MiB counted, 40.1
         # allocated); a column group's [rows, G, S] temporaries pad S to 128 lanes, which the block count
         # does not see: one padded f32 value more (45k's 512-row, N-whole kernel spilled 136 MiB)
+        # Kept as [rows, N], each group reduction keeps f32 [bm, bn] values live (the butterfly's rolls):
+        # 40k's GroupNorm (3 of them) at 1024 x 2048 asked Mosaic for 73.3 MiB, 33 of them blocks
+        if st.lanes:
+            return int(blocks + 4 * bm * bn * (1 + len(st.group_reduces)))
         return int(blocks + (4 * bm * bn * pad if pad > 1 else 0))
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
@@ -566,7 +652,7 @@ def _costed(
             1 if single else 2
         )
         compute = flops_us(m_t, k_t, n_t, bm, bn, kind) + accumulator_us(steps, bm, bn)
-        epilogue = branch_us(m_t * n_t * pad, n_ops)  # on the last k-step, beside no MXU work
+        epilogue = branch_us(m_t * n_t, n_ops)  # on the last k-step, beside no MXU work
         penalty = 1e6 if vmem(c, d) > _FIRST_VMEM else 0.0
         return max(compute, hbm / 1.6e12 * 1e6) + epilogue + 0.35 * steps + penalty
 

@@ -1,0 +1,131 @@
+"""The matmul_rows template: a matmul whose epilogue reduces over the whole output row, N tiled.
+
+With N whole in one block, 42k (gelu(y - rowmax(y))) at full fit 512 rows, re-read the weight 8 times and
+spilled its epilogue (2024 us, 0.39x XLA); 45k's GroupNorm kernel spilled 136 MiB; 40k's and 26k's did not
+compile (a [M, N, 1, 1] value or a [1, N, M, 1] output on Mosaic's (8, 128) tiles). Here N is blocked, a
+GroupNorm block keeps its groups whole, unit axes are squeezed out of the kernel, and a whole-row statistic
+is one partial per column block, combined after the kernel. The interpret-mode cases below make N end in
+a partial column block and span several, so a dropped partial shows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from maxkernel.clients.offline.model import program_template
+from maxkernel.tpu_tools.hardware import execution
+from maxkernel.tpu_tools.hardware.targets import parse_target
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target
+from maxkernel.tpu_tools.problem.program import describe
+
+TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
+MAX_GELU = "42k_Gemm_Max_Subtract_GELU"  # a row max, then elementwise on [M, N]
+GN_MIN = "40k_Gemm_GroupNorm_Min_BiasAdd"  # GroupNorm (groups of 16), a row min, a [1, N, M, 1] outer sum
+GN_SWISH = "45k_Gemm_GroupNorm_Swish_Multiply_Swish"  # GroupNorm (groups of 32), elementwise: one pass
+UNIT_NORM = "26k_BMM_InstanceNorm_Sum_ResidualAdd_Multiply"  # InstanceNorm over [M, N, 1, 1]
+# two row blocks, three column blocks (the last past N: 320 = 2 x 128 + 64), two k-steps
+SMALL = {"block_rows": 32, "block_cols": 128, "block_k": 256}
+
+
+def _module(path: Path, source: str):
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _template(task: str):
+    template, target, _ = program_template(describe(task).model_dump(mode="json"))
+    assert template.name == "matmul_rows" and target == "full"
+    return template
+
+
+def _run(tmp_path: Path, name: str, source: str, inputs) -> np.ndarray:
+    mod = _module(tmp_path / f"{name}.py", source)
+    with execution.tpu_interpret_mode():
+        return np.asarray(jax.jit(mod.workload)(*inputs), dtype=np.float32)
+
+
+def _reference(task: str):
+    spec = importlib.util.spec_from_file_location(task, TASKS / f"{task}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_whole_row_epilogues_tile_n_and_keep_groups_whole():
+    for task, n, group in (
+        (MAX_GELU, 8192, 1),
+        (GN_MIN, 8192, 16),
+        (GN_SWISH, 8192, 32),
+        (UNIT_NORM, 8192, 1),
+    ):
+        t = _template(task)
+        bn = t.initial["block_cols"]
+        assert bn < n and bn % group == 0 and bn % 128 == 0, (task, t.initial)
+        assert t.vmem_bytes(t.initial, {}) <= 48 * 2**20
+    source = _template(MAX_GELU).render(_template(MAX_GELU).initial, "program")
+    assert "v4 = jnp.max(v4_parts, axis=0)" in source  # the row max combined over column blocks
+    # one pass where no statistic spans the row; the unit axes never reach the kernel
+    assert "return out[0]" in _template(GN_SWISH).render(_template(GN_SWISH).initial, "program")
+    unit = _template(UNIT_NORM).render(_template(UNIT_NORM).initial, "program")
+    epilogue = unit[unit.index("def _epilogue") : unit.index("def _kernel")]
+    assert "v5 = lax.reshape(v4, (b0, sh[1][1]))" in epilogue and ", 1, 1)" not in epilogue
+
+
+def test_a_row_max_over_column_blocks_matches_and_a_dropped_partial_fails(tmp_path):
+    ref = _reference(MAX_GELU)
+    kx, kw, kb = jax.random.split(jax.random.key(5), 3)
+    x = jax.random.uniform(kx, (64, 512), jnp.float32).astype(jnp.bfloat16)
+    w = (0.05 * jax.random.normal(kw, (512, 320))).astype(jnp.bfloat16)
+    b = (0.05 * jax.random.normal(kb, (320,))).astype(jnp.bfloat16)
+    want = np.asarray(jax.jit(ref.workload)(x, w, b), dtype=np.float32)
+    source = _template(MAX_GELU).render(SMALL, "program")
+    got = _run(tmp_path, "good", source, (x, w, b))
+    np.testing.assert_allclose(got, want, atol=2e-3, rtol=2e-2)
+    # the last column block's partial maxima left out: rows whose max lies there are shifted
+    dropped = source.replace("jnp.max(v4_parts, axis=0)", "jnp.max(v4_parts[:-1], axis=0)")
+    assert dropped != source
+    assert np.abs(_run(tmp_path, "dropped", dropped, (x, w, b)) - want).max() > 0.02
+
+
+def test_groupnorm_then_a_row_min_into_an_outer_sum_matches_and_a_dropped_partial_fails(tmp_path):
+    ref = _reference(GN_MIN)
+    ks = jax.random.split(jax.random.key(7), 4)
+    x = jax.random.uniform(ks[0], (64, 512), jnp.float32).astype(jnp.bfloat16)
+    w = (0.05 * jax.random.normal(ks[1], (320, 512))).astype(jnp.bfloat16)  # [out, in]: 20 groups of 16
+    lin = (0.05 * jax.random.normal(ks[2], (320,))).astype(jnp.bfloat16)
+    bias = (0.05 * jax.random.normal(ks[3], (1, 320, 1, 1))).astype(jnp.bfloat16)
+    inputs = (x, w, lin, jnp.ones((320,), jnp.bfloat16), jnp.zeros((320,), jnp.bfloat16), bias)
+    want = np.asarray(jax.jit(ref.workload)(*inputs), dtype=np.float32)
+    source = _template(GN_MIN).render(SMALL, "program")
+    got = _run(tmp_path, "good", source, inputs)
+    assert got.shape == want.shape == (1, 320, 64, 1)
+    np.testing.assert_allclose(got, want, atol=2e-2, rtol=2e-2)
+    # the last column block's partial minima left out: rows whose minimum lies there move
+    dropped = source.replace("jnp.min(v36_parts, axis=0)", "jnp.min(v36_parts[:-1], axis=0)")
+    assert dropped != source
+    worse = _run(tmp_path, "dropped", dropped, inputs)
+    assert np.abs(worse - want).max() > 0.1 > 2 * np.abs(got - want).max()
+
+
+@pytest.mark.slow  # two Mosaic compiles at full (40k's alone ~25 s on 2 cores)
+@pytest.mark.parametrize("task", [GN_MIN, UNIT_NORM])
+def test_first_kernels_that_did_not_compile_compile_at_full(task, tmp_path):
+    t = _template(task)
+    target = parse_target("tpu-v6e")
+    sharding = execution.aot_sharding(target)
+    ref = _reference(task)
+    full = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in jax.eval_shape(ref.create_inputs)
+    ]
+    mod = _module(tmp_path / "first.py", t.render(t.initial, "program"))
+    with trace_as_target(target):
+        assert jax.jit(mod.workload).lower(*full).compile() is not None
