@@ -65,15 +65,23 @@ def _geometry(c, kh):
     return q, rw, hb
 
 
-def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, *, kw, q, rw):
+def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, *, kw, q, rw, h, last_halo):
     # x0: [nb, C, th, W] this block's input rows; x1: [nb, C, hb, W] the rows after them (the halo)
     # w: [KW * rw * C, q * O]; o: [th, Wo, nb, O]
     # t: [nb, W, R * C] each image's rows transposed; xs: [W * nb, R * C] positions (w, n) x (row, channel)
     nb, c, th, w = x0_ref.shape
     r = th + x1_ref.shape[2]
     _, wo, _, o = o_ref.shape
+    keep = None
+    if h % th or h % x1_ref.shape[2]:  # a partial block's rows past H are not zeros, and 0 * NaN is NaN
+        blk = pl.program_id(1)
+        row = lax.broadcasted_iota(jnp.int32, (1, r, 1), 1)
+        halo0 = jnp.minimum((blk + 1) * (th // x1_ref.shape[2]), last_halo) * x1_ref.shape[2]
+        keep = jnp.where(row < th, blk * th + row, halo0 + row - th) < h
     for n in range(nb):  # [C, R, W] -> [R, C, W] -> [(row, C), W] -> [W, (row, C)]
         xa = jnp.concatenate([x0_ref[n], x1_ref[n]], axis=1)
+        if keep is not None:
+            xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
     for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128]
         xs_ref[:, k : k + 128] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + 128]).reshape(w * nb, 128)
@@ -103,11 +111,13 @@ def workload(${args}):
     step = math.lcm(8, q, hb)
     th = -(-min(BLOCK_ROWS, -(-ho // q) * q) // step) * step
     nb = BLOCK_N if n % BLOCK_N == 0 else n  # a smaller batch (check sizes): one block of all of it
+    if h < th + hb:  # fewer rows than one block and its halo (check sizes): zero rows feed only cut outputs
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, th + hb - h), (0, 0)))
     # [O, C, KH, KW] -> [(kw, run row, C), (group row, O)]: output row g of a group reads rows g .. g + KH - 1
     mats = [jnp.pad(w, ((0, 0), (0, 0), (g, rw - kh - g), (0, 0))) for g in range(q)]
     w2 = jnp.concatenate([jnp.transpose(m, (3, 2, 1, 0)).reshape(kw * rw * c, o) for m in mats], axis=1)
 ${chan_prep}
-    last_halo = pl.cdiv(h, hb) - 1
+    last_halo = pl.cdiv(x.shape[2], hb) - 1
 
     def x0_map(b, r):  # [N, C, H, W]: images block b, input rows of output block r
         return b, 0, r, 0
@@ -129,11 +139,11 @@ ${chan_prep}
         flops=int(2 * steps * (th // q) * wo * nb * w2.shape[0] * w2.shape[1]),
         transcendentals=0,
         bytes_accessed=int(
-            x.size * x.dtype.itemsize * (1 + hb / th) + w2.size * w2.dtype.itemsize + n * o * ho * wo * ${out_itemsize}
+            n * c * h * w_in * x.dtype.itemsize * (1 + hb / th) + w2.size * w2.dtype.itemsize + n * o * ho * wo * ${out_itemsize}
         ),
     )
     out = pl.pallas_call(
-        functools.partial(_kernel, kw=kw, q=q, rw=rw),
+        functools.partial(_kernel, kw=kw, q=q, rw=rw, h=x.shape[2], last_halo=last_halo),
         out_shape=jax.ShapeDtypeStruct((ho, wo, n, o), ${out_dtype}),
         grid=(n // nb, pl.cdiv(ho, th)),
         in_specs=[

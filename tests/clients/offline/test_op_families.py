@@ -158,14 +158,17 @@ def test_a_transposed_conv_is_refused_by_the_conv_template_with_the_reason(tmp_p
 
 @pytest.mark.slow  # 18k's reference traces its convolution on XLA:CPU at several sizes (~100 s on 2 cores)
 def test_jaxbench_18k_conv_with_its_biases_gets_the_conv_kernel_biases_as_channel_tiles(tmp_path):
-    """18k (conv + bias, relu, + bias, bf16): the biases ride in the epilogue as [1, lanes] tiles."""
+    """18k (conv + bias, relu, + bias, bf16): conv_rows (NCHW read as it lies) takes it over window.py's
+    conv; the biases ride in the epilogue as [1, O] tiles."""
     from maxkernel.jaxbench.registry import load_task, task_path
 
     ref = task_path("18k_Conv2D_ReLU_BiasAdd")
     program = describe(str(ref)).model_dump(mode="json")
     template, target, _ = program_template(program)
     source = first_kernel(program, get_chip("tpu-v6e"))
-    assert template.name == "conv" and target == "full" and "c1_ref[0]" in source and "lax.max(" in source
+    assert (
+        template.name == "conv_rows" and target == "full" and "c1_ref[...]" in source and "lax.max(" in source
+    )
     task = load_task("18k_Conv2D_ReLU_BiasAdd")
     _compile_full(tmp_path, source, task, "tpu-v6e")
     task.SIZES["check"] = {**task.SIZES["small"], "batch_size": 2, "height": 10, "width": 12}
