@@ -2,8 +2,9 @@
 
 With columns whole, 8p_GEMM at full (N=28672) left VMEM for 16 rows and streamed the whole weight once
 per row block (an estimate 35x slower than XLA's). An epilogue that mixes columns (a logsumexp over the
-last axis) must keep them whole; the adversary is a kernel whose column block index is dropped, which
-only shows where N spans several blocks: the case below makes every axis end in a partial block.
+last axis) goes to matmul_rows (test_matmul_rows.py). The adversary is a kernel whose column block index
+is dropped, which only shows where N spans several blocks: the case below makes every axis end in a
+partial block.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def test_columns_are_blocked_for_a_bias_epilogue_and_whole_for_a_mixing_one():
     bias = source(BIAS_TASK)
     assert "template=matmul" in bias and "BLOCK_COLS = None" not in bias
     assert "N_AXES = {(1, 1), (2, 0)}" in bias  # the weight's columns and the bias
+    # an epilogue that mixes columns (a row sum, then logsumexps of it) gets matmul_rows: N blocked too,
+    # the row sum written as one partial per column block and combined after the kernel
     mixing = source(MIXING_TASK)
-    assert "template=matmul" in mixing and "BLOCK_COLS = None" in mixing and "N_AXES = set()" in mixing
-    assert "Columns stay whole: the epilogue mixes them." in mixing
+    assert "template=matmul_rows" in mixing and "BLOCK_COLS = None" not in mixing
+    assert "v6 = jnp.sum(v6_parts, axis=0)" in mixing
 
 
 @pytest.mark.slow  # three interpret-mode validations and a production-size compile
