@@ -136,7 +136,7 @@ class Symbolic:
                 and len({x // y for x, y in zip(d, v, strict=True)}) == 1
             ):
                 return f"{name} // {d[0] // v[0]}"
-        for (a, da), (b, db) in itertools.combinations_with_replacement(dims, 2):
+        for (a, da), (b, db) in _distinct_first(dims, 2):
             if tuple(x * y for x, y in zip(da, db, strict=True)) == v:
                 return f"{a} * {b}"
         for (a, da), (b, db) in itertools.permutations(dims, 2):
@@ -146,7 +146,7 @@ class Symbolic:
             diffs = {y - x for x, y in zip(d, v, strict=True)}
             if len(diffs) == 1 and 0 < abs(c := diffs.pop()) <= _MAX_OFFSET:
                 return f"{name} {'+' if c > 0 else '-'} {abs(c)}"
-        for (a, da), (b, db), (c, dc) in itertools.combinations_with_replacement(dims, 3):
+        for (a, da), (b, db), (c, dc) in _distinct_first(dims, 3):
             if tuple(x * y * z for x, y, z in zip(da, db, dc, strict=True)) == v:
                 return f"{a} * {b} * {c}"
         return self._solve_products(v)
@@ -154,23 +154,23 @@ class Symbolic:
     def _solve_products(self, v: tuple[int, ...]) -> str | None:
         """A product of two or three dims times or over a constant (a group norm's count: C / G * H * W),
         or of dims less a common offset (a valid convolution's output count: (H - 2) * (W - 2))."""
-        atoms: dict[tuple[int, ...], str] = {}
-        for name, d in self.dims:  # one name per value tuple: the search is over distinct values
-            atoms.setdefault(d, name)
-        plain = [(name, d) for d, name in atoms.items()]
+        atoms: dict[tuple[int, ...], list[str]] = {}
+        for name, d in self.dims:  # the search is over distinct values; each keeps every dim that has them
+            atoms.setdefault(d, []).append(name)
+        plain = [(names, d) for d, names in atoms.items()]
         for r in (2, 3):
             for combo in itertools.combinations_with_replacement(plain, r):
                 prod = [math.prod(x) for x in zip(*(d for _, d in combo), strict=True)]
-                found = _scaled(" * ".join(n for n, _ in combo), prod, v)
+                found = _scaled(_named([(names, d, "{}") for names, d in combo]), prod, v)
                 if found:
                     return found
         for c in range(1, _MAX_OFFSET + 1):
-            shifted = [(f"({n} - {c})", tuple(x - c for x in d)) for n, d in plain if min(d) > c]
-            shifted += [(f"({n} + {c})", tuple(x + c for x in d)) for n, d in plain]
+            shifted = [(names, tuple(x - c for x in d), f"({{}} - {c})") for names, d in plain if min(d) > c]
+            shifted += [(names, tuple(x + c for x in d), f"({{}} + {c})") for names, d in plain]
             for r in (1, 2, 3):
                 for combo in itertools.combinations_with_replacement(shifted, r):
-                    prod = [math.prod(x) for x in zip(*(d for _, d in combo), strict=True)]
-                    found = _scaled(" * ".join(n for n, _ in combo), prod, v)
+                    prod = [math.prod(x) for x in zip(*(d for _, d, _ in combo), strict=True)]
+                    found = _scaled(_named(combo), prod, v)
                     if found:
                         return found
         return None
@@ -249,6 +249,25 @@ class Symbolic:
             *(v["out_specs"][k]["shape"] for v in self.variants.values()),
         ]
         return self.shape(shapes, f"output {k}")
+
+
+def _distinct_first(dims: Sequence[tuple[str, tuple[int, ...]]], r: int):
+    """Products of r dims, those of r distinct dims first: where two dims take the same values at every traced
+    size (a square H x W), H * W, not H * H, is what stays right at a size no trace saw."""
+    yield from itertools.combinations(dims, r)
+    yield from (c for c in itertools.combinations_with_replacement(dims, r) if len(set(c)) < r)
+
+
+def _named(combo: Sequence[tuple[Sequence[str], tuple[int, ...], str]]) -> str:
+    """The product's source: a value tuple met k times takes k of the dims that have it, in order (H, then W),
+    each written through its form (`({} - 2)`)."""
+    used: dict[tuple[int, ...], int] = {}
+    out = []
+    for names, _values, form in combo:
+        k = used.get(tuple(names), 0)
+        used[tuple(names)] = k + 1
+        out.append(form.format(names[k % len(names)]))
+    return " * ".join(out)
 
 
 def _scaled(expr: str, prod: Sequence[int], v: Sequence[int]) -> str | None:

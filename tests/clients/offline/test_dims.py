@@ -64,3 +64,23 @@ def test_a_number_no_product_explains_stays_unsolved():
     sym = Symbolic(_program())
     assert sym.expr([7, 11, 13], "primes") == "7"
     assert sym.unsolved and "primes" in sym.unsolved[0]
+
+
+def test_square_traces_write_h_times_w_not_h_squared():
+    """JaxBench's conv tasks trace only square images (H == W at every size): the count of a mean over H and
+    W must still be H * W (22k's was written `sh[0][2] * sh[0][2]`, wrong for the first non-square input)."""
+    square = {"small": (8, 16, 16), "full": (128, 128, 128), "derived": (16, 32, 32)}
+    program = _program()
+    program["inputs"] = [{"shape": [4, *square["small"]], "dtype": "bfloat16"}, program["inputs"][1]]
+    for s, (c, h, w) in square.items():
+        if s != "small":
+            program["variants"][s]["inputs"] = [
+                {"shape": [4, c, h, w], "dtype": "bfloat16"},
+                program["inputs"][1],
+            ]
+    sym = Symbolic(program)
+    values = [(h - 2) * (w - 2) for _, h, w in (square[s] for s in ("small", "full", "derived"))]
+    assert sym.expr(values, "valid conv count") == "(sh[0][2] - 2) * (sh[0][3] - 2)"
+    assert sym.expr([h * w for _, h, w in (square[s] for s in ("small", "full", "derived"))], "count") == (
+        "sh[0][2] * sh[0][3]"
+    )
