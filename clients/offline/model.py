@@ -592,6 +592,14 @@ class OfflineModel(Model):
         return f"```json\n{json.dumps(out, indent=2)}\n```\n"
 
 
+def _rest_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
+    """program_template for what follows a convolution (conv_split): no template is a ValueError there."""
+    try:
+        return program_template(program)
+    except NoTemplateFits as e:
+        raise ValueError(str(e)) from None
+
+
 def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
     """(the template, the target size's name, its dims) for a traced program: its class picks the
     template, its shapes at the target size size it. NoTemplateFits when no template fits."""
@@ -604,7 +612,7 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
 
     program = fold_constant_conds(program)  # a cond on a constant is its branch (Gemma 2's key positions)
     try:  # pooling, convolution, scans, arg-reductions: their own kernels (templates/op_families.py)
-        family = build_op_family(program)
+        family = build_op_family(program, _rest_template)
         family_miss = ""
     except ValueError as e:
         family, family_miss = None, f"; {e}"

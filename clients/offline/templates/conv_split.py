@@ -291,18 +291,17 @@ def compose(conv: Template, tail: Template, found: Split, program: Program, targ
     )
 
 
-def build(program: Program) -> tuple[Template, str, dict[str, int]] | None:
+def build(program: Program, rest_template) -> tuple[Template, str, dict[str, int]] | None:
     """(the template, its target size, its dims) of a conv followed by more than elementwise ops; None
-    when the program is not that shape; ValueError when a stage has no template."""
+    when the program is not that shape; ValueError when a stage has no template. `rest_template` writes
+    the program after the convolution (ValueError when none fits)."""
     found = split(program)
     if found is None:
         return None
     conv, target, dims = build_window(core_of(found.head, "conv"))
-    from maxkernel.clients.offline.model import NoTemplateFits, program_template
-
     try:
-        rest, tail_target, _ = program_template(found.tail)
-    except NoTemplateFits as e:
+        rest, tail_target, _ = rest_template(found.tail)
+    except ValueError as e:
         raise ValueError(f"after its convolution: {e}") from None
     if tail_target != target:
         raise ValueError(f"its stages target different sizes ({target}, {tail_target})")

@@ -12,9 +12,10 @@ from maxkernel.clients.offline.templates.window import build as build_window
 from maxkernel.tpu_tools.problem.emit import Program
 
 
-def build(program: Program):
+def build(program: Program, rest_template=None):
     """(the template, its target size, its dims) for a program of one of these families, or None when it
-    is of none; ValueError when it is of one but outside what its template does."""
+    is of none; ValueError when it is of one but outside what its template does. `rest_template(program)`
+    writes what follows a convolution (model.py passes its own `program_template`: no import back up)."""
     family = family_of(program)
     if family is None:
         return None
@@ -25,7 +26,7 @@ def build(program: Program):
             raise
         from maxkernel.clients.offline.templates.conv_split import build as build_conv_split
 
-        split = build_conv_split(program)  # a conv then a norm or a reduction: two kernels
+        split = build_conv_split(program, rest_template) if rest_template else None  # conv, then a norm
         if split is None:
             raise
         return split
