@@ -8,7 +8,9 @@ writes only [N, O]. 39k (8 input channels, 64 output channels, 254 x 254 outputs
 of 1 GiB and reads it back.
 
 The convolution is conv_rows' (NCHW read in place, im2col in VMEM, one dot per group of q output rows);
-without its [Ho, Wo, N, O] output block, 8 input channels (q = 16 rows per dot) fit in VMEM. The dot's
+without its [Ho, Wo, N, O] output block, 8 input channels (q = 16 rows per dot) fit in VMEM. A group's
+taps are the q + KH - 1 rows it reads, not conv_rows' lane-aligned run of rw: each tap still starts on a
+lane tile, and K packs them unpadded (39k: 3 x 18 x 8 = 432, two MXU passes, not 3 x 32 x 8 = 768, three). The dot's
 [Wo * nb, q * O] result is processed whole: the epilogue runs lane-dense (the per-channel vectors tiled
 q times along lanes, not q half-empty [.., 64] tiles), the rows' sum over Wo is sublane adds, rows past
 Ho (the last block's) are masked per lane group, and the q lane groups fold into [nb, O] on the last row
@@ -63,9 +65,9 @@ def _geometry(c, kh):
     return q, rw, hb
 
 
-def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw, q, rw, h, ho, wc, last_halo, sh):
+def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw, q, rn, h, ho, wc, last_halo, sh):
     # x0: [nb, C, th, W] this block's input rows; x1: [nb, C, hb, W] the rows after them (the halo)
-    # w: [KW * rw * C, q * O]; o: [nb, O], resident across the row axis
+    # w: [KW * rn * C, q * O]; o: [nb, O], resident across the row axis
     # t: [nb, W, R * C] each image's rows transposed; xs: [W * nb, R * C] positions (w, n) x (row, channel)
     # acc: [nb, q * O] f32 sums of output row g of every group in lanes g * O ...
     nb, c, th, w = x0_ref.shape
@@ -93,7 +95,7 @@ def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw
     lane_row = lax.broadcasted_iota(jnp.int32, (1, q * o), 1) // o  # lane group g: output row i + g
 
     def columns(i, start, cols):  # [nb, q * O] f32: output rows i .. i + q - 1, columns start .. + cols
-        taps = [xs_ref[pl.ds(start + b * nb, cols * nb), pl.ds(i * c, rw * c)] for b in range(kw)]
+        taps = [xs_ref[pl.ds(start + b * nb, cols * nb), pl.ds(i * c, rn * c)] for b in range(kw)]
         acc = jnp.dot(jnp.concatenate(taps, axis=1), w_ref[...], preferred_element_type=jnp.float32)
         # acc: [cols * nb, q * O] f32, positions (w, n) x (group row, channel)
 ${epilogue}
@@ -139,8 +141,9 @@ def workload(${args}):
     if h < th + hb:  # fewer rows than one block and its halo (check sizes): zero rows feed only cut outputs
         x = jnp.pad(x, ((0, 0), (0, 0), (0, th + hb - h), (0, 0)))
     # [O, C, KH, KW] -> [(kw, run row, C), (group row, O)]: output row g of a group reads rows g .. g + KH - 1
-    mats = [jnp.pad(w, ((0, 0), (0, 0), (g, rw - kh - g), (0, 0))) for g in range(q)]
-    w2 = jnp.concatenate([jnp.transpose(m, (3, 2, 1, 0)).reshape(kw * rw * c, o) for m in mats], axis=1)
+    rn = q - 1 + kh  # the rows a group reads: its taps start lane-aligned, K packs them unpadded
+    mats = [jnp.pad(w, ((0, 0), (0, 0), (g, rn - kh - g), (0, 0))) for g in range(q)]
+    w2 = jnp.concatenate([jnp.transpose(m, (3, 2, 1, 0)).reshape(kw * rn * c, o) for m in mats], axis=1)
 ${chan_prep}
     last_halo = pl.cdiv(x.shape[2], hb) - 1
 
@@ -168,7 +171,7 @@ ${chan_prep}
         ),
     )
     return pl.pallas_call(
-        functools.partial(_kernel, kw=kw, q=q, rw=rw, h=x.shape[2], ho=ho, wc=wc, last_halo=last_halo, sh=sh),
+        functools.partial(_kernel, kw=kw, q=q, rn=rn, h=x.shape[2], ho=ho, wc=wc, last_halo=last_halo, sh=sh),
         out_shape=jax.ShapeDtypeStruct((n, o), ${out_dtype}),
         grid=(n // nb, pl.cdiv(ho, th)),
         in_specs=[
@@ -200,6 +203,10 @@ _CHUNK_BYTES = 2 * MiB  # the kernel's CHUNK_BYTES
 
 def _lanes(v: int) -> int:
     return -(-v // 128) * 128
+
+
+def _mxu(v: int) -> int:
+    return -(-v // 256) * 256
 
 
 def pooled(program: Program) -> tuple[int, list[int]] | str:
@@ -266,7 +273,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     legal_rows = sorted({min(r, -(-ho // step) * step) for r in (step, 2 * step, 4 * step, 8 * step)})
     pack = SUBLANES.get(isz, 8)
     legal_n = [b for b in (pack, 2 * pack) if n % b == 0] or [n]
-    k_dim, n_dim = kw * rw * cp, q * o
+    k_dim, n_dim = kw * (q - 1 + kh) * cp, q * o
 
     def vmem(cfg: Mapping[str, Any], d: Mapping[str, int]) -> int:
         th, nb = int(cfg["block_rows"]), min(int(cfg["block_n"]), n)
@@ -281,11 +288,12 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         return int(total)
 
     def cost(cfg: Mapping[str, Any], d: Mapping[str, int]) -> float:
-        """conv_rows' model (padded MXU dots beside the input's HBM read), without the output."""
+        """conv_rows' model (the MXU's passes over the dots, 256 x 256 each, beside the input's HBM
+        read), without the output."""
         th, nb = int(cfg["block_rows"]), min(int(cfg["block_n"]), n)
         steps = (n // nb) * -(-ho // th)
-        flops = 2 * steps * (th // q) * wo * nb * k_dim * n_dim
-        mxu = flops / (_CLOCK_MXU * min(n_dim, 256) / 256) * 1e6 * 1.3
+        flops = 2 * steps * (th // q) * wo * nb * _mxu(k_dim) * _mxu(n_dim)  # as the 256-wide MXU runs it
+        mxu = flops / _CLOCK_MXU * 1e6 * 1.3
         hbm = n * cp * h * w_in * isz * (1 + hb / th) / _HBM * 1e6
         penalty = 1e6 if vmem(cfg, d) > _MAX_VMEM else 0.0
         return max(mxu, hbm) + 0.35 * steps + penalty
