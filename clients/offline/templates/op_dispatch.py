@@ -46,7 +46,7 @@ def build(program: Program, rest_template=None):
             raise
         if split is None or norm is None:
             return split or norm
-        return norm if cheapest(split[0], norm[0], vmem_bytes=48 * MiB) is norm[0] else split
+        return norm if cheapest(split[0], norm[0], vmem_bytes=56 * MiB) is norm[0] else split
     if family in ("scan", "arg"):
         return build_scan_reduce(core)
     if family == "conv":

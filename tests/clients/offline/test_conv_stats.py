@@ -5,8 +5,9 @@ A VALID, stride-1 conv, its bias and tanh-GELU, then a mean over (H, W) (39k's f
 input channels: 16 output rows per dot) gets conv_stats, not conv_split's conv-then-tail; its first kernel
 compiles at the reference's full size with the real Mosaic compiler for v6e, and its smallest-block
 render matches the reference in TPU interpret mode over several row blocks (the last one partial) and
-several column chunks (the last one partial). A kernel that sums the rows past Ho, one that keeps only
-the last row block's sums, and one that drops the last column chunk fail the same check.
+several column chunks (the last one moved back over columns already summed). A kernel that sums the
+rows past Ho, one that keeps only the last row block's sums, and one that sums the last chunk's overlap
+twice fail the same check.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def workload(x, w, b):
     return jnp.mean(jax.nn.gelu(y + b.reshape(1, -1, 1, 1), approximate=True), axis=(2, 3))
 '''
 
-# 2 images x 64 channels x 16 group rows of f32 per output column: 4 columns per dot (10 = 4 + 4 + 2)
+# 2 images x 64 channels x 16 group rows of f32 per output column: 4 columns per dot (10: 0-3, 4-7, 6-9)
 SMALL_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 16 * 4"
 
 
@@ -78,7 +79,7 @@ def built(tmp_path_factory):
     template, target, _ = program_template(program)
     ref_mod = _module(root / "convpool_ref.py", REF)
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
-    small = small.replace("CHUNK_BYTES = 2 << 20", SMALL_CHUNKS)
+    small = small.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS)
     inputs = ref_mod.create_inputs(size="small", key=3)
     want = np.asarray(ref_mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
     return root, program, template, target, ref_mod, small, inputs, want
@@ -115,9 +116,9 @@ def test_conv_stats_matches_the_reference_across_row_blocks_and_column_chunks(bu
 @pytest.mark.parametrize(
     "good, bad",
     [
-        ("if ho % th:", "if False:"),  # the last block's rows past Ho are summed too
-        ("acc_ref[...] += part", "acc_ref[...] = part"),  # only the last row group's sums are kept
-        ("if wo % wc:", "if False:"),  # the last, partial chunk of columns is dropped
+        ("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part"),  # rows past Ho summed too
+        ("jnp.where(blk == 0, 0.0, acc_ref[...]) + total", "total"),  # only the last row block's sums
+        ("// nb >= j * wc", "// nb >= 0"),  # the last chunk's overlap summed twice
     ],
 )
 def test_a_kernel_that_sums_the_wrong_positions_fails_the_check(built, good, bad):
