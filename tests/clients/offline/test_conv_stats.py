@@ -118,7 +118,7 @@ def test_conv_stats_matches_the_reference_across_row_blocks_and_column_chunks(bu
     [
         ("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part"),  # rows past Ho summed too
         ("jnp.where(blk == 0, 0.0, acc_ref[...]) + total", "total"),  # only the last row block's sums
-        ("// nb >= j * wc", "// nb >= 0"),  # the last chunk's overlap summed twice
+        ("(start + pos // nb >= j * wc)", "(pos >= 0)"),  # the last chunk's overlap summed twice
     ],
 )
 def test_a_kernel_that_sums_the_wrong_positions_fails_the_check(built, good, bad):
