@@ -1,11 +1,13 @@
 """Which op-family template writes a program (op_families.py recognises the family; scan_reduce.py and
-window.py write the kernels, conv_rows.py a 2-D NCHW conv when its cost beats window.py's, conv_split.py a convolution with more than an elementwise epilogue): its
+window.py write the kernels, conv_rows.py a 2-D NCHW conv when its cost beats window.py's, conv_stats.py one summed over its rows and columns, conv_norm.py one normalised over its output in two passes, conv_split.py a convolution with more than an elementwise epilogue): its
 own module, so the templates import op_families without a cycle."""
 
 from __future__ import annotations
 
 from maxkernel.clients.offline.templates.base import MiB, cheapest
+from maxkernel.clients.offline.templates.conv_norm import build as build_conv_norm
 from maxkernel.clients.offline.templates.conv_rows import build as build_conv_rows
+from maxkernel.clients.offline.templates.conv_stats import build as build_conv_stats
 from maxkernel.clients.offline.templates.op_families import Core, core_of, family_of
 from maxkernel.clients.offline.templates.scan_reduce import build as build_scan_reduce
 from maxkernel.clients.offline.templates.window import build as build_window
@@ -24,12 +26,27 @@ def build(program: Program, rest_template=None):
     except ValueError:
         if family != "conv":
             raise
+        try:  # conv, then a sum over its rows and columns: one kernel, the conv output never in HBM
+            return build_conv_stats(program)
+        except ValueError:
+            pass
         from maxkernel.clients.offline.templates.conv_split import build as build_conv_split
 
-        split = build_conv_split(program, rest_template) if rest_template else None  # conv, then a norm
-        if split is None:
+        try:  # conv, then a norm over its output: two passes that recompute the conv
+            norm = build_conv_norm(program)
+        except ValueError:
+            norm = None
+        try:  # or the conv written to HBM and read back by a kernel for the rest
+            split = build_conv_split(program, rest_template) if rest_template else None
+        except ValueError:
+            if norm is None:
+                raise
+            split = None
+        if split is None and norm is None:
             raise
-        return split
+        if split is None or norm is None:
+            return split or norm
+        return norm if cheapest(split[0], norm[0], vmem_bytes=56 * MiB) is norm[0] else split
     if family in ("scan", "arg"):
         return build_scan_reduce(core)
     if family == "conv":

@@ -1,6 +1,8 @@
 """A convolution followed by a norm: two Pallas kernels in one module (templates/conv_split.py).
 
-The conv's kernel (window.py) takes the conv and its bias, the fused program template the norm; the
+The offline model now serves these programs with conv_norm (two passes that recompute the conv: its
+cost model puts it under conv_split's, and it matches at the same unseen size for both norms); the
+tests below build conv_split directly. The conv's kernel (window.py) takes the conv and its bias, the fused program template the norm; the
 module compiles at its production size with the real Mosaic compiler and matches the reference in TPU
 interpret mode at a check size no trace saw (W > H there, H > W in the traces), so a divisor written as
 the traced (H - 2) * (W - 2) literal, or any number of a trace, would fail it. A batch norm (statistics over N, H and
@@ -14,12 +16,11 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
-from maxkernel.clients.offline.first_kernel import first_kernel
-from maxkernel.clients.offline.model import program_template
-from maxkernel.clients.offline.templates.conv_split import split
+from maxkernel.clients.offline.model import _rest_template, program_template
+from maxkernel.clients.offline.templates.conv_split import build, split
 from maxkernel.tpu_tools.hardware import execution
-from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
@@ -107,8 +108,8 @@ def test_the_cut_is_the_convs_biased_output_and_the_tail_reads_it_back(tmp_path)
 
 def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path):
     program, ref = _setup(tmp_path, INSTANCE)
-    template, target, _ = program_template(program)
-    source = first_kernel(program, get_chip("tpu-v6e"))
+    template, target, _ = build(program, _rest_template)
+    source = template.render(template.initial, "program")
     assert template.name == "conv_split" and target == "full" and "template=conv_split" in source
     assert source.count("pl.pallas_call(") == 2 and "conv_general_dilated" not in source
     assert "sh[0][2] * sh[0][3]" in source  # the mean's count from the tail's input: H' * W'
@@ -125,16 +126,27 @@ def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path)
 
 def test_a_conv_then_instance_norm_matches_the_reference_at_a_size_no_trace_saw(tmp_path):
     program, ref = _setup(tmp_path, INSTANCE)
-    template, _, _ = program_template(program)
+    template, _, _ = build(program, _rest_template)
     kernel = _module(tmp_path / "small.py", template.render(_smallest(template), "program"))  # many blocks
     _matches(kernel, ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})  # W > H here, H > W in the traces
 
 
 def test_a_batch_norm_after_a_conv_walks_the_channels_in_its_second_kernel(tmp_path):
     program, ref = _setup(tmp_path, BATCH)
-    template, _, _ = program_template(program)
+    template, _, _ = build(program, _rest_template)
     tail = {k for k in template.tunables if k.startswith("block_tail")}
     assert template.name == "conv_split" and tail == {"block_tail_axis1"}  # samples mix, channels do not
     source = template.render(_smallest(template), "program")
     assert "x3.reshape((1, -1, 1, 1))" in source  # the scale as a [1, C, 1, 1] block along the channels
     _matches(_module(tmp_path / "bn.py", source), ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})
+
+
+@pytest.mark.parametrize("axes", [INSTANCE, BATCH])
+def test_the_model_serves_a_conv_then_a_norm_with_conv_norm_which_matches_at_an_unseen_size(tmp_path, axes):
+    program, ref = _setup(tmp_path, axes)
+    template, target, _ = program_template(program)
+    assert template.name == "conv_norm" and target == "full"
+    kernel = _module(
+        tmp_path / "norm.py", template.render({k: v[0] for k, v in template.tunables.items()}, "program")
+    )
+    _matches(kernel, ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})

@@ -1,0 +1,130 @@
+"""The conv_norm template (templates/conv_norm.py): a conv normalised over its own output in two passes
+that each recompute the convolution.
+
+An instance norm over a VALID, stride-1 conv with a bias (22k's form at a test size, 8 input channels:
+16 output rows per dot) is cut into pass 1's per-(image, channel) sums of y and y^2 (the variance's
+sum((y - mean)^2) rewritten from them), the statistics in plain JAX, and pass 2's conv with the whole
+epilogue; its smallest-block render matches the reference in TPU interpret mode over several row blocks
+(the last one partial). A kernel whose variance has the wrong sign on its cross term, one whose pass 1
+sums the rows past Ho, and one that broadcasts the statistics over positions in the wrong order fail
+the same check. A sum of a normalised value (three passes) is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from maxkernel.clients.offline.templates.conv_norm import build, plan
+from maxkernel.tpu_tools.hardware import execution
+from maxkernel.tpu_tools.problem.program import describe
+
+REF = '''"""conv (VALID, NCHW) + bias, instance norm, / 2, all bf16: 22k's form at a test size."""
+import jax
+import jax.numpy as jnp
+
+SIZES = {
+    "full": {"n": 32, "c": 8, "o": 128, "h": 64, "w": 40},
+    "small": {"n": 2, "c": 8, "o": 128, "h": 40, "w": 12},
+}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    d = SIZES[size]
+    ks = jax.random.split(jax.random.key(0 if key is None else key), 3)
+    x = jax.random.uniform(ks[0], (d["n"], d["c"], d["h"], d["w"]), jnp.float32).astype(jnp.bfloat16)
+    w = (jax.random.normal(ks[1], (d["o"], d["c"], 3, 3)) * 0.2).astype(jnp.bfloat16)
+    b = (jax.random.normal(ks[2], (d["o"],)) * 0.2).astype(jnp.bfloat16)
+    return x, w, b
+
+
+def workload(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    y = y + b.reshape(1, -1, 1, 1)
+    mean = jnp.mean(y.astype(jnp.float32), axis=(2, 3), keepdims=True)
+    var = jnp.mean(jnp.square(y.astype(jnp.float32) - mean), axis=(2, 3), keepdims=True)
+    return ((y - mean.astype(y.dtype)) / jnp.sqrt(var.astype(y.dtype) + 1e-5) / 2).astype(y.dtype)
+'''
+
+THREE_PASSES = REF.replace(
+    "    return ((y - mean",
+    "    z = (y.astype(jnp.float32) - mean) * jnp.mean(y.astype(jnp.float32) - mean, axis=(2, 3), keepdims=True)\n"
+    "    return (jnp.sum(z, axis=(2, 3), keepdims=True) + (y - mean",
+)
+
+
+def _module(path: Path, source: str):
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(root: Path, name: str, source: str, inputs):
+    mod = _module(root / f"{name}.py", source)
+    with execution.tpu_interpret_mode():
+        return np.asarray(jax.jit(mod.workload)(*inputs), np.float32)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("conv_norm")
+    ref = root / "convnorm_reference.py"
+    ref.write_text(REF)
+    program = describe(str(ref)).model_dump(mode="json")
+    template, target, _ = build(program)
+    ref_mod = _module(root / "convnorm_ref.py", REF)
+    small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
+    inputs = ref_mod.create_inputs(size="small", key=3)
+    want = np.asarray(ref_mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
+    own = np.asarray(ref_mod.workload(*inputs), np.float32)
+    return root, program, template, target, small, inputs, want, float(np.max(np.abs(own - want)))
+
+
+def test_an_instance_norm_is_two_sums_of_one_value(built):
+    _, program, template, target, small, *_ = built
+    norm = plan(program)
+    assert template.name == "conv_norm" and target == "full"
+    assert len(norm.sums) == 2 and [sq for _, sq in norm.sums] == [False, True]  # y and y^2, each once
+    assert sorted(r[0] for r in norm.reduces.values()) == ["sum", "var"]
+    assert (
+        "stats_workload(" in small and "apply_workload(" in small and "sh[3][2] * sh[3][3]" in small
+    )  # H' * W' of the conv output
+
+
+def test_conv_norm_matches_the_reference_across_row_blocks(built):
+    root, _, _, _, small, inputs, want, own = built
+    got = _run(root, "small", small, inputs)
+    # within the judge's rule: twice the bf16 reference's own error against the f32 oracle
+    assert got.shape == want.shape and np.max(np.abs(got - want)) <= 2 * own
+
+
+@pytest.mark.parametrize(
+    "good, bad",
+    [
+        ("- 2.0 * mean_", "+ 2.0 * mean_"),  # the variance's cross term with the wrong sign
+        ("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part"),  # pass 1 sums rows past Ho
+        (  # the statistics broadcast over (n, w) instead of the rows' (w, n)
+            "jnp.broadcast_to(s1_ref[...][None], (wo, nb, o)).reshape(wo * nb, o)",
+            "jnp.repeat(s1_ref[...], wo, axis=0)",
+        ),
+    ],
+)
+def test_a_kernel_with_wrong_statistics_fails_the_check(built, good, bad):
+    root, _, _, _, small, inputs, want, own = built
+    broken = small.replace(good, bad)
+    assert broken != small
+    got = _run(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
+    assert np.max(np.abs(got - want)) > 4 * own
+
+
+def test_a_sum_of_a_normalised_value_is_refused(tmp_path):
+    ref = tmp_path / "three_reference.py"
+    ref.write_text(THREE_PASSES)
+    why = plan(describe(str(ref)).model_dump(mode="json"))
+    assert isinstance(why, str) and "another sum" in why

@@ -1,0 +1,138 @@
+"""The conv_stats template (templates/conv_stats.py): a 2-D NCHW convolution summed over its rows and
+columns in the same kernel.
+
+A VALID, stride-1 conv, its bias and tanh-GELU, then a mean over (H, W) (39k's form at a test size, 8
+input channels: 16 output rows per dot) gets conv_stats, not conv_split's conv-then-tail; its first kernel
+compiles at the reference's full size with the real Mosaic compiler for v6e, and its smallest-block
+render matches the reference in TPU interpret mode over several row blocks (the last one partial) and
+several column chunks (the last one moved back over columns already summed). A kernel that sums the
+rows past Ho, one that keeps only the last row block's sums, and one that sums the last chunk's overlap
+twice fail the same check.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from maxkernel.clients.offline.first_kernel import first_kernel
+from maxkernel.clients.offline.model import program_template
+from maxkernel.clients.offline.templates.conv_stats import pooled
+from maxkernel.tpu_tools.hardware import execution
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.hardware.targets import parse_target
+from maxkernel.tpu_tools.judged.target_trace import trace_as_target
+from maxkernel.tpu_tools.problem.program import describe
+
+REF = '''"""conv (VALID, NCHW) + bias, tanh-GELU, mean over (H, W), all bf16: 39k's form at a test size."""
+import jax
+import jax.numpy as jnp
+
+SIZES = {
+    "full": {"n": 16, "c": 8, "o": 64, "h": 48, "w": 24},
+    "small": {"n": 2, "c": 8, "o": 64, "h": 40, "w": 12},
+}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    d = SIZES[size]
+    ks = jax.random.split(jax.random.key(0 if key is None else key), 3)
+    x = jax.random.uniform(ks[0], (d["n"], d["c"], d["h"], d["w"]), jnp.float32).astype(jnp.bfloat16)
+    w = (jax.random.normal(ks[1], (d["o"], d["c"], 3, 3)) * 0.2).astype(jnp.bfloat16)
+    b = (jax.random.normal(ks[2], (d["o"],)) * 0.2).astype(jnp.bfloat16)
+    return x, w, b
+
+
+def workload(x, w, b):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jnp.mean(jax.nn.gelu(y + b.reshape(1, -1, 1, 1), approximate=True), axis=(2, 3))
+'''
+
+# 2 images x 64 channels x 16 group rows of f32 per output column: 4 columns per dot (10: 0-3, 4-7, 6-9)
+SMALL_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 16 * 4"
+
+
+def _module(path: Path, source: str):
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(root: Path, name: str, source: str, inputs):
+    mod = _module(root / f"{name}.py", source)
+    with execution.tpu_interpret_mode():
+        return np.asarray(jax.jit(mod.workload)(*inputs), np.float32)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("conv_stats")
+    ref = root / "convpool_reference.py"
+    ref.write_text(REF)
+    program = describe(str(ref)).model_dump(mode="json")
+    template, target, _ = program_template(program)
+    ref_mod = _module(root / "convpool_ref.py", REF)
+    small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
+    small = small.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS)
+    inputs = ref_mod.create_inputs(size="small", key=3)
+    want = np.asarray(ref_mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
+    return root, program, template, target, ref_mod, small, inputs, want
+
+
+@pytest.mark.slow  # the real Mosaic compile of the full-size kernel (~20 s on 2 busy cores)
+def test_a_conv_then_a_spatial_mean_is_one_kernel_and_compiles_at_full_for_v6e(built):
+    root, program, template, target, ref_mod, small, _, _ = built
+    assert template.name == "conv_stats" and target == "full"
+    assert SMALL_CHUNKS in small and "lax.fori_loop" in small
+    source = first_kernel(program, get_chip("tpu-v6e"))
+    assert "template=conv_stats" in source and "interpret=False" in source and "pl.CostEstimate" in source
+    assert "conv_general_dilated" not in source and "sh[0][2]" in source  # the mean's count from the shapes
+    t = parse_target("tpu-v6e")
+    sharding = execution.aot_sharding(t)
+    args = [
+        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+        for a in jax.eval_shape(ref_mod.create_inputs)
+    ]
+    kernel = _module(root / "first_v6e.py", source)
+    with trace_as_target(t):
+        text = jax.jit(kernel.workload).lower(*args).compile().as_text()
+    assert "tpu_custom_call" in text and "bf16[16,64]" in text
+
+
+def test_conv_stats_matches_the_reference_across_row_blocks_and_column_chunks(built):
+    root, _, template, target, _, small, inputs, want = built
+    assert template.name == "conv_stats" and target == "full"
+    got = _run(root, "small", small, inputs)
+    # bf16 means up to ~1: an ulp or two of the output (the f32 oracle is not rounded)
+    assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1.6e-2
+
+
+@pytest.mark.parametrize(
+    "good, bad",
+    [
+        ("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part"),  # rows past Ho summed too
+        ("jnp.where(blk == 0, 0.0, acc_ref[...]) + total", "total"),  # only the last row block's sums
+        ("(start + pos // nb >= j * wc)", "(pos >= 0)"),  # the last chunk's overlap summed twice
+    ],
+)
+def test_a_kernel_that_sums_the_wrong_positions_fails_the_check(built, good, bad):
+    root, _, _, _, _, small, inputs, want = built
+    broken = small.replace(good, bad)
+    assert broken != small
+    got = _run(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
+    assert np.max(np.abs(got - want)) > 5e-2
+
+
+def test_only_elementwise_ops_on_the_sums_follow_them(built):
+    _, program, *_ = built
+    at, after = pooled(program)
+    assert program["equations"][at]["primitive"] == "reduce_sum" and after
+    eqns = [dict(e) for e in program["equations"]]
+    eqns.append({**eqns[-1], "primitive": "cumsum", "inputs": list(eqns[-1]["outputs"]), "outputs": ["zz"]})
+    assert "cumsum" in pooled({**program, "equations": eqns, "outputs": ["zz"]})
