@@ -21,8 +21,9 @@ from maxkernel.tpu_tools.problem.emit import Program, dot_kind, mxu_dot_note, mx
 
 SOURCE = '''"""Batched matmul (offline template `batched_matmul`), generated from the reference's traced program.
 
-Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator is
-zeroed on the first K step and rounded to the reference's dtype on the last, one store per block.
+Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator starts
+as the first K step's product (no zero fill); the last K step adds its product and rounds the sum to the
+reference's dtype in the same branch as its dot (overlapping the MXU's work), one store per block.
 The dot runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
@@ -48,25 +49,34 @@ RHS_NK = ${rhs_nk}  # the right operand is [N, K] (else [K, N])
 
 ${mxu_dot}
 
-def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total):
+def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total, nk):
     kk = pl.program_id(3)
 
+    def _part():  # this K step's partial product, [bm, bn] f32
+        lhs, rhs = lhs_ref[...], rhs_ref[...]  # [bm, bk], [bn, bk] or [bk, bn]
+        bk = lhs.shape[1]
+        if k_total % bk:  # the last K step runs past K: zero both operands there (garbage * 0 may be NaN)
+            left = k_total - kk * bk
+            lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+            rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
+        dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
+        return _mxu_dot(lhs, rhs, dims)
+
+    if nk == 1:  # one K step: the sum is the one partial product
+        o_ref[...] = _part().astype(o_ref.dtype)
+        return
+
     @pl.when(kk == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def _first():  # the accumulator starts as the first partial product: no zero fill
+        acc_ref[...] = _part()
 
-    lhs, rhs = lhs_ref[...], rhs_ref[...]
-    bk = lhs.shape[1]
-    if k_total % bk:  # the last K step runs past K: zero both operands there (garbage * 0 may be NaN)
-        left = k_total - kk * bk
-        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
-        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
-    dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
-    acc_ref[...] += _mxu_dot(lhs, rhs, dims)
+    @pl.when((kk > 0) & (kk < nk - 1))
+    def _middle():
+        acc_ref[...] += _part()
 
-    @pl.when(kk == pl.num_programs(3) - 1)
-    def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+    @pl.when(kk == nk - 1)
+    def _last():  # the rounding and store share the last dot's block: they overlap the MXU's work
+        o_ref[...] = (acc_ref[...] + _part()).astype(o_ref.dtype)
 
 
 def workload(${lhs}, ${rhs}):
@@ -88,7 +98,7 @@ def workload(${lhs}, ${rhs}):
 
     sq = pl.Squeezed()
     out = pl.pallas_call(
-        functools.partial(_kernel, k_total=k_total),
+        functools.partial(_kernel, k_total=k_total, nk=pl.cdiv(k_total, bk)),
         out_shape=jax.ShapeDtypeStruct((b, m, n), jnp.${out_dtype}),
         grid=(b, pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k_total, bk)),
         in_specs=[
