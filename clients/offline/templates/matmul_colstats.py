@@ -29,6 +29,7 @@ from maxkernel.clients.offline.templates.batched_matmul import k_checkable
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, _folded, split
 from maxkernel.clients.offline.templates.row_blocks import block_align, itemsize
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, branch_us, flops_us
+from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL
 from maxkernel.tpu_tools.problem.emit import (
     Program,
     body_lines,
@@ -247,6 +248,12 @@ def workload(${args}):
                 dimension_semantics=("parallel", "parallel" if final else "arbitrary"),
                 vmem_limit_bytes=VMEM_LIMIT_BYTES,
             ),
+            # vector work only: without it an estimator may charge a pass a share of the program's matmul flops
+            cost_estimate=pl.CostEstimate(
+                flops=max(1, PASS_FLOPS[p - 1]) * m * n,
+                transcendentals=PASS_TRANSCENDENTALS[p - 1] * m * n,
+                bytes_accessed=m * n * (y.dtype.itemsize + (sum(jnp.dtype(d).itemsize for d in OUT_DTYPES) if final else 0)),
+            ),
             interpret=False,
             name=f"offline_colstats_pass{p}",
         )(y, *cols, *stats)
@@ -427,6 +434,20 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         )
     if sym.unsolved:
         return None
+
+    def pass_ops(p: int, transcendental: set[str], only: bool) -> int:
+        """Pass p's work per y element: its elementwise equations on [b0, bn] values and the sums it makes
+        (each one op; `only`: the transcendental ones alone), for its pl.CostEstimate."""
+        made = {eqns[reduces[r]]["outputs"][0] for r in range(len(reduces)) if stat_level[r] == p + 1}
+        count = 0
+        for _, e in epi:
+            out = e["outputs"][0]
+            if e["primitive"] == "reduce_sum":
+                count += out in made and not only
+            elif level[out] <= p and kind[out] == "elem":
+                count += (e["primitive"] in transcendental) if only else 1
+        return count
+
     n_stats = [sum(1 for r in range(len(reduces)) if stat_level[r] == p + 1) for p in range(n_passes)]
     out_specs = program["out_specs"]
     passes = [f"_pass{p}" for p in range(1, n_passes + 1)]
@@ -442,6 +463,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         f"N_OUTPUTS = {len(out_specs)}\n"
         f"OUT_DTYPES = ({out_dtypes})  # each output's dtype\n"
         f"PASSES = ({', '.join(passes)}{',' if len(passes) == 1 else ''})  # the passes over y, the last stores\n"
+        f"PASS_FLOPS = {tuple(pass_ops(p, TRANSCENDENTAL, False) for p in range(1, n_passes + 1))}  # per y element\n"
+        f"PASS_TRANSCENDENTALS = {tuple(pass_ops(p, TRANSCENDENTAL, True) for p in range(1, n_passes + 1))}  # per y element\n"
     )
     source = HEADER + "\n\n" + "\n\n".join(fns) + "\n\n" + consts + KERNELS
     kind_dot = dot_kind(program, eqns[sp.dot])
