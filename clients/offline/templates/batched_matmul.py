@@ -121,14 +121,23 @@ WIDE = (
     *BLOCKS,
     2048,
 )  # n and k: 1024 x 2048 tiles sit above v6e's ridge, and fewer k steps store the accumulator less
+# k: a whole K of 4096 is one k step, with no accumulator, and the left operand's block stays put across
+# the n blocks, so it is read once (14p at full: 1024 x 1024 x 4096)
+DEEP = (*WIDE, 4096)
 PASS = {"convert_element_type"}
 
 
-def block_problems(c: Mapping[str, Any], d: Mapping[str, int], wide: tuple[int, ...] = BLOCKS) -> list[str]:
-    """Why a (block_m, block_n, block_k) config is illegal: an m block not in BLOCKS, n or k not in `wide`."""
+def block_problems(
+    c: Mapping[str, Any],
+    d: Mapping[str, int],
+    wide: tuple[int, ...] = BLOCKS,
+    deep: tuple[int, ...] | None = None,
+) -> list[str]:
+    """Why a (block_m, block_n, block_k) config is illegal: an m block not in BLOCKS, n not in `wide`, k
+    not in `deep` (None: `wide`)."""
     return [
         f"{k}={c[k]} is not one of {list(allowed)}"
-        for k, allowed in (("block_m", BLOCKS), ("block_n", wide), ("block_k", wide))
+        for k, allowed in (("block_m", BLOCKS), ("block_n", wide), ("block_k", deep or wide))
         if c[k] not in allowed
     ]
 
@@ -146,11 +155,12 @@ def first_proposal(
     wide: tuple[int, ...] = BLOCKS,
     limit: int = 40 * MiB,
     k: int = 0,
+    deep: tuple[int, ...] | None = None,
 ) -> dict[str, int]:
     """The cheapest (block_m, block_n, block_k) by `cost` at the target whose VMEM count stays under
     `limit` (40 MiB: an upper bound's rule, under every chip's kernel limit of 48 MiB or more; a count
-    that is the compiler's own may take 48); n and k blocks from `wide`."""
-    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in wide for c in wide]
+    that is the compiler's own may take 48); n blocks from `wide`, k blocks from `deep` (None: `wide`)."""
+    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in wide for c in deep or wide]
     fitting = [c for c in configs if vmem(c, {}) <= limit and k_checkable(c["block_k"], k)] or configs[:1]
     return min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
 
@@ -212,20 +222,23 @@ def build(program: Program, sym: Symbolic) -> Template | None:
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
-        steps = b_t * -(-m_t // bm) * -(-n_t // bn) * -(-k_t // bk)
-        hbm = item * b_t * (m_t * k_t * -(-n_t // bn) + k_t * n_t * -(-m_t // bm) + m_t * n_t)
+        k_steps = -(-k_t // bk)
+        steps = b_t * -(-m_t // bm) * -(-n_t // bn) * k_steps
+        # the left operand is read once per n block, unless one k step keeps its block across them
+        lhs_reads = -(-n_t // bn) if k_steps > 1 else 1
+        hbm = item * b_t * (m_t * k_t * lhs_reads + k_t * n_t * -(-m_t // bm) + m_t * n_t)
         compute = flops_us(b_t * m_t, k_t, n_t, bm, bn, kind) + accumulator_us(steps, bm, bn)
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
     # 512 blocks streamed 14p's activations 28 times at full (0.45x); 1024-wide n blocks still 14 times
-    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t)
+    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t, DEEP)
     return Template(
         name="batched_matmul",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_m": BLOCKS, "block_n": WIDE, "block_k": WIDE},
+        tunables={"block_m": BLOCKS, "block_n": WIDE, "block_k": DEEP},
         dims_of=lambda sizes: {"B": b_t, "M": m_t, "K": k_t, "N": n_t},
-        problems=lambda c, d: block_problems(c, d, WIDE),
+        problems=lambda c, d: block_problems(c, d, WIDE, DEEP),
         vmem_bytes=vmem,
         cost_us=cost,
         initial=first,
