@@ -132,6 +132,7 @@ ${hoisted}
     bn = min(BLOCK_COLS, n)
     bk = min(BLOCK_K, k_total)
     nb = pl.cdiv(n, bn)  # column blocks: one partial statistic each
+    nk = pl.cdiv(k_total, bk)  # k-steps
     # the shapes the epilogue sees in one block: each input's N axis is the column block
     blk = tuple(tuple(bn if (a, d) in N_AXES else e for d, e in enumerate(s)) for a, s in enumerate(sh))
 
@@ -145,7 +146,7 @@ ${hoisted}
 
 ${maps}
     out = pl.pallas_call(
-        functools.partial(_kernel, sh=blk, b0=b0, bn=bn, bk=bk, k_total=k_total, n=n, nk=pl.cdiv(k_total, bk)),
+        functools.partial(_kernel, sh=blk, b0=b0, bn=bn, bk=bk, k_total=k_total, n=n, nk=nk),
         out_shape=[${out_shapes}],
         grid=(pl.cdiv(m, b0), nb, pl.cdiv(k_total, bk)),
         in_specs=[pl.BlockSpec((b0, bk), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],
@@ -508,8 +509,18 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
         idx = ", ".join("i" if (tiled and d == 0) else "j" if d == col else "0" for d in range(rank))
         idx = (idx + ("," if rank == 1 else "")) or "()"
         what = "row block i, column block j" if tiled else "column block j" if col is not None else "whole"
-        maps.append(f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n"
-                    f"    def {nm}_map(i, j, k):\n        return {idx}\n")  # fmt: skip
+        if idx == "i, j":  # an [M, N] input the epilogue reads on the last k-step only
+            maps.append(
+                f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}, fetched halfway through the block's\n"
+                "    # k-steps (the block before it until then), so that its DMA and the previous output block's\n"
+                "    # writeback do not fall on one step\n"
+                f"    def {nm}_map(i, j, k):\n"
+                "        flat = jnp.maximum(i * nb + j - (k < nk // 2).astype(jnp.int32), 0)\n"
+                "        return flat // nb, flat % nb\n"
+            )
+        else:
+            maps.append(f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n"
+                        f"    def {nm}_map(i, j, k):\n        return {idx}\n")  # fmt: skip
         dims = ["b0" if (tiled and d == 0) else "bn" if d == col else f"sh[{i}][{d}]" for d in range(rank)]
         in_specs.append(f", pl.BlockSpec({shape_source(dims)}, {nm}_map)")
     out_shapes, out_specs, stores, refs = [], [], [], []
