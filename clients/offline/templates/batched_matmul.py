@@ -21,8 +21,9 @@ from maxkernel.tpu_tools.problem.emit import Program, dot_kind, mxu_dot_note, mx
 
 SOURCE = '''"""Batched matmul (offline template `batched_matmul`), generated from the reference's traced program.
 
-Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator is
-zeroed on the first K step and rounded to the reference's dtype on the last, one store per block.
+Grid (batch, M blocks, N blocks, K blocks), K innermost and "arbitrary": the f32 accumulator starts
+as the first K step's product (no zero fill); the last K step adds its product and rounds the sum to the
+reference's dtype in the same branch as its dot (overlapping the MXU's work), one store per block.
 The dot runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: every shape is read from the inputs when the kernel is traced; the blocks were chosen
@@ -48,25 +49,34 @@ RHS_NK = ${rhs_nk}  # the right operand is [N, K] (else [K, N])
 
 ${mxu_dot}
 
-def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total):
+def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total, nk):
     kk = pl.program_id(3)
 
+    def _part():  # this K step's partial product, [bm, bn] f32
+        lhs, rhs = lhs_ref[...], rhs_ref[...]  # [bm, bk], [bn, bk] or [bk, bn]
+        bk = lhs.shape[1]
+        if k_total % bk:  # the last K step runs past K: zero both operands there (garbage * 0 may be NaN)
+            left = k_total - kk * bk
+            lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+            rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
+        dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
+        return _mxu_dot(lhs, rhs, dims)
+
+    if nk == 1:  # one K step: the sum is the one partial product
+        o_ref[...] = _part().astype(o_ref.dtype)
+        return
+
     @pl.when(kk == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def _first():  # the accumulator starts as the first partial product: no zero fill
+        acc_ref[...] = _part()
 
-    lhs, rhs = lhs_ref[...], rhs_ref[...]
-    bk = lhs.shape[1]
-    if k_total % bk:  # the last K step runs past K: zero both operands there (garbage * 0 may be NaN)
-        left = k_total - kk * bk
-        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
-        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, 1 if RHS_NK else 0) < left, rhs, jnp.zeros_like(rhs))
-    dims = (((1,), (1,)), ((), ())) if RHS_NK else (((1,), (0,)), ((), ()))
-    acc_ref[...] += _mxu_dot(lhs, rhs, dims)
+    @pl.when((kk > 0) & (kk < nk - 1))
+    def _middle():
+        acc_ref[...] += _part()
 
-    @pl.when(kk == pl.num_programs(3) - 1)
-    def _store():
-        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+    @pl.when(kk == nk - 1)
+    def _last():  # the rounding and store share the last dot's block: they overlap the MXU's work
+        o_ref[...] = (acc_ref[...] + _part()).astype(o_ref.dtype)
 
 
 def workload(${lhs}, ${rhs}):
@@ -88,7 +98,7 @@ def workload(${lhs}, ${rhs}):
 
     sq = pl.Squeezed()
     out = pl.pallas_call(
-        functools.partial(_kernel, k_total=k_total),
+        functools.partial(_kernel, k_total=k_total, nk=pl.cdiv(k_total, bk)),
         out_shape=jax.ShapeDtypeStruct((b, m, n), jnp.${out_dtype}),
         grid=(b, pl.cdiv(m, bm), pl.cdiv(n, bn), pl.cdiv(k_total, bk)),
         in_specs=[
@@ -111,14 +121,23 @@ WIDE = (
     *BLOCKS,
     2048,
 )  # n and k: 1024 x 2048 tiles sit above v6e's ridge, and fewer k steps store the accumulator less
+# k: a whole K of 4096 is one k step, with no accumulator, and the left operand's block stays put across
+# the n blocks, so it is read once (14p at full: 1024 x 1024 x 4096)
+DEEP = (*WIDE, 4096)
 PASS = {"convert_element_type"}
 
 
-def block_problems(c: Mapping[str, Any], d: Mapping[str, int], wide: tuple[int, ...] = BLOCKS) -> list[str]:
-    """Why a (block_m, block_n, block_k) config is illegal: an m block not in BLOCKS, n or k not in `wide`."""
+def block_problems(
+    c: Mapping[str, Any],
+    d: Mapping[str, int],
+    wide: tuple[int, ...] = BLOCKS,
+    deep: tuple[int, ...] | None = None,
+) -> list[str]:
+    """Why a (block_m, block_n, block_k) config is illegal: an m block not in BLOCKS, n not in `wide`, k
+    not in `deep` (None: `wide`)."""
     return [
         f"{k}={c[k]} is not one of {list(allowed)}"
-        for k, allowed in (("block_m", BLOCKS), ("block_n", wide), ("block_k", wide))
+        for k, allowed in (("block_m", BLOCKS), ("block_n", wide), ("block_k", deep or wide))
         if c[k] not in allowed
     ]
 
@@ -136,11 +155,12 @@ def first_proposal(
     wide: tuple[int, ...] = BLOCKS,
     limit: int = 40 * MiB,
     k: int = 0,
+    deep: tuple[int, ...] | None = None,
 ) -> dict[str, int]:
     """The cheapest (block_m, block_n, block_k) by `cost` at the target whose VMEM count stays under
     `limit` (40 MiB: an upper bound's rule, under every chip's kernel limit of 48 MiB or more; a count
-    that is the compiler's own may take 48); n and k blocks from `wide`."""
-    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in wide for c in wide]
+    that is the compiler's own may take 48); n blocks from `wide`, k blocks from `deep` (None: `wide`)."""
+    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in wide for c in deep or wide]
     fitting = [c for c in configs if vmem(c, {}) <= limit and k_checkable(c["block_k"], k)] or configs[:1]
     return min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
 
@@ -202,20 +222,23 @@ def build(program: Program, sym: Symbolic) -> Template | None:
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         bm, bn, bk = (min(int(c[k]), x) for k, x in (("block_m", m_t), ("block_n", n_t), ("block_k", k_t)))
-        steps = b_t * -(-m_t // bm) * -(-n_t // bn) * -(-k_t // bk)
-        hbm = item * b_t * (m_t * k_t * -(-n_t // bn) + k_t * n_t * -(-m_t // bm) + m_t * n_t)
+        k_steps = -(-k_t // bk)
+        steps = b_t * -(-m_t // bm) * -(-n_t // bn) * k_steps
+        # the left operand is read once per n block, unless one k step keeps its block across them
+        lhs_reads = -(-n_t // bn) if k_steps > 1 else 1
+        hbm = item * b_t * (m_t * k_t * lhs_reads + k_t * n_t * -(-m_t // bm) + m_t * n_t)
         compute = flops_us(b_t * m_t, k_t, n_t, bm, bn, kind) + accumulator_us(steps, bm, bn)
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
     # 512 blocks streamed 14p's activations 28 times at full (0.45x); 1024-wide n blocks still 14 times
-    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t)
+    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t, DEEP)
     return Template(
         name="batched_matmul",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_m": BLOCKS, "block_n": WIDE, "block_k": WIDE},
+        tunables={"block_m": BLOCKS, "block_n": WIDE, "block_k": DEEP},
         dims_of=lambda sizes: {"B": b_t, "M": m_t, "K": k_t, "N": n_t},
-        problems=lambda c, d: block_problems(c, d, WIDE),
+        problems=lambda c, d: block_problems(c, d, WIDE, DEEP),
         vmem_bytes=vmem,
         cost_us=cost,
         initial=first,

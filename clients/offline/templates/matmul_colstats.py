@@ -29,6 +29,7 @@ from maxkernel.clients.offline.templates.batched_matmul import k_checkable
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, _folded, split
 from maxkernel.clients.offline.templates.row_blocks import block_align, itemsize
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, branch_us, flops_us
+from maxkernel.tpu_tools.cost.jaxpr_ops import TRANSCENDENTAL
 from maxkernel.tpu_tools.problem.emit import (
     Program,
     body_lines,
@@ -47,9 +48,10 @@ PASS_ROWS = (64, 128, 256, 512, 1024, 2048)
 
 HEADER = '''"""Matmul with statistics over its rows (offline template `matmul_colstats`), generated from the reference's program.
 
-Kernel 1, grid (column blocks, row blocks, k-steps), rows and k "arbitrary": the f32 accumulator is
-zeroed on the first k-step; on the last it is rounded to the dot's dtype (as the reference rounds),
-stored once as y, and the block's sums over its rows of the reference's first statistics are added to
+Kernel 1, grid (column blocks, row blocks, k-steps), rows and k "arbitrary": the f32 accumulator
+starts as the first k-step's product (no zero fill); the last k-step adds its product, in the same branch
+as its dot (so this vector work overlaps the MXU's), rounds the sum to the dot's dtype (as the reference
+rounds), stores it once as y, and the block's sums over its rows of the reference's first statistics are added to
 f32 [N] outputs that stay resident across the row blocks (their index maps ignore the row axis). Each
 later pass, grid (column blocks, row blocks), re-reads y, recomputes the reference's own equations with
 the statistics known so far and sums the next ones the same way; the last pass stores the output. A
@@ -93,7 +95,7 @@ def _row_sum(v, left, ragged):
 
 KERNELS = '''
 
-def _matmul_kernel(lhs_ref, rhs_ref, *refs, sh, b0, bn, bk, k_total, m, ragged):
+def _matmul_kernel(lhs_ref, rhs_ref, *refs, sh, b0, bn, bk, k_total, m, ragged, nk):
     n_in = len(COL_INPUTS)
     in_refs, y_ref, stat_refs, acc_ref = refs[:n_in], refs[n_in], refs[n_in + 1 : -1], refs[-1]
     i, k = pl.program_id(1), pl.program_id(2)
@@ -103,25 +105,37 @@ def _matmul_kernel(lhs_ref, rhs_ref, *refs, sh, b0, bn, bk, k_total, m, ragged):
         for s_ref in stat_refs:
             s_ref[...] = jnp.zeros_like(s_ref)
 
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def _part():  # this k-step's partial product, [b0, bn] f32
+        lhs = lhs_ref[...]  # [b0, bk]
+        rhs = rhs_ref[...]  # ${rhs_what}
+        if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
+            left = k_total - k * bk
+            lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+            rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
+        return _mxu_dot(lhs, rhs, DIMS)
 
-    lhs = lhs_ref[...]  # [b0, bk]
-    rhs = rhs_ref[...]  # ${rhs_what}
-    if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
-        left = k_total - k * bk
-        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
-        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
-    acc_ref[...] += _mxu_dot(lhs, rhs, DIMS)
-
-    @pl.when(k == pl.num_programs(2) - 1)
-    def _store():
-        y = acc_ref[...].astype(y_ref.dtype)  # [b0, bn]: the dot's result as the reference rounds it
+    def _finish(acc):
+        y = acc.astype(y_ref.dtype)  # [b0, bn]: the dot's result as the reference rounds it
         y_ref[...] = y
         parts = _pass0(y, *(r[...] for r in in_refs), sh=sh, b0=b0, bn=bn, left=m - i * b0, ragged=ragged)
         for s_ref, part in zip(stat_refs, parts):
             s_ref[...] += part  # [bn] f32
+
+    if nk == 1:  # one k-step: the sum is the one partial product
+        _finish(_part())
+        return
+
+    @pl.when(k == 0)
+    def _first():  # the accumulator starts as the first partial product: no zero fill
+        acc_ref[...] = _part()
+
+    @pl.when((k > 0) & (k < nk - 1))
+    def _middle():
+        acc_ref[...] += _part()
+
+    @pl.when(k == nk - 1)
+    def _last():  # y and its sums share the last dot's block: the scheduler overlaps them with the MXU's work
+        _finish(acc_ref[...] + _part())
 
 
 def _pass_kernel(y_ref, *refs, fn, n_known, final, sh, b0, bn, m, ragged):
@@ -184,7 +198,8 @@ def workload(${args}):
 
     y, *stats = pl.pallas_call(
         functools.partial(
-            _matmul_kernel, sh=sh, b0=b0, bn=bn, bk=bk, k_total=k_total, m=m, ragged=m % b0 != 0
+            _matmul_kernel, sh=sh, b0=b0, bn=bn, bk=bk, k_total=k_total, m=m, ragged=m % b0 != 0,
+            nk=pl.cdiv(k_total, bk),
         ),
         out_shape=[jax.ShapeDtypeStruct((m, n), jnp.${y_dtype})]
         + [jax.ShapeDtypeStruct((n,), jnp.float32) for _ in range(N_STATS[0])],
@@ -232,6 +247,12 @@ def workload(${args}):
             compiler_params=pltpu.CompilerParams(
                 dimension_semantics=("parallel", "parallel" if final else "arbitrary"),
                 vmem_limit_bytes=VMEM_LIMIT_BYTES,
+            ),
+            # vector work only: without it an estimator may charge a pass a share of the program's matmul flops
+            cost_estimate=pl.CostEstimate(
+                flops=max(1, PASS_FLOPS[p - 1]) * m * n,
+                transcendentals=PASS_TRANSCENDENTALS[p - 1] * m * n,
+                bytes_accessed=m * n * (y.dtype.itemsize + (sum(jnp.dtype(d).itemsize for d in OUT_DTYPES) if final else 0)),
             ),
             interpret=False,
             name=f"offline_colstats_pass{p}",
@@ -413,6 +434,20 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         )
     if sym.unsolved:
         return None
+
+    def pass_ops(p: int, transcendental: set[str], only: bool) -> int:
+        """Pass p's work per y element: its elementwise equations on [b0, bn] values and the sums it makes
+        (each one op; `only`: the transcendental ones alone), for its pl.CostEstimate."""
+        made = {eqns[reduces[r]]["outputs"][0] for r in range(len(reduces)) if stat_level[r] == p + 1}
+        count = 0
+        for _, e in epi:
+            out = e["outputs"][0]
+            if e["primitive"] == "reduce_sum":
+                count += out in made and not only
+            elif level[out] <= p and kind[out] == "elem":
+                count += (e["primitive"] in transcendental) if only else 1
+        return count
+
     n_stats = [sum(1 for r in range(len(reduces)) if stat_level[r] == p + 1) for p in range(n_passes)]
     out_specs = program["out_specs"]
     passes = [f"_pass{p}" for p in range(1, n_passes + 1)]
@@ -428,6 +463,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         f"N_OUTPUTS = {len(out_specs)}\n"
         f"OUT_DTYPES = ({out_dtypes})  # each output's dtype\n"
         f"PASSES = ({', '.join(passes)}{',' if len(passes) == 1 else ''})  # the passes over y, the last stores\n"
+        f"PASS_FLOPS = {tuple(pass_ops(p, TRANSCENDENTAL, False) for p in range(1, n_passes + 1))}  # per y element\n"
+        f"PASS_TRANSCENDENTALS = {tuple(pass_ops(p, TRANSCENDENTAL, True) for p in range(1, n_passes + 1))}  # per y element\n"
     )
     source = HEADER + "\n\n" + "\n\n".join(fns) + "\n\n" + consts + KERNELS
     kind_dot = dot_kind(program, eqns[sp.dot])

@@ -45,9 +45,10 @@ _FIRST_VMEM = 48 * MiB  # this count is the compiler's within 1%: room under the
 
 SOURCE = '''"""Tiled matmul with a fused epilogue (offline template `matmul`), generated from the reference's program.
 
-Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed
-on the first k-step; on the last, the reference's own epilogue runs on it (rounded to the dot's output
-dtype, as the reference rounds) and each output block is written to HBM once. ${columns_note} The dot
+Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator starts as
+the first k-step's product (no zero fill); the last k-step adds its product to it and runs the reference's
+own epilogue on the sum (rounded to the dot's output dtype, as the reference rounds) in the same branch as
+its dot, so the epilogue's vector work overlaps the MXU's, and each output block is written to HBM once. ${columns_note} The dot
 runs as XLA runs the reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: M, K, N and every epilogue shape are read from the inputs when the kernel is traced
@@ -82,26 +83,38 @@ ${body}
     return ${outs}
 
 
-def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total):
+def _kernel(${refs}, acc_ref, *, sh, b0, bk, k_total, nk):
     k = pl.program_id(2)
 
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def _part():  # this k-step's partial product, [b0, bn] f32
+        lhs = lhs_ref[...]  # [b0, bk]
+        rhs = rhs_ref[...]  # ${rhs_what}
+        if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
+            left = k_total - k * bk
+            lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+            rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
+        return _mxu_dot(lhs, rhs, ${dims})
 
-    lhs = lhs_ref[...]  # [b0, bk]
-    rhs = rhs_ref[...]  # ${rhs_what}
-    if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
-        left = k_total - k * bk
-        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
-        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
-    acc_ref[...] += _mxu_dot(lhs, rhs, ${dims})
-
-    @pl.when(k == pl.num_programs(2) - 1)
-    def _store():
-        dot = acc_ref[...].astype(jnp.${dot_dtype})
+    def _finish(acc):  # the reference's epilogue on the f32 sum (rounded as the reference rounds), stored once
+        dot = acc.astype(jnp.${dot_dtype})
         outs = _epilogue(${epi_loads}, sh=sh, b0=b0, r0=pl.program_id(0) * b0)
 ${stores}
+
+    if nk == 1:  # one k-step: the sum is the one partial product
+        _finish(_part())
+        return
+
+    @pl.when(k == 0)
+    def _first():  # the accumulator starts as the first partial product: no zero fill
+        acc_ref[...] = _part()
+
+    @pl.when((k > 0) & (k < nk - 1))
+    def _middle():
+        acc_ref[...] += _part()
+
+    @pl.when(k == nk - 1)
+    def _last():  # the epilogue shares the last dot's block: the scheduler overlaps it with the MXU's work
+        _finish(acc_ref[...] + _part())
 
 
 def workload(${args}):
@@ -126,7 +139,7 @@ ${hoisted}
 
 ${maps}
     out = pl.pallas_call(
-        functools.partial(_kernel, sh=blk, b0=b0, bk=bk, k_total=k_total),
+        functools.partial(_kernel, sh=blk, b0=b0, bk=bk, k_total=k_total, nk=pl.cdiv(k_total, bk)),
         out_shape=[${out_shapes}],
         grid=(pl.cdiv(m, b0), pl.cdiv(n, bn), pl.cdiv(k_total, bk)),
         in_specs=[pl.BlockSpec((b0, bk), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],

@@ -47,9 +47,10 @@ IDENTITY = {"reduce_max": "-jnp.inf", "reduce_min": "jnp.inf", "reduce_sum": "0"
 
 SOURCE = '''"""Tiled matmul with a whole-row epilogue (offline template `matmul_rows`), generated from the reference's program.
 
-Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator is zeroed on
-the first k-step; on the last, the part of the reference's epilogue that one output block can finish runs
-on it (rounded to the dot's output dtype, as the reference rounds). ${passes} The dot runs as XLA runs the
+Grid (row blocks, column blocks, k-steps), k innermost and "arbitrary": the f32 accumulator starts as the
+first k-step's product (no zero fill); the last k-step adds its product and runs, in the same branch as its
+dot (the epilogue's vector work overlaps the MXU's), the part of the reference's epilogue that one output
+block can finish on the sum (rounded to the dot's output dtype, as the reference rounds). ${passes} The dot runs as XLA runs the
 reference's on a TPU (`_mxu_dot`: ${dot_note}).
 
 Shape-generic: M, K, N and every epilogue shape are read from the inputs when the kernel is traced
@@ -85,28 +86,40 @@ ${body}
     return ${outs}
 
 
-def _kernel(${refs}, acc_ref, *, sh, b0, bn, bk, k_total, n):
+def _kernel(${refs}, acc_ref, *, sh, b0, bn, bk, k_total, n, nk):
     k = pl.program_id(2)
 
-    @pl.when(k == 0)
-    def _init():
-        acc_ref[...] = jnp.zeros_like(acc_ref)
+    def _part():  # this k-step's partial product, [b0, bn] f32
+        lhs = lhs_ref[...]  # [b0, bk]
+        rhs = rhs_ref[...]  # ${rhs_what}
+        if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
+            left = k_total - k * bk
+            lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
+            rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
+        return _mxu_dot(lhs, rhs, ${dims})
 
-    lhs = lhs_ref[...]  # [b0, bk]
-    rhs = rhs_ref[...]  # ${rhs_what}
-    if k_total % bk:  # the last k-step runs past K: zero both operands there (garbage * 0 may be NaN)
-        left = k_total - k * bk
-        lhs = jnp.where(lax.broadcasted_iota(jnp.int32, lhs.shape, 1) < left, lhs, jnp.zeros_like(lhs))
-        rhs = jnp.where(lax.broadcasted_iota(jnp.int32, rhs.shape, ${rhs_k_axis}) < left, rhs, jnp.zeros_like(rhs))
-    acc_ref[...] += _mxu_dot(lhs, rhs, ${dims})
-
-    @pl.when(k == pl.num_programs(2) - 1)
-    def _store():
-        dot = acc_ref[...].astype(jnp.${dot_dtype})
+    def _finish(acc):  # what one output block can finish, on the f32 sum rounded as the reference rounds
+        dot = acc.astype(jnp.${dot_dtype})
         outs = _epilogue(
             ${epi_loads}, sh=sh, b0=b0, r0=pl.program_id(0) * b0, valid=n - pl.program_id(1) * bn, ragged=n % bn != 0
         )
 ${stores}
+
+    if nk == 1:  # one k-step: the sum is the one partial product
+        _finish(_part())
+        return
+
+    @pl.when(k == 0)
+    def _first():  # the accumulator starts as the first partial product: no zero fill
+        acc_ref[...] = _part()
+
+    @pl.when((k > 0) & (k < nk - 1))
+    def _middle():
+        acc_ref[...] += _part()
+
+    @pl.when(k == nk - 1)
+    def _last():  # the epilogue shares the last dot's block: the scheduler overlaps it with the MXU's work
+        _finish(acc_ref[...] + _part())
 
 
 def workload(${args}):
@@ -119,6 +132,7 @@ ${hoisted}
     bn = min(BLOCK_COLS, n)
     bk = min(BLOCK_K, k_total)
     nb = pl.cdiv(n, bn)  # column blocks: one partial statistic each
+    nk = pl.cdiv(k_total, bk)  # k-steps
     # the shapes the epilogue sees in one block: each input's N axis is the column block
     blk = tuple(tuple(bn if (a, d) in N_AXES else e for d, e in enumerate(s)) for a, s in enumerate(sh))
 
@@ -132,7 +146,7 @@ ${hoisted}
 
 ${maps}
     out = pl.pallas_call(
-        functools.partial(_kernel, sh=blk, b0=b0, bn=bn, bk=bk, k_total=k_total, n=n),
+        functools.partial(_kernel, sh=blk, b0=b0, bn=bn, bk=bk, k_total=k_total, n=n, nk=nk),
         out_shape=[${out_shapes}],
         grid=(pl.cdiv(m, b0), nb, pl.cdiv(k_total, bk)),
         in_specs=[pl.BlockSpec((b0, bk), lhs_map), pl.BlockSpec(${rhs_block}, rhs_map)${in_specs}],
@@ -495,8 +509,18 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
         idx = ", ".join("i" if (tiled and d == 0) else "j" if d == col else "0" for d in range(rank))
         idx = (idx + ("," if rank == 1 else "")) or "()"
         what = "row block i, column block j" if tiled else "column block j" if col is not None else "whole"
-        maps.append(f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n"
-                    f"    def {nm}_map(i, j, k):\n        return {idx}\n")  # fmt: skip
+        if idx == "i, j":  # an [M, N] input the epilogue reads on the last k-step only
+            maps.append(
+                f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}, fetched halfway through the block's\n"
+                "    # k-steps (the block before it until then), so that its DMA and the previous output block's\n"
+                "    # writeback do not fall on one step\n"
+                f"    def {nm}_map(i, j, k):\n"
+                "        flat = jnp.maximum(i * nb + j - (k < nk // 2).astype(jnp.int32), 0)\n"
+                "        return flat // nb, flat % nb\n"
+            )
+        else:
+            maps.append(f"    # {nm} is {tuple(s['shape'])} at {sym.sizes[0]}: {what}\n"
+                        f"    def {nm}_map(i, j, k):\n        return {idx}\n")  # fmt: skip
         dims = ["b0" if (tiled and d == 0) else "bn" if d == col else f"sh[{i}][{d}]" for d in range(rank)]
         in_specs.append(f", pl.BlockSpec({shape_source(dims)}, {nm}_map)")
     out_shapes, out_specs, stores, refs = [], [], [], []

@@ -23,7 +23,16 @@ def branch_us(elements: int, ops: int) -> float:
     return 0.5 * ops * elements / 1024 / CLOCK_HZ * 1e6
 
 
+# Bundles the f32 accumulator's load, add and store take per [8, 128] vreg on a k step, issued beside the
+# MXU's pushes: 35k's LLO at 1024 x 2048 tiles (2048 vregs) has 16616 bundles a middle k step at bk 2048
+# against the MXU's 16384, 16596 at 2048 x 1024; the k step of the kernel before 0a8848c, 4456 at bk 512
+# against 4096 (2048 a step, one vreg store a bundle, had been read off an older 8p schedule).
+ACC_BUNDLES_PER_VREG = 0.125
+
+
 def accumulator_us(steps: int, rows: int, cols: int) -> float:
-    """The f32 accumulator's load and store on every k step, one vreg store a bundle beside the MXU's
-    work (8p's LLO at 1024 x 2048 tiles: 6228 bundles a step at bk 512, 10365 at 1024: 2048 + MXU)."""
-    return steps * rows * cols * 4 / VREG_BYTES / CLOCK_HZ * 1e6
+    """The f32 accumulator's load and store on every k step: mostly hidden under a large tile's MXU work,
+    about a bundle per 8 vregs beside it (ACC_BUNDLES_PER_VREG). Counted as one vreg store a bundle it made
+    the smaller k blocks and the narrower tiles that stream the operands more often look cheaper: 31k's
+    first kernel took 1024 x 1024 tiles, reading x 8 times and the weight 16 times (memory-bound)."""
+    return steps * rows * cols * 4 / VREG_BYTES * ACC_BUNDLES_PER_VREG / CLOCK_HZ * 1e6
