@@ -593,7 +593,9 @@ class OfflineModel(Model):
 
 
 def _rest_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
-    """program_template for what follows a convolution (conv_split): no template is a ValueError there."""
+    """program_template for one stage of a program written in stages (what follows a convolution in
+    conv_split, a stage of a program cut at its batched contraction in staged): no template is a
+    ValueError there."""
     try:
         return program_template(program)
     except NoTemplateFits as e:
@@ -645,6 +647,15 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
                 return dataclasses.replace(t, source=wrap(t.source, twin)), target, dims
     sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
     plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
+    if not plan.tiled:  # one block would hold everything: a batched contraction inside is a stage of its own
+        from maxkernel.clients.offline.templates.staged import build as build_staged
+
+        try:
+            staged = build_staged(program, _rest_template)
+        except ValueError:
+            staged = None
+        if staged is not None:
+            return staged
     try:
         template = build(program, plan, found.kind, sym)
     except ValueError as e:
