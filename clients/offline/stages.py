@@ -108,8 +108,10 @@ def _moved(program: dict[str, Any], moves: Sequence[Move]) -> dict[str, Any]:
     }
 
 
-def _pivot_stage(program: Program, p: int, taken: set[str]) -> Stage:
-    """The contraction alone, its operands moved to [batch..., free, contracted] (the right one [N, K])."""
+def _pivot_stage(program: Program, p: int, taken: set[str], swap: bool = False) -> Stage:
+    """The contraction alone, its operands moved to [batch..., free, contracted] (the right one [N, K]);
+    `swap` writes it with its operands swapped, so its output is the dot's with the last two axes swapped
+    (a fresh name): the tail then reads rows that lie on a major axis, not on the lanes."""
     e = program["equations"][p]
     lhs, rhs = e["inputs"]
     lc, rc, lb, rb = _dims(e)
@@ -120,18 +122,35 @@ def _pivot_stage(program: Program, p: int, taken: set[str]) -> Stage:
         perm = (*b, *free, *c)
         if perm != tuple(range(nb + 2)):
             moves.append(Move(out=_fresh(taken, name), src=name, perm=perm))
-    sub = _moved(subprogram(program, [p], [lhs, rhs], e["outputs"]), moves)
+    operands = [rhs, lhs] if swap else [lhs, rhs]
+    sub = _moved(subprogram(program, [p], operands, e["outputs"]), moves)
     batch = tuple(range(nb))
     dn = str(((((nb + 1),), ((nb + 1),)), (batch, batch)))
-    sub["equations"] = [{**sub["equations"][0], "params": {**e["params"], "dimension_numbers": dn}}]
+    out = e["outputs"][0]
+    eqn = {**sub["equations"][0], "params": {**e["params"], "dimension_numbers": dn}}
+    if swap:
+        s = (*batch, nb + 1, nb)
+        out = _fresh(taken, out)
+        eqn = {
+            **eqn,
+            "inputs": eqn["inputs"][::-1],
+            "outputs": [out],
+            "out_specs": [_permute(eqn["out_specs"][0], s)],
+        }
+        eqn["inputs"] = [sub["input_names"][0], sub["input_names"][1]]
+        sub["outputs"] = [out]
+        sub["out_specs"] = [_permute(sub["out_specs"][0], s)]
+    sub["equations"] = [eqn]
     for v in sub["variants"].values():
-        if (
-            not v.get("mismatch")
-            and "0" in (v.get("params") or {})
-            and "dimension_numbers" in v["params"]["0"]
-        ):
+        if v.get("mismatch"):
+            continue
+        if "0" in (v.get("params") or {}) and "dimension_numbers" in v["params"]["0"]:
             v["params"] = {**v["params"], "0": {**v["params"]["0"], "dimension_numbers": dn}}
-    return Stage(role="pivot", program=sub, moves=tuple(moves), outputs=tuple(e["outputs"]))
+        if swap:
+            v["out_specs"] = [_permute(v["out_specs"][0], s)]
+            if "0" in (v.get("shapes") or {}):
+                v["shapes"] = {**v["shapes"], "0": [[v["shapes"]["0"][0][d] for d in s]]}
+    return Stage(role="pivot", program=sub, moves=tuple(moves), outputs=(out,))
 
 
 def _reads(program: Program, indices: Sequence[int]) -> list[str]:
@@ -192,8 +211,27 @@ def cut(program: Program) -> list[Stage] | None:
         head_out = [o for i in head_idx for o in eqns[i]["outputs"] if o in needed]
         sub, unit = with_unit_axes(subprogram(program, head_idx, _reads(program, head_idx), head_out))
         stages.append(Stage(role="head", program=sub, outputs=tuple(head_out), unit=unit))
-    stages.append(_pivot_stage(program, p, taken))
+    pivot_out = eqns[p]["outputs"][0]
     tail_out = [o for o in outputs if made_by[o] in rest]
-    if tail_out:
-        stages.append(_tail_stage(program, rest, tail_out))
+    tail = _tail_stage(program, rest, tail_out) if tail_out else None
+    last = _rank(program, pivot_out) - 1
+    rows_on_lanes = [m for m in (tail.moves if tail else ()) if m.src == pivot_out and m.perm[0] == last]
+    if (
+        rows_on_lanes
+        and pivot_out not in outputs
+        and len(rows_on_lanes) == len([m for m in tail.moves if m.src == pivot_out])
+        and pivot_out not in tail.program["input_names"]
+    ):
+        piv = _pivot_stage(program, p, taken, swap=True)
+        s = (*range(last - 1), last, last - 1)
+        moves = tuple(
+            Move(out=m.out, src=piv.outputs[0], perm=tuple(s[d] for d in m.perm)) if m.src == pivot_out else m
+            for m in tail.moves
+        )
+        tail = Stage(role="tail", program=tail.program, moves=moves, outputs=tail.outputs, unit=tail.unit)
+    else:
+        piv = _pivot_stage(program, p, taken)
+    stages.append(piv)
+    if tail is not None:
+        stages.append(tail)
     return stages
