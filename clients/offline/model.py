@@ -602,6 +602,11 @@ def _rest_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, in
         raise ValueError(str(e)) from None
 
 
+def _one_block(template: Template) -> bool:
+    """Whether the template is the fused program in one grid step (its rows not tiled)."""
+    return dict(template.tunables) == {"block_rows": (1,)}
+
+
 def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
     """(the template, the target size's name, its dims) for a traced program: its class picks the
     template, its shapes at the target size size it. NoTemplateFits when no template fits."""
@@ -647,7 +652,13 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
                 return dataclasses.replace(t, source=wrap(t.source, twin)), target, dims
     sym = Symbolic(program)  # the kernel is written for the target size, from shapes read at trace time
     plan = analyse(program_at(program, sym.target))  # which axes tile: decided at the target
-    if not plan.tiled:  # one block would hold everything: a batched contraction inside is a stage of its own
+    try:
+        template = build(program, plan, found.kind, sym)
+    except ValueError as e:
+        template, miss = None, e
+    if not plan.tiled and (template is None or _one_block(template)):
+        # rows mix and no structured template took it: cut at a batched contraction (stages.py) when
+        # there is one, rather than one block holding everything (17p: VMEM exhausted at full)
         from maxkernel.clients.offline.templates.staged import build as build_staged
 
         try:
@@ -656,8 +667,6 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             staged = None
         if staged is not None:
             return staged
-    try:
-        template = build(program, plan, found.kind, sym)
-    except ValueError as e:
-        raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
+    if template is None:
+        raise NoTemplateFits(f"offline model: no template fits this reference ({miss})") from None
     return template, sym.target, {"R": plan.rows}
