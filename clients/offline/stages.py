@@ -133,11 +133,10 @@ def _pivot_stage(program: Program, p: int, taken: set[str], swap: bool = False) 
         out = _fresh(taken, out)
         eqn = {
             **eqn,
-            "inputs": eqn["inputs"][::-1],
+            "inputs": eqn["inputs"][::-1],  # the moved right operand first, as the program reads them
             "outputs": [out],
             "out_specs": [_permute(eqn["out_specs"][0], s)],
         }
-        eqn["inputs"] = [sub["input_names"][0], sub["input_names"][1]]
         sub["outputs"] = [out]
         sub["out_specs"] = [_permute(sub["out_specs"][0], s)]
     sub["equations"] = [eqn]
@@ -186,7 +185,7 @@ def _tail_stage(program: Program, indices: list[int], outputs: Sequence[str]) ->
 
 def cut(program: Program) -> list[Stage] | None:
     """The program as its head, pivot and tail stages (a stage with no equations left out), or None when
-    it has no pivot or the pivot's operands are made from nothing but layout ops on inputs."""
+    it has no pivot or returns an input as it is."""
     p = pivot(program)
     if p is None:
         return None

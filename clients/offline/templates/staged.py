@@ -223,6 +223,8 @@ def build(program: Program, stage_template) -> tuple[Template, str, dict[str, in
             args = [next((m.src for m in st.moves if m.out == a), a) for a in args]
             moves = []
         moves = [m for m in moves if m.out not in folded_src]
+        if dict(t.tunables) == {"block_rows": (1,)}:  # no better than the whole program in one block
+            raise ValueError(f"stage {k} ({st.role}) would be one untiled block too")
         if target not in (None, at):
             raise ValueError(f"its stages target different sizes ({target}, {at})")
         target = at

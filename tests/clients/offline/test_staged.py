@@ -102,6 +102,14 @@ def test_a_batched_matmul_of_two_inputs_is_not_cut(tmp_path):
     assert cut(describe(str(path)).model_dump(mode="json")) is None
 
 
+def test_a_cut_with_a_stage_that_is_one_block_too_is_not_taken():
+    """6p (paged attention) has a batched contraction of gathered pages, but its head gathers from the
+    whole cache: one untiled block either way, so the program keeps its own template."""
+    program = describe(str(TASKS / "6p_Paged_Attention.py")).model_dump(mode="json")
+    assert cut(program) is not None
+    assert program_template(program)[0].name != "staged"
+
+
 def test_17p_is_three_kernels_that_match_the_reference_and_swapped_operands_do_not(program, tmp_path):
     template, target, _ = program_template(program)
     assert template.name == "staged" and target == "full"
