@@ -593,11 +593,18 @@ class OfflineModel(Model):
 
 
 def _rest_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
-    """program_template for what follows a convolution (conv_split): no template is a ValueError there."""
+    """program_template for one stage of a program written in stages (what follows a convolution in
+    conv_split, a stage of a program cut at its batched contraction in staged): no template is a
+    ValueError there."""
     try:
         return program_template(program)
     except NoTemplateFits as e:
         raise ValueError(str(e)) from None
+
+
+def _one_block(template: Template) -> bool:
+    """Whether the template is the fused program in one grid step (its rows not tiled)."""
+    return dict(template.tunables) == {"block_rows": (1,)}
 
 
 def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:
@@ -648,5 +655,18 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
     try:
         template = build(program, plan, found.kind, sym)
     except ValueError as e:
-        raise NoTemplateFits(f"offline model: no template fits this reference ({e})") from None
+        template, miss = None, e
+    if not plan.tiled and (template is None or _one_block(template)):
+        # rows mix and no structured template took it: cut at a batched contraction (stages.py) when
+        # there is one, rather than one block holding everything (17p: VMEM exhausted at full)
+        from maxkernel.clients.offline.templates.staged import build as build_staged
+
+        try:
+            staged = build_staged(program, _rest_template)
+        except ValueError:
+            staged = None
+        if staged is not None:
+            return staged
+    if template is None:
+        raise NoTemplateFits(f"offline model: no template fits this reference ({miss})") from None
     return template, sym.target, {"R": plan.rows}

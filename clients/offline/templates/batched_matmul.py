@@ -127,17 +127,24 @@ DEEP = (*WIDE, 4096)
 PASS = {"convert_element_type"}
 
 
+TALL = (
+    *BLOCKS,
+    2048,
+)  # m: a whole 1536-row operand per block reads the right one once (17p's contraction: twice at 1024)
+
+
 def block_problems(
     c: Mapping[str, Any],
     d: Mapping[str, int],
     wide: tuple[int, ...] = BLOCKS,
     deep: tuple[int, ...] | None = None,
+    tall: tuple[int, ...] = BLOCKS,
 ) -> list[str]:
-    """Why a (block_m, block_n, block_k) config is illegal: an m block not in BLOCKS, n not in `wide`, k
+    """Why a (block_m, block_n, block_k) config is illegal: an m block not in `tall`, n not in `wide`, k
     not in `deep` (None: `wide`)."""
     return [
         f"{k}={c[k]} is not one of {list(allowed)}"
-        for k, allowed in (("block_m", BLOCKS), ("block_n", wide), ("block_k", deep or wide))
+        for k, allowed in (("block_m", tall), ("block_n", wide), ("block_k", deep or wide))
         if c[k] not in allowed
     ]
 
@@ -156,11 +163,13 @@ def first_proposal(
     limit: int = 40 * MiB,
     k: int = 0,
     deep: tuple[int, ...] | None = None,
+    tall: tuple[int, ...] = BLOCKS,
 ) -> dict[str, int]:
     """The cheapest (block_m, block_n, block_k) by `cost` at the target whose VMEM count stays under
     `limit` (40 MiB: an upper bound's rule, under every chip's kernel limit of 48 MiB or more; a count
-    that is the compiler's own may take 48); n blocks from `wide`, k blocks from `deep` (None: `wide`)."""
-    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in BLOCKS for b in wide for c in deep or wide]
+    that is the compiler's own may take 48); m blocks from `tall`, n from `wide`, k from `deep` (None:
+    `wide`)."""
+    configs = [{"block_m": a, "block_n": b, "block_k": c} for a in tall for b in wide for c in deep or wide]
     fitting = [c for c in configs if vmem(c, {}) <= limit and k_checkable(c["block_k"], k)] or configs[:1]
     return min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
 
@@ -231,14 +240,14 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         return max(compute, hbm / 1.6e12 * 1e6) + 0.35 * steps + (1e6 if vmem(c, d) > 48 * MiB else 0.0)
 
     # 512 blocks streamed 14p's activations 28 times at full (0.45x); 1024-wide n blocks still 14 times
-    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t, DEEP)
+    first = first_proposal(vmem, cost, WIDE, 48 * MiB, k_t, DEEP, TALL)
     return Template(
         name="batched_matmul",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_m": BLOCKS, "block_n": WIDE, "block_k": DEEP},
+        tunables={"block_m": TALL, "block_n": WIDE, "block_k": DEEP},
         dims_of=lambda sizes: {"B": b_t, "M": m_t, "K": k_t, "N": n_t},
-        problems=lambda c, d: block_problems(c, d, WIDE, DEEP),
+        problems=lambda c, d: block_problems(c, d, WIDE, DEEP, TALL),
         vmem_bytes=vmem,
         cost_us=cost,
         initial=first,

@@ -12,8 +12,6 @@ so the tail's mean divisor is its input's H' * W', not the conv's literal (H - 2
 
 from __future__ import annotations
 
-import ast
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from string import Template as _StrTemplate
@@ -23,6 +21,7 @@ from maxkernel.clients.offline.subprogram import subprogram, with_unit_axes
 from maxkernel.clients.offline.templates.base import Template
 from maxkernel.clients.offline.templates.op_families import CONV, LAYOUT, core_of
 from maxkernel.clients.offline.templates.row_blocks import itemsize
+from maxkernel.clients.offline.templates.staging import stage as _stage
 from maxkernel.clients.offline.templates.window import build as build_window
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, operand
 
@@ -176,43 +175,6 @@ def _returns(n_out: int, unit: Sequence[int], args: str) -> str:
     outs = [f"{o}.reshape({o}.shape[:-2])" if k in unit else o for k, o in enumerate(outs)]
     body = outs[0] if n_out == 1 else "(" + ", ".join(outs) + ")"
     return f"out = tail_workload({args})  # trailing unit axes: free blocks along N\n    return {body}"
-
-
-def _top_level(text: str) -> list[str]:
-    """Names a module body defines at top level (constants, functions), placeholders read as 0."""
-    tree = ast.parse(re.sub(r"\$\{\w+\}", "0", text))
-    out = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            out.append(node.name)
-        elif isinstance(node, ast.Assign):
-            out += [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            out.append(node.target.id)
-    return out
-
-
-def _stage(template: Template, prefix: str, keys: Mapping[str, str]) -> tuple[str, list[str]]:
-    """(the stage's body below its config marker, its import lines): fixed parameters filled, tunables
-    renamed by `keys`, every top-level name prefixed so two stages share one module."""
-    text = _StrTemplate(template.source).safe_substitute(template.fixed("program"))
-    for old, new in keys.items():
-        text = text.replace("${" + old + "}", "${" + new + "}")
-    marker = "${config_marker}${config_json}\n"
-    if marker not in text:
-        raise ValueError(f"the {template.name} template has no config marker line")
-    head, body = text.split(marker, 1)
-    imports = [ln for ln in head.splitlines() if ln.startswith(("import ", "from "))]
-    for name in _top_level(body):
-        new = (
-            f"{prefix.upper()}_{name}"
-            if name.isupper()
-            else f"_{prefix}{name}"
-            if name[0] == "_"
-            else f"{prefix}_{name}"
-        )
-        body = re.sub(rf"(?<![\w.{{]){re.escape(name)}(?!\w)", new, body)
-    return body, imports
 
 
 def compose(conv: Template, tail: Template, found: Split, program: Program, target: str) -> Template:

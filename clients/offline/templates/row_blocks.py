@@ -71,11 +71,21 @@ def legal_blocks(program: Program, plans: Sequence[RowPlan], sym: Symbolic) -> l
     """Per grid axis, the block sizes that are legal at the target: multiples of every blocked array's
     alignment along it (a block at or past the dim clamps to the whole dim, which is always legal)."""
     at = sym.at(sym.target)
+    layout = program.get("layout") or {}  # folded layout moves (fused.layout_of): the arrays' own axes
+    in_perms = {n: tuple(p) for n, p in (layout.get("inputs") or {}).items()}
+    out_perms = {int(k): tuple(p) for k, p in (layout.get("outputs") or {}).items()}
     out = []
     for p in plans:
         n = at["out_specs"][0]["shape"][p.out_axis]
-        arrays = [(s, a) for s, a in zip(at["inputs"], p.input_axes, strict=True) if a is not None]
-        arrays += [(s, p.out_axis) for s in at["out_specs"]]
+        arrays = [
+            (s, in_perms[name][a] if name in in_perms else a)
+            for name, s, a in zip(program["input_names"], at["inputs"], p.input_axes, strict=True)
+            if a is not None
+        ]
+        arrays += [
+            (s, out_perms[k].index(p.out_axis) if k in out_perms else p.out_axis)
+            for k, s in enumerate(at["out_specs"])
+        ]
         align = max(block_align(len(s["shape"]), a, s["dtype"]) for s, a in arrays)
         top = max(align, 1 << max(n - 1, 0).bit_length())
         out.append(tuple(b for b in (1 << j for j in range(top.bit_length())) if b % align == 0))

@@ -101,8 +101,8 @@ def test_14p_first_blocks_reach_the_ridge_and_keep_k_steps_a_check_size_repeats(
     narrower = streamed | {"block_n": 1024}  # the 1024-cube the template had: 0.92x the expert
     assert t.cost_us(streamed, {}) < t.cost_us(narrower, {})
     assert not k_checkable(2048, 4096) and k_checkable(1024, 4096) and k_checkable(4096, 4096)
-    assert t.problems({"block_m": 2048, "block_n": 4096, "block_k": 8192}, {}) == [
-        "block_m=2048 is not one of [128, 256, 512, 1024]",
+    assert t.problems({"block_m": 4096, "block_n": 4096, "block_k": 8192}, {}) == [
+        "block_m=4096 is not one of [128, 256, 512, 1024, 2048]",
         f"block_n=4096 is not one of {list(WIDE)}",
         f"block_k=8192 is not one of {[*WIDE, 4096]}",
     ]

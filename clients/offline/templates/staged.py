@@ -1,0 +1,232 @@
+"""A program cut at its batched contraction (clients/offline/stages.py): one kernel per stage, in one module.
+
+Each stage (the projections that make the contraction's operands, the contraction, what follows it) is
+written by the template its own class picks (model.py's `program_template`, passed in by the caller: no
+import back up); the glue is plain JAX: a stage's call, the layout moves the next stage reads its values
+through (a transpose to `[batch, M, K]` before the contraction, back to rows after it), the next call.
+Tunables are every stage's, renamed `block_s<k>_*`; each kernel is checked by its own rules, VMEM is the
+largest stage's, cost the stages' sum plus one HBM read and write per moved value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from string import Template as _StrTemplate
+from typing import Any
+
+from maxkernel.clients.offline.stages import Move, Stage, cut
+from maxkernel.clients.offline.templates.base import Template
+from maxkernel.clients.offline.templates.fused import FOLDED
+from maxkernel.clients.offline.templates.op_families import LAYOUT
+from maxkernel.clients.offline.templates.row_blocks import itemsize
+from maxkernel.clients.offline.templates.staging import stage as stage_body
+from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program
+
+HBM_BYTES_PER_US = 1.6e6  # v6e's ~1.6 TB/s: what a layout move between kernels costs, read and write
+
+HEADER = '''"""A program in ${n} stages (offline template `staged`), written from the reference's traced program.
+
+${stages}
+Values between stages go to HBM (they would whatever wrote them: the contraction needs all of both
+operands for every output block); the glue moves their layout in plain JAX where the next kernel reads
+them otherwise. Shape-generic: each kernel reads its shapes from its inputs when traced; block sizes
+were chosen for the target size (${target}).
+"""
+
+${imports}
+
+${config_marker}${config_json}
+'''
+
+
+def _keys(k: int, tunables: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        t: f"block_s{k}_{t.removeprefix('block_')}" if t.startswith("block") else f"s{k}_{t}"
+        for t in tunables
+    }
+
+
+@dataclass(frozen=True)
+class Written:
+    """A stage as the module writes it: its template, dims, and which of the cut's layout moves the glue
+    still does (the others are folded into a kernel's BlockSpecs: fused.layout_of)."""
+
+    stage: Stage
+    template: Template
+    dims: dict[str, int]
+    moves: tuple[Move, ...]  # done by the glue before the stage
+    args: tuple[str, ...]  # the glue's values the stage is called with
+    outputs: tuple[str, ...]  # the glue's names for what it returns
+
+
+def _call(k: int, w: Written) -> str:
+    """The glue's lines for stage `k`: its moves, its call, its outputs' unit axes dropped."""
+    st = w.stage
+    lines = [
+        f"    {m.out} = jnp.transpose({m.src}, {m.perm})  # layout move: the {st.role} kernel's blocks\n"
+        for m in w.moves
+    ]
+    outs = list(w.outputs)
+    got = [f"{o}_u" if i in st.unit else o for i, o in enumerate(outs)]
+    lhs = got[0] if len(got) == 1 else ", ".join(got)
+    lines.append(f"    {lhs} = s{k}_workload({', '.join(w.args)})  # the {st.role} kernel\n")
+    lines += [f"    {outs[i]} = {got[i]}.reshape({got[i]}.shape[:-2])\n" for i in st.unit]
+    return "".join(lines)
+
+
+def _about(k: int, st: Stage, t: Template) -> str:
+    ops = sorted({e["primitive"] for e in st.program["equations"]} - ELEMENTWISE - LAYOUT) or ["elementwise"]
+    return f"Stage {k}, the {st.role} (`{t.name}` template: {', '.join(ops)}) -> {', '.join(st.outputs)}."
+
+
+def _move_us(w: Written, target: str) -> float:
+    """One HBM read and write of each value the glue moves before the stage, at the target size."""
+    program = w.stage.program
+    specs = (program.get("variants") or {}).get(target, {}).get("inputs") or program["inputs"]
+    names = program["input_names"]
+    moved = {m.out for m in w.moves}
+    return sum(
+        2 * math.prod(s["shape"]) * itemsize(s["dtype"]) / HBM_BYTES_PER_US
+        for n, s in zip(names, specs, strict=True)
+        if n in moved
+    )
+
+
+def compose(program: Program, written: Sequence[Written], target: str) -> Template:
+    """One template of every stage (see the module docstring)."""
+    stages = [w.stage for w in written]
+    built = [(w.template, w.dims) for w in written]
+    keys = [_keys(k, t.tunables) for k, (t, _) in enumerate(built, 1)]
+    bodies, imports = [], ["import jax.numpy as jnp"]
+    for k, (t, _) in enumerate(built, 1):
+        body, more = stage_body(t, f"s{k}", keys[k - 1])
+        bodies.append(body)
+        imports += more
+    outs = list(program["outputs"])
+    glue = (
+        f"\n\ndef workload({', '.join(program['input_names'])}):\n"
+        '    """The reference\'s signature: each stage\'s kernel in turn, layout moves between them."""\n'
+        + "".join(_call(k, w) for k, w in enumerate(written, 1))
+        + f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}\n"
+    )
+    fill = {
+        "n": str(len(stages)),
+        "stages": "\n".join(
+            _about(k, st, t) for k, (st, (t, _)) in enumerate(zip(stages, built, strict=True), 1)
+        ),
+        "target": target,
+        "imports": "\n".join(dict.fromkeys(imports)),
+    }
+    source = _StrTemplate(HEADER).safe_substitute(fill) + "".join(bodies) + glue
+    moves_us = sum(_move_us(w, target) for w in written)
+
+    def parts(c: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{t: c[new] for t, new in ks.items() if new in c} for ks in keys]
+
+    def each(
+        fn: Callable[[Template, dict[str, Any], dict[str, int]], Any], c: Mapping[str, Any]
+    ) -> list[Any]:
+        return [fn(t, part, dims) for (t, dims), part in zip(built, parts(c), strict=True)]
+
+    tunables, initial, constraints = {}, {}, []
+    for k, ((t, _), ks) in enumerate(zip(built, keys, strict=True), 1):
+        tunables.update({ks[n]: v for n, v in t.tunables.items()})
+        initial.update({ks[n]: v for n, v in t.initial.items()})
+        constraints += [f"stage {k}: {c}" for c in t.constraints]
+    return Template(
+        name="staged",
+        operators=("program",),
+        source=source,
+        tunables=tunables,
+        dims_of=built[0][0].dims_of,
+        problems=lambda c, d: [
+            f"stage {k}: {p}"
+            for k, ps in enumerate(each(lambda t, a, dd: t.problems(a, dd), c), 1)
+            for p in ps
+        ],
+        vmem_bytes=lambda c, d: max(each(lambda t, a, dd: t.vmem_bytes(a, dd), c)),
+        cost_us=lambda c, d: sum(each(lambda t, a, dd: t.cost_us(a, dd), c)) + moves_us,
+        initial=initial,
+        fixed=lambda op: {},
+        constraints=tuple(constraints),
+        grid_axes=lambda c: [
+            f"s{k}_{a}"
+            for k, ((t, _), a_) in enumerate(zip(built, parts(c), strict=True), 1)
+            for a in t.grid_axes(a_)
+        ],
+        semantics=lambda c: [s for (t, _), a in zip(built, parts(c), strict=True) for s in t.semantics(a)],
+    )
+
+
+def _folded(t: Template) -> bool:
+    """Whether the stage's template wrote the layout its program asked for (only the fused row template
+    reads `layout`; any other that serves the stage leaves the moves to the glue)."""
+    try:
+        return FOLDED in t.render(t.initial, "program")
+    except ValueError:
+        return False
+
+
+def _write(
+    stage: Stage, stage_template, layout: dict[str, Any]
+) -> tuple[Template, str, dict[str, int], bool]:
+    """(template, target, dims, whether `layout` was folded in) of one stage; without the layout when the
+    template that serves the stage cannot fold it."""
+    if any(layout.values()):
+        try:
+            t, at, dims = stage_template({**stage.program, "layout": layout})
+        except ValueError:
+            t = None
+        if t is not None and _folded(t):
+            return t, at, dims, True
+    t, at, dims = stage_template(stage.program)
+    return t, at, dims, False
+
+
+def build(program: Program, stage_template) -> tuple[Template, str, dict[str, int]] | None:
+    """(the template, its target size, its dims) of a program cut at its batched contraction; None when
+    it has none; ValueError when a stage has no template. `stage_template(program)` writes one stage
+    (ValueError when none fits). A layout move is folded into the kernel on either side of it where that
+    kernel's template can read or write the moved layout (the glue does it otherwise)."""
+    stages = cut(program)
+    if stages is None:
+        return None
+    by_role = {s.role: s for s in stages}
+    pivot = by_role["pivot"]
+    later = {a for s in stages if s.role == "tail" for a in s.program["input_names"]} | set(
+        program["outputs"]
+    )
+    written, target, folded_src = [], None, {}
+    for k, st in enumerate(stages, 1):
+        moves, args, outs = list(st.moves), list(st.program["input_names"]), list(st.outputs)
+        layout: dict[str, Any] = {"inputs": {}, "outputs": {}}
+        if st.role == "head":  # the pivot's moves of its outputs: written moved by the head's kernel
+            for m in pivot.moves:
+                i = outs.index(m.src) if m.src in outs else -1
+                if i >= 0 and i not in st.unit and m.src not in later:
+                    layout["outputs"][i] = list(m.perm)
+        if st.role == "tail":  # its moves of the pivot's output: read through its BlockSpecs
+            for m in st.moves:
+                layout["inputs"][m.out] = list(m.perm)
+        try:
+            t, at, dims, folded = _write(st, stage_template, layout)
+        except ValueError as e:
+            raise ValueError(f"stage {k} ({st.role}): {e}") from None
+        if folded and st.role == "head":
+            for i, perm in layout["outputs"].items():
+                m = next(m for m in pivot.moves if m.src == outs[i] and list(m.perm) == perm)
+                folded_src[m.out] = True
+                outs[i] = m.out
+        if folded and st.role == "tail":
+            args = [next((m.src for m in st.moves if m.out == a), a) for a in args]
+            moves = []
+        moves = [m for m in moves if m.out not in folded_src]
+        if dict(t.tunables) == {"block_rows": (1,)}:  # no better than the whole program in one block
+            raise ValueError(f"stage {k} ({st.role}) would be one untiled block too")
+        if target not in (None, at):
+            raise ValueError(f"its stages target different sizes ({target}, {at})")
+        target = at
+        written.append(Written(st, t, dims, tuple(moves), tuple(args), tuple(outs)))
+    return compose(program, written, target), target, written[0].dims
