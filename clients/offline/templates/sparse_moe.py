@@ -1,0 +1,307 @@
+"""A dense top-k mixture of experts written sparsely: route, sort by expert, two grouped matmuls, combine.
+
+clients/offline/dense_moe.py proves the program is a dense top-k mixture (every expert on every token,
+weights a one-hot of top_k's indices times values) and finds its parts. This writes what an expert
+writes instead: the reference's own routing equations in plain JAX (logits, top_k, its weights), the
+(token, choice) pairs sorted by expert, the tokens gathered in that order, a grouped matmul over the
+expert weights of the first layer (gate and up together: one row tile read once for both, the
+reference's epilogue equations, SwiGLU's silu(g) * u, run on the tile before one store), a grouped matmul
+over the down weights, and the combine in the reference's dtype (f32): each token's chosen experts'
+outputs, back in token order, times the reference's own weights at those experts. The expert work is
+top_k/N of the dense reference's (10p: a quarter).
+
+The grouped matmuls are grouped_matmul.py's scheme (row tiles paired with the groups that overlap them,
+counted at run time, rows outside a pair's group masked), here with one or two weights per kernel and an
+epilogue. Their block indices come from the routing, which no static estimate can know: every block is
+charged a fetch each step, so the cost model (and the blocks it picks) is that of a K-tiled matmul whose
+operands all stream, at row and column blocks large enough to keep the MXU ahead of HBM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from maxkernel.clients.offline.dense_moe import DenseMoE, NotDenseMoE, recognise
+from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.subprogram import subprogram
+from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.grouped_matmul import PAIRS_SOURCE
+from maxkernel.tpu_tools.problem.emit import Program, body_lines
+
+SOURCE = '''"""Sparse top-k mixture of experts (offline template `sparse_moe`), from the reference's traced program.
+
+The reference runs every expert on every token and combines with weights that are a one-hot of top_k's
+indices times values: a token's terms for experts it did not choose are exact zeros. This computes only
+the chosen ones: the reference's routing equations, the (token, choice) pairs sorted by expert, `_gmm`
+over the first expert weights with the reference's epilogue on each tile (`_expert_epilogue`), `_gmm`
+over the down weights, and the combine in the reference's dtype with the reference's weights.
+
+`_gmm` pairs every row tile with each group (expert) that overlaps it (the pairs come from the group
+sizes, outside the kernel, and are prefetched to SMEM), walks the grid (N blocks, pairs, K blocks),
+masks a pair's result rows outside its group to zero and runs the epilogue on a row tile's f32
+accumulators once, after its last pair. Blocks chosen for the target (${target}); they clamp to smaller
+inputs, and a K block that does not divide K becomes the whole K.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+${config_marker}${config_json}
+BLOCK_M = ${block_m}
+BLOCK_N = ${block_n}  # the first layer's (gate/up) columns
+BLOCK_K = ${block_k}
+BLOCK_N_DOWN = ${block_n_down}
+BLOCK_K_DOWN = ${block_k_down}
+VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+NUM_EXPERTS = ${num_experts}
+
+
+${pairs}
+
+def _expert_epilogue(${epi_args}):
+    """The reference's own equations from the first expert matmuls to the down matmul's operand, on a tile
+    (each matmul's f32 accumulator rounded to its dtype first, as the reference rounds it)."""
+${epi_body}
+    return ${epi_out}
+
+
+def _round_down(acc):
+    return acc.astype(jnp.${down_dtype})
+
+
+def _kernel(tile_ref, group_ref, real_ref, starts_ref, ends_ref, lhs_ref, *refs, n_rhs, bm, rhs_nk, epilogue):
+    rhs_refs, o_ref, acc_refs = refs[:n_rhs], refs[n_rhs], refs[n_rhs + 1 :]
+    w, kk = pl.program_id(1), pl.program_id(2)
+    nw, nk = pl.num_programs(1), pl.num_programs(2)
+    tile, g = tile_ref[w], group_ref[w]
+    first = jnp.logical_or(w == 0, tile_ref[jnp.maximum(w - 1, 0)] != tile)
+    last = jnp.logical_or(w == nw - 1, tile_ref[jnp.minimum(w + 1, nw - 1)] != tile)
+
+    @pl.when(jnp.logical_and(first, kk == 0))
+    def _init():
+        for acc_ref in acc_refs:
+            acc_ref[...] = jnp.zeros_like(acc_ref)
+
+    @pl.when(real_ref[w] == 1)
+    def _accumulate():
+        lhs = lhs_ref[...]  # [bm, bk]
+        rows = tile * bm + lax.broadcasted_iota(jnp.int32, acc_refs[0].shape, 0)
+        keep = jnp.logical_and(rows >= starts_ref[g], rows < ends_ref[g])  # this pair's group's rows
+        dims = (((1,), (1,)), ((), ())) if rhs_nk else (((1,), (0,)), ((), ()))
+        for rhs_ref, acc_ref in zip(rhs_refs, acc_refs):
+            part = lax.dot_general(lhs, rhs_ref[...], dims, preferred_element_type=jnp.float32)  # [bm, bn]
+            acc_ref[...] += jnp.where(keep, part, 0.0)  # a select: rows of other groups (or past M) add 0
+
+    @pl.when(jnp.logical_and(last, kk == nk - 1))
+    def _store():
+        o_ref[...] = epilogue(*(acc_ref[...] for acc_ref in acc_refs)).astype(o_ref.dtype)
+
+
+def _gmm(lhs, rhs, group_sizes, out_dtype, epilogue, *, rhs_nk, block_n, block_k):
+    """epilogue(lhs [M, K] @ w[group of the row] for w in rhs ([G, K, N], or [G, N, K] when rhs_nk))."""
+    m, k_total = lhs.shape
+    n = rhs[0].shape[1] if rhs_nk else rhs[0].shape[2]
+    bm, bn, bk = min(BLOCK_M, m), min(block_n, n), min(block_k, k_total)
+    bk = bk if k_total % bk == 0 else k_total
+    tile, group, real, starts, ends = _pairs(group_sizes, m, bm)
+
+    def lhs_map(j, w, kk, tile, group, real, starts, ends):
+        return tile[w], kk  # the pair's row tile, K block kk
+
+    def rhs_map(j, w, kk, tile, group, real, starts, ends):
+        return (group[w], j, kk) if rhs_nk else (group[w], kk, j)  # the pair's expert
+
+    def o_map(j, w, kk, tile, group, real, starts, ends):
+        return tile[w], j
+
+    sq = pl.Squeezed()
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=5,
+        grid=(pl.cdiv(n, bn), jnp.sum(real), k_total // bk),  # only the real pairs: a run-time count
+        in_specs=[pl.BlockSpec((bm, bk), lhs_map)]
+        + [pl.BlockSpec((sq, bn, bk) if rhs_nk else (sq, bk, bn), rhs_map) for _ in rhs],
+        out_specs=pl.BlockSpec((bm, bn), o_map),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32) for _ in rhs],
+    )
+    return pl.pallas_call(
+        functools.partial(_kernel, n_rhs=len(rhs), bm=bm, rhs_nk=rhs_nk, epilogue=epilogue),
+        out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
+        grid_spec=grid_spec,
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "arbitrary", "arbitrary"),
+            vmem_limit_bytes=VMEM_LIMIT_BYTES,
+        ),
+        interpret=False,
+        name="offline_sparse_moe",
+    )(tile, group, real, starts, ends, lhs, *rhs)
+
+
+def _sort_by_expert(indices):
+    """(order, group sizes): the flat (token, choice) pairs sorted by expert, stably."""
+    flat = indices.reshape(-1).astype(jnp.int32)
+    order = jnp.argsort(flat, stable=True).astype(jnp.int32)
+    experts = jnp.arange(NUM_EXPERTS, dtype=jnp.int32)
+    sizes = jnp.sum((flat[:, None] == experts[None, :]).astype(jnp.int32), axis=0)
+    return order, sizes
+
+
+def workload(${args}):
+    sh = (${shapes})  # every input's shape: the routing's shapes are written from these
+${router}
+    x = ${x}.reshape(-1, ${x}.shape[-1])  # [T, E]
+    t, k = x.shape[0], ${indices}.shape[-1]
+    order, sizes = _sort_by_expert(${indices})
+    xs = jnp.take(x, order // k, axis=0)  # [T*K, E]: each pair's token, grouped by expert
+    h = _gmm(xs, (${first_weights}), sizes, jnp.${hidden_dtype}, _expert_epilogue, rhs_nk=${first_nk}, block_n=BLOCK_N, block_k=BLOCK_K)
+    y = _gmm(h, (${down_weight},), sizes, jnp.${down_dtype}, _round_down, rhs_nk=${down_nk}, block_n=BLOCK_N_DOWN, block_k=BLOCK_K_DOWN)
+    back = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=jnp.int32))
+    y = jnp.take(y, back, axis=0).reshape(t, k, -1)  # [T, K, E_out]: each token's choices, in order
+    w = jnp.take_along_axis(${weights}.reshape(t, -1), ${indices}.reshape(t, k).astype(jnp.int32), axis=1)
+    # the reference's terms at its chosen experts (the others are exact zeros), summed in its dtype
+    terms = w.astype(jnp.${combine_dtype})[:, :, None] * y.astype(jnp.${combine_dtype})
+    out = jnp.sum(terms, axis=1)
+    return out.reshape(${x}.shape[:-1] + (out.shape[-1],))
+'''
+
+# The chip the block choice is tuned for (v6e: 918 TFLOP/s bf16, 1.64 TB/s HBM), and a grid step's floor
+MXU_FLOPS = 918e12
+HBM_BYTES_PER_S = 1.6e12
+STEP_US = 0.35
+VMEM_BUDGET = 48 * MiB
+BLOCKS = (128, 256, 512, 1024, 2048)
+
+
+def why_not(program: Program) -> str | None:
+    """None when `program` is a dense top-k mixture this template writes, else why not."""
+    try:
+        recognise(program)
+    except NotDenseMoE as e:
+        return str(e)
+    return None
+
+
+def build(program: Program, sym: Symbolic) -> Template | None:
+    """The template for a dense top-k mixture, or None when `program` is none (dense_moe.recognise)."""
+    try:
+        moe = recognise(program)
+    except NotDenseMoE:
+        return None
+    return _template(program, sym, moe)
+
+
+def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None:
+    eqns = program["equations"]
+    names = program["input_names"]
+    at = sym.at(sym.target)
+    shapes = {n: s["shape"] for n, s in zip(names, at["inputs"], strict=True)}
+    for e, outs in zip(eqns, sym.eqn_shapes_at(sym.target), strict=True):
+        shapes.update(zip(e["outputs"], outs, strict=True))
+    router = subprogram(program, moe.router, names, [moe.x, moe.indices, moe.weights])
+    rsym = Symbolic(router)
+    lines = body_lines(router, sym=rsym, mosaic=False)
+    if rsym.unsolved:
+        return None
+    dot_outs = [eqns[d.eq]["outputs"][0] for d in moe.first]
+    args = [f"a{j}" for j in range(len(moe.first))]
+    epi = [f"{o} = {a}.astype(jnp.{d.dtype})" for o, a, d in zip(dot_outs, args, moe.first, strict=True)]
+    if moe.epilogue:
+        tile = subprogram(program, moe.epilogue, dot_outs, [moe.hidden])
+        epi += body_lines(tile, mosaic=True)
+
+    rows = 1
+    for s in shapes[moe.indices]:
+        rows *= s  # T * K pairs
+    e_dim = shapes[moe.x][-1]
+    w1, w2 = shapes[moe.first[0].weight], shapes[moe.down.weight]
+    f_dim = w1[1] if moe.first[0].rhs_nk else w1[2]
+    o_dim = w2[1] if moe.down.rhs_nk else w2[2]
+    groups, n_first = moe.num_experts, len(moe.first)
+    item = 2 if "16" in _dtype(program, moe.x) else 4
+    # (M rows, K, N, weights per kernel) of the two grouped matmuls at the target
+    gmms = ((rows, e_dim, f_dim, n_first, "block_n", "block_k"), (rows, f_dim, o_dim, 1, "block_n_down", "block_k_down"))
+
+    def blocks(c: Mapping[str, Any], m: int, k: int, n: int, bn: str, bk: str) -> tuple[int, int, int]:
+        b_k = min(int(c[bk]), k)
+        return min(int(c["block_m"]), m), min(int(c[bn]), n), b_k if k % b_k == 0 else k
+
+    def vmem(c: Mapping[str, Any], d: Mapping[str, int]) -> int:
+        need = 0
+        for m, k, n, nw, bn, bk in gmms:
+            b_m, b_n, b_k = blocks(c, m, k, n, bn, bk)
+            need = max(need, 2 * item * (b_m * b_k + nw * b_k * b_n) + 2 * item * b_m * b_n + nw * 4 * b_m * b_n)
+        return int(need)
+
+    def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
+        total = 0.0
+        for m, k, n, nw, bn, bk in gmms:
+            b_m, b_n, b_k = blocks(c, m, k, n, bn, bk)
+            pairs = -(-m // b_m) + groups  # the pairs' static bound: what a static estimate charges
+            steps = -(-n // b_n) * pairs * (k // b_k)
+            mxu = 2 * b_m * b_k * b_n * nw / MXU_FLOPS * 1e6
+            dma = item * (b_m * b_k + nw * b_k * b_n) / HBM_BYTES_PER_S * 1e6  # every block, every step
+            total += steps * max(STEP_US, mxu, dma)
+        return total + (1e6 if vmem(c, d) > VMEM_BUDGET else 0.0)
+
+    def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
+        return [f"{k}={c[k]} is not one of {list(BLOCKS)}" for k in c if c[k] not in BLOCKS]
+
+    tunables = {k: BLOCKS for k in ("block_m", "block_n", "block_k", "block_n_down", "block_k_down")}
+    configs = [dict(zip(tunables, v, strict=True)) for v in _product(len(tunables))]
+    fitting = [c for c in configs if vmem(c, {}) <= VMEM_BUDGET] or configs[:1]
+    initial = min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
+    fixed = {
+        "args": ", ".join(names),
+        "shapes": "".join(f"{n}.shape, " for n in names),
+        "router": "\n".join(f"    {line}" for line in lines),
+        "x": moe.x,
+        "indices": moe.indices,
+        "weights": moe.weights,
+        "first_weights": ", ".join(d.weight for d in moe.first) + ("," if n_first == 1 else ""),
+        "first_nk": str(moe.first[0].rhs_nk),
+        "down_weight": moe.down.weight,
+        "down_nk": str(moe.down.rhs_nk),
+        "hidden_dtype": _dtype(program, moe.hidden),
+        "down_dtype": moe.down.dtype,
+        "combine_dtype": moe.combine_dtype,
+        "num_experts": str(groups),
+        "epi_args": ", ".join(args),
+        "epi_body": "\n".join(f"    {line}" for line in epi),
+        "epi_out": moe.hidden,
+        "pairs": PAIRS_SOURCE,
+        "target": f"{sym.target}: {rows} (token, choice) rows, E={e_dim}, F={f_dim}, {groups} experts",
+    }
+    return Template(
+        name="sparse_moe",
+        operators=("program",),
+        source=SOURCE,
+        tunables=tunables,
+        dims_of=lambda sizes: {"M": rows, "K": e_dim, "N": f_dim, "G": groups},
+        problems=problems,
+        vmem_bytes=vmem,
+        cost_us=cost,
+        initial=initial,
+        fixed=lambda op: fixed,
+        constraints=("blocks multiples of 128 (clamped to the dims; a K block that does not divide K is K)",),
+        grid_axes=lambda c: ["n", "pairs", "k"],
+        semantics=lambda c: ["parallel", "arbitrary", "arbitrary"],
+    )
+
+
+def _product(n: int) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for _ in range(n):
+        out = [(*p, b) for p in out for b in BLOCKS]
+    return out
+
+
+def _dtype(program: Program, name: str) -> str:
+    for e in program["equations"]:
+        if name in e["outputs"]:
+            return e["out_specs"][e["outputs"].index(name)]["dtype"]
+    return program["inputs"][program["input_names"].index(name)]["dtype"]
