@@ -173,6 +173,7 @@ ${router}
 MXU_FLOPS = 918e12
 HBM_BYTES_PER_S = 1.6e12
 STEP_US = 0.35
+VMEM_STORE_BYTES_PER_S = 7e12  # one 4 KiB vreg store per cycle at 1.75 GHz
 VMEM_BUDGET = 48 * MiB
 BLOCKS = (128, 256, 512, 1024, 2048)
 
@@ -245,7 +246,8 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
             steps = -(-n // b_n) * pairs * (k // b_k)
             mxu = 2 * b_m * b_k * b_n * nw / MXU_FLOPS * 1e6
             dma = item * (b_m * b_k + nw * b_k * b_n) / HBM_BYTES_PER_S * 1e6  # every block, every step
-            total += steps * max(STEP_US, mxu, dma)
+            acc = nw * 4 * b_m * b_n / VMEM_STORE_BYTES_PER_S * 1e6  # the f32 accumulators' stores
+            total += steps * max(STEP_US, mxu, dma, acc)
         return total + (1e6 if vmem(c, d) > VMEM_BUDGET else 0.0)
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
