@@ -99,7 +99,7 @@ def recognise(program: Program) -> DenseMoE:
     logits_shape = spec(top["inputs"][0])["shape"]
     if int(top["params"].get("axis", len(logits_shape) - 1)) != len(logits_shape) - 1:
         raise NotDenseMoE("top_k is not over the last axis")
-    n_exp, choices = logits_shape[-1], int(top["params"]["k"])
+    n_exp = logits_shape[-1]
     tokens = list(logits_shape[:-1])
     nt = len(tokens)
     indices = top["outputs"][1]
@@ -158,7 +158,9 @@ def recognise(program: Program) -> DenseMoE:
         if int(io["params"]["dimension"]) == rank - 1 and len(shape) == rank and shape[-1] == n_exp:
             onehot_ok = spec(a)["shape"][-1] == n_exp
     if not onehot_ok:
-        raise NotDenseMoE("the weights are not a one-hot of top_k's indices (an iota over experts) times values")
+        raise NotDenseMoE(
+            "the weights are not a one-hot of top_k's indices (an iota over experts) times values"
+        )
 
     # --- forward from x: which values are per-expert, and their axes' roles ------------------------
     dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general"]
@@ -183,13 +185,18 @@ def recognise(program: Program) -> DenseMoE:
             free = [d for d in range(3) if d != wc[0]]  # [0 (experts), feature]
             wroles = {free[0]: "n", free[1]: "m"}
             xroles = token_roles
-            out_roles = (*xroles, *(wroles[d] for d in free)) if side == 0 else (*(wroles[d] for d in free), *xroles)
+            out_roles = (
+                (*xroles, *(wroles[d] for d in free)) if side == 0 else (*(wroles[d] for d in free), *xroles)
+            )
             roles[e["outputs"][0]] = out_roles
             first.append(ExpertDot(i, wv, wc[0] == 2, e["out_specs"][0]["dtype"]))
             break
     if not first:
         raise NotDenseMoE("no matmul of the tokens with a stacked expert weight [experts, E, F]")
-    if len({d.rhs_nk for d in first}) != 1 or len({spec(d.weight)["shape"][1 + (not d.rhs_nk)] for d in first}) != 1:
+    if (
+        len({d.rhs_nk for d in first}) != 1
+        or len({spec(d.weight)["shape"][1 + (not d.rhs_nk)] for d in first}) != 1
+    ):
         raise NotDenseMoE("the first expert matmuls' weights differ in layout or width")
 
     epilogue: list[int] = []
@@ -237,9 +244,13 @@ def recognise(program: Program) -> DenseMoE:
             chain.add(i)
             continue
         if down is not None:
-            raise NotDenseMoE(f"a {prim} between the down matmul and the combine (only converts and transposes)")
+            raise NotDenseMoE(
+                f"a {prim} between the down matmul and the combine (only converts and transposes)"
+            )
         if prim not in ELEMENTWISE:
-            raise NotDenseMoE(f"a {prim} between the expert matmuls (only elementwise ops keep them per expert)")
+            raise NotDenseMoE(
+                f"a {prim} between the expert matmuls (only elementwise ops keep them per expert)"
+            )
         others = [a for a in e["inputs"] if a not in roles and not a.startswith("lit:")]
         if others or len({roles[a] for a in live}) != 1:
             raise NotDenseMoE(f"a {prim} between the expert matmuls mixes in a value that is not per expert")

@@ -225,7 +225,10 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
     groups, n_first = moe.num_experts, len(moe.first)
     item = 2 if "16" in _dtype(program, moe.x) else 4
     # (M rows, K, N, weights per kernel) of the two grouped matmuls at the target
-    gmms = ((rows, e_dim, f_dim, n_first, "block_n", "block_k"), (rows, f_dim, o_dim, 1, "block_n_down", "block_k_down"))
+    gmms = (
+        (rows, e_dim, f_dim, n_first, "block_n", "block_k"),
+        (rows, f_dim, o_dim, 1, "block_n_down", "block_k_down"),
+    )
 
     def blocks(c: Mapping[str, Any], m: int, k: int, n: int, bn: str, bk: str) -> tuple[int, int, int]:
         b_k = min(int(c[bk]), k)
@@ -235,7 +238,9 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
         need = 0
         for m, k, n, nw, bn, bk in gmms:
             b_m, b_n, b_k = blocks(c, m, k, n, bn, bk)
-            need = max(need, 2 * item * (b_m * b_k + nw * b_k * b_n) + 2 * item * b_m * b_n + nw * 4 * b_m * b_n)
+            need = max(
+                need, 2 * item * (b_m * b_k + nw * b_k * b_n) + 2 * item * b_m * b_n + nw * 4 * b_m * b_n
+            )
         return int(need)
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
