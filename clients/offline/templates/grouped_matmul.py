@@ -22,25 +22,6 @@ from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.batched_matmul import BLOCKS, block_problems, first_proposal
 from maxkernel.tpu_tools.problem.emit import Program, body_lines
 
-PAIRS_SOURCE = '''def _pairs(group_sizes, m, bm):
-    """Per grid step along the pairs: (row tile, group, real?) and each group's [start, end) rows."""
-    g = group_sizes.shape[0]
-    tiles = pl.cdiv(m, bm)
-    ends = jnp.cumsum(group_sizes.astype(jnp.int32))
-    starts = ends - group_sizes.astype(jnp.int32)
-    t0 = jnp.arange(tiles, dtype=jnp.int32) * bm
-    first = jnp.minimum(jnp.searchsorted(ends, t0, side="right"), g - 1).astype(jnp.int32)
-    last = jnp.searchsorted(starts, t0 + bm, side="left").astype(jnp.int32) - 1
-    last = jnp.clip(last, first, g - 1)
-    count = last - first + 1  # every tile has one pair at least: a tile past the groups is stored as zeros
-    offset = jnp.cumsum(count) - count
-    step = jnp.arange(tiles + g, dtype=jnp.int32)  # a static bound: each group boundary adds one pair
-    tile = jnp.clip(jnp.searchsorted(offset, step, side="right").astype(jnp.int32) - 1, 0, tiles - 1)
-    real = step < jnp.sum(count)
-    group = jnp.where(real, first[tile] + step - offset[tile], last[tiles - 1])
-    return tile, group, real.astype(jnp.int32), starts, ends
-'''
-
 SOURCE = '''"""Grouped matmul (offline template `grouped_matmul`), generated from the reference's traced program.
 
 Each lax.ragged_dot_general of the reference runs as the Pallas kernel `_gmm`; the reference's other
@@ -69,7 +50,26 @@ BLOCK_K = ${block_k}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
 
-${pairs}def _kernel(tile_ref, group_ref, real_ref, starts_ref, ends_ref, lhs_ref, rhs_ref, o_ref, acc_ref, *, bm, k_total, rhs_nk):
+def _pairs(group_sizes, m, bm):
+    """Per grid step along the pairs: (row tile, group, real?) and each group's [start, end) rows."""
+    g = group_sizes.shape[0]
+    tiles = pl.cdiv(m, bm)
+    ends = jnp.cumsum(group_sizes.astype(jnp.int32))
+    starts = ends - group_sizes.astype(jnp.int32)
+    t0 = jnp.arange(tiles, dtype=jnp.int32) * bm
+    first = jnp.minimum(jnp.searchsorted(ends, t0, side="right"), g - 1).astype(jnp.int32)
+    last = jnp.searchsorted(starts, t0 + bm, side="left").astype(jnp.int32) - 1
+    last = jnp.clip(last, first, g - 1)
+    count = last - first + 1  # every tile has one pair at least: a tile past the groups is stored as zeros
+    offset = jnp.cumsum(count) - count
+    step = jnp.arange(tiles + g, dtype=jnp.int32)  # a static bound: each group boundary adds one pair
+    tile = jnp.clip(jnp.searchsorted(offset, step, side="right").astype(jnp.int32) - 1, 0, tiles - 1)
+    real = step < jnp.sum(count)
+    group = jnp.where(real, first[tile] + step - offset[tile], last[tiles - 1])
+    return tile, group, real.astype(jnp.int32), starts, ends
+
+
+def _kernel(tile_ref, group_ref, real_ref, starts_ref, ends_ref, lhs_ref, rhs_ref, o_ref, acc_ref, *, bm, k_total, rhs_nk):
     w, kk = pl.program_id(1), pl.program_id(2)
     nw, nk = pl.num_programs(1), pl.num_programs(2)
     tile, g = tile_ref[w], group_ref[w]
@@ -244,7 +244,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "shapes": "".join(f"{n}.shape, " for n in names),
         "body": "\n".join(f"    {line}" for line in body),
         "outs": outs,
-        "pairs": PAIRS_SOURCE + "\n\n",
         "target": f"{sym.target}: " + "; ".join(f"M={m}, K={k}, N={n}, G={g}" for m, k, n, g in dots),
     }
     return Template(
