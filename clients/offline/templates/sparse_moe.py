@@ -22,6 +22,7 @@ keeps row tiles small against the 8 experts' boundaries.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -86,16 +87,17 @@ def _round_down(acc):
     return acc.astype(jnp.${down_dtype})
 
 
-def _kernel(first_ref, last_ref, starts_ref, ends_ref, lhs_ref, *refs, n_rhs, bm, rhs_nk, epilogue):
+def _kernel(first_ref, last_ref, starts_ref, ends_ref, lhs_ref, *refs, n_rhs, bm, rhs_nk, epilogue, all_rows):
     rhs_refs, o_ref, acc_refs = refs[:n_rhs], refs[n_rhs], refs[n_rhs + 1 :]
     kk, t = pl.program_id(1), pl.program_id(2)
     r0 = pl.multiple_of(t * bm, bm)
+    a0 = r0 if all_rows else 0  # K tiled: the accumulators hold every row tile across the K blocks
     bn = o_ref.shape[1]
 
     @pl.when(kk == 0)
     def _init():
         for acc_ref in acc_refs:
-            acc_ref[pl.ds(r0, bm), :] = jnp.zeros((bm, bn), jnp.float32)
+            acc_ref[pl.ds(a0, bm), :] = jnp.zeros((bm, bn), jnp.float32)
 
     lhs = lhs_ref[...]  # [bm, bk]: rows t*bm.. of the expert-sorted operand
     rows = r0 + lax.broadcasted_iota(jnp.int32, (bm, bn), 0)
@@ -105,49 +107,50 @@ def _kernel(first_ref, last_ref, starts_ref, ends_ref, lhs_ref, *refs, n_rhs, bm
         keep = jnp.logical_and(rows >= starts_ref[g], rows < ends_ref[g])
         for rhs_ref, acc_ref in zip(rhs_refs, acc_refs):
             part = lax.dot_general(lhs, rhs_ref[g], dims, preferred_element_type=jnp.float32)  # [bm, bn]
-            acc_ref[pl.ds(r0, bm), :] += jnp.where(keep, part, 0.0)
+            acc_ref[pl.ds(a0, bm), :] += jnp.where(keep, part, 0.0)
         return carry
 
     lax.fori_loop(first_ref[t], last_ref[t] + 1, group, 0)  # usually one expert, two at a boundary
 
     @pl.when(kk == pl.num_programs(1) - 1)
     def _store():
-        accs = [acc_ref[pl.ds(r0, bm), :] for acc_ref in acc_refs]
-        o_ref[pl.ds(r0, bm), :] = epilogue(*accs).astype(o_ref.dtype)
+        o_ref[...] = epilogue(*(acc_ref[pl.ds(a0, bm), :] for acc_ref in acc_refs)).astype(o_ref.dtype)
 
 
 def _gmm(lhs, rhs, group_sizes, out_dtype, epilogue, *, rhs_nk, block_n, block_k):
     """epilogue(lhs [M, K] @ w[group of the row] for w in rhs ([G, K, N], or [G, N, K] when rhs_nk)).
 
-    Grid (N blocks, K blocks, row tiles), every index affine: a row tile streams past every expert's
-    [K block, N block] of each weight (one fetch per (N, K) block), and the f32 accumulators and the
-    output's column block hold all M rows (written back once per N block)."""
+    Grid (N blocks, K blocks, row tiles), no block index read from the routing: a row tile streams past
+    every expert's [K block, N block] of each weight, fetched once per (N, K) block. With one K block
+    the weights' column block is single-buffered (it changes once per N block); with several, the f32
+    accumulators hold every row tile and a tile's output is written back only on the last K block."""
     m, k_total = lhs.shape
     g, n = rhs[0].shape[0], (rhs[0].shape[1] if rhs_nk else rhs[0].shape[2])
     bm, bn, bk = min(BLOCK_M, m), min(block_n, n), min(block_k, k_total)
     bk = bk if k_total % bk == 0 else k_total
-    tiles = pl.cdiv(m, bm)
+    tiles, nk = pl.cdiv(m, bm), k_total // bk
     first, last, starts, ends = _tiles(group_sizes, m, bm)
 
     def lhs_map(j, kk, t, *_):
         return t, kk  # row tile t, K block kk
 
     def rhs_map(j, kk, t, *_):
-        return (0, j, kk) if rhs_nk else (0, kk, j)  # every expert's block: fetched once per (j, kk)
+        return (0, j, kk) if rhs_nk else (0, kk, j)  # every expert's block
 
     def o_map(j, kk, t, *_):
-        return 0, j  # all rows of column block j, written back once
+        return jnp.where(kk == nk - 1, t, 0), j  # moves (and is written back) on the last K block only
 
+    mode = dict(pipeline_mode=pl.Buffered(1)) if nk == 1 else {}
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4,
-        grid=(pl.cdiv(n, bn), k_total // bk, tiles),
+        grid=(pl.cdiv(n, bn), nk, tiles),
         in_specs=[pl.BlockSpec((bm, bk), lhs_map)]
-        + [pl.BlockSpec((g, bn, bk) if rhs_nk else (g, bk, bn), rhs_map) for _ in rhs],
-        out_specs=pl.BlockSpec((tiles * bm, bn), o_map, pipeline_mode=pl.Buffered(1)),
-        scratch_shapes=[pltpu.VMEM((tiles * bm, bn), jnp.float32) for _ in rhs],
+        + [pl.BlockSpec((g, bn, bk) if rhs_nk else (g, bk, bn), rhs_map, **mode) for _ in rhs],
+        out_specs=pl.BlockSpec((bm, bn), o_map),
+        scratch_shapes=[pltpu.VMEM((tiles * bm if nk > 1 else bm, bn), jnp.float32) for _ in rhs],
     )
     return pl.pallas_call(
-        functools.partial(_kernel, n_rhs=len(rhs), bm=bm, rhs_nk=rhs_nk, epilogue=epilogue),
+        functools.partial(_kernel, n_rhs=len(rhs), bm=bm, rhs_nk=rhs_nk, epilogue=epilogue, all_rows=nk > 1),
         out_shape=jax.ShapeDtypeStruct((m, n), out_dtype),
         grid_spec=grid_spec,
         compiler_params=pltpu.CompilerParams(
@@ -190,9 +193,11 @@ ${router}
 MXU_FLOPS = 918e12
 HBM_BYTES_PER_S = 1.6e12
 STEP_US = 0.35
-VMEM_STORE_BYTES_PER_S = 7e12  # one 4 KiB vreg store per cycle at 1.75 GHz
+CLOCK_MHZ = 1750
+ACC_BUNDLES_PER_VREG = 2.3  # an f32 accumulator vreg's load, select, add and store (v6e LLO: 2-2.6)
 VMEM_BUDGET = 56 * MiB  # under the 64 MiB scoped limit the kernels ask for
 BLOCKS = (128, 256, 512, 1024, 2048)
+K_BLOCKS = (*BLOCKS, 4096, 16384)  # K whole: one K block (Mixtral's E = 4096)
 
 
 def why_not(program: Program) -> str | None:
@@ -255,37 +260,36 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
         need = 0
         for m, k, n, nw, bn, bk in gmms:
             b_m, b_n, b_k = blocks(c, m, k, n, bn, bk)
-            rows = -(-m // b_m) * b_m
-            streamed = (
-                2 * item * (b_m * b_k + nw * groups * b_k * b_n)
-            )  # double-buffered lhs, every expert's rhs
-            need = max(
-                need, streamed + item * rows * b_n + nw * 4 * rows * b_n
-            )  # + output column, accumulators
+            one_k = b_k == k
+            rhs = (1 if one_k else 2) * nw * groups * b_k * b_n * item  # every expert's block
+            acc = nw * 4 * b_n * (b_m if one_k else -(-m // b_m) * b_m)
+            need = max(need, 2 * item * b_m * b_k + rhs + 2 * item * b_m * b_n + acc)
         return int(need)
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
         total = 0.0
         for m, k, n, nw, bn, bk in gmms:
             b_m, b_n, b_k = blocks(c, m, k, n, bn, bk)
-            tiles, blocks_nk = -(-m // b_m), -(-n // b_n) * (k // b_k)
+            tiles, nj, nk = -(-m // b_m), -(-n // b_n), k // b_k
             # a tile meets two experts at each of the G - 1 boundaries: both matmuls run
             mxu = 2 * b_m * b_k * b_n * nw / MXU_FLOPS * 1e6 * (tiles + min(groups - 1, tiles)) / tiles
+            acc = ACC_BUNDLES_PER_VREG * nw * b_m * b_n / 1024 / CLOCK_MHZ  # each step's read-modify-write
             lhs = item * b_m * b_k / HBM_BYTES_PER_S * 1e6
-            acc = nw * 4 * b_m * b_n / VMEM_STORE_BYTES_PER_S * 1e6  # the f32 accumulators' stores
-            step = max(STEP_US, mxu, lhs, acc)
+            out = item * b_m * b_n / HBM_BYTES_PER_S * 1e6  # a tile's output, on the last K block
+            step = max(STEP_US, mxu + acc, lhs)
             rhs = item * nw * groups * b_k * b_n / HBM_BYTES_PER_S * 1e6  # at each new (N, K) block
-            out = (
-                item * tiles * b_m * b_n / HBM_BYTES_PER_S * 1e6
-            )  # single-buffered: exposed, once per N block
-            total += blocks_nk * tiles * step + blocks_nk * max(0.0, rhs + lhs - step) + -(-n // b_n) * out
+            total += nj * nk * tiles * step + nj * tiles * max(0.0, lhs + out - step)
+            total += nj * nk * max(0.0, rhs + lhs - step)
         return total + (1e6 if vmem(c, d) > VMEM_BUDGET else 0.0)
 
     def problems(c: Mapping[str, Any], d: Mapping[str, int]) -> list[str]:
-        return [f"{k}={c[k]} is not one of {list(BLOCKS)}" for k in c if c[k] not in BLOCKS]
+        return [f"{k}={c[k]} is not one of {list(tunables[k])}" for k in c if c[k] not in tunables[k]]
 
-    tunables = {k: BLOCKS for k in ("block_m", "block_n", "block_k", "block_n_down", "block_k_down")}
-    configs = [dict(zip(tunables, v, strict=True)) for v in _product(len(tunables))]
+    tunables = {
+        **{k: BLOCKS for k in ("block_m", "block_n", "block_n_down")},
+        **{k: K_BLOCKS for k in ("block_k", "block_k_down")},
+    }
+    configs = [dict(zip(tunables, v, strict=True)) for v in itertools.product(*tunables.values())]
     fitting = [c for c in configs if vmem(c, {}) <= VMEM_BUDGET] or configs[:1]
     initial = min(fitting, key=lambda c: (cost(c, {}), -c["block_k"]))
     fixed = {
@@ -323,13 +327,6 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
         grid_axes=lambda c: ["n", "k", "row tiles"],
         semantics=lambda c: ["parallel", "arbitrary", "arbitrary"],
     )
-
-
-def _product(n: int) -> list[tuple[int, ...]]:
-    out: list[tuple[int, ...]] = [()]
-    for _ in range(n):
-        out = [(*p, b) for p in out for b in BLOCKS]
-    return out
 
 
 def _dtype(program: Program, name: str) -> str:
