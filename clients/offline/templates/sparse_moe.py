@@ -177,15 +177,18 @@ ${router}
     x = ${x}.reshape(-1, ${x}.shape[-1])  # [T, E]
     t, k = x.shape[0], ${indices}.shape[-1]
     order, sizes = _sort_by_expert(${indices})
-    xs = jnp.take(x, order // k, axis=0)  # [T*K, E]: each pair's token, grouped by expert
+    xs = jnp.take(x, order // k, axis=0, mode="clip")  # [T*K, E] grouped by expert (in bounds: no fill)
     h = _gmm(xs, (${first_weights}), sizes, jnp.${hidden_dtype}, _expert_epilogue, rhs_nk=${first_nk}, block_n=BLOCK_N, block_k=BLOCK_K)
     y = _gmm(h, (${down_weight},), sizes, jnp.${down_dtype}, _round_down, rhs_nk=${down_nk}, block_n=BLOCK_N_DOWN, block_k=BLOCK_K_DOWN)
-    back = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=jnp.int32))
-    y = jnp.take(y, back, axis=0).reshape(t, k, -1)  # [T, K, E_out]: each token's choices, in order
+    back = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=jnp.int32)).reshape(t, k)
     w = jnp.take_along_axis(${weights}.reshape(t, -1), ${indices}.reshape(t, k).astype(jnp.int32), axis=1)
-    # the reference's terms at its chosen experts (the others are exact zeros), summed in its dtype
-    terms = w.astype(jnp.${combine_dtype})[:, :, None] * y.astype(jnp.${combine_dtype})
-    out = jnp.sum(terms, axis=1)
+    # the reference's terms at its chosen experts (the others are exact zeros), summed in its dtype in
+    # choice order: each a gather of the token's row of y, fused with the product and the sum
+    out = None
+    for c in range(k):
+        y_c = jnp.take(y, back[:, c], axis=0, mode="clip")  # [T, E_out]
+        term = w[:, c : c + 1].astype(jnp.${combine_dtype}) * y_c.astype(jnp.${combine_dtype})
+        out = term if out is None else out + term
     return out.reshape(${x}.shape[:-1] + (out.shape[-1],))
 '''
 
