@@ -92,6 +92,20 @@ def recognise(program: Program) -> DenseMoE:
             v = eqns[producer[v]]["inputs"][0]
         return v
 
+    def in_place(v: str) -> bool:
+        """`v` is top_k's indices with axes only added after theirs (token t's choices stay token t's)."""
+        while v in producer and eqns[producer[v]]["primitive"] in (
+            "broadcast_in_dim",
+            "convert_element_type",
+        ):
+            e = eqns[producer[v]]
+            if e["primitive"] == "broadcast_in_dim":
+                rank = len(spec(e["inputs"][0])["shape"])
+                if tuple(safe_ast.literal_eval(e["params"]["broadcast_dimensions"])) != tuple(range(rank)):
+                    return False
+            v = e["inputs"][0]
+        return v == indices
+
     tops = [i for i, e in enumerate(eqns) if e["primitive"] == "top_k"]
     if len(tops) != 1:
         raise NotDenseMoE(f"{len(tops)} top_k equations (a routed mixture has one)")
@@ -150,7 +164,7 @@ def recognise(program: Program) -> DenseMoE:
         ends = [through(v) for v in eq["inputs"]]
         iotas = [made_by(v, "iota") for v in ends]
         hit = [k for k, io in enumerate(iotas) if io is not None]
-        if len(hit) != 1 or ends[1 - hit[0]] != indices:
+        if len(hit) != 1 or ends[1 - hit[0]] != indices or not in_place(eq["inputs"][1 - hit[0]]):
             continue
         io = iotas[hit[0]]
         shape = list(safe_ast.literal_eval(io["params"]["shape"]))

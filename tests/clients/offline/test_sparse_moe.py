@@ -90,6 +90,11 @@ def test_an_expert_output_mixed_across_experts_is_refused(program):
     shifted = {**eqns[onehot], "params": {**eqns[onehot]["params"], "dimension": "2"}}
     with pytest.raises(NotDenseMoE, match="one-hot"):
         recognise({**program, "equations": [*eqns[:onehot], shifted, *eqns[onehot + 1 :]]})
+    # the indices broadcast with their token axes swapped: token t's weights would be another token's
+    k = next(i for i, e in enumerate(eqns) if e["primitive"] == "broadcast_in_dim" and e["inputs"] == ["v3"])
+    swapped = {**eqns[k], "params": {**eqns[k]["params"], "broadcast_dimensions": "(1, 0, 2)"}}
+    with pytest.raises(NotDenseMoE, match="one-hot"):
+        recognise({**program, "equations": [*eqns[:k], swapped, *eqns[k + 1 :]]})
 
 
 def _tiny_inputs(tied: bool):
