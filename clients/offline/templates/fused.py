@@ -345,6 +345,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         if decay is not None:
             return decay
 
+        from maxkernel.clients.offline.templates import sparse_moe
+
+        moe = sparse_moe.build(program, sym)  # every expert on every token, combined by a top-k one-hot
+        if moe is not None:
+            return moe
         gmm = grouped_matmul.build(program, sym)
         if gmm is not None:
             return gmm
