@@ -66,13 +66,10 @@ def _kernel(lhs_ref, rhs_ref, o_ref, acc_ref, *, k_total, nk):
         o_ref[...] = _part().astype(o_ref.dtype)
         return
 
-    @pl.when(kk == 0)
-    def _first():  # the accumulator starts as the first partial product: no zero fill
-        acc_ref[...] = _part()
-
-    @pl.when((kk > 0) & (kk < nk - 1))
-    def _middle():
-        acc_ref[...] += _part()
+    @pl.when(kk < nk - 1)
+    def _accumulate():  # the first k-step's product starts the sum (no zero fill); one dot in this branch
+        acc = acc_ref[...]
+        acc_ref[...] = jnp.where(kk == 0, jnp.zeros_like(acc), acc) + _part()
 
     @pl.when(kk == nk - 1)
     def _last():  # the rounding and store share the last dot's block: they overlap the MXU's work

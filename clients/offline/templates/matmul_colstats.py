@@ -125,13 +125,10 @@ def _matmul_kernel(lhs_ref, rhs_ref, *refs, sh, b0, bn, bk, k_total, m, ragged, 
         _finish(_part())
         return
 
-    @pl.when(k == 0)
-    def _first():  # the accumulator starts as the first partial product: no zero fill
-        acc_ref[...] = _part()
-
-    @pl.when((k > 0) & (k < nk - 1))
-    def _middle():
-        acc_ref[...] += _part()
+    @pl.when(k < nk - 1)
+    def _accumulate():  # the first k-step's product starts the sum (no zero fill); one dot in this branch
+        acc = acc_ref[...]
+        acc_ref[...] = jnp.where(k == 0, jnp.zeros_like(acc), acc) + _part()
 
     @pl.when(k == nk - 1)
     def _last():  # y and its sums share the last dot's block: the scheduler overlaps them with the MXU's work

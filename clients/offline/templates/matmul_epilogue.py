@@ -104,13 +104,10 @@ ${stores}
         _finish(_part())
         return
 
-    @pl.when(k == 0)
-    def _first():  # the accumulator starts as the first partial product: no zero fill
-        acc_ref[...] = _part()
-
-    @pl.when((k > 0) & (k < nk - 1))
-    def _middle():
-        acc_ref[...] += _part()
+    @pl.when(k < nk - 1)
+    def _accumulate():  # the first k-step's product starts the sum (no zero fill); one dot in this branch
+        acc = acc_ref[...]
+        acc_ref[...] = jnp.where(k == 0, jnp.zeros_like(acc), acc) + _part()
 
     @pl.when(k == nk - 1)
     def _last():  # the epilogue shares the last dot's block: the scheduler overlaps it with the MXU's work
