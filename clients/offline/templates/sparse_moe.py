@@ -199,10 +199,11 @@ HBM_BYTES_PER_S = 1.6e12
 STEP_US = 0.35
 CLOCK_MHZ = 1750
 # Grid steps the first proposal may take at a check size: the judge validates in TPU interpret mode within
-# 300 s, about a second a step on a loaded 2-core box (10p's derived size at 256-row tiles, 160 steps, timed out)
-CHECK_STEPS = 48
+# 300 s, about a second a step on a loaded 2-core box (10p's derived size at 256-row tiles, 160 steps, timed out;
+# 512-row tiles, 80 steps, are the most it leaves)
+CHECK_STEPS = 96
 ACC_BUNDLES_PER_VREG = 2.3  # an f32 accumulator vreg's load, select, add and store (v6e LLO: 2-2.6)
-VMEM_BUDGET = 56 * MiB  # under the 64 MiB scoped limit the kernels ask for
+VMEM_BUDGET = 58 * MiB  # under the 64 MiB scoped limit the kernels ask for
 BLOCKS = (128, 256, 512, 1024, 2048)
 K_BLOCKS = (*BLOCKS, 4096, 16384)  # K whole: one K block (Mixtral's E = 4096)
 
@@ -276,7 +277,8 @@ def _template(program: Program, sym: Symbolic, moe: DenseMoE) -> Template | None
             one_k = b_k == k
             rhs = (1 if one_k else 2) * nw * groups * b_k * b_n * item  # every expert's block
             acc = nw * 4 * b_n * (b_m if one_k else -(-m // b_m) * b_m)
-            need = max(need, 2 * item * b_m * b_k + rhs + 2 * item * b_m * b_n + acc)
+            temps = 3 * nw * 4 * b_m * b_n  # a tile's f32 product, its masked copy, the row iota
+            need = max(need, 2 * item * b_m * b_k + rhs + 2 * item * b_m * b_n + acc + temps)
         return int(need)
 
     def cost(c: Mapping[str, Any], d: Mapping[str, int]) -> float:
