@@ -150,7 +150,9 @@ def test_the_judge_passes_the_sparse_kernel_and_fails_a_combine_without_weights(
     kernel.write_text(first_kernel(program, get_chip("tpu-v6e")))
     broken = tmp_path / "broken.py"  # each choice weighted 1/top_k instead of the router's weight
     text = kernel.read_text()
-    broken.write_text(text.replace("terms = w.astype(", "terms = (0 * w + 1 / k).astype("))
+    broken.write_text(
+        text.replace("term = w[:, c : c + 1].astype(", "term = (0 * w[:, c : c + 1] + 1 / k).astype(")
+    )
     assert broken.read_text() != text
     with WorkerPool(max_workers=1) as pool:
         ev = Evaluator(pool, timeout_s=900)
