@@ -8,10 +8,11 @@ from maxkernel.clients.cli import main
 def test_beam_search_with_the_offline_model_improves_on_its_root(tmp_path, capsys):
     run = tmp_path / "run"
     # The root is the Auto loop's first kernel (same task text). A task with room above it: 12p_RMSNorm's
-    # small size fits one block, already at the per-step floor, so no child there can beat its root.
+    # small size fits one block, already at the per-step floor, so no child there can beat its root, and
+    # 20k's, 19k's and 44k's first kernels now take the blocks the search's first children would try.
     argv = [
         "search",
-        "20k_Gemm_Multiply_LeakyReLU",
+        "36k_Matmul_Sigmoid_Sum",
         "--algorithm",
         "beam",
         "--objective",
