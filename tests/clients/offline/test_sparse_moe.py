@@ -117,6 +117,7 @@ def _reference():
     return mod
 
 
+@pytest.mark.slow  # interpret-mode runs of the kernel (12-18 s on 2 cores): make test stays under 7 min
 def test_the_kernel_matches_the_dense_reference_with_tied_routes_and_a_maskless_one_does_not(
     program, tmp_path
 ):
