@@ -6,7 +6,7 @@ knows its task dims, which configs are legal at those dims, its VMEM need, and a
 to order proposals (the static estimate from tpu_tools is the verdict).
 
 The registry below holds the operator templates. The families written from a reference's traced program
-(fused, matmul_epilogue, flash_program, grouped_matmul, mlp_chain, mlp_two_pass, batched_matmul,
+(fused, matmul_epilogue, flash_program, paged_attention, grouped_matmul, mlp_chain, mlp_two_pass, batched_matmul,
 recurrence) are built per program by clients/offline/model.py's `program_template`, from the class
 classify.py gives it.
 """

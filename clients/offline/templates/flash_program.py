@@ -222,8 +222,9 @@ def _unbroadcast(g: Graph, name: str) -> tuple[str, list[int | None]]:
     return name, axes
 
 
-def recognise(program: Program) -> dict[str, Any] | None:
-    """The plain-attention roles of `program`, or None when it is anything else."""
+def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | None:
+    """The plain-attention roles of `program`, or None when it is anything else. `decode`: a mask over the
+    kv axis alone is allowed (one query per sequence: a length mask); its `mask["has_q"]` is then False."""
     g = Graph(program)
     eqns = g.eqns
     if len(program["outputs"]) != 1:
@@ -361,9 +362,9 @@ def recognise(program: Program) -> dict[str, Any] | None:
         return None
     if mask_in is not None:  # the mask's own axes: batch axes, kv, and the query's sequence axis
         rest = [x for x in mask_in["labels"] if x is not None and x != kv_label and x[0] != "B"]
-        if len(rest) != 1 or kv_label not in mask_in["labels"]:
+        if len(rest) > 1 or (not rest and not decode) or kv_label not in mask_in["labels"]:
             return None
-        q_label = rest[0]
+        q_label = rest[0] if rest else None
     if q_label is None:
         if len(q_free) != 1:
             return None
@@ -456,10 +457,14 @@ def recognise(program: Program) -> dict[str, Any] | None:
             return None
         keep = [k for k, x in enumerate(labels) if x is not None]
         in_batch = sorted((x for x in labels if x is not None and x[0] == "B"), key=batch_labels.index)
+        has_q = q_label in labels
         mask_out = {
             "input": mask_in["src"],
             "squeeze": [k for k, x in enumerate(labels) if x is None],
-            "perm": [keep.index(labels.index(x)) for x in (*in_batch, q_label, kv_label)],
+            "has_q": has_q,
+            "perm": [
+                keep.index(labels.index(x)) for x in (*in_batch, *([q_label] if has_q else []), kv_label)
+            ],
             "batch": [batch_labels.index(x) for x in in_batch],
             "fill": mask_in["fill"],
         }
@@ -943,12 +948,36 @@ def _swap_last(perm: Sequence[int]) -> list[int]:
     return [*perm[:-2], perm[-1], perm[-2]]
 
 
+def score_chain_lines(program: Program, r: Mapping[str, Any], sym: Symbolic, keep: str) -> list[str]:
+    """The kernel lines that apply the reference's score chain to `s`, in its order: its scale (or
+    division), a soft-cap's tanh, its mask (`keep`: the kernel's boolean of scores that count) with its
+    fill, and a score bias read from `bias_ref`."""
+    eqns, out = program["equations"], []
+    for op, (i, pos) in zip(r["ops"], r["op_eqns"], strict=True):
+        if op in ("scale", "scale_div"):
+            lit = operand(sym.literal(eqns[i], pos))
+            sign = "*" if op == "scale" else "/"
+            out.append(
+                f"    s = s {sign} {lit}  # the reference's {'scale' if i == r['scale'][0] else 'cap'}, in its dtype"
+            )
+        elif op == "tanh":
+            out.append("    s = jnp.tanh(s)  # the reference's soft-cap")
+        elif op == "mask":
+            out.append(
+                f"    s = jnp.where({keep}, s, jnp.asarray({r['mask']['fill']!r}, s.dtype))  # its mask, its fill"
+            )
+        else:
+            out.append("    s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
+    return out
+
+
 def build(program: Program, sym: Symbolic) -> Template | None:
     """The flash template of a plain-attention program, or None (the caller keeps its own)."""
     r = recognise(program)
     if r is None:
         return None
     eqns = program["equations"]
+    score_lines = score_chain_lines(program, r, sym, "keep" if r["bias"] is None else "mask_ref[...] != 0")
 
     def lines(idx: Sequence[int]) -> str:
         sub = {**program, "equations": [eqns[i] for i in idx]}
@@ -964,24 +993,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     rows = tr and all(
         list(r[f"{x}_perm"][-2:]) == [len(r[f"{x}_perm"]) - 2, len(r[f"{x}_perm"]) - 1] for x in "qkv"
     )
-    score_lines = []
-    for op, (i, pos) in zip(r["ops"], r["op_eqns"], strict=True):  # in the reference's order
-        if op in ("scale", "scale_div"):
-            lit = operand(sym.literal(eqns[i], pos))
-            sign = "*" if op == "scale" else "/"
-            score_lines.append(
-                f"    s = s {sign} {lit}  # the reference's {'scale' if i == r['scale'][0] else 'cap'}, in its dtype"
-            )
-        elif op == "tanh":
-            score_lines.append("    s = jnp.tanh(s)  # the reference's soft-cap")
-        elif op == "mask":
-            fill = r["mask"]["fill"]
-            keep = "keep" if tr else "mask_ref[...] != 0"
-            score_lines.append(
-                f"    s = jnp.where({keep}, s, jnp.asarray({fill!r}, s.dtype))  # its mask, its fill"
-            )
-        else:
-            score_lines.append("    s = s + bias_ref[...].astype(s.dtype)  # the reference's score bias")
     scale_line = "\n".join(score_lines) or "    # (no scale)"
     parts = {k: [] for k in ("extra_refs", "extra_prep", "extra_spec", "extra_arg", "extra_map")}
     b = r["bias"]

@@ -333,8 +333,11 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         )
     plans = plans_of(program_at(program, sym.target), plan)
     if kind == "attention":
-        from maxkernel.clients.offline.templates import flash_program
+        from maxkernel.clients.offline.templates import flash_program, paged_attention
 
+        paged = paged_attention.build(program, sym)  # k and v gathered by a page table: pages DMA'd in-kernel
+        if paged is not None:
+            return paged
         flash = flash_program.build(program, sym)
         if flash is not None:
             return flash
