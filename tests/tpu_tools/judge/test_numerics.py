@@ -258,7 +258,14 @@ def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, o
     r = _validate(evaluator, kernel, reference)
     assert r.ok is ok, r.failure
     if not ok:
-        assert r.failure.kind == "output_mismatch", r.failure
+        # the oracle-reader globs /tmp: from a checkout under /tmp (a `mktemp -d` clone) its walk reaches the
+        # task references too, and the sandbox names that first; either way it never sees an oracle array
+        kinds = (
+            ("output_mismatch", "reached_reference")
+            if kernel == "reads_the_oracle_kernel"
+            else ("output_mismatch",)
+        )
+        assert r.failure.kind in kinds, r.failure
 
 
 def test_remat_custom_rules_and_control_flow_are_re_entered():
