@@ -948,6 +948,12 @@ def _swap_last(perm: Sequence[int]) -> list[int]:
     return [*perm[:-2], perm[-1], perm[-2]]
 
 
+def equation_lines(program: Program, idx: Sequence[int], sym: Symbolic) -> str:
+    """The reference's equations at `idx` as the glue's lines (indented into `workload`), shapes from `sh`."""
+    sub = {**program, "equations": [program["equations"][i] for i in idx]}
+    return "\n".join(f"    {ln}" for ln in body_lines(sub, None, None, sym)) or "    # (none)"
+
+
 def score_chain_lines(program: Program, r: Mapping[str, Any], sym: Symbolic, keep: str) -> list[str]:
     """The kernel lines that apply the reference's score chain to `s`, in its order: its scale (or
     division), a soft-cap's tanh, its mask (`keep`: the kernel's boolean of scores that count) with its
@@ -980,8 +986,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     score_lines = score_chain_lines(program, r, sym, "keep" if r["bias"] is None else "mask_ref[...] != 0")
 
     def lines(idx: Sequence[int]) -> str:
-        sub = {**program, "equations": [eqns[i] for i in idx]}
-        return "\n".join(f"    {ln}" for ln in body_lines(sub, None, None, sym)) or "    # (none)"
+        return equation_lines(program, idx, sym)
 
     # the sequence on lanes (transposed tiles) unless a score bias would then be transposed outside the
     # kernel: JaxBench's attention at full on v6e, llo: 1p 11820 -> 8749 us, 2p 24840 -> 12700, 4p 11910

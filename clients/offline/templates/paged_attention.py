@@ -25,13 +25,18 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.flash_program import Graph, recognise, score_chain_lines
-from maxkernel.tpu_tools.problem.emit import Program, body_lines, dot_kind, mxu_dots
+from maxkernel.clients.offline.templates.flash_program import (
+    Graph,
+    equation_lines,
+    recognise,
+    score_chain_lines,
+)
+from maxkernel.tpu_tools.problem.emit import Program, dot_kind, mxu_dots
 
 _TILE_ROWS = {"bfloat16": 16, "float16": 16, "float32": 8}  # rows of one (8, 128) VMEM tile
 _MODES = ("PROMISE_IN_BOUNDS", "CLIP")  # gathers whose out-of-range pages clamp, as the kernel's table does
@@ -264,11 +269,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     if r is None or sym.unsolved:
         return None
     eqns = program["equations"]
-
-    def lines(idx: Sequence[int]) -> str:
-        sub = {**program, "equations": [eqns[i] for i in idx]}
-        return "\n".join(f"    {ln}" for ln in body_lines(sub, None, None, sym)) or "    # (none)"
-
     m = r["mask"]
     mask = {"mask_ref": "", "keep": "None", "mask_prep": "", "mask_spec": "", "mask_arg": ""}
     if m is not None:
@@ -295,8 +295,8 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "args": ", ".join(program["input_names"]),
         "shapes": ", ".join(f"{n}.shape" for n in program["input_names"])
         + ("," if len(program["input_names"]) == 1 else ""),
-        "prefix": lines(r["paged_prefix"]),
-        "tail": lines(r["tail"]),
+        "prefix": equation_lines(program, r["paged_prefix"], sym),
+        "tail": equation_lines(program, r["tail"], sym),
         "q": r["q"], "q_perm": str(tuple(r["q_perm"])), "out_perm": str(tuple(r["out_perm"])),
         "k_cache": r["paged_k"]["cache"], "v_cache": r["paged_v"]["cache"],
         "k_index": r["paged_k"]["index"], "v_index": r["paged_v"]["index"],

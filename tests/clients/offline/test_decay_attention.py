@@ -13,7 +13,6 @@ one), against the reference's own workload.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -25,22 +24,11 @@ from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.templates.decay_attention import build, recognise
 from maxkernel.tpu_tools.hardware.chips import get_chip
-from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import load, program_of
 
 CHIP = get_chip("tpu-v6e")
 TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
 RETNET, SSD = TASKS / "15p_RetNet_Retention.py", TASKS / "16p_Mamba2_SSD.py"
-
-
-def program_of(path: Path) -> dict:
-    return describe(str(path)).model_dump(mode="json")
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def kernel_module(ref: Path, tmp_path: Path, passes: int, block: int = 128):

@@ -3,7 +3,6 @@ its kernel DMAs whole pages by the table and matches the reference on ragged len
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -16,21 +15,10 @@ from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.templates import flash_program
 from maxkernel.clients.offline.templates.paged_attention import build, recognise_paged
 from maxkernel.tpu_tools.hardware.chips import get_chip
-from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import load, program_of
 
 TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
 PAGED = TASKS / "6p_Paged_Attention.py"
-
-
-def program_of(path: Path) -> dict:
-    return describe(str(path)).model_dump(mode="json")
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_6p_is_recognised_as_paged_and_its_kernel_never_gathers_the_caches():
