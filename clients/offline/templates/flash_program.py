@@ -366,9 +366,9 @@ def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | Non
             return None
         q_label = rest[0] if rest else None
     if q_label is None:
-        if len(q_free) != 1:
-            return None
-        q_label = (q_side, q_free[0])
+        if len(q_free) != 1 and not (decode and q_free):
+            return None  # which free axis is the query's sequence decides the causal and mask tiles
+        q_label = (q_side, q_free[-1])  # decode: no mask over the queries, so any free axis serves
     if q_label[0] != q_side:
         return None
     q_seq = q_label[1]
@@ -979,7 +979,7 @@ def score_chain_lines(program: Program, r: Mapping[str, Any], sym: Symbolic, kee
 
 def build(program: Program, sym: Symbolic) -> Template | None:
     """The flash template of a plain-attention program, or None (the caller keeps its own)."""
-    r = recognise(program)
+    r = recognise(program, decode=True)  # a length mask over the kv axis alone (decode) is spread over q
     if r is None:
         return None
     eqns = program["equations"]
@@ -1018,10 +1018,18 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     if m is not None:
         src = f"lax.squeeze({m['input']}, {tuple(m['squeeze'])})" if m["squeeze"] else m["input"]
         parts["extra_refs"].append("mask_ref, ")
-        perm = _swap_last(m["perm"]) if tr else m["perm"]
+        if m["has_q"]:
+            perm = _swap_last(m["perm"]) if tr else m["perm"]
+            moved = f"    mask = jnp.transpose({src}, {tuple(perm)})  # [its batch axes..., {'S_kv, S_q' if tr else 'S_q, S_kv'}]\n"
+        else:  # a mask over the kv axis alone (decode's lengths): the same row for every query, spread over them
+            moved = (
+                f"    mask = jnp.transpose({src}, {tuple(m['perm'])})[..., None, :]  # [its batch axes..., 1, S_kv]\n"
+                f"    mask = jnp.broadcast_to(mask, mask.shape[:-2] + (s_q, s_kv))\n"
+                + ("    mask = jnp.swapaxes(mask, -1, -2)  # [..., S_kv, S_q]\n" if tr else "")
+            )
         parts["extra_prep"].append(
-            f"    mask = jnp.transpose({src}, {tuple(perm)})  # [its batch axes..., {'S_kv, S_q' if tr else 'S_q, S_kv'}]\n"
-            f"    mask = mask.reshape((-1,) + mask.shape[-2:]).astype(jnp.int8)  # 1: the score counts\n"
+            moved
+            + "    mask = mask.reshape((-1,) + mask.shape[-2:]).astype(jnp.int8)  # 1: the score counts\n"
             f"    mask_axes = {tuple(m['batch'])}  # the batch axes (of nb) it varies over"
         )
         parts["extra_spec"].append(

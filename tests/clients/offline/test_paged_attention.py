@@ -120,3 +120,70 @@ def test_the_kernel_matches_the_reference_on_ragged_lengths_shuffled_pages_and_a
     (tmp_path / "wrong.py").write_text(wrong)
     bad = np.asarray(load(tmp_path / "wrong.py", "paged_wrong").workload(*args).astype(jnp.float32))
     assert np.max(np.abs(bad - oracle)) > 10 * err
+
+
+DECODE = """
+import jax
+import jax.numpy as jnp
+
+SIZES = {
+    "full": {"b": 64, "s": 4096, "hq": 64, "hkv": 8, "t": T},
+    "small": {"b": 3, "s": 320, "hq": 16, "hkv": 2, "t": T},
+}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size]
+    ks = jax.random.split(jax.random.key(0), 4)
+    q = jax.random.normal(ks[0], (s["b"], s["t"], s["hq"], 128), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(ks[1], (s["b"], s["s"], s["hkv"], 128), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(ks[2], (s["b"], s["s"], s["hkv"], 128), jnp.float32).astype(jnp.bfloat16)
+    return q, k, v, jax.random.randint(ks[3], (s["b"],), 1, s["s"] + 1, jnp.int32)
+
+
+def workload(q, k, v, lens):
+    b, t, hq, d = q.shape
+    hkv = k.shape[2]
+    qg = q.reshape(b, t, hkv, hq // hkv, d)
+    s = jnp.einsum("bthgd,bshd->bhgts", qg, k, preferred_element_type=jnp.float32) * d**-0.5
+    valid = jnp.arange(k.shape[1])[None, :] < lens[:, None]
+    s = jnp.where(valid[:, None, None, None, :], s, -1e30)
+    p = jax.nn.softmax(s, axis=-1).astype(v.dtype)  # rounded before p.v, as Flax and vLLM's references do
+    return jnp.einsum("bhgts,bshd->bthgd", p, v).reshape(b, t, hq, d)
+"""
+
+
+@pytest.mark.parametrize(
+    ("tokens", "template"), [(1, "cache_attention"), (4, "cache_attention"), (64, "flash_program")]
+)
+def test_a_decode_step_over_a_contiguous_cache_reads_its_rows_as_they_lie(tokens, template, tmp_path):
+    # one query token (or a few speculative ones) a sequence against a [N, S, H, D] cache and its lengths:
+    # the cache's rows are read where they lie; 64 tokens a sequence (1024 query rows) is prefill: flash
+    ref = tmp_path / "decode_ref.py"
+    ref.write_text(DECODE.replace("T}", f"{tokens}}}"))
+    source = first_kernel(program_of(ref), get_chip("tpu-v6e"))
+    assert f"template={template}" in source
+    if template == "cache_attention":
+        assert "k_cache.reshape(n_seq, s_kv * n_heads, d)" in source and "make_async_copy" not in source
+
+
+@pytest.mark.slow  # interpret mode: 3 sequences x 2 token blocks (the second partial)
+def test_the_cache_kernel_matches_the_reference_on_lengths_and_a_partial_block(tmp_path):
+    ref = tmp_path / "decode_ref.py"
+    ref.write_text(DECODE.replace("T}", "1}"))
+    program = program_of(ref)
+    t = build(program, Symbolic(program))
+    assert t.name == "cache_attention"
+    source = t.render({"block_tokens": 256}, "program").replace("interpret=False", "interpret=True")
+    (tmp_path / "cache_kernel.py").write_text(source)
+    kernel, module = load(tmp_path / "cache_kernel.py", "cache_kernel"), load(ref, "decode_ref")
+    q, k, v, _ = module.create_inputs(size="small")
+    args = (q, k, v, jnp.asarray([320, 200, 1], jnp.int32))  # whole, ending in the first block, one token
+    got = np.asarray(kernel.workload(*args).astype(jnp.float32))
+    up = tuple(a.astype(jnp.float32) if a.dtype == jnp.bfloat16 else a for a in args)
+    oracle = np.asarray(module.workload(*up).astype(jnp.float32))
+    err = np.max(np.abs(got - oracle))
+    assert err <= 2 * np.max(np.abs(np.asarray(module.workload(*args).astype(jnp.float32)) - oracle))
+    np.testing.assert_allclose(
+        oracle[2, 0].reshape(2, 8, 128)[:, 0], np.asarray(v[2, 0], np.float32), atol=1e-6
+    )
