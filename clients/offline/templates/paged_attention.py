@@ -171,6 +171,8 @@ from jax.experimental.pallas import tpu as pltpu
 ${config_marker}${config_json}
 PAGES_PER_BLOCK = ${pages_per_block}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+SLOTS = 2  # VMEM slots of a block's pages: one computed while the next one's pages land
+CACHES = 2  # k and v: a DMA semaphore each, per slot
 
 
 ${mxu_dot}
@@ -187,7 +189,7 @@ ${score_lines}
 def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, sem, m_ref, l_ref, acc_ref, *, nb, ppb, n_heads, gq, s_kv):
     n, j = pl.program_id(0), pl.program_id(1)
     t, total = n * nb + j, pl.num_programs(0) * nb
-    slot = t % 2
+    slot = t % SLOTS
     page_rows = k_hbm.shape[1]  # a page: its tokens x H rows
     t_rows = ppb * page_rows // n_heads  # the block's tokens
 
@@ -208,7 +210,7 @@ def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, s
         for c in copies(t, slot):
             c.start()
 
-    ahead = copies(jnp.minimum(t + 1, total - 1), 1 - slot)  # the last step fetches its own block again
+    ahead = copies(jnp.minimum(t + 1, total - 1), (slot + 1) % SLOTS)  # the last step fetches its own block again
     for c in ahead:
         c.start()
 
@@ -225,7 +227,7 @@ def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, s
 ${online}
     @pl.when(t == total - 1)
     def _drain():  # the last step's extra fetch lands before the kernel ends
-        landed(1 - slot)
+        landed((slot + 1) % SLOTS)
 
     @pl.when(j == nb - 1)
     def _store():
@@ -261,9 +263,9 @@ ${mask_prep}
         ],
         out_specs=pl.BlockSpec((None, n_heads * gq, dv), lambda i, j, tk, tv: (i, 0, 0)),
         scratch_shapes=[
-            pltpu.VMEM((2, ppb, page * n_heads, d), k_cache.dtype),  # two slots of whole pages
-            pltpu.VMEM((2, ppb, page * n_heads, dv), v_cache.dtype),
-            pltpu.SemaphoreType.DMA((2, 2)),
+            pltpu.VMEM((SLOTS, ppb, page * n_heads, d), k_cache.dtype),  # slots of whole pages
+            pltpu.VMEM((SLOTS, ppb, page * n_heads, dv), v_cache.dtype),
+            pltpu.SemaphoreType.DMA((CACHES, SLOTS)),
             pltpu.VMEM((n_heads * gq, 1), jnp.float32),  # running max per query row
             pltpu.VMEM((n_heads * gq, 1), jnp.float32),  # running sum
             pltpu.VMEM((n_heads * gq, dv), jnp.float32),  # unnormalised output
