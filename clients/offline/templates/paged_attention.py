@@ -210,7 +210,7 @@ def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, s
         for c in copies(t, slot):
             c.start()
 
-    ahead = copies(jnp.minimum(t + 1, total - 1), (slot + 1) % SLOTS)  # the last step fetches its own block again
+    ahead = copies(jnp.minimum(t + 1, total - 1), 1 - slot)  # the last step fetches its own block again
     for c in ahead:
         c.start()
 
@@ -227,7 +227,7 @@ def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, s
 ${online}
     @pl.when(t == total - 1)
     def _drain():  # the last step's extra fetch lands before the kernel ends
-        landed((slot + 1) % SLOTS)
+        landed(1 - slot)
 
     @pl.when(j == nb - 1)
     def _store():
