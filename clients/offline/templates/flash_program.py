@@ -954,6 +954,15 @@ def equation_lines(program: Program, idx: Sequence[int], sym: Symbolic) -> str:
     return "\n".join(f"    {ln}" for ln in body_lines(sub, None, None, sym)) or "    # (none)"
 
 
+def target_shapes(program: Program, sym: Symbolic) -> dict[str, list[int]]:
+    """Every input's and equation output's shape at the target size (the cost models' dims)."""
+    at = sym.at(sym.target)
+    shapes = {n: s["shape"] for n, s in zip(program["input_names"], at["inputs"], strict=True)}
+    for e, outs in zip(program["equations"], sym.eqn_shapes_at(sym.target), strict=True):
+        shapes.update(zip(e["outputs"], outs, strict=False))
+    return shapes
+
+
 def score_chain_lines(program: Program, r: Mapping[str, Any], sym: Symbolic, keep: str) -> list[str]:
     """The kernel lines that apply the reference's score chain to `s`, in its order: its scale (or
     division), a soft-cap's tanh, its mask (`keep`: the kernel's boolean of scores that count) with its
@@ -1083,9 +1092,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "score_dtype": r["score_dtype"], "out_dtype": r["out_dtype"],
         "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }  # fmt: skip
-    shapes = {n: s["shape"] for n, s in zip(program["input_names"], at["inputs"], strict=True)}
-    for e, outs in zip(eqns, sym.eqn_shapes_at(sym.target), strict=True):
-        shapes.update(zip(e["outputs"], outs, strict=False))
+    shapes = target_shapes(program, sym)
     s_kv = shapes[r["k"]][r["k_perm"][-2]]  # the kv sequence at the target
     s_q = shapes[r["q"]][r["q_perm"][-2]]
     d, dv = shapes[r["q"]][r["q_perm"][-1]], shapes[r["v"]][r["v_perm"][-1]]

@@ -40,6 +40,7 @@ from maxkernel.clients.offline.templates.flash_program import (
     equation_lines,
     recognise,
     score_chain_lines,
+    target_shapes,
 )
 from maxkernel.tpu_tools.problem.emit import Program, dot_kind, mxu_dots
 
@@ -450,9 +451,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         **mask,
         "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }  # fmt: skip
-    shapes = {n: s["shape"] for n, s in zip(program["input_names"], at["inputs"], strict=True)}
-    for e, outs in zip(eqns, sym.eqn_shapes_at(sym.target), strict=True):
-        shapes.update(zip(e["outputs"], outs, strict=False))
+    shapes = target_shapes(program, sym)
     kc, vc = shapes[r["paged_k"]["cache"]], shapes[r["paged_v"]["cache"]]
     heads, d, dv = kc[2], kc[3], vc[-1]
     if paged:
