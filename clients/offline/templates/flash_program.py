@@ -994,9 +994,6 @@ def build(program: Program, sym: Symbolic) -> Template | None:
     eqns = program["equations"]
     score_lines = score_chain_lines(program, r, sym, "keep" if r["bias"] is None else "mask_ref[...] != 0")
 
-    def lines(idx: Sequence[int]) -> str:
-        return equation_lines(program, idx, sym)
-
     # the sequence on lanes (transposed tiles) unless a score bias would then be transposed outside the
     # kernel: JaxBench's attention at full on v6e, llo: 1p 11820 -> 8749 us, 2p 24840 -> 12700, 4p 11910
     # -> 6466, but 5p (a [H, S, S] bias) 12030 -> 12750; Gemma 2's global attention 80.9 -> 62.1 on v5e
@@ -1058,7 +1055,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         )
     extra = {k: "".join(v) if k != "extra_prep" else "\n".join(v) for k, v in parts.items()}
     outside = sorted(set(r["prefix"]) | set(r.get("mask_prefix", [])))
-    prefix, tail = lines(outside), lines(r["tail"])
+    prefix, tail = equation_lines(program, outside, sym), equation_lines(program, r["tail"], sym)
     if sym.unsolved:
         return None
     at = sym.at(sym.target)

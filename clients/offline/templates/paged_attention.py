@@ -128,7 +128,6 @@ def recognise_paged(program: Program) -> dict[str, Any] | None:
     return {**r, "paged_k": kp, "paged_v": vp, "cache_dtype": dtype, "paged_prefix": sorted(outside)}
 
 
-# the online softmax both kernels run on a block's (token, head) rows
 _ONLINE = """    s = _scores(q_ref[...], k, keep)  # [H x gq, tokens x H]
     cols = lax.broadcasted_iota(jnp.int32, s.shape, 1)
     own = lax.broadcasted_iota(jnp.int32, s.shape, 0) // gq == cols % n_heads
@@ -142,6 +141,44 @@ _ONLINE = """    s = _scores(q_ref[...], k, keep)  # [H x gq, tokens x H]
     l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
     acc_ref[...] = alpha * acc_ref[...] + ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
     m_ref[...] = m_new"""
+
+
+# What both kernels share, put in by `_assembled`: the imports, the score chain, each sequence's query
+# rows ([H x query rows a kv head, D]), the online softmax over a block's (token, head) rows, and the
+# way back to the reference's layout.
+_FRAGMENTS = {
+    "imports": """import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu""",
+    "scores": """${mxu_dot}
+
+
+def _scores(q, k, keep):
+    \"\"\"The reference's scores of q [rows, D] against k [(token, head) rows, D], through its score chain.\"\"\"
+    s = ${qk_dot}(q, k, (((1,), (1,)), ((), ())))
+    s = s.astype(jnp.${score_dtype})  # the reference's score dtype
+${score_lines}
+    return s.astype(jnp.float32)""",
+    "queries": """    q = jnp.transpose(${q}, ${q_perm})  # [N, H, query rows per kv head..., D]
+    q_shape, (n_seq, n_heads, d) = q.shape, (q.shape[0], q.shape[1], q.shape[-1])
+    gq = math.prod(q.shape[2:-1])
+    q = q.reshape(n_seq, n_heads * gq, d)""",
+    "online": _ONLINE,
+    "result_lines": """    ${dot2_out} = jnp.transpose(out.reshape(q_shape[:-1] + (dv,)), ${out_perm})
+${tail}
+    return ${result}""",
+}
+
+
+def _assembled(source: str) -> str:
+    for name, text in _FRAGMENTS.items():
+        source = source.replace("${" + name + "}", text)
+    return source
 
 
 SOURCE = '''"""Attention over a paged KV cache (offline template `paged_attention`), from the reference's traced program.
@@ -160,14 +197,7 @@ for the target size (${target}) and clamps to a sequence's pages; a sequence who
 does not divide is padded with page 0, its columns never counted.
 """
 
-import functools
-import math
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
+${imports}
 
 ${config_marker}${config_json}
 PAGES_PER_BLOCK = ${pages_per_block}
@@ -176,15 +206,7 @@ SLOTS = 2  # VMEM slots of a block's pages: one computed while the next one's pa
 CACHES = 2  # k and v: a DMA semaphore each, per slot
 
 
-${mxu_dot}
-
-
-def _scores(q, k, keep):
-    """The reference's scores of q [rows, D] against k [(token, head) rows, D], through its score chain."""
-    s = ${qk_dot}(q, k, (((1,), (1,)), ((), ())))
-    s = s.astype(jnp.${score_dtype})  # the reference's score dtype
-${score_lines}
-    return s.astype(jnp.float32)
+${scores}
 
 
 def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, sem, m_ref, l_ref, acc_ref, *, nb, ppb, n_heads, gq, s_kv):
@@ -226,6 +248,7 @@ def _kernel(tk_ref, tv_ref, k_hbm, v_hbm, q_ref, ${mask_ref}o_ref, kbuf, vbuf, s
     k = kbuf[slot].reshape(-1, kbuf.shape[-1])  # [tokens x H, D]: (token, head) rows
     v = vbuf[slot].reshape(-1, vbuf.shape[-1])
 ${online}
+
     @pl.when(t == total - 1)
     def _drain():  # the last step's extra fetch lands before the kernel ends
         landed(1 - slot)
@@ -238,12 +261,9 @@ ${online}
 def workload(${args}):
     sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
 ${prefix}
-    q = jnp.transpose(${q}, ${q_perm})  # [N, H, query rows per kv head..., D]
-    q_shape, (n_seq, n_heads, d) = q.shape, (q.shape[0], q.shape[1], q.shape[-1])
+${queries}
     k_cache, v_cache = ${k_cache}, ${v_cache}  # [pages, page, H, D]
     n_pages, page, dv = k_cache.shape[0], k_cache.shape[1], v_cache.shape[-1]
-    gq = math.prod(q.shape[2:-1])
-    q = q.reshape(n_seq, n_heads * gq, d)
     tk = jnp.clip(${k_index}.reshape(n_seq, -1), 0, n_pages - 1)  # the gathers' pages; out of range clamps
     tv = jnp.clip(${v_index}.reshape(n_seq, -1), 0, n_pages - 1)
     pps = tk.shape[1]
@@ -289,13 +309,10 @@ ${mask_prep}
         v_cache.reshape(n_pages, page * n_heads, dv),
         q${mask_arg},
     )
-    ${dot2_out} = jnp.transpose(out.reshape(q_shape[:-1] + (dv,)), ${out_perm})
-${tail}
-    return ${result}
+${result_lines}
 '''
 
-SOURCE_CONTIGUOUS = (
-    """\"\"\"Attention over a KV cache laid out per sequence (offline template `cache_attention`), from the reference's traced program.
+SOURCE_CONTIGUOUS = """\"\"\"Attention over a KV cache laid out per sequence (offline template `cache_attention`), from the reference's traced program.
 
 The reference reads k and v as caches [N, S, H, D] with few query rows a sequence (a decode step): each
 grid step (sequence n, block j of BLOCK_TOKENS tokens) reads the block's rows as they lie in HBM, (token,
@@ -308,29 +325,14 @@ Shape-generic: every shape is read from the inputs when the kernel is traced; th
 for the target size (${target}) and clamps to the sequence; a partial last block's columns never count.
 \"\"\"
 
-import functools
-import math
-
-import jax
-import jax.numpy as jnp
-from jax import lax
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import tpu as pltpu
+${imports}
 
 ${config_marker}${config_json}
 BLOCK_TOKENS = ${block_tokens}
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
 
-${mxu_dot}
-
-
-def _scores(q, k, keep):
-    \"\"\"The reference's scores of q [rows, D] against k [(token, head) rows, D], through its score chain.\"\"\"
-    s = ${qk_dot}(q, k, (((1,), (1,)), ((), ())))
-    s = s.astype(jnp.${score_dtype})  # the reference's score dtype
-${score_lines}
-    return s.astype(jnp.float32)
+${scores}
 
 
 def _kernel(q_ref, k_ref, v_ref, ${mask_ref}o_ref, m_ref, l_ref, acc_ref, *, nb, n_heads, gq, s_kv):
@@ -348,9 +350,7 @@ def _kernel(q_ref, k_ref, v_ref, ${mask_ref}o_ref, m_ref, l_ref, acc_ref, *, nb,
     if s_kv % t_rows:  # a partial last block: its rows past the cache are not data (0 x NaN is NaN)
         token = j * t_rows + lax.broadcasted_iota(jnp.int32, (v.shape[0], 1), 0) // n_heads
         v = jnp.where(token < s_kv, v, jnp.zeros_like(v))
-"""
-    + _ONLINE
-    + """
+${online}
 
     @pl.when(j == nb - 1)
     def _store():
@@ -360,12 +360,9 @@ def _kernel(q_ref, k_ref, v_ref, ${mask_ref}o_ref, m_ref, l_ref, acc_ref, *, nb,
 def workload(${args}):
     sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
 ${prefix}
-    q = jnp.transpose(${q}, ${q_perm})  # [N, H, query rows per kv head..., D]
-    q_shape, (n_seq, n_heads, d) = q.shape, (q.shape[0], q.shape[1], q.shape[-1])
+${queries}
     k_cache, v_cache = ${k_cache}, ${v_cache}  # [N, S, H, D]
     s_kv, dv = k_cache.shape[1], v_cache.shape[-1]
-    gq = math.prod(q.shape[2:-1])
-    q = q.reshape(n_seq, n_heads * gq, d)
     bt = min(BLOCK_TOKENS, s_kv)
     nb = pl.cdiv(s_kv, bt)
 ${mask_prep}
@@ -396,13 +393,10 @@ ${mask_prep}
         k_cache.reshape(n_seq, s_kv * n_heads, d),  # a sequence's (token, head) rows: a bitcast
         v_cache.reshape(n_seq, s_kv * n_heads, dv)${mask_arg},
     )
-    ${dot2_out} = jnp.transpose(out.reshape(q_shape[:-1] + (dv,)), ${out_perm})
-${tail}
-    return ${result}
+${result_lines}
 """
-)
 
-SOURCE = SOURCE.replace("${online}", _ONLINE)
+SOURCE, SOURCE_CONTIGUOUS = _assembled(SOURCE), _assembled(SOURCE_CONTIGUOUS)
 
 
 def build(program: Program, sym: Symbolic) -> Template | None:
