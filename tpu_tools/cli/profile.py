@@ -63,6 +63,12 @@ def render_profile(r) -> None:
         )
     if r.timed_outputs_checked:
         console.print(f"  every timed output checked against the reference's ({r.timed_outputs_checked})")
+    if r.first_clock_check:
+        f = r.first_clock_check
+        console.print(
+            f"  first timing's clock disagreed ({f.unexplained_ms:.3g} ms unexplained per call, tolerance "
+            f"{f.tolerance_ms:.3g} ms): timed again in a fresh process, only that timing counts"
+        )
     if r.clock_check:
         c = r.clock_check
         state = "agrees" if c.agrees else "[red]disagrees[/]"
