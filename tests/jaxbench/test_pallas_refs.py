@@ -53,8 +53,20 @@ def _check_close(task, inputs, out) -> None:
     assert not bad.any(), f"{bad.sum()} elements off; max |diff| = {np.abs(exp32 - out32).max()}"
 
 
-@pytest.mark.parametrize("multi_block", [False, True], ids=["production", "multi_block"])
-@pytest.mark.parametrize("task_id", TASKS)
+# the three slowest multi-block runs (6-12 s each in interpret mode on 2 cores) run in `make test-slow`
+SLOW_TO_INTERPRET = {"2p", "9p", "14p"}
+
+
+@pytest.mark.parametrize(
+    ("task_id", "multi_block"),
+    [
+        pytest.param(t, multi, marks=pytest.mark.slow, id=f"{t}-multi_block")
+        if multi and t in SLOW_TO_INTERPRET
+        else pytest.param(t, multi, id=f"{t}-{'multi_block' if multi else 'production'}")
+        for t in TASKS
+        for multi in (False, True)
+    ],
+)
 def test_reference_matches_task_in_tpu_interpret_mode(task_id, multi_block, monkeypatch):
     task, ref = load_task(task_id), load_pallas_reference(task_id)
     if multi_block:
@@ -120,8 +132,8 @@ def v6e_device_sharding():
     return NamedSharding(Mesh(np.array(topo.devices[:1]), ("x",)), PartitionSpec())
 
 
-# the two slowest full-size compiles (10-16 s each on the loaded 2-core box) run in `make test-slow`
-SLOW_TO_COMPILE = {"9p", "13p"}
+# the slowest full-size compiles (7-16 s each on a 2-core box) run in `make test-slow`
+SLOW_TO_COMPILE = {"1p", "2p", "8p", "9p", "13p", "41k"}
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,7 @@ def built(tmp_path_factory):
     return root, program, template, target, ref_mod, small
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_valid_nchw_conv_gets_conv_rows_and_compiles_at_full_for_v6e(built):
     root, program, template, target, ref_mod, _ = built
     assert template.name == "conv_rows" and target == "full"

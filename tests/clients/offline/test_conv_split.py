@@ -106,6 +106,7 @@ def test_the_cut_is_the_convs_biased_output_and_the_tail_reads_it_back(tmp_path)
     assert full == [16, 128, 64, 48] and found.tail["inputs"][0]["dtype"] == "bfloat16"
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path):
     program, ref = _setup(tmp_path, INSTANCE)
     template, target, _ = build(program, _rest_template)
@@ -124,6 +125,7 @@ def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path)
     assert text.count("tpu_custom_call") >= 2 or "custom-call" in text
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_conv_then_instance_norm_matches_the_reference_at_a_size_no_trace_saw(tmp_path):
     program, ref = _setup(tmp_path, INSTANCE)
     template, _, _ = build(program, _rest_template)

@@ -137,6 +137,7 @@ def test_13p_gets_the_template_and_its_kernel_matches_the_reference_across_vocab
     assert abs(_interpret(_module(tmp_path / "wrong.py", wrong), inputs) - want) > 0.05
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_the_first_kernel_compiles_at_the_production_vocabulary(task_program, tmp_path):
     source = first_kernel(task_program, get_chip("tpu-v6e"))
     assert "template=cross_entropy" in source and '("parallel", "arbitrary")' in source

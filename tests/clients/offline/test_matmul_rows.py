@@ -155,6 +155,7 @@ def test_first_kernels_that_did_not_compile_compile_at_full(task, tmp_path):
         assert jax.jit(mod.workload).lower(*full).compile() is not None
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_residual_fetched_halfway_through_the_k_steps_matches_and_one_a_block_late_fails(tmp_path):
     """26k's [M, N] input y is read on the last k-step only: its block is fetched halfway through the block's
     k-steps (the block before it until then), so its DMA and the previous output block's writeback fall on

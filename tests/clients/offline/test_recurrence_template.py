@@ -150,6 +150,7 @@ def _module(path: Path, source: str):
     return mod
 
 
+@pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_at_full(tmp_path):
     ref = _write(tmp_path, "ema", EMA.replace("REVERSE", "False"))
     program = describe(str(ref)).model_dump(mode="json")
