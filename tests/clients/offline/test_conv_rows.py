@@ -105,7 +105,8 @@ def test_a_valid_nchw_conv_gets_conv_rows_and_compiles_at_full_for_v6e(built):
     assert not [ln for ln in text.splitlines() if " copy(" in ln and "bf16[16,128,22,38]" in ln]
 
 
-@pytest.mark.parametrize("c", [64, 8])  # 2 output rows per dot, and 16 (the run spans a 16-row halo)
+# 2 output rows per dot (~14 s: `make test-slow`), and 16 (the run spans a 16-row halo)
+@pytest.mark.parametrize("c", [pytest.param(64, marks=pytest.mark.slow), 8])
 def test_conv_rows_matches_the_reference_across_row_blocks(built, c):
     root, _, _, _, ref_mod, small = built
     ref_mod.SIZES["check"] = {"n": 2, "c": c, "o": 128, "h": 40 if c == 8 else 24, "w": 12}

@@ -133,6 +133,7 @@ def test_a_conv_then_instance_norm_matches_the_reference_at_a_size_no_trace_saw(
     _matches(kernel, ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})  # W > H here, H > W in the traces
 
 
+@pytest.mark.slow  # an interpret run at a check size: `make test-slow`
 def test_a_batch_norm_after_a_conv_walks_the_channels_in_its_second_kernel(tmp_path):
     program, ref = _setup(tmp_path, BATCH)
     template, _, _ = build(program, _rest_template)
@@ -143,7 +144,7 @@ def test_a_batch_norm_after_a_conv_walks_the_channels_in_its_second_kernel(tmp_p
     _matches(_module(tmp_path / "bn.py", source), ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})
 
 
-@pytest.mark.parametrize("axes", [INSTANCE, BATCH])
+@pytest.mark.parametrize("axes", [pytest.param(INSTANCE, marks=pytest.mark.slow), BATCH])  # ~14 s each
 def test_the_model_serves_a_conv_then_a_norm_with_conv_norm_which_matches_at_an_unseen_size(tmp_path, axes):
     program, ref = _setup(tmp_path, axes)
     template, target, _ = program_template(program)

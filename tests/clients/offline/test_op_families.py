@@ -105,6 +105,7 @@ def test_a_reverse_scan_walks_blocks_from_the_end_and_carries_between_them(tmp_p
     assert not np.allclose(np.asarray(got), np.asarray(want), atol=1e-3)
 
 
+@pytest.mark.slow  # an interpret run at a check size: `make test-slow`
 def test_argmax_over_a_middle_axis_keeps_the_first_index_across_blocks(tmp_path):
     template, inputs, want = _check(tmp_path, "argmax", FAMILY["argmax"][1])
     assert template.name == "arg_reduce"
@@ -133,6 +134,7 @@ def test_a_padded_strided_max_pool_reads_its_halo_from_the_next_block(tmp_path):
     assert not np.allclose(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.slow  # an interpret run at a check size: `make test-slow`
 def test_a_grouped_strided_conv_is_matmuls_over_taps_inside_the_kernel(tmp_path):
     template, _, _ = _check(
         tmp_path,
