@@ -113,8 +113,12 @@ def xla_estimate(
     )
 
 
-def xla_program_cost(fn, shapes, target, mesh_spec=None) -> tuple[dict[str, float], FusionTable | None]:
-    """Compile `fn` for the TPU target once: XLA's own cost analysis and the per-fusion table ({}, None if it cannot)."""
+def xla_program_cost(
+    fn, shapes, target, mesh_spec=None, why: list[str] | None = None
+) -> tuple[dict[str, float], FusionTable | None]:
+    """Compile `fn` for the TPU target once: XLA's own cost analysis and the per-fusion table ({}, None if it
+    cannot; then `why`, if given, gets the compiler's reason: a program that does not fit the chip's HBM is a
+    fact about the baseline, not a gap in the estimate)."""
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
     from maxkernel.tpu_tools.cost.llo_dump import active_dump, compile_with_dump
     from maxkernel.tpu_tools.cost.xla_cost import cost_analysis_of
@@ -129,7 +133,11 @@ def xla_program_cost(fn, shapes, target, mesh_spec=None) -> tuple[dict[str, floa
         args, scope = mesh.aot_args(target, shapes, mesh_spec)
         with scope:
             compiled, programs, _ = compile_with_dump(fn, args, dump)
-    except Exception:  # no libtpu, or the program does not compile there: the caller's counts stand
+    except Exception as e:  # no libtpu, or the program does not compile there: the caller's counts stand
+        if why is not None:
+            why.append(
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:400]
+            )
         return {}, None
     try:
         chip = getattr(target, "chip", None)

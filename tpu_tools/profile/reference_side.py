@@ -282,8 +282,9 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         share = mesh.share if mesh else (lambda x: x)  # noqa: E731
         calls = find_pallas_calls(jaxpr)
         # XLA's own HBM traffic for the program compiled for the chip (per chip over a mesh), fusion by fusion
+        why: list[str] = []
         tpu, fusions = (
-            xla_program_cost(ref.workload, shapes, tgt, ref.info.mesh)
+            xla_program_cost(ref.workload, shapes, tgt, ref.info.mesh, why)
             if not calls and tgt.kind == "tpu"
             else ({}, None)
         )
@@ -297,6 +298,13 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
             xla_tpu_cost=tpu or None,
             xla_fusions=fusions,
         )
+        if why:
+            said = (
+                f"XLA's own program does not compile for {tgt.name} at these shapes ({why[0]}): the figure is "
+                "the roofline of its flops and bytes, not a program that runs there"
+            )
+            side.static_estimate.tier_note += f"; {said}"
+            side.warnings.append(said)
         if mesh and mesh.device_count > 1:
             side.static_estimate.assumptions.append(
                 f"XLA baseline over {mesh.device_count} chips: 1/{mesh.device_count} of the global work and "
