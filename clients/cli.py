@@ -336,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if hasattr(args, "func"):  # verbs that live in their own modules (search, report)
-        return args.func(args)
+        try:
+            return args.func(args)
+        except OSError as e:
+            if (why := cli_args.name_too_long(e)) is None:
+                raise
+            print(f"maxkernel-orchestrate: {why}", file=sys.stderr)
+            return USAGE_EXIT
     try:
         _check(args, parser)
         summary = anyio.run(run_auto, args)
@@ -351,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         from maxkernel.clients.mcp_client import ServerUnavailable
 
+        if (why := cli_args.name_too_long(e)) is not None:
+            print(f"maxkernel-orchestrate: {why}", file=sys.stderr)
+            return USAGE_EXIT
         if not isinstance(e, ServerUnavailable):
             raise
         print(f"maxkernel-orchestrate: {e}", file=sys.stderr)

@@ -121,10 +121,18 @@ def _port_sources(folder: str, suite_dir: Path, seeds: int, note: Any) -> dict[s
     return refs
 
 
+def _is_dir(spec: str) -> bool:
+    """A folder of sources; False for a name the OS refuses to look up (35 task ids make a 1 KB name)."""
+    try:
+        return Path(spec).is_dir()
+    except OSError:
+        return False
+
+
 def _task_ids(spec: str) -> list[str]:
     from maxkernel.jaxbench import registry
 
-    if Path(spec).is_dir():
+    if _is_dir(spec):
         return [p.stem for p in _torch_sources(spec)]
     if spec == "all":
         return registry.list_task_ids()
@@ -240,7 +248,7 @@ async def run_suite(
         suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
-        if Path(args.reference).is_dir() and not settings.references:  # PyTorch sources: port them first
+        if _is_dir(args.reference) and not settings.references:  # PyTorch sources: port them first
             if args.server:
                 raise UsageError(
                     "a folder of PyTorch sources is ported here, for local servers: drop --server"

@@ -177,6 +177,18 @@ def check_new_run_dir(path: str | os.PathLike) -> None:
         raise UsageError(f"--run-dir {path} exists and is not empty: continue it with --resume {path}")
 
 
+def name_too_long(e: BaseException) -> str | None:
+    """The one-line usage error for a name the OS refuses to look up (ENAMETOOLONG: a list of task ids or a
+    pasted source given where a path or an id goes), else None: any other error is not the caller's input."""
+    import errno
+
+    if not isinstance(e, OSError) or e.errno != errno.ENAMETOOLONG:
+        return None
+    name = str(e.filename or "")
+    shown = f"{name[:60]}...{name[-20:]}" if len(name) > 90 else name
+    return f"a name too long for the filesystem ({len(name)} characters): {shown!r}; give an id, a path, or ids separated by commas where a list is taken"
+
+
 def looks_like_path(reference: str) -> bool:
     return any(c in reference for c in "/\\") or reference.endswith(".py")
 

@@ -192,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, SandboxUnavailable) as e:
         print(f"maxkernel: {e}", file=sys.stderr)
         return 2
+    except OSError as e:
+        if (why := cli_args.name_too_long(e)) is None:
+            raise
+        print(f"maxkernel: {why}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("maxkernel: interrupted", file=sys.stderr)
         return 130

@@ -215,7 +215,11 @@ class Reference:
 def _resolve_reference_path(spec: str) -> tuple[Path, str | None]:
     """A JaxBench id or a path; returns (path, task_id or None)."""
     path = Path(spec).expanduser()
-    if path.exists():
+    try:
+        found = path.exists()
+    except OSError:  # a name the OS refuses to look up (too long: a list of ids given as one): no file
+        found = False
+    if found:
         return path.resolve(), None
     from maxkernel.jaxbench import registry
 

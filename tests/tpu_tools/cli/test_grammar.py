@@ -12,6 +12,7 @@ import pytest
 from conftest_paths import MATMUL_REF, REFS
 from mcp import Client
 
+from maxkernel.jaxbench import registry
 from maxkernel.server.app import build_server
 from maxkernel.tpu_tools.cli import args as cli_args
 
@@ -130,6 +131,10 @@ def sh(tool: str, *args: str, cwd: Path, timeout: float = 240, env: dict | None 
     )
 
 
+# every JaxBench task id, comma-separated: ~1.5 KB, over the 255-byte limit of one path component
+LONG_IDS = ",".join(registry.list_task_ids())
+
+
 def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
@@ -175,6 +180,18 @@ def one_line_exit_2(p: subprocess.CompletedProcess, needle: str) -> None:
         ("maxkernel-orchestrate", ["report", "/nonexistent/run"], "give a search run directory"),
         ("maxkernel-orchestrate", ["report", "."], "give a search run directory"),
         ("maxkernel-server", ["--timeout", "0"], "must be > 0"),
+        # 35 task ids make a 1 KB name: where one reference goes it is one line, not the OS's OSError
+        (
+            "maxkernel",
+            ["validate", kernel("good_matmul"), "-r", LONG_IDS],
+            "a name too long for the filesystem",
+        ),
+        ("maxkernel-orchestrate", ["search", "--reference", LONG_IDS], "a name too long for the filesystem"),
+        (
+            "maxkernel-orchestrate",
+            ["suite", "--reference", LONG_IDS + ",99p_Nope"],
+            "unknown JaxBench task '99p_Nope'",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_on_disk(tmp_path, tool, argv, needle):
