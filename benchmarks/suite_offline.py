@@ -152,10 +152,13 @@ def main() -> int:
 
     total = len(registry.list_task_ids()) if a.tasks == "all" else len(a.tasks.split(","))
     started = time.monotonic()
+    # the run's own stderr beside its folder (the folder must start empty): a refused start is read there
+    err_path = suite_dir.with_name(suite_dir.name + ".stderr")
+    err_path.parent.mkdir(parents=True, exist_ok=True)
     first = subprocess.Popen(
         argv + ["--run-dir", str(suite_dir)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=err_path.open("w"),
         start_new_session=True,
     )
     killed_at = None
@@ -167,6 +170,10 @@ def main() -> int:
             killed_at = time.monotonic() - started
     out, _ = first.communicate()
     part1_s = time.monotonic() - started
+    if not (suite_dir / "suite.sqlite").is_file():
+        lines = err_path.read_text(errors="replace").strip().splitlines()
+        print(f"suite_offline: the suite did not start (exit {first.returncode}): {' '.join(lines[-3:])}")
+        return 2
     before = task_table(suite_dir)
     finished_before = {t for t, (s, _, _) in before.items() if s in ("done", "failed")}
     resumed_s = 0.0
