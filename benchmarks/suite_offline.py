@@ -163,7 +163,7 @@ def main() -> int:
     )
     killed_at = None
     if not a.no_kill:
-        while first.poll() is None and done_count(suite_dir) < total // 2:
+        while first.poll() is None and done_count(suite_dir) < max(1, total // 2):
             time.sleep(2.0)
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)

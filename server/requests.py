@@ -69,7 +69,13 @@ def resolve_reference(ws: Workspace, reference: str) -> str:
     ref = reference.strip()
     if not ref:
         raise ToolError("reference is empty: give a JaxBench task id or a workspace path")
-    if any(c in ref for c in "/\\") or ref.endswith(".py") or (ws.root / ref).exists():
+    try:
+        here = (ws.root / ref).exists()
+    except (
+        OSError
+    ):  # a name the OS refuses to look up (too long): not a workspace file; the id lookup says why
+        here = False
+    if any(c in ref for c in "/\\") or ref.endswith(".py") or here:
         try:
             return str(ws.resolve(ref, kind="reference"))
         except WorkspaceError as e:

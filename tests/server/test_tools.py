@@ -185,6 +185,16 @@ async def test_validate_seeds_are_random_by_default_and_zero_seeds_is_an_error(c
 
 
 @pytest.mark.anyio
+async def test_a_reference_too_long_for_a_file_name_is_a_tool_error_naming_it(client):
+    from maxkernel.jaxbench import registry
+
+    ids = ",".join(registry.list_task_ids())  # ~1.5 KB: the OS refuses it as a name
+    r = await client.call_tool("estimate_kernel", {"kernel_source": GOOD_SOURCE, "reference": ids})
+    assert r.is_error and "unknown JaxBench task" in text(r) and "Errno" not in text(r), text(r)
+    assert not (await client.call_tool("list_chips", {})).is_error
+
+
+@pytest.mark.anyio
 async def test_estimate_kernel_is_labeled_and_compile_free(client):
     r = await client.call_tool("estimate_kernel", {"kernel_source": GOOD_SOURCE, "reference": "ref.py"})
     assert not r.is_error, text(r)
