@@ -460,7 +460,7 @@ def _run_jobs(
         handover.save_specs(folder / SPECS_FILE, ref.input_specs)
 
     # 2. The candidate's process: never given the reference, only arrays and shapes.
-    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for, integrity_evidence
+    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for
 
     hide = [*hide_paths_for(reference, kernel_path), str(private)]
     mesh = ref.info.mesh if ref.info else None
@@ -477,23 +477,13 @@ def _run_jobs(
         outcome = runner.run(
             "maxkernel.tpu_tools.judged.profile_candidate:candidate_job",
             {
-                "kernel_path": kernel_path,
-                "target": tgt.name,
-                "size": size,
-                "scratch_dir": str(cand_dir),
-                "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
-                "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
+                **_candidate_args(ref, kernel_path, tgt, size, cand_dir, hide),
                 "timed_sets": n,
-                # one chip's share over a mesh: the estimate is per chip (the reference's flops, split)
-                "reference_flops": mesh.share(ref.flops) if mesh else ref.flops,
-                "io_bytes": _io_bytes(ref),
                 "measure_interpret": measure_interpret,
                 "warmups": warmups,
                 "warmup_min_time_s": warmup_min_time_s,
                 "trace_dir": str(cand_dir / "trace") if cand_log else None,
                 "top": top,
-                "hide_paths": hide,
-                "mesh": mesh.model_dump(mode="json") if mesh else None,
             },
             feed,
             cand_dir,
@@ -512,14 +502,7 @@ def _run_jobs(
         report.static_estimate = cand.static_estimate
         report.candidate_not_measured_reason = cand.not_measured_reason
         report.warnings += [w for w in cand.warnings if w not in report.warnings]
-        # Integrity: the events the child streamed as they happened (a later lie cannot hide them), then its
-        # report.
-        breach = integrity_evidence(outcome.progress)
-        if breach is None and cand.reached:
-            breach = Failure(kind="reached_reference", summary=cand.reached[:1000], stage="run")
-        if breach is None and cand.tampered:
-            what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
-            breach = Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run")
+        breach = _breach(outcome, cand)
         if breach is not None:
             if cand.samples_ms:  # evidence: what the parent's clock says about the candidate's own
                 from maxkernel.tpu_tools.judge.timing_checks import clock_check, overheads
@@ -597,7 +580,7 @@ def _estimate_only(
     The reference's child gave its shapes and its own static estimate (abstract shapes); the candidate's
     child traces the candidate on the same abstract shapes, checks its output shapes and costs it.
     """
-    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for, integrity_evidence
+    from maxkernel.tpu_tools.judge.outcomes import hide_paths_for
     from maxkernel.tpu_tools.judged.timed_loop import CandidateSide
 
     report.nothing_measured = ref.estimate_only
@@ -606,21 +589,11 @@ def _estimate_only(
     )
     say("candidate: trace, estimate")
     hide = [*hide_paths_for(reference, kernel_path)]
-    mesh = ref.info.mesh if ref.info else None
     outcome = runner.run(
         "maxkernel.tpu_tools.judged.profile_candidate:candidate_job",
         {
-            "kernel_path": kernel_path,
-            "target": tgt.name,
-            "size": size,
-            "scratch_dir": str(cand_dir),
-            "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
-            "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
+            **_candidate_args(ref, kernel_path, tgt, size, cand_dir, hide),
             "timed_sets": 0,
-            "reference_flops": mesh.share(ref.flops) if mesh else ref.flops,
-            "io_bytes": _io_bytes(ref),
-            "hide_paths": hide,
-            "mesh": mesh.model_dump(mode="json") if mesh else None,
             "estimate_only": ref.estimate_only,
             "input_values": ref.input_values or None,
         },
@@ -646,13 +619,38 @@ def _estimate_only(
         "no measured speedup: nothing was measured (the static estimates of the candidate and the reference "
         "are the only numbers, each labeled with its tier)"
     )
+    return finish(_breach(outcome, cand) or cand.failure)
+
+
+def _candidate_args(ref, kernel_path, tgt, size, cand_dir: Path, hide: list[str]) -> dict:
+    """What every candidate job is given: its kernel, the shapes as data, the reference's work (never its code)."""
+    mesh = ref.info.mesh if ref.info else None
+    return {
+        "kernel_path": kernel_path,
+        "target": tgt.name,
+        "size": size,
+        "scratch_dir": str(cand_dir),
+        "input_specs": [s.model_dump(mode="json") for s in ref.input_specs],
+        "output_specs": [s.model_dump(mode="json") for s in ref.output_specs],
+        # one chip's share over a mesh: the estimate is per chip (the reference's flops, split)
+        "reference_flops": mesh.share(ref.flops) if mesh else ref.flops,
+        "io_bytes": _io_bytes(ref),
+        "hide_paths": hide,
+        "mesh": mesh.model_dump(mode="json") if mesh else None,
+    }
+
+
+def _breach(outcome, cand) -> Failure | None:
+    """Integrity: the events the child streamed as they happened (a later lie cannot hide them), then its report."""
+    from maxkernel.tpu_tools.judge.outcomes import integrity_evidence
+
     breach = integrity_evidence(outcome.progress)
     if breach is None and cand.reached:
         breach = Failure(kind="reached_reference", summary=cand.reached[:1000], stage="run")
     if breach is None and cand.tampered:
         what = "; ".join(t.removeprefix("the candidate ") for t in cand.tampered)
         breach = Failure(kind="tampered", summary=f"the candidate {what}"[:1000], stage="run")
-    return finish(breach or cand.failure)
+    return breach
 
 
 def _io_bytes(ref) -> int:
