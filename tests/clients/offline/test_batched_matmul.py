@@ -108,6 +108,7 @@ def test_14p_first_blocks_reach_the_ridge_and_keep_k_steps_a_check_size_repeats(
     ]
 
 
+@pytest.mark.slow  # an interpret run at a check size (9-18 s): `make test-slow`
 def test_one_and_several_k_steps_match_the_einsum(tmp_path):
     """bk 512 over K 320 is one k step (no accumulator), 128 three (one middle step, the last masked past K);
     the middle step's product dropped must fail."""

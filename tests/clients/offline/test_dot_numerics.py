@@ -82,6 +82,7 @@ def _load(path: Path):
     return mod
 
 
+@pytest.mark.slow  # an interpret run at a check size (9-18 s): `make test-slow`
 def test_the_kernels_numbers_are_the_algorithm_the_target_runs(tmp_path):
     """In interpret mode at the small size: each kernel against each algorithm computed in plain JAX."""
     from jax.experimental.pallas import tpu as pltpu

@@ -104,6 +104,7 @@ def test_whole_row_epilogues_tile_n_and_keep_groups_whole():
     assert "v5 = lax.reshape(v4, (b0, sh[1][1]))" in epilogue and ", 1, 1)" not in epilogue
 
 
+@pytest.mark.slow  # an interpret run at a check size (9-18 s): `make test-slow`
 def test_a_row_max_over_column_blocks_matches_and_a_dropped_partial_fails(tmp_path):
     ref = _reference(MAX_GELU)
     kx, kw, kb = jax.random.split(jax.random.key(5), 3)

@@ -90,6 +90,7 @@ def _check(tmp_path: Path, name: str, size: dict, targets=("tpu-v6e",), blocks=N
     return template, inputs, want
 
 
+@pytest.mark.slow  # an interpret run at a check size (9-18 s): `make test-slow`
 def test_a_reverse_scan_walks_blocks_from_the_end_and_carries_between_them(tmp_path):
     template, inputs, want = _check(
         tmp_path, "cumsum_reverse", FAMILY["cumsum_reverse"][1], ("tpu-v6e", "tpu-v5e")
