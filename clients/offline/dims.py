@@ -23,6 +23,7 @@ Program = Mapping[str, Any]
 INT = re.compile(r"(?<![\w.])-?\d+(?![\w.])")  # an integer token, not part of a name or a float
 LITERAL = re.compile(r"^lit:jnp\.asarray\((.+), jnp\.(\w+)\)$")
 TARGET_DEFAULT = "full"
+_MAX_STRIDE = 4  # a transposed convolution's stride (dilated extents: s * d - s + 1)
 _MAX_OFFSET = 8
 
 
@@ -149,7 +150,20 @@ class Symbolic:
         for (a, da), (b, db), (c, dc) in _distinct_first(dims, 3):
             if tuple(x * y * z for x, y, z in zip(da, db, dc, strict=True)) == v:
                 return f"{a} * {b} * {c}"
-        return self._solve_products(v)
+        return self._solve_products(v) or self._solve_affine(v)
+
+    def _solve_affine(self, v: tuple[int, ...]) -> str | None:
+        """A dim times a small stride plus an offset: a transposed convolution's dilated extent, s * (d - 1) + 1,
+        and that padded, s * (d - 1) + 1 + 2 * e. Tried last (after every product) and only where the dim takes
+        at least two values: two points fit any line."""
+        for name, d in self.dims:
+            if len(set(d)) < 2:
+                continue
+            for k in range(2, _MAX_STRIDE + 1):
+                diffs = {y - k * x for x, y in zip(d, v, strict=True)}
+                if len(diffs) == 1 and 0 < abs(c := diffs.pop()) <= _MAX_OFFSET:
+                    return f"{name} * {k} {'+' if c > 0 else '-'} {abs(c)}"
+        return None
 
     def _solve_products(self, v: tuple[int, ...]) -> str | None:
         """A product of two or three dims times or over a constant (a group norm's count: C / G * H * W),

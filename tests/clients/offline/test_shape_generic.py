@@ -81,6 +81,24 @@ def workload(x):
 )
 
 
+DILATE = (
+    HEADER
+    + """
+SIZES = {"full": {"rows": 64, "d": 256}, "small": {"rows": 16, "d": 64}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    return (jax.random.normal(_key(key), (s["rows"], s["d"])),)
+
+
+def workload(x):
+    n, d = x.shape  # a transposed convolution's input: stride-2 dilated (2 * (d - 1) + 1), then padded by 1
+    up = jnp.zeros((n, 2 * (d - 1) + 1), x.dtype).at[:, ::2].set(x)
+    return jnp.tanh(jnp.pad(up, [(0, 0), (1, 1)]))
+"""
+)
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / f"{name}_ref.py"
     path.write_text(text)
@@ -169,6 +187,20 @@ def test_a_number_no_shape_explains_is_refused_not_hard_coded(tmp_path):
     with pytest.raises(NoTemplateFits, match=r"follow the size in no way it can write: mul v\d operand 1"):
         first_kernel(program, CHIP)
 
+
+
+def test_a_dilated_extent_is_written_as_a_stride_times_the_dim_plus_an_offset(tmp_path):
+    """28k's transposed conv scatters its input into zeros of 2 * (d - 1) + 1: no product of dims is that
+    number at every size, a stride times a dim plus an offset is (tried after every product). The fused
+    kernel would hold the scatter, which Mosaic cannot lower: the model refuses it by name."""
+    ref = str(write(tmp_path, "dilate", DILATE))
+    program = describe(ref).model_dump(mode="json")
+    sym = Symbolic(program)
+    zeros = next(e for e in program["equations"] if e["primitive"] == "broadcast_in_dim")
+    assert sym.shape_elems(zeros, "shape") == ["sh[0][0]", "sh[0][1] * 2 - 1"] and not sym.unsolved
+    # what stops the model now is the scatter, which no Pallas TPU (TensorCore) lowering takes, not the size
+    with pytest.raises(NoTemplateFits, match="scatter has no Mosaic TPU lowering"):
+        first_kernel(program, CHIP)
 
 @pytest.fixture(scope="module")
 def evaluator():
