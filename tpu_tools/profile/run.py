@@ -541,9 +541,6 @@ def _run_jobs(
         return finish(_job_failure(outcome, "reference repeat run"))
     ref2 = TimedSide.model_validate(outcome.result)
     report.processes.append("reference again (job 3): timed the reference on the same sets")
-    report.processes.append(
-        "this process (never ran candidate or reference code): compared, checked, decided"
-    )
 
     first = _candidate_clock(cand, feed_c, ref, ref2, feed_r1, feed_r2)
     if first is not None and not first.agrees:
@@ -565,6 +562,9 @@ def _run_jobs(
         report.processes.append(
             "candidate again (job 4): its first clock disagreed with the judge's; only this timing counts"
         )
+    report.processes.append(
+        "this process (never ran candidate or reference code): compared, checked, decided"
+    )
     for log in (ref_log, cand_log):  # a capture folder nobody wrote into is not evidence: drop it
         if log and Path(log).is_dir() and not any(Path(log).iterdir()):
             Path(log).rmdir()
