@@ -99,6 +99,7 @@ def workload(x):
 """
 )
 
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / f"{name}_ref.py"
     path.write_text(text)
@@ -188,7 +189,6 @@ def test_a_number_no_shape_explains_is_refused_not_hard_coded(tmp_path):
         first_kernel(program, CHIP)
 
 
-
 def test_a_dilated_extent_is_written_as_a_stride_times_the_dim_plus_an_offset(tmp_path):
     """28k's transposed conv scatters its input into zeros of 2 * (d - 1) + 1: no product of dims is that
     number at every size, a stride times a dim plus an offset is (tried after every product). The fused
@@ -201,6 +201,7 @@ def test_a_dilated_extent_is_written_as_a_stride_times_the_dim_plus_an_offset(tm
     # what stops the model now is the scatter, which no Pallas TPU (TensorCore) lowering takes, not the size
     with pytest.raises(NoTemplateFits, match="scatter has no Mosaic TPU lowering"):
         first_kernel(program, CHIP)
+
 
 @pytest.fixture(scope="module")
 def evaluator():
