@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -518,6 +519,16 @@ def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | Non
 
 
 # What the kernels of both layouts open with: imports, the config, the constants, the causal bound.
+# One online-softmax step over a score tile in rows (s [rows, kv], v [kv, D]; running max, sum and
+# accumulator in f32 VMEM scratch): the text every rows-layout kernel writes (here and paged_attention).
+ONLINE_ROWS = """m_prev = m_ref[...]
+m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
+alpha = jnp.exp(m_prev - m_new)
+p = jnp.exp(s - m_new)
+l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
+acc_ref[...] = alpha * acc_ref[...] + ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
+m_ref[...] = m_new"""
+
 _PRELUDE = '''
 import functools
 import math
@@ -625,13 +636,9 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
         def _update():
             s = _scores(q_ref, k_ref, ${extra_refs}qi, ki, s_kv)
             v = _v_block(v_ref, ki, s_kv)
-            m_prev = m_ref[...]
-            m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
-            alpha = jnp.exp(m_prev - m_new)
-            p = jnp.exp(s - m_new)
-            l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
-            acc_ref[...] = alpha * acc_ref[...] + ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
-            m_ref[...] = m_new
+'''
+    + textwrap.indent(ONLINE_ROWS, " " * 12)
+    + """
 
         @pl.when(ki == last)
         def _store():
@@ -691,7 +698,7 @@ ${extra_map}
     ${dot2_out} = jnp.transpose(out.reshape(nb + gs + (s_q, dv)), ${out_perm})
 ${tail}
     return ${result}
-'''
+"""
 )
 
 SOURCE_T = (

@@ -30,12 +30,14 @@ from __future__ import annotations
 import ast
 import math
 import re
+import textwrap
 from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.flash_program import (
+    ONLINE_ROWS,
     Graph,
     equation_lines,
     recognise,
@@ -134,19 +136,23 @@ _ONLINE = """    s = _scores(q_ref[...], k, keep)  # [H x gq, tokens x H]
     if s_kv % t_rows:
         own = jnp.logical_and(own, j * t_rows + cols // n_heads < s_kv)  # a padded block's columns
     s = jnp.where(own, s, -jnp.inf)  # another kv head's rows never count
-    m_prev = m_ref[...]
-    m_new = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))
-    alpha = jnp.exp(m_prev - m_new)
-    p = jnp.exp(s - m_new)
-    l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=-1, keepdims=True)
-    acc_ref[...] = alpha * acc_ref[...] + ${pv_dot}(p.astype(v.dtype), v, (((1,), (0,)), ((), ())))
-    m_ref[...] = m_new"""
+""" + textwrap.indent(ONLINE_ROWS, "    ")
 
 
 # What both kernels share, put in by `_assembled`: the imports, the score chain, each sequence's query
-# rows ([H x query rows a kv head, D]), the online softmax over a block's (token, head) rows, and the
-# way back to the reference's layout.
+# rows ([H x query rows a kv head, D]), the online softmax over a block's (token, head) rows, the last
+# block's store with the workload's first lines, and the way back to the reference's layout.
 _FRAGMENTS = {
+    # first: it holds ${queries}, which a later entry fills
+    "store_and_head": """    @pl.when(j == nb - 1)
+    def _store():
+        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
+
+
+def workload(${args}):
+    sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
+${prefix}
+${queries}""",
     "imports": """import functools
 import math
 
@@ -253,15 +259,7 @@ ${online}
     def _drain():  # the last step's extra fetch lands before the kernel ends
         landed(1 - slot)
 
-    @pl.when(j == nb - 1)
-    def _store():
-        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
-
-
-def workload(${args}):
-    sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
-${prefix}
-${queries}
+${store_and_head}
     k_cache, v_cache = ${k_cache}, ${v_cache}  # [pages, page, H, D]
     n_pages, page, dv = k_cache.shape[0], k_cache.shape[1], v_cache.shape[-1]
     tk = jnp.clip(${k_index}.reshape(n_seq, -1), 0, n_pages - 1)  # the gathers' pages; out of range clamps
@@ -352,15 +350,7 @@ def _kernel(q_ref, k_ref, v_ref, ${mask_ref}o_ref, m_ref, l_ref, acc_ref, *, nb,
         v = jnp.where(token < s_kv, v, jnp.zeros_like(v))
 ${online}
 
-    @pl.when(j == nb - 1)
-    def _store():
-        o_ref[...] = (acc_ref[...] / l_ref[...]).astype(o_ref.dtype)
-
-
-def workload(${args}):
-    sh = (${shapes})  # every input's shape: the kernel's shapes are written from these
-${prefix}
-${queries}
+${store_and_head}
     k_cache, v_cache = ${k_cache}, ${v_cache}  # [N, S, H, D]
     s_kv, dv = k_cache.shape[1], v_cache.shape[-1]
     bt = min(BLOCK_TOKENS, s_kv)
