@@ -152,12 +152,14 @@ EMITTABLE = (
     ELEMENTWISE | REDUCE | CUMULATIVE | set(SHAPE_PARAMS)
     | {"transpose", "squeeze", "expand_dims", "argmax", "argmin", "dot_general", "slice", "concatenate",
        "pad", "rev", "split", "conv_general_dilated", "optimization_barrier", "top_k", "gather",
-       "reduce_window", "scatter", "scatter-add", "ragged_dot_general"}
+       "reduce_window", "ragged_dot_general"}
 )  # fmt: skip
 
 
-# Written only as plain JAX (an extracted region, a composed step): never offered to a Pallas body.
-PLAIN_ONLY = {"sort", "stack"}
+# Written only as plain JAX (an extracted region, a composed step): never offered to a Pallas body. jax's
+# Pallas TPU lowering has no TensorCore rule for these ("Unimplemented primitive in Pallas TPU lowering
+# for tc: scatter"; sort only for the SparseCore's vector subcore).
+PLAIN_ONLY = {"sort", "stack", "scatter", "scatter-add"}
 
 
 # Control flow: written only as plain JAX, each body a local function (lax.switch, lax.scan, lax.while_loop)

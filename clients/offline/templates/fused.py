@@ -323,19 +323,6 @@ def _rows_whole_pays(program: Program) -> bool:
     return [s["shape"] for s in program["out_specs"]] == [dot_shape]
 
 
-# Primitives jax's Pallas TPU lowering has no rule for (jax 0.10: "Unimplemented primitive in Pallas TPU
-# lowering"): the fused body is the whole program, so a program holding one gets no fused kernel.
-NO_MOSAIC_LOWERING = {
-    "scatter",
-    "scatter-add",
-    "scatter_add",
-    "scatter-mul",
-    "scatter-min",
-    "scatter-max",
-    "sort",
-}
-
-
 def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = None) -> Template:
     """The template of `program` in class `kind`: a k-tiled matmul when its dot allows, else the fused
     program tiled along the outputs' rows (and axis 1 when it tiles too), blocks sized for the target."""
@@ -416,11 +403,6 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         smallest = {BLOCK_NAMES[0]: min(legal_blocks(program, one, sym)[0])}
         if _vmem_fn(program, one, sym)(smallest, {}) <= _INITIAL_VMEM:
             plans = one
-    unlowered = sorted({e["primitive"] for e in program["equations"]} & NO_MOSAIC_LOWERING)
-    if unlowered:  # the whole program is the kernel body here: Mosaic would refuse it at lowering
-        raise ValueError(
-            f"its {', '.join(unlowered)} has no Mosaic TPU lowering: a kernel body cannot hold it"
-        )
     parts = _source_parts(program, plans, sym, plan.why or "rows are not separable")
     if sym.unsolved:
         raise ValueError(
