@@ -69,13 +69,9 @@ def resolve_reference(ws: Workspace, reference: str) -> str:
     ref = reference.strip()
     if not ref:
         raise ToolError("reference is empty: give a JaxBench task id or a workspace path")
-    try:
-        here = (ws.root / ref).exists()
-    except (
-        OSError
-    ):  # a name the OS refuses to look up (too long): not a workspace file; the id lookup says why
-        here = False
-    if any(c in ref for c in "/\\") or ref.endswith(".py") or here:
+    from maxkernel.tpu_tools.problem.reference import present
+
+    if any(c in ref for c in "/\\") or ref.endswith(".py") or present(ws.root / ref):
         try:
             return str(ws.resolve(ref, kind="reference"))
         except WorkspaceError as e:

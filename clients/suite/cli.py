@@ -121,18 +121,11 @@ def _port_sources(folder: str, suite_dir: Path, seeds: int, note: Any) -> dict[s
     return refs
 
 
-def _is_dir(spec: str) -> bool:
-    """A folder of sources; False for a name the OS refuses to look up (35 task ids make a 1 KB name)."""
-    try:
-        return Path(spec).is_dir()
-    except OSError:
-        return False
-
-
 def _task_ids(spec: str) -> list[str]:
     from maxkernel.jaxbench import registry
+    from maxkernel.tpu_tools.problem.reference import present
 
-    if _is_dir(spec):
+    if present(spec, folder=True):  # a folder of sources (35 task ids make a 1 KB name: not one)
         return [p.stem for p in _torch_sources(spec)]
     if spec == "all":
         return registry.list_task_ids()
@@ -248,7 +241,10 @@ async def run_suite(
         suite_dir = Path(args.run_dir or f"runs/suite-{time.strftime('%Y%m%d-%H%M%S')}")
         if SuiteStore.exists(suite_dir):
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
-        if _is_dir(args.reference) and not settings.references:  # PyTorch sources: port them first
+        from maxkernel.tpu_tools.problem.reference import present
+
+        # a folder of PyTorch sources: port them first
+        if present(args.reference, folder=True) and not settings.references:
             if args.server:
                 raise UsageError(
                     "a folder of PyTorch sources is ported here, for local servers: drop --server"

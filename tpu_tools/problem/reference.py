@@ -212,14 +212,19 @@ class Reference:
         return self._flops(size)
 
 
+def present(path: str | Path, *, folder: bool = False) -> bool:
+    """Whether `path` names something here (with `folder`, a directory); False for a name the OS refuses to
+    look up (ENAMETOOLONG: a list of task ids given as one), which then goes on to be read as an id."""
+    try:
+        return Path(path).is_dir() if folder else Path(path).exists()
+    except OSError:
+        return False
+
+
 def _resolve_reference_path(spec: str) -> tuple[Path, str | None]:
     """A JaxBench id or a path; returns (path, task_id or None)."""
     path = Path(spec).expanduser()
-    try:
-        found = path.exists()
-    except OSError:  # a name the OS refuses to look up (too long: a list of ids given as one): no file
-        found = False
-    if found:
+    if present(path):
         return path.resolve(), None
     from maxkernel.jaxbench import registry
 
