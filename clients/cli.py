@@ -331,18 +331,22 @@ def _no_xla_line(best: dict, target: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import anyio
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return _run(args, parser)
+    except OSError as e:  # a name the OS refuses (a list of ids given as a path): one line, whichever verb
+        if (why := cli_args.name_too_long(e)) is None:
+            raise
+        print(f"maxkernel-orchestrate: {why}", file=sys.stderr)
+        return USAGE_EXIT
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import anyio
+
     if hasattr(args, "func"):  # verbs that live in their own modules (search, report)
-        try:
-            return args.func(args)
-        except OSError as e:
-            if (why := cli_args.name_too_long(e)) is None:
-                raise
-            print(f"maxkernel-orchestrate: {why}", file=sys.stderr)
-            return USAGE_EXIT
+        return args.func(args)
     try:
         _check(args, parser)
         summary = anyio.run(run_auto, args)
@@ -357,9 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         from maxkernel.clients.mcp_client import ServerUnavailable
 
-        if (why := cli_args.name_too_long(e)) is not None:
-            print(f"maxkernel-orchestrate: {why}", file=sys.stderr)
-            return USAGE_EXIT
         if not isinstance(e, ServerUnavailable):
             raise
         print(f"maxkernel-orchestrate: {e}", file=sys.stderr)
