@@ -155,20 +155,18 @@ def main() -> int:
     # the run's own stderr beside its folder (the folder must start empty): a refused start is read there
     err_path = suite_dir.with_name(suite_dir.name + ".stderr")
     err_path.parent.mkdir(parents=True, exist_ok=True)
-    first = subprocess.Popen(
-        argv + ["--run-dir", str(suite_dir)],
-        stdout=subprocess.PIPE,
-        stderr=err_path.open("w"),
-        start_new_session=True,
-    )
     killed_at = None
-    if not a.no_kill:
-        while first.poll() is None and done_count(suite_dir) < max(1, total // 2):
-            time.sleep(2.0)
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            killed_at = time.monotonic() - started
-    out, _ = first.communicate()
+    with err_path.open("w") as err:
+        first = subprocess.Popen(
+            argv + ["--run-dir", str(suite_dir)], stdout=subprocess.PIPE, stderr=err, start_new_session=True
+        )
+        if not a.no_kill:
+            while first.poll() is None and done_count(suite_dir) < max(1, total // 2):
+                time.sleep(2.0)
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+                killed_at = time.monotonic() - started
+        out, _ = first.communicate()
     part1_s = time.monotonic() - started
     if not (suite_dir / "suite.sqlite").is_file():
         lines = err_path.read_text(errors="replace").strip().splitlines()
