@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
@@ -146,11 +146,22 @@ def block_problems(
     ]
 
 
-def k_checkable(block_k: int, k: int) -> bool:
-    """One k step at the target, or at least 4: the judge's check sizes grow K only as far as their element
-    budget allows (14p: 2048 of the target's 4096), and a kernel whose k steps no check size repeats is
-    `shape_specialized` (its accumulate-across-k path never ran). With 4 steps, half the target still has 2."""
-    return k <= 0 or block_k >= k or k // block_k >= 4
+def k_checkable(block_k: int, k: int, check_ks: Sequence[int] = ()) -> bool:
+    """One k step at the target, or at least 4, or a check size (K there in `check_ks`) that steps over K as
+    often as the target does (up to 3: first, middle, last): the judge's check sizes grow K only as far as
+    their element budget allows (14p: 2048 of the target's 4096), and a kernel whose k steps no check size
+    repeats is `shape_specialized` (its accumulate-across-k path never ran). With 4 steps, half the target
+    still has 2; 30k's check sizes keep the target's K=4096, so its 2 steps of 2048 run there too."""
+    if k <= 0 or block_k >= k or k // block_k >= 4:
+        return True
+    steps = min(-(-k // block_k), 3)
+    return any(-(-kc // block_k) >= steps for kc in check_ks)
+
+
+def check_ks(sym: Symbolic, names: Sequence[str], lhs: str) -> list[int]:
+    """K (the left operand's last axis) at every traced size but the target: the sizes the judge checks at."""
+    i = names.index(lhs)
+    return [int(sym.at(s)["inputs"][i]["shape"][-1]) for s in sym.sizes if s != sym.target]
 
 
 def first_proposal(

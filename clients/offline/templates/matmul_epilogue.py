@@ -24,7 +24,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.batched_matmul import k_checkable
+from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable
 from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, flops_us
 from maxkernel.tpu_tools.problem.emit import (
@@ -363,6 +363,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
     n_t = sym.eqn_shapes_at(sym.target)[sp.dot][0][1]  # the dot's (M, N) at the target
     row_blocks = legal_blocks(program, [plan], sym)[0]
     k_blocks = _k_blocks(k_t)
+    ks = check_ks(sym, names, sp.lhs)  # K where the judge checks: which k steps run there
     fixed["target"] = f"{sym.target}: M={m_t}, K={k_t}, N={n_t}"
     item = 2 if "16" in at["inputs"][names.index(sp.lhs)]["dtype"] else 4
     out_item = 2 if "16" in o_spec["dtype"] else 4
@@ -422,7 +423,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         for bm in row_blocks
         for bn in col_blocks
         for bk in k_blocks
-        if (cols is None or bn <= 2048) and vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t)
+        if (cols is None or bn <= 2048) and vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks)
     ]  # fmt: skip
     first = (
         min(fits, key=lambda c: cost(c, {}))

@@ -27,7 +27,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.batched_matmul import k_checkable
+from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, Split, _folded, _k_blocks, split
 from maxkernel.clients.offline.templates.row_blocks import itemsize
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, branch_us, flops_us
@@ -630,6 +630,7 @@ def _costed(
     if n_t % align == 0 and n_t <= 4096 and n_t not in col_blocks:
         col_blocks = (*col_blocks, n_t)
     k_blocks = _k_blocks(k_t)
+    ks = check_ks(sym, names, sp.lhs)  # K where the judge checks: which k steps run there
     # a group's [rows, G, S] layout pads S columns to 128 lanes: its temporaries grow by 128 / S; kept
     # as [rows, N] (st.lanes) each reduction over a group is log2(S) roll, roll, select, combine steps
     pad = 1 if st.lanes else max([128 // g for g in st.groups if g < 128] or [1])
@@ -681,7 +682,7 @@ def _costed(
         return {"block_rows": bm, "block_cols": bn, "block_k": bk}
 
     fits = [config(bm, bn, bk) for bm in row_blocks for bn in col_blocks for bk in k_blocks
-            if vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t)]  # fmt: skip
+            if vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks)]  # fmt: skip
     first = (
         min(fits, key=lambda c: cost(c, {})) if fits else config(row_blocks[0], col_blocks[0], k_blocks[0])
     )

@@ -102,3 +102,16 @@ def test_first_blocks_stream_the_operands_less():
     # 26k: llo at full, tpu-v6e: 1024 x 2048 x 1024 729.5 us, 1024 x 1024 x 2048 749.7
     rows = _template(UNIT_NORM).initial
     assert rows["block_rows"] * rows["block_cols"] == 1024 * 2048, rows
+
+
+def test_two_k_steps_are_taken_where_every_check_size_steps_twice_too():
+    """30k ([16384, 4096] @ [4096, 4096], K=4096 at small and derived too): 2048-deep k blocks run two k
+    steps at every size the judge checks, so the accumulate path the target takes is validated; llo at
+    full, tpu-v6e: 644.1 us (XLA 673.2) where the 1024-deep blocks it was held to took 681.2 (0.99x).
+    Where a check size steps over K fewer times than the target (14p: 2048 of 4096), they stay refused."""
+    from maxkernel.clients.offline.templates.batched_matmul import k_checkable
+
+    assert _template("30k_Matmul_Scaling_ResidualAdd").initial["block_k"] == 2048
+    assert k_checkable(2048, 4096, [4096, 4096]) and not k_checkable(2048, 4096, [2048])
+    assert not k_checkable(1024, 3072, [2048])  # first, middle, last at the target; no middle at the check
+    assert k_checkable(1024, 3072, [3072]) and k_checkable(1024, 4096, [])  # 4 steps: half K still has 2
