@@ -183,9 +183,10 @@ def _t(text: str) -> tuple:
     return tuple(v) if isinstance(v, (list, tuple)) else (v,)
 
 
-def geometry(c: int, kh: int) -> tuple[int, int, int]:
-    """(q, rw, hb) as the kernel computes them (see its `_geometry`)."""
-    q = 128 // c if c < 128 else 1
+def geometry(c: int, kh: int, rows_per_dot: int = 128) -> tuple[int, int, int]:
+    """(q, rw, hb) as the kernel computes them (see its `_geometry`); `rows_per_dot` caps q (conv_stats'
+    tunable: fewer rows a dot pad K and N less)."""
+    q = min(rows_per_dot, 128 // c) if c < 128 else 1
     rw = -(-(q - 1 + kh) // q) * q
     return q, rw, max(8, -(-(rw - q) // 8) * 8)
 

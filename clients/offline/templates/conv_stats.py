@@ -52,14 +52,16 @@ from jax.experimental.pallas import tpu as pltpu
 ${config_marker}${config_json}
 BLOCK_ROWS = ${block_rows}  # output rows per grid step (rounded up to the row group and halo)
 BLOCK_N = ${block_n}  # images per grid step
+ROWS_PER_DOT = ${rows_per_dot}  # output rows one dot computes, at most 128 // C (their input rows in K)
 CHUNK_BYTES = 4 << 20  # the f32 dot result one chunk of output columns holds
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 
 
 def _geometry(c, kh):
-    """(q, rw, hb): output rows per dot (a group's rows share one lane-aligned run), input rows in that
-    run, and the halo block's rows (a multiple of 8 covering the run's overhang past the group)."""
-    q = 128 // c if c < 128 else 1
+    """(q, rw, hb): output rows per dot (a group's input rows are one run of lanes from i * C), input rows
+    in that run, and the halo block's rows (a multiple of 8 covering the run's overhang past the group).
+    q * C < 128 pads the dot's K and N less (q 8 of 16 at 8 channels: K 240 not 432, N 512 not 1024)."""
+    q = min(ROWS_PER_DOT, 128 // c) if c < 128 else 1
     rw = -(-(q - 1 + kh) // q) * q
     hb = max(8, -(-(rw - q) // 8) * 8)
     return q, rw, hb
@@ -84,8 +86,9 @@ def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw
         xa = jnp.concatenate([x0_ref[n], x1_ref[n]], axis=1)
         xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
-    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128]
-        xs_ref[:, k : k + 128] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + 128]).reshape(w * nb, 128)
+    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128] (the last may be narrower)
+        kk = min(128, r * c - k)
+        xs_ref[:, k : k + kk] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + kk]).reshape(w * nb, kk)
     lane_row = lax.broadcasted_iota(jnp.int32, (1, q * o), 1) // o  # lane group g: output row i + g
 
     def columns(i, j, part):  # chunk j of wc columns (the last one moved back to end at Wo) of rows i ..
@@ -190,6 +193,7 @@ _RELAYOUT = (
     5e5  # input elements per us turned channels-last (39k's LLO: 128 rows a step 972 us, 32 rows 1020)
 )
 _CHUNK_BYTES = 4 * MiB  # the kernel's CHUNK_BYTES
+_MAX_GROUPS = 8  # row groups a step, each one's dot and epilogue unrolled (conv_norm's limit too)
 
 
 def _lanes(v: int) -> int:
@@ -268,15 +272,26 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     out_dtype = program["out_specs"][0]["dtype"]
     isz = itemsize(x["dtype"])
     cp = c if c >= 128 or 128 % c == 0 else 1 << (c - 1).bit_length()
-    q, rw, hb = geometry(cp, kh)
-    step = math.lcm(8, q, hb)
+    q_max = geometry(cp, kh)[0]
+    # rows a dot: 128 // C fills the lanes with one group's input rows; fewer pad K and N less (39k's 8
+    # channels, llo: q 16 -> 8 at 128 rows a step, v6e 970.8 -> 744.6 us, v5e 3756 -> 2802)
+    qs = [q_ for q_ in (q_max, q_max // 2, q_max // 4) if q_ >= 1 and (q_ == q_max or q_ * cp >= 16)]
+    qs = list(dict.fromkeys(qs))
+    step = math.lcm(8, *(math.lcm(q_, geometry(cp, kh, q_)[2]) for q_ in qs))
     legal_rows = sorted({min(r, -(-ho // step) * step) for r in (step, 2 * step, 4 * step, 8 * step)})
     pack = SUBLANES.get(isz, 8)
     legal_n = [b for b in (pack, 2 * pack) if n % b == 0] or [n]
-    k_dim, n_dim = kw * (q - 1 + kh) * cp, q * o
+
+    def shape(cfg: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+        """(q, hb, th, k_dim, n_dim) as the kernel computes them for this config."""
+        q, _, hb = geometry(cp, kh, int(cfg.get("rows_per_dot", q_max)))
+        st = math.lcm(8, q, hb)
+        th = -(-min(int(cfg["block_rows"]), -(-ho // q) * q) // st) * st
+        return q, hb, th, kw * (q - 1 + kh) * cp, q * o
 
     def vmem(cfg: Mapping[str, Any], d: Mapping[str, int]) -> int:
-        th, nb = int(cfg["block_rows"]), min(int(cfg["block_n"]), n)
+        q, hb, th, k_dim, n_dim = shape(cfg)
+        nb = min(int(cfg["block_n"]), n)
         rows = nb * max(1, min(wo, _CHUNK_BYTES // (4 * n_dim * nb)))  # one chunk's dot rows
         total = 2 * nb * cp * (th + hb) * _lanes(w_in) * isz  # x0 and the halo, double-buffered
         total += 2 * k_dim * _lanes(n_dim) * isz  # the weights
@@ -289,22 +304,28 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
 
     def cost(cfg: Mapping[str, Any], d: Mapping[str, int]) -> float:
         """conv_rows' model (the MXU's passes over the dots, 256 x 256 each, beside the input's HBM
-        read), without the output."""
-        th, nb = int(cfg["block_rows"]), min(int(cfg["block_n"]), n)
+        read), without the output; more row groups a step than _MAX_GROUPS (each one's dot and epilogue
+        unrolled) is priced out: the compile outgrows the judge's limit on a busy box."""
+        q, hb, th, k_dim, n_dim = shape(cfg)
+        nb = min(int(cfg["block_n"]), n)
         steps = (n // nb) * -(-ho // th)
         flops = 2 * steps * (th // q) * wo * nb * _mxu(k_dim) * _mxu(n_dim)  # as the 256-wide MXU runs it
         mxu = flops / _CLOCK_MXU * 1e6 * 1.3
         hbm = n * cp * h * w_in * isz * (1 + hb / th) / _HBM * 1e6
         relayout = n * cp * h * w_in * (1 + hb / th) / _RELAYOUT  # channels-last in VMEM, halo rows again
-        penalty = 1e6 if vmem(cfg, d) > _MAX_VMEM else 0.0
+        penalty = 1e6 if vmem(cfg, d) > _MAX_VMEM or th // q > _MAX_GROUPS else 0.0
         return max(mxu, hbm) + relayout + 0.35 * steps + penalty
 
-    configs = [{"block_rows": r, "block_n": b} for r in legal_rows for b in legal_n]
-    fitting = [cfg for cfg in configs if vmem(cfg, {}) <= _MAX_VMEM]
+    configs = [
+        {"block_rows": r, "block_n": b, "rows_per_dot": q_} for r in legal_rows for b in legal_n for q_ in qs
+    ]
+    fitting = [
+        cfg for cfg in configs if vmem(cfg, {}) <= _MAX_VMEM and shape(cfg)[2] // shape(cfg)[0] <= _MAX_GROUPS
+    ]
     if not fitting:
         least = min(vmem(cfg, {}) for cfg in configs)
         raise ValueError(f"its smallest block needs {least / MiB:.0f} MiB of VMEM (> {_MAX_VMEM // MiB} MiB)")
-    initial = min(fitting, key=lambda cfg: cost(cfg, {}))
+    initial = min(fitting, key=lambda cfg: (cost(cfg, {}), -cfg["rows_per_dot"]))  # ties: fewer, wider dots
     conv_dt = e["out_specs"][0]["dtype"]
     names = {operand(e["outputs"][0]): f"acc.astype(jnp.{conv_dt})  # [cols * nb, q * O]: rounded once"}
     names |= {ch: f"c{i}_ref[...]  # [1, q * O]" for i, ch in enumerate(core.channels)}
@@ -360,9 +381,9 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         name="conv_stats",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_rows": tuple(legal_rows), "block_n": tuple(legal_n)},
+        tunables={"block_rows": tuple(legal_rows), "block_n": tuple(legal_n), "rows_per_dot": tuple(qs)},
         dims_of=lambda sizes: dims,
-        problems=check_config({"block_rows": legal_rows, "block_n": legal_n}),
+        problems=check_config({"block_rows": legal_rows, "block_n": legal_n, "rows_per_dot": qs}),
         vmem_bytes=vmem,
         cost_us=cost,
         initial=initial,
@@ -370,6 +391,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         constraints=(
             f"block_rows in {legal_rows} (multiples of {step}: whole row groups and halo blocks)",
             f"block_n in {legal_n} (images per step: a sublane multiple of the output's N axis)",
+            f"rows_per_dot in {qs} (output rows one dot computes; at most {_MAX_GROUPS} dots a step)",
         ),
         grid_axes=lambda cfg: ["images", "rows"],
         semantics=lambda cfg: ["parallel", "arbitrary"],

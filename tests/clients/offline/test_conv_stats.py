@@ -113,6 +113,24 @@ def test_conv_stats_matches_the_reference_across_row_blocks_and_column_chunks(bu
     assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1.6e-2
 
 
+def test_fewer_rows_a_dot_match_the_reference_and_are_chosen_where_they_pad_less(built):
+    """8 channels: 16 rows a dot fill 128 lanes but pad K to 432 and N to 1024; 8 and 4 rows (a group's
+    input rows start mid-vreg, the last interleave block narrower than 128 lanes) give the same sums."""
+    root, _, template, _, _, _, inputs, want = built
+    assert template.tunables["rows_per_dot"] == (16, 8, 4)
+    assert template.initial["rows_per_dot"] < 16  # the cost model: less MXU padding at the same traffic
+    first = {k: v[0] for k, v in template.tunables.items()}
+    for q in (8, 4):
+        source = template.render(first | {"rows_per_dot": q}, "program").replace(
+            "CHUNK_BYTES = 4 << 20", SMALL_CHUNKS
+        )
+        assert f"ROWS_PER_DOT = {q}" in source
+        got = _run(root, f"rows_{q}", source, inputs)
+        assert np.max(np.abs(got - want)) <= 1.6e-2, q
+        broken = source.replace("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part")
+        assert np.max(np.abs(_run(root, f"rows_{q}_broken", broken, inputs) - want)) > 5e-2, q
+
+
 @pytest.mark.parametrize(
     "good, bad",
     [
