@@ -9,6 +9,11 @@ result) moves the output three times. Here pass 1 is conv_stats' kernel summing 
 with its statistics as [nb, O] tiles, then whatever follows) writing the output once. The cost model
 compares the two passes with the write/re-read plan (op_dispatch: both templates' own models) and the cheaper one serves.
 
+A group norm (46k) is the same: its [N, G, O / G, H, W] view of the conv output is the kernel's value
+(channels in lanes, in order), pass 1 sums per (image, channel) and a group's channels are summed between the
+passes. An epilogue that ends pooled over the channels (46k's logsumexp) writes pass 2 channels-in-sublanes:
+the dot as [q * O, positions], the reductions over sublanes, the result one lane-dense row per output row.
+
 Statistics: every sum of the program must be over the conv's (H, W) or (N, H, W) of a value made from
 the conv output by elementwise ops alone, except a variance's: sum((a - m)^2) with `m` a statistic
 (the mean) is written sum(a^2) - 2 m sum(a) + count m^2 from pass 1's sums of a and a^2 (f32, closer
@@ -47,7 +52,10 @@ class Norm:
     pass1: tuple[int, ...]  # full-sized equations the sums need
     pass2: tuple[int, ...]  # full-sized equations the output needs
     chan1: tuple[str, ...]  # statistics pass 1 reads: per channel [1, O, 1, 1]
-    stat2: tuple[str, ...]  # statistics pass 2 reads: [1, O, 1, 1] or [N, O, 1, 1]
+    stat2: tuple[str, ...]  # statistics pass 2 reads: [1, O, 1, 1], [N, O, 1, 1] or per group [N, G, 1, 1, 1]
+    groups: int = 0  # a group norm's G: full values also seen as [N, G, O / G, H, W] (0: none)
+    views: tuple[int, ...] = ()  # reshapes between [N, O, H, W] and the grouped view: no-ops in the kernel
+    pooled: tuple[int, ...] = ()  # pass 2's reductions over the channels (a logsumexp): [N, 1, H, W] values
 
 
 def _shape(program: Program, name: str) -> list[int] | None:
@@ -101,28 +109,88 @@ def plan(program: Program) -> Norm | str:
         return "not a 2-D convolution of the program's first two inputs"
     made = {out: i for i, e in enumerate(eqns) for out in e["outputs"]}
     full = {i for i, e in enumerate(eqns) if i != c and list(e["out_specs"][0]["shape"]) == out_shape}
-    if _shape(program, program["outputs"][0]) != out_shape:
+    # a group norm's view [N, G, O / G, H, W] of a full value: full too (the kernel's [positions, O] value is
+    # both: its lanes are the channels in order), the reshapes into and out of it no-ops
+    views, groups = set(), 0
+    for i, e in enumerate(eqns):
+        shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
+        src = e["inputs"][0] if e["inputs"] else ""
+        if e["primitive"] != "reshape" or len(shp) != 5 or made.get(src) not in full | {c}:
+            continue
+        if shp[0] != n or shp[1] * shp[2] != o or shp[3:] != out_shape[2:] or groups not in (0, shp[1]):
+            return f"a reshape of the convolution's output to {shp}"
+        groups = shp[1]
+        views.add(i)
+    gshape = [n, groups, o // groups if groups else 0, *out_shape[2:]]
+    if groups:
+        grown = True
+        while grown:  # elementwise ops on grouped values, and the reshape back
+            grown = False
+            for i, e in enumerate(eqns):
+                if i in full or i == c or not e["out_specs"]:
+                    continue
+                shp = list(e["out_specs"][0]["shape"])
+                ins = [made.get(a) for a in e["inputs"] if not a.startswith("lit:")]
+                if shp == gshape and any(j in full for j in ins):
+                    full.add(i)
+                    grown = True
+        views |= {
+            i for i in full
+            if eqns[i]["primitive"] == "reshape" and _shape(program, eqns[i]["inputs"][0]) == gshape
+        }  # fmt: skip
+    # pass 2 may end in reductions over the channels (a logsumexp over them): values [N, 1, H, W]
+    pos_shapes = ([n, *out_shape[2:]], [n, 1, *out_shape[2:]])
+    pooled: set[int] = set()
+    for i, e in enumerate(eqns):
+        ins = [a for a in e["inputs"] if not a.startswith("lit:")]
+        shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
+        if e["primitive"] in ("reduce_max", "reduce_sum") and e["params"].get("axes") == "(1,)":
+            if ins and made.get(ins[0]) in full and _shape(program, ins[0]) == out_shape:
+                pooled.add(i)
+        elif shp in pos_shapes and any(made.get(a) in pooled for a in ins):
+            pooled.add(i)
+        elif shp in pos_shapes and e["primitive"] == "broadcast_in_dim" and not ins:
+            pooled.add(i)  # a constant the size of the pooled values
+    if _shape(program, program["outputs"][0]) not in (out_shape, pos_shapes[1]):
         return "its output is not the convolution's shape"
+    if _shape(program, program["outputs"][0]) != out_shape and made.get(program["outputs"][0]) not in pooled:
+        return "its output is not the convolution's shape"
+
+    def fits(a: str, shp: list[int] | None, grouped: bool) -> bool:
+        """A value an op on full values may read: full, per (image or 1, channel), a pooled [N, 1, H, W],
+        or on the grouped view a per (image or 1, group) statistic."""
+        if shp == (gshape if grouped else out_shape) or made.get(a) in full:
+            return True
+        if grouped:
+            return len(shp or []) == 5 and shp[2:] == [1, 1, 1] and shp[1] == groups and shp[0] in (1, n)
+        if made.get(a) in pooled:
+            return True
+        return len(shp or []) == 4 and shp[2:] == [1, 1] and shp[1] == o and shp[0] in (1, n)
+
     reduces, batch = {}, {}
     for i, e in enumerate(eqns):
         ins = [a for a in e["inputs"] if not a.startswith("lit:")]
-        if i == c:
+        if i == c or i in pooled:
             continue
         if i in full:
+            if i in views:
+                continue
             if e["primitive"] not in ELEMENTWISE:
                 return f"{e['primitive']} on the convolution's output"
+            grouped = list(e["out_specs"][0]["shape"]) == gshape and gshape != out_shape
             for a in ins:
-                s = _shape(program, a)
-                if s != out_shape and (len(s) != 4 or s[2:] != [1, 1] or s[1] != o or s[0] not in (1, n)):
-                    return f"its epilogue reads {a} {s}, not a per-(image, channel) value"
+                s_ = _shape(program, a)
+                if not fits(a, s_, grouped):
+                    return f"its epilogue reads {a} {s_}, not a per-(image, channel) value"
             continue
         if e["primitive"] == "reduce_sum" and ins and made.get(ins[0]) in full | {c}:
             axes = e["params"].get("axes")
-            if axes not in ("(2, 3)", "(0, 2, 3)"):
+            grouped = _shape(program, ins[0]) == gshape and gshape != out_shape
+            if axes not in (("(2, 3, 4)",) if grouped else ("(2, 3)", "(0, 2, 3)")):
                 return f"a sum over axes {axes} of the convolution's output"
             reduces[i], batch[i] = None, axes == "(0, 2, 3)"
             continue
-        if any(made.get(a) in full | {c} for a in ins):
+        if any(made.get(a) in full | {c} | pooled for a in ins):
             return f"{e['primitive']} reads the convolution's output"
     if not reduces:
         return "no sum over the convolution's output"
@@ -171,7 +239,7 @@ def plan(program: Program) -> Norm | str:
         a, m = var
         ms = _shape(program, m) or [0]
         if (
-            _shape(program, a) != out_shape
+            _shape(program, a) not in (out_shape, gshape)
             or lvl(a)
             or lvl(m) != 1
             or ms[0] not in ((1,) if batch[i] else (1, n))
@@ -183,16 +251,21 @@ def plan(program: Program) -> Norm | str:
     if lvl(out) > 2:
         return "a norm over a normalised value (three passes)"
     pass1, reads1 = _closure(eqns, made, full, {v for v, _ in sums})
-    pass2, reads2 = _closure(eqns, made, full, {out})
+    pass2, reads2 = _closure(eqns, made, full | pooled, {out})
     convs_out = set(conv["outputs"])
     chan1 = tuple(sorted(r for r in reads1 if r not in convs_out))
     stat2 = tuple(sorted(r for r in reads2 if r not in convs_out))
     if any(_shape(program, r)[0] != 1 for r in chan1):
         return "pass 1 reads a per-image value"
-    if any(len(_shape(program, r) or []) != 4 for r in chan1 + stat2):
+    if any(len(_shape(program, r) or []) != 4 for r in chan1) or any(
+        len(_shape(program, r) or []) not in (4, 5) for r in stat2
+    ):
         return "its epilogue reads a value that is not [N or 1, O, 1, 1]"
-    glue = tuple(i for i in range(len(eqns)) if i != c and i not in full)
-    return Norm(c, tuple(sums), reduces, batch, glue, tuple(pass1), tuple(pass2), chan1, stat2)
+    glue = tuple(i for i in range(len(eqns)) if i != c and i not in full and i not in pooled)
+    return Norm(
+        c, tuple(sums), reduces, batch, glue, tuple(pass1), tuple(pass2), chan1, stat2,
+        groups, tuple(sorted(views)), tuple(sorted(pooled)),
+    )  # fmt: skip
 
 
 def _variance(eqns, made, full, v: str) -> tuple[str, str] | None:
@@ -302,7 +375,8 @@ ${epilogue1}
 def _apply_kernel(x0_ref, x1_ref, w_ref, ${stat2_refs}o_ref, xs_ref, t_ref, *, kw, q, rw, h, last_halo):
     # pass 2. w: [KW * rw * C, q * O]; o: [th, Wo, nb, O]; the statistics: [1, O] per channel, [nb, O] per image
     nb, c, th, w = x0_ref.shape
-    _, wo, _, o = o_ref.shape
+    wo, oc = o_ref.shape[1], o_ref.shape[3]  # oc: O, or 1 where the epilogue ends pooled over the channels
+    o = w_ref.shape[1] // q
     _channels_last(x0_ref, x1_ref, xs_ref, t_ref, h, last_halo)
 ${stat2_tiles}
     m = wo * nb
@@ -312,7 +386,7 @@ ${stat2_tiles}
         for g in range(q):  # acc: [Wo * nb, q * O] f32, output row i + g in lanes g * O ...
             acc_g = acc[:, g * o : (g + 1) * o]
 ${epilogue2}
-            o_ref[i + g] = ${result}.astype(o_ref.dtype).reshape(wo, nb, o)
+            o_ref[i + g] = ${result}.astype(o_ref.dtype).reshape(wo, nb, oc)
 
 
 def _weights(w, q, rows, c, kh, kw):
@@ -426,12 +500,12 @@ def apply_workload(x, w, ${stat2_args}):
         flops=int(2 * steps * (th // q) * wo * nb * w2.shape[0] * w2.shape[1]),
         transcendentals=0,
         bytes_accessed=int(
-            n * c * h * w_in * x.dtype.itemsize * (1 + hb / th) + w2.size * w2.dtype.itemsize + n * o * ho * wo * ${out_itemsize}
+            n * c * h * w_in * x.dtype.itemsize * (1 + hb / th) + w2.size * w2.dtype.itemsize + n * ${out_channels} * ho * wo * ${out_itemsize}
         ),
     )
     out = pl.pallas_call(
         functools.partial(_apply_kernel, kw=kw, q=q, rw=rw, h=x.shape[2], last_halo=last_halo),
-        out_shape=jax.ShapeDtypeStruct((ho, wo, n, o), ${out_dtype}),
+        out_shape=jax.ShapeDtypeStruct((ho, wo, n, ${out_channels}), ${out_dtype}),
         grid=(n // nb, pl.cdiv(ho, th)),
         in_specs=[
             pl.BlockSpec((nb, c, th, w_in), x0_map),
@@ -439,7 +513,7 @@ def apply_workload(x, w, ${stat2_args}):
             pl.BlockSpec(w2.shape, w_map),
             ${stat2_specs}
         ],
-        out_specs=pl.BlockSpec((th, wo, nb, o), o_map),
+        out_specs=pl.BlockSpec((th, wo, nb, ${out_channels}), o_map),
         scratch_shapes=[
             pltpu.VMEM((w_in * nb, (th + hb) * c), x.dtype),
             pltpu.VMEM((nb, w_in, (th + hb) * c), x.dtype),
@@ -552,7 +626,8 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     bind1 = {conv_out: f"acc.astype(jnp.{conv_dt})  # [cols * nb, q * O]: rounded once"}
     bind1 |= {v: f"c{i}_ref[...]  # [1, q * O]" for i, v in enumerate(norm.chan1)}
     epi1 = [f"{' ' * 8}{k_} = {v}" for k_, v in bind1.items()]
-    epi1 += [" " * 8 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass1]})]
+    in_kernel = _kernel_view(program, norm)
+    epi1 += [" " * 8 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass1]}, extra=in_kernel)]
     summed = [
         "jnp.where(cols, "
         + (f"jnp.square({operand(v)}.astype(jnp.float32))" if sq else f"{operand(v)}.astype(jnp.float32)")
@@ -563,20 +638,34 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     bind2 = {conv_out: f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
     bind2 |= {v: f"s{i}" for i, v in enumerate(norm.stat2)}
     epi2 = [f"{' ' * 12}{k_} = {v}" for k_, v in bind2.items()]
-    epi2 += [" " * 12 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass2]})]
+    epi2 += [
+        " " * 12 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass2]}, extra=in_kernel)
+    ]
     tiles = [
         f"    s{i} = jnp.broadcast_to(s{i}_ref[...][None], (wo, nb, o)).reshape(wo * nb, o)  # [Wo * nb, O]"
         if per_image(v)
         else f"    s{i} = s{i}_ref[...]  # [1, O]"
         for i, v in enumerate(norm.stat2)
     ]
+    if norm.pooled:  # pass 2 channels-in-sublanes: [O, Wo * nb] tiles, [O, 1] per channel
+        tiles = [
+            f"    s{i} = jnp.tile(s{i}_ref[0], (1, wo))  # [O, Wo * nb]: position (w, n) reads column n"
+            if per_image(v)
+            else f"    s{i} = s{i}_ref[...]  # [O, 1]"
+            for i, v in enumerate(norm.stat2)
+        ]
     if any("sh[" in ln for ln in epi1 + epi2):
         raise ValueError("its epilogue has a number that follows the size")
     glue = _glue(program, norm, sym, at, xn, wn)
-    stat2_pass = ", ".join(
-        f"{operand(v)}.reshape({operand(v)}.shape[0], -1)" if per_image(v) else f"{operand(v)}.reshape(1, -1)"
-        for v in norm.stat2
-    )
+
+    def passed(v: str) -> str:
+        """A statistic as pass 2 reads it: [N or 1, O] (a group's value repeated over its channels)."""
+        v = operand(v)
+        if len(_shape(at, v) or []) == 5:  # [N or 1, G, 1, 1, 1]
+            return f"jnp.repeat({v}.reshape({v}.shape[0], {v}.shape[1]), o // {v}.shape[1], axis=1)"
+        return f"{v}.reshape({v}.shape[0], -1)" if per_image(v) else f"{v}.reshape(1, -1)"
+
+    stat2_pass = ", ".join(passed(v) for v in norm.stat2)
     fixed = {
         "about": f"Convolution over a {at['inputs'][0]['dtype']} {[n, c, h, w_in]} input, stride 1, no padding; "
         f"pass 1 sums {k} values per (image, channel) over its {ho} x {wo} outputs, pass 2 recomputes it "
@@ -597,8 +686,16 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         "stat2_args": "".join(f"s{i}, " for i in range(len(norm.stat2))),
         "stat2_tiles": "\n".join(tiles),
         "stat2_specs": " ".join(
-            "pl.BlockSpec((nb, o), nc_map)," if per_image(v) else "pl.BlockSpec((1, o), ch_map),"
+            ("pl.BlockSpec((1, o, nb), nc_map)," if norm.pooled else "pl.BlockSpec((nb, o), nc_map),")
+            if per_image(v)
+            else ("pl.BlockSpec((o, 1), ch_map)," if norm.pooled else "pl.BlockSpec((1, o), ch_map),")
             for v in norm.stat2
+        ),
+        "stat2_prep": "".join(
+            f"    s{i} = s{i}.reshape(n // nb, nb, o).transpose(0, 2, 1)  # [N // nb, O, nb]\n"
+            if per_image(v)
+            else f"    s{i} = s{i}.reshape(o, 1)\n"
+            for i, v in enumerate(norm.stat2)
         ),
         "stat2_call": "".join(f", s{i}" for i in range(len(norm.stat2))),
         "stat2_pass": stat2_pass,
@@ -611,6 +708,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         "glue": "\n".join(glue),
         "out_dtype": f"jnp.{out_dtype}",
         "out_itemsize": str(osz),
+        "out_channels": "1" if norm.pooled else "o",
     }
     k1, k2, n_dim = kw * rn * cp, kw * rw * cp, q * o
     n_nc = sum(per_image(v) for v in norm.stat2)
@@ -642,7 +740,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         relayout = n * cp * h * w_in * (1 + hb / th) / _RELAYOUT  # channels-last in VMEM, halo rows again
         return max(mxu, hbm) + relayout + 0.35 * steps
 
-    out_bytes = n * o * ho * wo * osz
+    out_bytes = n * (1 if norm.pooled else o) * ho * wo * osz
 
     def cost(cfg: Mapping[str, Any], d: Mapping[str, int]) -> float:
         """Both passes: each the MXU's passes over its dots beside its HBM traffic (pass 1 reads the
@@ -672,7 +770,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     template = Template(
         name="conv_norm",
         operators=("program",),
-        source=SOURCE,
+        source=_pooled_source() if norm.pooled else SOURCE,
         tunables=tunables,
         dims_of=lambda sizes: dims,
         problems=check_config({k_: list(v) for k_, v in tunables.items()}),
@@ -688,6 +786,107 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         semantics=lambda cfg: ["parallel", "parallel"],
     )
     return template, sym.target, dims
+
+
+# pass 2 where the epilogue ends pooled over the channels (a logsumexp): the dot as [q * O, Wo * nb], so the
+# epilogue's values are [O, positions] (every lane used at O = 64, where [positions, O] fills half of each
+# vreg) and its result a lane-dense [1, positions] row; [Ho, Wo, N, 1] would pad the 1 to 128 lanes (46k at
+# full: a 381 us transpose of the padded output, by estimate)
+POOLED = (
+    (
+        "    wo, oc = o_ref.shape[1], o_ref.shape[3]  # oc: O, or 1 where the epilogue ends pooled over the channels\n"
+        "    o = w_ref.shape[1] // q\n",
+        "    wo = w - kw + 1\n    o = w_ref.shape[0] // q  # w: [q * O, KW * rw * C]; o: [1, th, 1, Wo * nb]\n",
+    ),
+    (
+        "        acc = jnp.dot(jnp.concatenate(taps, axis=1), w_ref[...], preferred_element_type=jnp.float32)\n"
+        "        for g in range(q):  # acc: [Wo * nb, q * O] f32, output row i + g in lanes g * O ...\n"
+        "            acc_g = acc[:, g * o : (g + 1) * o]\n",
+        "        acc = lax.dot_general(\n"
+        "            w_ref[...], jnp.concatenate(taps, axis=1), (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32\n"
+        "        )\n"
+        "        for g in range(q):  # acc: [q * O, Wo * nb] f32, output row i + g in sublanes g * O ...\n"
+        "            acc_g = acc[g * o : (g + 1) * o, :]\n",
+    ),
+    (
+        "            o_ref[i + g] = ${result}.astype(o_ref.dtype).reshape(wo, nb, oc)\n",
+        "            o_ref[0, i + g] = ${result}.astype(o_ref.dtype)  # [1, Wo * nb]\n",
+    ),
+    (
+        "    w2 = _weights(w, q, rw, c, kh, kw)\n    last_halo = pl.cdiv(x.shape[2], hb) - 1\n",
+        "    w2 = _weights(w, q, rw, c, kh, kw).T  # [q * O, K]: the dot's result has the channels in sublanes\n"
+        "    last_halo = pl.cdiv(x.shape[2], hb) - 1\n${stat2_prep}",
+    ),
+    (
+        "    def ch_map(b, r):  # a per-channel statistic [1, O]\n        return 0, 0\n\n"
+        "    def nc_map(b, r):  # a per-(image, channel) statistic [N, O]: images block b\n        return b, 0\n\n"
+        "    def o_map(b, r):  # [Ho, Wo, N, O]: output rows block r, images block b\n        return r, 0, b, 0\n",
+        "    def ch_map(b, r):  # a per-channel statistic [O, 1]\n        return 0, 0\n\n"
+        "    def nc_map(b, r):  # a per-(image, channel) statistic [N // nb, O, nb]: images block b\n        return b, 0, 0\n\n"
+        "    def o_map(b, r):  # [N // nb, Ho, 1, Wo * nb]: images block b, output rows block r\n        return b, r, 0, 0\n",
+    ),
+    (
+        "        out_shape=jax.ShapeDtypeStruct((ho, wo, n, ${out_channels}), ${out_dtype}),\n",
+        "        out_shape=jax.ShapeDtypeStruct((n // nb, ho, 1, wo * nb), ${out_dtype}),\n",
+    ),
+    (
+        "        out_specs=pl.BlockSpec((th, wo, nb, ${out_channels}), o_map),\n",
+        "        out_specs=pl.BlockSpec((1, th, 1, wo * nb), o_map),\n",
+    ),
+    (
+        "    # pass 2. w: [KW * rw * C, q * O]; o: [th, Wo, nb, O]; the statistics: [1, O] per channel, [nb, O] per image\n",
+        "    # pass 2, pooled over the channels. w: [q * O, KW * rw * C]; o: [1, th, 1, Wo * nb]; the statistics:\n"
+        "    # [O, 1] per channel, [1, O, nb] per image\n",
+    ),
+    (
+        '    """Pass 2: the convolution again, its whole epilogue with the statistics, written once as [Ho, Wo, N, O]."""\n',
+        '    """Pass 2: the convolution again, its whole epilogue with the statistics, pooled over the channels."""\n',
+    ),
+    (
+        "    return jnp.transpose(out, (2, 3, 0, 1))  # [N, O, Ho, Wo]: a bitcast into TPU's layout for it\n",
+        "    # [N // nb, Ho, 1, (Wo, nb)] -> [N, 1, Ho, Wo]: one small transpose of the pooled result\n"
+        "    return jnp.transpose(out.reshape(n // nb, ho, wo, nb), (0, 3, 1, 2)).reshape(n, 1, ho, wo)\n",
+    ),
+)
+
+
+def _pooled_source() -> str:
+    """SOURCE with pass 2 written channels-in-sublanes (POOLED's replacements, each checked to apply)."""
+    text = SOURCE
+    for old, new in POOLED:
+        if text.count(old) != 1:
+            raise AssertionError(f"conv_norm's pooled pass 2 no longer matches its source: {old[:60]!r}")
+        text = text.replace(old, new)
+    return text
+
+
+def _kernel_view(program: Program, norm: Norm):
+    """body_lines' `extra` for the kernels' values: a reshape into or out of the group norm's view is the
+    same value; a reduction over the channels (pass 2 pooled: [O, positions] values) keeps a [1, positions]
+    row (max in f32: exact); a pooled broadcast is that row, or a constant one."""
+    eqns = program["equations"]
+    made = {e["outputs"][0]: i for i, e in enumerate(eqns) if e["outputs"]}
+    views, pooled = set(norm.views), set(norm.pooled)
+
+    def extra(e: Mapping[str, Any], expr: str) -> str:
+        i = made.get(e["outputs"][0])
+        if i in views:
+            return operand(e["inputs"][0])
+        if i not in pooled:
+            return expr
+        dt = e["out_specs"][0]["dtype"]
+        a = operand(e["inputs"][0])
+        if e["primitive"] == "reduce_max":
+            return f"jnp.max({a}.astype(jnp.float32), axis=0, keepdims=True).astype(jnp.{dt})"
+        if e["primitive"] == "reduce_sum":
+            return f"jnp.sum({a}, axis=0, keepdims=True)"
+        if e["primitive"] == "broadcast_in_dim":
+            if e["inputs"][0].startswith("lit:"):
+                return f"jnp.full((1, m), {a}, jnp.{dt})"
+            return a  # [N, H, W] -> [N, 1, H, W]: the same row
+        return expr
+
+    return extra
 
 
 def _with_conv_shape(program: Program, conv: int) -> dict[str, Any]:
@@ -730,24 +929,30 @@ def _glue(program: Program, norm: Norm, sym: Symbolic, at: Program, xn: str, wn:
             continue
         red = norm.reduces[i]
         batch = norm.batch[i]
+        g = norm.groups if len(_shape(program, e["inputs"][0]) or []) == 5 else 0
+        dt = e["out_specs"][0]["dtype"]
 
         def total(j: int, batch: bool = batch) -> str:
             return f"jnp.sum(sums[{j}], axis=0)" if batch else f"sums[{j}]"
 
+        def grouped(v: str, g: int = g) -> str:  # [N, O] -> [N, G]: a group's channels summed
+            return f"{v}.reshape(n, {g}, o // {g}).sum(axis=2)" if g else v
+
         if red[0] == "sum":
-            dt = e["out_specs"][0]["dtype"]
-            lines.append(
-                f"    {out} = {total(red[1])}.astype(jnp.{dt})  # [{'O' if batch else 'N, O'}]: pass 1's sum"
-            )
+            what = "O" if batch else "N, G" if g else "N, O"
+            lines.append(f"    {out} = {grouped(total(red[1]))}.astype(jnp.{dt})  # [{what}]: pass 1's sum")
             continue
         _, ja, jq, m = red
         m = operand(m)
         shape = "o" if batch else f"{m}.shape[0], o"
         cnt = "n * count" if batch else "count"
+        mean = f"{m}.astype(jnp.float32).reshape({shape})"
+        if g:  # a group's mean, the same for each of its channels
+            mean = f"jnp.repeat({m}.astype(jnp.float32).reshape({m}.shape[0], {g}), o // {g}, axis=1)"
         lines += [
-            f"    mean_{out} = {m}.astype(jnp.float32).reshape({shape})",
-            f"    {out} = jnp.maximum({total(jq)} - 2.0 * mean_{out} * {total(ja)} + {cnt} * mean_{out} * mean_{out}, 0.0)"
-            f".astype(jnp.{e['out_specs'][0]['dtype']})  # sum((a - m)^2) from the sums of a and a^2",
+            f"    mean_{out} = {mean}",
+            f"    {out} = jnp.maximum({grouped(f'({total(jq)} - 2.0 * mean_{out} * {total(ja)} + {cnt} * mean_{out} * mean_{out})')}, 0.0)"
+            f".astype(jnp.{dt})  # sum((a - m)^2) from the sums of a and a^2",
         ]
     if sym.unsolved:
         raise ValueError(f"its statistics have sizes not read from its inputs ({sym.unsolved[0]})")
