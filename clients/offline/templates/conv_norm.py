@@ -155,6 +155,8 @@ def plan(program: Program) -> Norm | str:
         return "its output is not the convolution's shape"
     if _shape(program, program["outputs"][0]) != out_shape and made.get(program["outputs"][0]) not in pooled:
         return "its output is not the convolution's shape"
+    if pooled and made.get(program["outputs"][0]) not in pooled:  # a softmax over channels: not written yet
+        return "a reduction over the channels inside an epilogue whose output keeps them"
 
     def fits(a: str, shp: list[int] | None, grouped: bool) -> bool:
         """A value an op on full values may read: full, per (image or 1, channel), a pooled [N, 1, H, W],

@@ -205,3 +205,15 @@ def test_a_group_norm_with_wrong_group_statistics_fails(tmp_path):
         assert broken != small
         bad = _run(tmp_path, f"grouped_{abs(hash(broken))}", broken, inputs)
         assert np.max(np.abs(bad - want)) > 2 * own  # the judge's rule: over twice the reference's own error
+
+
+def test_a_reduction_over_the_channels_that_the_output_keeps_is_refused(tmp_path):
+    """A softmax over the channels after the group norm: pass 2 pooled writes one row per position, so a
+    result that keeps the channels is refused by name, not written wrong."""
+    ref = tmp_path / "softmax_reference.py"
+    ref.write_text(
+        GROUPED.replace("jax.nn.logsumexp(", "jax.nn.softmax(").replace("axis=1, keepdims=True)", "axis=1)")
+    )
+    assert "jax.nn.softmax(" in ref.read_text()
+    why = plan(describe(str(ref)).model_dump(mode="json"))
+    assert isinstance(why, str) and "over the channels" in why, why
