@@ -5,6 +5,7 @@ own module, so the templates import op_families without a cycle."""
 from __future__ import annotations
 
 from maxkernel.clients.offline.templates.base import MiB, cheapest
+from maxkernel.clients.offline.templates.conv_depth import build as build_conv_depth
 from maxkernel.clients.offline.templates.conv_norm import build as build_conv_norm
 from maxkernel.clients.offline.templates.conv_rows import build as build_conv_rows
 from maxkernel.clients.offline.templates.conv_stats import build as build_conv_stats
@@ -56,10 +57,14 @@ def build(program: Program, rest_template=None):
 
 def build_conv(core: Core):
     """window.py's convolution or conv_rows', whichever its own cost model puts cheaper at the target
-    (conv_rows refuses 3-D, strided, dilated, grouped and padded convolutions: window.py keeps those)."""
+    (conv_rows refuses 3-D, strided, dilated, grouped and padded convolutions: window.py keeps those; a
+    3-D one may be conv_depth's, conv_rows' dot with the depth taps stacked on the channels)."""
     window = build_window(core)
     try:
         rows = build_conv_rows(core)
     except ValueError:
-        return window
+        try:  # a 3-D conv: conv_rows' dot with the depth taps stacked on the channels in VMEM
+            rows = build_conv_depth(core)
+        except ValueError:
+            return window
     return rows if cheapest(window[0], rows[0], vmem_bytes=48 * MiB) is rows[0] else window
