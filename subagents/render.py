@@ -55,6 +55,16 @@ NUMERICS_CPU = (
 HOST_TARGETS = ("cpu", "local")
 
 
+# The vector unit's bf16 math (chips.py `bf16_vpu`, read from the compiler's schedule); the offline model
+# reads these lines (clients/offline/model.py BF16_VPU_RE).
+BF16_VPU_YES = "- Vector unit: bf16 elementwise math is native (two bf16 per lane: twice f32's rate)."
+BF16_VPU_NO = (
+    "- Vector unit: no bf16 arithmetic: each bf16 elementwise op is widened to f32 and rounded back (1.9-2.4x "
+    "the bundles of the same ops in f32, by the compiler's schedule); an epilogue upcast once, computed in f32 and "
+    "rounded once is faster and no further from the f32 oracle."
+)
+
+
 def chip_facts(chip: ChipLike) -> str:
     """The chip's numbers as a short block of text; text input is taken as already rendered (a bare target
     name gets the numerics it is checked at). A chip dict with `numerics: cpu` is a design chip for a run
@@ -97,6 +107,8 @@ def chip_facts(chip: ChipLike) -> str:
         f"- Ridge point: {ridge:.0f} flop/byte (peak bf16 / HBM bandwidth); below that arithmetic "
         "intensity a kernel is memory-bound."
     )
+    if c.get("bf16_vpu") is not None:
+        lines.append(BF16_VPU_YES if c["bf16_vpu"] else BF16_VPU_NO)
     lines.append(NUMERICS_CPU if c.get("numerics") == "cpu" else NUMERICS_TPU)
     return "\n".join(lines)
 

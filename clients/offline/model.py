@@ -45,6 +45,8 @@ BOUND_RE = re.compile(r'"bound"\s*:\s*"(compute|memory|overhead)"|\b(compute|mem
 VMEM_RE = re.compile(r"VMEM: (\d+) bytes")
 # The chip facts' numerics line (subagents/render.py NUMERICS_CPU): the kernel is checked at the host CPU's.
 HOST_NUMERICS_RE = re.compile(r"Numerics: the host CPU computes every f32 dot in f32")
+# The chip facts' vector-unit line (subagents/render.py BF16_VPU_*): whether bf16 epilogues run natively.
+BF16_VPU_RE = re.compile(r"- Vector unit: (bf16 elementwise math is native|no bf16 arithmetic)")
 SIZE_RE = re.compile(r"""\bsize["']?\s*[:=]\s*["']?(small|full)\b""")
 OPERATOR_RE = re.compile(r"""\boperator["']?\s*[:=]\s*["']?([A-Za-z_]\w*)""")
 FEEDBACK_HEADINGS = (
@@ -304,6 +306,8 @@ class OfflineModel(Model):
                 prompt.conversation
             ):  # f32 dots stay f32 (else as the TPU computes them)
                 program = {**program, "numerics": "cpu"}
+            if m := BF16_VPU_RE.search(prompt.conversation):  # the templates write epilogues for this chip
+                program = {**program, "bf16_vpu": m.group(1).startswith("bf16")}
             return self._program_walk(program)
         tid, operator = _task_of(prompt.text.split("## Chip", 1)[0])
         if tid is None and operator is None:

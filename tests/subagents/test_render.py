@@ -132,3 +132,21 @@ def test_render_prompt_by_role_name():
         "profile-analyst", report_json='{"median_ms": 2}', trace_summary=None, chip=FAKE_CHIP
     )
     assert '"median_ms": 2' in text and "Trace summary" not in text
+
+
+def test_chip_facts_say_whether_the_vector_unit_does_bf16_math():
+    """chips.py's bf16_vpu (read from the compiler's schedule: v5e 23824 bundles for a bf16 chain it runs
+    in 9924 in f32; v6e 4867 against 9939) reaches the prompt, where an implementer (or the offline model)
+    reads it."""
+    from maxkernel.subagents.render import BF16_VPU_NO, BF16_VPU_YES, chip_facts
+    from maxkernel.tpu_tools.hardware.chips import get_chip
+
+    for name, native in (
+        ("tpu-v4", False),
+        ("tpu-v5e", False),
+        ("tpu-v5p", False),
+        ("tpu-v6e", True),
+        ("tpu-7x", True),
+    ):
+        text = chip_facts(get_chip(name))
+        assert (BF16_VPU_YES in text) == native and (BF16_VPU_NO in text) != native, name

@@ -58,6 +58,10 @@ class ChipSpec(BaseModel):
         description="one ICI link, one direction, GB/s; None where no figure was found (see ICI)",
     )
     ici_source: str | None = None
+    bf16_vpu: bool = Field(
+        default=False,
+        description="the vector unit computes bf16 elementwise ops natively (else each runs in f32, rounded)",
+    )
     f32_mxu_slowdown: float = Field(
         default=F32_MXU_SLOWDOWN, description="f32 matmul time / bf16 matmul time on the MXU (calibrated)"
     )
@@ -185,6 +189,12 @@ CHIPS: dict[str, ChipSpec] = {
         ),
     ]
 }
+# bf16 elementwise math on the vector unit, read from the compiler's schedule (`maxkernel estimate`, llo, of one
+# Pallas kernel doing 8 rounds of y * y * 0.5 + y * 0.75 on a [512, 2048] block, in bf16 and in f32): v4 50781
+# bundles a step in bf16 against 27070 in f32, v5e 23824 / 9924, v5p 23843 / 9943 (no bf16 ALU: each op is
+# widened and rounded), v6e 4867 / 9939 and 7x 4847 / 9918 (two bf16 per 32-bit lane: twice f32's rate).
+_BF16_VPU = {"tpu-v6e", "tpu-7x"}
+CHIPS = {name: c.model_copy(update={"bf16_vpu": name in _BF16_VPU}) for name, c in CHIPS.items()}
 # Clock (the rate LLO bundles issue) = peak bf16 / (2 x MXU rows x columns x MXUs), per TensorCore.
 # - v5e: 4 MXUs of 128x128 (jax's TPU info) -> 1.503 GHz. Checked: a 512x1024x1024 bf16 block's loop is
 #   8759 bundles (our libtpu compile); 1024 steps x 8759 / 1.503 GHz = 5.98 ms vs 6.04 ms published in

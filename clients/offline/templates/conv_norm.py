@@ -32,7 +32,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, program_at
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.conv_rows import _specs, _t, geometry
-from maxkernel.clients.offline.templates.op_families import CONV, check_config
+from maxkernel.clients.offline.templates.op_families import CONV, check_config, in_f32, narrow_vpu
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
 from maxkernel.tpu_tools.problem.safe_ast import literal_eval
@@ -635,9 +635,15 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     # pass 1: the level-0 epilogue on the dot's whole result, channel vectors tiled over the group rows
     bind1 = {conv_out: f"acc.astype(jnp.{conv_dt})  # [cols * nb, q * O]: rounded once"}
     bind1 |= {v: f"c{i}_ref[...]  # [1, q * O]" for i, v in enumerate(norm.chan1)}
-    epi1 = [f"{' ' * 8}{k_} = {v}" for k_, v in bind1.items()]
+    f32 = narrow_vpu(program)  # no bf16 vector math on the target: the epilogues in f32, rounded on store
+    kernel_eqns = in_f32(eqns) if f32 else eqns
+    widen = ".astype(jnp.float32)" if f32 else ""
+    epi1 = [f"{' ' * 8}{k_} = {v.split('  # ')[0]}{widen}" for k_, v in bind1.items()]
     in_kernel = _kernel_view(program, norm)
-    epi1 += [" " * 8 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass1]}, extra=in_kernel)]
+    epi1 += [
+        " " * 8 + ln
+        for ln in body_lines({"equations": [kernel_eqns[i] for i in norm.pass1]}, extra=in_kernel)
+    ]
     summed = [
         "jnp.where(cols, "
         + (f"jnp.square({operand(v)}.astype(jnp.float32))" if sq else f"{operand(v)}.astype(jnp.float32)")
@@ -647,9 +653,10 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     # pass 2: conv_rows' epilogue per group row, the statistics as tiles
     bind2 = {conv_out: f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
     bind2 |= {v: f"s{i}" for i, v in enumerate(norm.stat2)}
-    epi2 = [f"{' ' * 12}{k_} = {v}" for k_, v in bind2.items()]
+    epi2 = [f"{' ' * 12}{k_} = {v.split('  # ')[0]}{widen}" for k_, v in bind2.items()]
     epi2 += [
-        " " * 12 + ln for ln in body_lines({"equations": [eqns[i] for i in norm.pass2]}, extra=in_kernel)
+        " " * 12 + ln
+        for ln in body_lines({"equations": [kernel_eqns[i] for i in norm.pass2]}, extra=in_kernel)
     ]
     tiles = [
         f"    s{i} = jnp.broadcast_to(s{i}_ref[...][None], (wo, nb, o)).reshape(wo * nb, o)  # [Wo * nb, O]"

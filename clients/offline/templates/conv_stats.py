@@ -345,7 +345,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         chunk_sum = (
             "        pos = lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 1)  # positions (w, n)\n"
             "        new = (pos % nb == lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 0)) & (start + pos // nb >= j * wc)\n"
-            f"        return part + jnp.dot(new.astype(jnp.bfloat16), {operand(last['inputs'][0])}, "
+            f"        return part + jnp.dot(new.astype(jnp.bfloat16), {operand(last['inputs'][0])}.astype(jnp.bfloat16), "
             "preferred_element_type=jnp.float32)"
         )
     else:

@@ -147,19 +147,56 @@ def _channel_inputs(at: Program, family: str, src: str, weights: set[str], out_s
     return out
 
 
+def narrow_vpu(program: Mapping[str, Any]) -> bool:
+    """True where the program's target has no bf16 vector math (the prompt's chip facts said so: model.py
+    sets `bf16_vpu`): its epilogues are written in f32 (in_f32)."""
+    return program.get("bf16_vpu") is False
+
+
+def in_f32(eqns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The equations (a kernel's epilogue) with every bf16 value computed in f32: results, bf16 literals and
+    converts to bf16 become f32 (on a chip without bf16 ALUs each bf16 op is widened and rounded: 1.9-2.4x
+    the bundles, chips.py). Only rounding steps go: the values are at least as close to the f32 oracle."""
+    out = []
+    for e in eqns:
+        e = dict(e)
+        e["inputs"] = [
+            a.replace("jnp.bfloat16)", "jnp.float32)") if a.startswith("lit:") else a for a in e["inputs"]
+        ]
+        e["out_specs"] = [
+            {**sp, "dtype": "float32"} if sp.get("dtype") == "bfloat16" else sp for sp in e["out_specs"]
+        ]
+        if e["primitive"] == "convert_element_type" and e["params"].get("new_dtype") == "jnp.bfloat16":
+            e["params"] = {**e["params"], "new_dtype": "jnp.float32"}
+        out.append(e)
+    return out
+
+
 def epilogue_source(
     core: Core, names: Mapping[str, str], indent: str = "    "
 ) -> tuple[list[str], list[str]]:
     """(lines, result expressions): the epilogue on the kernel's tiles, `names` binding the core's outputs
     (and its input, and its channel vectors) to the tile variables that hold them; a result is the last
-    value of each output. A reshape or broadcast of a channel vector is the [1, lanes] tile itself."""
-    lines = [f"{indent}{k} = {v}" for k, v in names.items()]
-    for e in core.epilogue:
+    value of each output. A reshape or broadcast of a channel vector is the [1, lanes] tile itself. On a
+    chip without bf16 vector math (narrow_vpu) every bound tile is widened to f32 once and the epilogue
+    runs in f32 (in_f32); the store rounds once."""
+    f32 = narrow_vpu(core.program)
+    lines = [f"{indent}{k} = {v}" + (".astype(jnp.float32)" if f32 else "") for k, v in names.items()]
+    lines = [_cast_before_comment(ln) for ln in lines] if f32 else lines
+    for e in in_f32(core.epilogue) if f32 else core.epilogue:
         if e["primitive"] in LAYOUT and e["outputs"][0] in core.channel_layout:
             lines.append(f"{indent}{e['outputs'][0]} = {operand(e['inputs'][0])}  # [1, lanes]: per channel")
         else:
             lines += [indent + ln for ln in body_lines({"equations": [e]})]
     return lines, [operand(o) for o in core.program["outputs"]]
+
+
+def _cast_before_comment(line: str) -> str:
+    """`x = expr  # note.astype(...)` -> `x = expr.astype(...)  # note` (the cast belongs to the code)."""
+    code, sep, rest = line.partition("  # ")
+    if not sep or not rest.endswith(".astype(jnp.float32)"):
+        return line
+    return f"{code}.astype(jnp.float32)  # {rest.removesuffix('.astype(jnp.float32)')}"
 
 
 def check_config(legal: Mapping[str, Sequence[Any]]) -> Callable[[Mapping[str, Any], Any], list[str]]:
