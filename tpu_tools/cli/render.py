@@ -137,6 +137,10 @@ def render_chips(chips: list[ChipSpec]) -> None:
         )
     console.print(table)
     console.print(f"[dim]per JAX device; source: {chips[0].source}[/]")
+    native = ", ".join(c.name for c in chips if c.bf16_vpu) or "none of these"
+    console.print(
+        f"[dim]bf16 elementwise math on the vector unit: {native} (the others widen each bf16 op to f32)[/]"
+    )
 
 
 def render_tasks(tasks) -> None:
