@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_rows import _output_dtype, _specs, _t
-from maxkernel.clients.offline.templates.op_families import Core, check_config, epilogue_source
+from maxkernel.clients.offline.templates.conv_rows import _output_dtype, plain_refusal
+from maxkernel.clients.offline.templates.conv_rows import _source_parts as rows_source_parts
+from maxkernel.clients.offline.templates.op_families import Core, check_config
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import operand
-from maxkernel.tpu_tools.problem.safe_ast import literal_eval
 
 SOURCE = '''"""3-D convolution, its depth taps stacked on the channels in VMEM (offline template `conv_depth`),
 written from the reference's traced program.
@@ -181,30 +181,7 @@ def _mxu(v: int) -> int:
 
 def refusal(core: Core) -> str | None:
     """Why this conv program is outside the template (None: inside)."""
-    if core.family != "conv":
-        return "not a convolution"
-    e = core.cores[0]
-    p = e["params"]
-    at = core.program
-    x = at["inputs"][at["input_names"].index(operand(e["inputs"][0]))]
-    if len(x["shape"]) != 5:
-        return f"a {len(x['shape']) - 2}-D convolution (conv_depth writes 3-D)"
-    if any(s != (0, 1, 2, 3, 4) for s in _specs(p["dimension_numbers"])):
-        return "a convolution not in NCDHW / OIDHW layout"
-    if any(v != 1 for v in (*_t(p["window_strides"]), *_t(p["lhs_dilation"]), *_t(p["rhs_dilation"]))):
-        return "a strided or dilated convolution"
-    if int(p["feature_group_count"]) != 1 or int(p["batch_group_count"]) != 1:
-        return "a grouped convolution"
-    if any(lo or hi for lo, hi in literal_eval(p["padding"])):
-        return "a padded convolution (not written yet)"
-    if itemsize(x["dtype"]) not in (2, 4):
-        return f"{x['dtype']} inputs"
-    src = operand(e["inputs"][0])
-    if any(src in f["inputs"] for f in core.epilogue):
-        return "its epilogue reads the convolution's input"
-    if len(at["outputs"]) != 1:
-        return "several outputs"
-    return None
+    return plain_refusal(core, 3, "conv_depth")
 
 
 def build(core: Core) -> tuple[Template, str, dict[str, int]]:
@@ -304,31 +281,14 @@ def build(core: Core) -> tuple[Template, str, dict[str, int]]:
 
 
 def _source_parts(core: Core, out_dtype: str, x_shape: list[int], kd: int) -> dict[str, str]:
-    e = core.cores[0]
-    conv_dt = e["out_specs"][0]["dtype"]
-    names = {operand(e["outputs"][0]): f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
-    names |= {ch: f"c{i}_ref[...]  # [1, O]" for i, ch in enumerate(core.channels)}
-    epi, results = epilogue_source(core, names, indent=" " * 12)
-    if len(results) != 1:
-        raise ValueError("it has several outputs; conv_depth writes one")
-    ins = core.program["input_names"]
-    if [operand(a) for a in e["inputs"]] + core.channels != ins:
-        raise ValueError("its inputs are not the conv's operands then its per-channel vectors, in order")
+    """conv_rows' parts (the same epilogue on the same [Wo * nb, O] tiles), its refs unpacked from *refs."""
+    parts = rows_source_parts(core, out_dtype)
     nc = len(core.channels)
-    return {
-        "about": f"Convolution over a {core.program['inputs'][0]['dtype']} {x_shape} input, stride 1, no "
-        f"padding, each output depth's {kd} input depths stacked on the channels, then the reference's "
-        "elementwise epilogue per output row, channels on lanes.",
-        "c_refs": "".join(f"c{i}_ref, " for i in range(nc)) if nc else "_",
-        "n_c": str(nc),
-        "epilogue": "\n".join(epi),
-        "result": results[0],
-        "args": ", ".join(["x", "w", *(f"c{i}" for i in range(nc))]),
-        "chan_prep": "".join(
-            f"    cl{i} = c{i}.reshape(1, o)  # per-channel vector: [1, O]\n" for i in range(nc)
-        ),
-        "c_specs": "pl.BlockSpec((1, o), ch_map), " * nc,
-        "c_args": "".join(f", cl{i}" for i in range(nc)),
-        "out_dtype": f"jnp.{out_dtype}",
-        "out_itemsize": str(itemsize(out_dtype)),
-    }
+    parts["c_refs"] = parts["c_refs"] or "_"
+    parts["n_c"] = str(nc)
+    parts["about"] = (
+        f"Convolution over a {core.program['inputs'][0]['dtype']} {x_shape} input, stride 1, no padding, each "
+        f"output depth's {kd} input depths stacked on the channels, then the reference's elementwise epilogue "
+        "per output row, channels on lanes."
+    )
+    return parts

@@ -191,19 +191,20 @@ def geometry(c: int, kh: int, rows_per_dot: int = 128) -> tuple[int, int, int]:
     return q, rw, max(8, -(-(rw - q) // 8) * 8)
 
 
-def refusal(core: Core) -> str | None:
-    """Why this conv program is outside the template (None: inside)."""
+def plain_refusal(core: Core, dims: int, template: str) -> str | None:
+    """Why this conv is not a plain one of `dims` spatial dims that `template` writes: channels first, stride
+    1, no dilation, padding or groups, a 2- or 4-byte input, one output, an epilogue that does not read the
+    conv's input (None: it is). conv_rows (2-D) and conv_depth (3-D) share it."""
     if core.family != "conv":
         return "not a convolution"
     e = core.cores[0]
     p = e["params"]
     at = core.program
     x = at["inputs"][at["input_names"].index(operand(e["inputs"][0]))]
-    if len(x["shape"]) != 4:
-        return f"a {len(x['shape']) - 2}-D convolution (conv_rows writes 2-D)"
-    ident = (0, 1, 2, 3)
-    if any(s != ident for s in _specs(p["dimension_numbers"])):
-        return "a convolution not in NCHW / OIHW layout"
+    if len(x["shape"]) != dims + 2:
+        return f"a {len(x['shape']) - 2}-D convolution ({template} writes {dims}-D)"
+    if any(s != tuple(range(dims + 2)) for s in _specs(p["dimension_numbers"])):
+        return "a convolution not in " + ("NCHW / OIHW" if dims == 2 else "NCDHW / OIDHW") + " layout"
     if any(v != 1 for v in (*_t(p["window_strides"]), *_t(p["lhs_dilation"]), *_t(p["rhs_dilation"]))):
         return "a strided or dilated convolution"
     if int(p["feature_group_count"]) != 1 or int(p["batch_group_count"]) != 1:
@@ -212,14 +213,23 @@ def refusal(core: Core) -> str | None:
         return "a padded convolution (not written yet)"
     if itemsize(x["dtype"]) not in (2, 4):
         return f"{x['dtype']} inputs"
-    c = x["shape"][1]
-    if not (c % 128 == 0 or 128 % c == 0):
-        return f"{c} input channels: neither a divisor nor a multiple of 128 lanes"
     src = operand(e["inputs"][0])
     if any(src in f["inputs"] for f in core.epilogue):
         return "its epilogue reads the convolution's input"
     if len(at["outputs"]) != 1:
         return "several outputs"
+    return None
+
+
+def refusal(core: Core) -> str | None:
+    """Why this conv program is outside the template (None: inside)."""
+    why = plain_refusal(core, 2, "conv_rows")
+    if why:
+        return why
+    at = core.program
+    c = at["inputs"][at["input_names"].index(operand(core.cores[0]["inputs"][0]))]["shape"][1]
+    if not (c % 128 == 0 or 128 % c == 0):
+        return f"{c} input channels: neither a divisor nor a multiple of 128 lanes"
     return None
 
 
