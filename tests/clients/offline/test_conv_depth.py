@@ -11,12 +11,10 @@ reference's full size with the real Mosaic compiler for v6e (slow tier).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
+from kernel_files import interpret, module
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
@@ -54,20 +52,6 @@ def workload(x, w, b):
 '''
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _run(root: Path, name: str, source: str, inputs):
-    mod = _module(root / f"{name}.py", source)
-    with execution.tpu_interpret_mode():
-        return np.asarray(jax.jit(mod.workload)(*inputs), np.float32)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("conv_depth")
@@ -75,7 +59,7 @@ def built(tmp_path_factory):
     ref.write_text(REF)
     program = describe(str(ref)).model_dump(mode="json")
     template, target, _ = program_template(program)
-    ref_mod = _module(root / "conv3d_ref.py", REF)
+    ref_mod = module(root / "conv3d_ref.py", REF)
     inputs = ref_mod.create_inputs(size="small", key=3)
     want = np.asarray(ref_mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
     own = float(np.max(np.abs(np.asarray(ref_mod.workload(*inputs), np.float32) - want)))
@@ -88,7 +72,7 @@ def test_a_3d_conv_matches_the_reference_at_every_rows_per_dot(built):
     first = {k: v[0] for k, v in template.tunables.items()}
     for q in (1, 4):
         source = template.render(first | {"rows_per_dot": q}, "program")
-        got = _run(root, f"rows_{q}", source, inputs)
+        got = interpret(root, f"rows_{q}", source, inputs)
         # within the judge's rule: twice the bf16 reference's own error against the f32 oracle
         assert got.shape == want.shape == (2, 32, 3, 18, 10) and np.max(np.abs(got - want)) <= 2 * own, q
 
@@ -105,7 +89,7 @@ def test_a_kernel_that_reads_the_wrong_depths_fails_the_check(built, good, bad):
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
     broken = small.replace(good, bad)
     assert broken != small
-    got = _run(root, f"broken_{abs(hash(bad))}", broken, inputs)
+    got = interpret(root, f"broken_{abs(hash(bad))}", broken, inputs)
     assert np.max(np.abs(got - want)) > 2 * own
 
 
@@ -131,7 +115,7 @@ def test_the_first_kernel_compiles_at_full_for_v6e(built):
         jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
         for a in jax.eval_shape(ref_mod.create_inputs)
     ]
-    kernel = _module(root / "first_v6e.py", source)
+    kernel = module(root / "first_v6e.py", source)
     with trace_as_target(t):
         text = jax.jit(kernel.workload).lower(*args).compile().as_text()
     assert "tpu_custom_call" in text and "bf16[16,32,4,22,14]" in text

@@ -14,16 +14,14 @@ wrong group statistics fail.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
+from kernel_files import interpret, module
 
 from maxkernel.clients.offline.templates.conv_norm import build, plan
-from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.problem.program import describe
 
 REF = '''"""conv (VALID, NCHW) + bias, instance norm, / 2, all bf16: 22k's form at a test size."""
@@ -60,20 +58,6 @@ THREE_PASSES = REF.replace(
 )
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _run(root: Path, name: str, source: str, inputs):
-    mod = _module(root / f"{name}.py", source)
-    with execution.tpu_interpret_mode():
-        return np.asarray(jax.jit(mod.workload)(*inputs), np.float32)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("conv_norm")
@@ -81,7 +65,7 @@ def built(tmp_path_factory):
     ref.write_text(REF)
     program = describe(str(ref)).model_dump(mode="json")
     template, target, _ = build(program)
-    ref_mod = _module(root / "convnorm_ref.py", REF)
+    ref_mod = module(root / "convnorm_ref.py", REF)
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
     inputs = ref_mod.create_inputs(size="small", key=3)
     want = np.asarray(ref_mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
@@ -102,7 +86,7 @@ def test_an_instance_norm_is_two_sums_of_one_value(built):
 
 def test_conv_norm_matches_the_reference_across_row_blocks(built):
     root, _, _, _, small, inputs, want, own = built
-    got = _run(root, "small", small, inputs)
+    got = interpret(root, "small", small, inputs)
     # within the judge's rule: twice the bf16 reference's own error against the f32 oracle
     assert got.shape == want.shape and np.max(np.abs(got - want)) <= 2 * own
 
@@ -123,7 +107,7 @@ def test_a_kernel_with_wrong_statistics_fails_the_check(built, good, bad):
     root, _, _, _, small, inputs, want, own = built
     broken = small.replace(good, bad)
     assert broken != small
-    got = _run(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
+    got = interpret(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
     assert np.max(np.abs(got - want)) > 4 * own
 
 
@@ -173,7 +157,7 @@ def _grouped(root: Path):
     program = describe(str(ref)).model_dump(mode="json")
     template, _, _ = build(program)
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
-    mod = _module(root / "grouped_ref.py", GROUPED)
+    mod = module(root / "grouped_ref.py", GROUPED)
     inputs = mod.create_inputs(size="small", key=3)
     want = np.asarray(mod.workload(*[np.asarray(a, np.float32) for a in inputs]), np.float32)
     own = float(np.max(np.abs(np.asarray(mod.workload(*inputs), np.float32) - want)))
@@ -191,7 +175,7 @@ def test_a_group_norm_pooled_over_the_channels_is_two_passes_and_matches(tmp_pat
     template, _, _ = build(program)
     assert template.tunables["rows_per_dot"] == (16, 8, 4) and template.initial["rows_per_dot"] < 16
     assert "lax.dot_general(" in small and "o_ref[0, i + g]" in small and "axis=0, keepdims=True" in small
-    got = _run(tmp_path, "grouped", small, inputs)
+    got = interpret(tmp_path, "grouped", small, inputs)
     assert got.shape == want.shape == (2, 1, 38, 10) and np.max(np.abs(got - want)) <= 2 * own
 
 
@@ -204,13 +188,13 @@ def test_a_group_norm_with_wrong_group_statistics_fails(tmp_path):
     first = {k: v[0] for k, v in template.tunables.items()}
     fewer = template.render(first | {"rows_per_dot": 4}, "program")  # 4 rows a dot: K and N padded less
     assert "ROWS_PER_DOT = 4" in fewer
-    assert np.max(np.abs(_run(tmp_path, "grouped_q4", fewer, inputs) - want)) <= 2 * own
+    assert np.max(np.abs(interpret(tmp_path, "grouped_q4", fewer, inputs) - want)) <= 2 * own
     tiled = re.sub(
         r"jnp\.repeat\(([^\n]*?), (o // \w+\.shape\[1\]), axis=1\)", r"jnp.tile(\1, (1, \2))", small
     )
     for broken in (small.replace(".reshape(n, 16, o // 16).sum(axis=2)", "[:, ::4]"), tiled):
         assert broken != small
-        bad = _run(tmp_path, f"grouped_{abs(hash(broken))}", broken, inputs)
+        bad = interpret(tmp_path, f"grouped_{abs(hash(broken))}", broken, inputs)
         assert np.max(np.abs(bad - want)) > 2 * own  # the judge's rule: over twice the reference's own error
 
 

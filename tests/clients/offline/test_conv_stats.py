@@ -12,12 +12,10 @@ twice fail the same check.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
+from kernel_files import interpret, module
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
@@ -56,20 +54,6 @@ def workload(x, w, b):
 SMALL_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 16 * 4"
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _run(root: Path, name: str, source: str, inputs):
-    mod = _module(root / f"{name}.py", source)
-    with execution.tpu_interpret_mode():
-        return np.asarray(jax.jit(mod.workload)(*inputs), np.float32)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("conv_stats")
@@ -77,7 +61,7 @@ def built(tmp_path_factory):
     ref.write_text(REF)
     program = describe(str(ref)).model_dump(mode="json")
     template, target, _ = program_template(program)
-    ref_mod = _module(root / "convpool_ref.py", REF)
+    ref_mod = module(root / "convpool_ref.py", REF)
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
     small = small.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS)
     inputs = ref_mod.create_inputs(size="small", key=3)
@@ -99,7 +83,7 @@ def test_a_conv_then_a_spatial_mean_is_one_kernel_and_compiles_at_full_for_v6e(b
         jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
         for a in jax.eval_shape(ref_mod.create_inputs)
     ]
-    kernel = _module(root / "first_v6e.py", source)
+    kernel = module(root / "first_v6e.py", source)
     with trace_as_target(t):
         text = jax.jit(kernel.workload).lower(*args).compile().as_text()
     assert "tpu_custom_call" in text and "bf16[16,64]" in text
@@ -108,7 +92,7 @@ def test_a_conv_then_a_spatial_mean_is_one_kernel_and_compiles_at_full_for_v6e(b
 def test_conv_stats_matches_the_reference_across_row_blocks_and_column_chunks(built):
     root, _, template, target, _, small, inputs, want = built
     assert template.name == "conv_stats" and target == "full"
-    got = _run(root, "small", small, inputs)
+    got = interpret(root, "small", small, inputs)
     # bf16 means up to ~1: an ulp or two of the output (the f32 oracle is not rounded)
     assert got.shape == want.shape and np.max(np.abs(got - want)) <= 1.6e-2
 
@@ -125,10 +109,10 @@ def test_fewer_rows_a_dot_match_the_reference_and_are_chosen_where_they_pad_less
             "CHUNK_BYTES = 4 << 20", SMALL_CHUNKS
         )
         assert f"ROWS_PER_DOT = {q}" in source
-        got = _run(root, f"rows_{q}", source, inputs)
+        got = interpret(root, f"rows_{q}", source, inputs)
         assert np.max(np.abs(got - want)) <= 1.6e-2, q
         broken = source.replace("jnp.where(blk * th + i + lane_row < ho, part, 0.0)", "part")
-        assert np.max(np.abs(_run(root, f"rows_{q}_broken", broken, inputs) - want)) > 5e-2, q
+        assert np.max(np.abs(interpret(root, f"rows_{q}_broken", broken, inputs) - want)) > 5e-2, q
 
 
 @pytest.mark.parametrize(
@@ -143,7 +127,7 @@ def test_a_kernel_that_sums_the_wrong_positions_fails_the_check(built, good, bad
     root, _, _, _, _, small, inputs, want = built
     broken = small.replace(good, bad)
     assert broken != small
-    got = _run(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
+    got = interpret(root, f"broken_{abs(hash(bad + good))}", broken, inputs)
     assert np.max(np.abs(got - want)) > 5e-2
 
 
@@ -165,5 +149,5 @@ def test_on_a_chip_without_bf16_vector_math_the_epilogue_runs_in_f32(built):
     v5e, v6e = (first_kernel(program, get_chip(c)) for c in ("tpu-v5e", "tpu-v6e"))
     assert "jnp.asarray(0.5, jnp.float32)" in v5e and "c0_ref[...].astype(jnp.float32)" in v5e
     assert "jnp.asarray(0.5, jnp.bfloat16)" in v6e and "c0_ref[...].astype(jnp.float32)" not in v6e
-    got = _run(root, "v5e_f32", v5e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
+    got = interpret(root, "v5e_f32", v5e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
     assert np.max(np.abs(got - want)) <= 1.6e-2
