@@ -156,7 +156,8 @@ def narrow_vpu(program: Mapping[str, Any]) -> bool:
 def in_f32(eqns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The equations (a kernel's epilogue) with every bf16 value computed in f32: results, bf16 literals and
     converts to bf16 become f32 (on a chip without bf16 ALUs each bf16 op is widened and rounded: 1.9-2.4x
-    the bundles, chips.py). Only rounding steps go: the values are at least as close to the f32 oracle."""
+    the bundles, chips.py). Only rounding steps go, so the values sit nearer the f32 oracle (the judge still
+    checks them against it)."""
     out = []
     for e in eqns:
         e = dict(e)
