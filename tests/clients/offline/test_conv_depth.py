@@ -75,12 +75,16 @@ def _check(built, q: int) -> None:
     assert got.shape == want.shape == (2, 32, 3, 18, 10) and np.max(np.abs(got - want)) <= 2 * own, q
 
 
+def test_a_3d_conv_gets_conv_depth_with_its_depth_taps_in_k(built):
+    _, _, template, target, *_ = built
+    assert template.name == "conv_depth" and target == "full" and template.initial["rows_per_dot"] > 1
+    source = template.render(template.initial, "program")
+    assert "for j in range(kd)], axis=0)" in source and "x0_map(j)) for j in range(kd)" in source
+
+
+@pytest.mark.slow  # interpret runs at a check size (~10 s each on 2 cores)
 def test_a_3d_conv_matches_the_reference(built):
     _check(built, built[2].initial["rows_per_dot"])
-
-
-@pytest.mark.slow  # one more interpret run (~10 s on 2 cores)
-def test_a_3d_conv_matches_the_reference_at_one_row_a_dot(built):
     _check(built, 1)
 
 

@@ -164,16 +164,24 @@ def _grouped(root: Path):
     return program, template, small, inputs, want, own
 
 
-def test_a_group_norm_pooled_over_the_channels_is_two_passes_and_matches(tmp_path):
+def test_a_group_norm_pooled_over_the_channels_is_two_passes(tmp_path):
     """46k's form: the group statistics from pass 1's per-channel sums (a group's channels summed between
     the passes), pass 2 channels-in-sublanes ending in a [1, positions] row, stored lane-dense; the result
-    [N, 1, H', W'] matches within the judge's rule."""
-    program, template, small, inputs, want, own = _grouped(tmp_path)
+    [N, 1, H', W'] matches within the judge's rule (test-slow, below)."""
+    program, template, small, *_ = _grouped(tmp_path)
     norm = plan(program)
     assert not isinstance(norm, str), norm
     assert norm.groups == 16 and len(norm.views) == 2 and norm.pooled
     assert template.tunables["rows_per_dot"] == (16, 8, 4) and template.initial["rows_per_dot"] < 16
     assert "lax.dot_general(" in small and "o_ref[0, i + g]" in small and "axis=0, keepdims=True" in small
+    assert (
+        "jnp.repeat(" in small and ".reshape(n, 16, o // 16).sum(axis=2)" in small
+    )  # group stats, per channel
+
+
+@pytest.mark.slow  # an interpret run at a check size (~12-25 s on 2 cores)
+def test_a_group_norm_pooled_over_the_channels_matches_at_the_chosen_rows_per_dot(tmp_path):
+    _, template, _, inputs, want, own = _grouped(tmp_path)
     fewer = template.render({k: v[0] for k, v in template.tunables.items()} | {"rows_per_dot": 4}, "program")
     got = interpret(tmp_path, "grouped_q4", fewer, inputs)  # the row group the cost model takes
     assert got.shape == want.shape == (2, 1, 38, 10) and np.max(np.abs(got - want)) <= 2 * own
