@@ -22,13 +22,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_rows import _output_dtype, plain_refusal
+from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, _output_dtype, plain_refusal
 from maxkernel.clients.offline.templates.conv_rows import _source_parts as rows_source_parts
 from maxkernel.clients.offline.templates.op_families import Core, check_config
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import operand
 
-SOURCE = '''"""3-D convolution, its depth taps stacked on the channels in VMEM (offline template `conv_depth`),
+SOURCE = (
+    '''"""3-D convolution, its depth taps stacked on the channels in VMEM (offline template `conv_depth`),
 written from the reference's traced program.
 
 ${about}
@@ -84,10 +85,9 @@ def _kernel(*refs, kd, kw, q, rn, h, last_halo, n_c):
         xa = jnp.concatenate([jnp.concatenate([x0s[j][n], x1s[j][n]], axis=1) for j in range(kd)], axis=0)
         xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
-    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128] (the last may be narrower)
-        kk = min(128, r * c - k)
-        xs_ref[:, k : k + kk] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + kk]).reshape(w * nb, kk)
-    m = wo * nb
+'''
+    + INTERLEAVE
+    + """    m = wo * nb
     for i in range(0, th, q):  # q output rows: one dot over their run of rn input rows, KW shifts
         taps = [xs_ref[pl.ds(b * nb, m), pl.ds(i * c, rn * c)] for b in range(kw)]  # [Wo * nb, rn * kd * C]
         acc = jnp.dot(jnp.concatenate(taps, axis=1), w_ref[...], preferred_element_type=jnp.float32)
@@ -162,7 +162,8 @@ ${chan_prep}
         name="offline_conv_depth",
     )(*([x] * (2 * kd)), w2${c_args})
     return jnp.transpose(out, (3, 4, 0, 1, 2))  # [N, O, D', Ho, Wo]
-'''
+"""
+)
 
 _MAX_VMEM = 48 * MiB
 _MAX_GROUPS = 8  # row groups a step, each one's dot and epilogue unrolled (the compile's time)

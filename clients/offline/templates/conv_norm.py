@@ -31,8 +31,8 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_rows import _specs, _t, geometry
-from maxkernel.clients.offline.templates.op_families import CONV, check_config, in_f32, narrow_vpu
+from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, _specs, _t, geometry
+from maxkernel.clients.offline.templates.op_families import CONV, bind, check_config, in_f32, narrow_vpu
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
 from maxkernel.tpu_tools.problem.safe_ast import literal_eval
@@ -151,11 +151,10 @@ def plan(program: Program) -> Norm | str:
             pooled.add(i)
         elif shp in pos_shapes and e["primitive"] == "broadcast_in_dim" and not ins:
             pooled.add(i)  # a constant the size of the pooled values
-    if _shape(program, program["outputs"][0]) not in (out_shape, pos_shapes[1]):
+    out_pooled = made.get(program["outputs"][0]) in pooled
+    if _shape(program, program["outputs"][0]) != (pos_shapes[1] if out_pooled else out_shape):
         return "its output is not the convolution's shape"
-    if _shape(program, program["outputs"][0]) != out_shape and made.get(program["outputs"][0]) not in pooled:
-        return "its output is not the convolution's shape"
-    if pooled and made.get(program["outputs"][0]) not in pooled:  # a softmax over channels: not written yet
+    if pooled and not out_pooled:  # a softmax over channels: not written yet
         return "a reduction over the channels inside an epilogue whose output keeps them"
 
     def fits(a: str, shp: list[int] | None, grouped: bool) -> bool:
@@ -291,7 +290,8 @@ def _variance(eqns, made, full, v: str) -> tuple[str, str] | None:
     return None if made.get(m) in full else (a, m)
 
 
-SOURCE = '''"""2-D convolution normalised over its own output in two passes that each recompute the convolution
+SOURCE = (
+    '''"""2-D convolution normalised over its own output in two passes that each recompute the convolution
 (offline template `conv_norm`), written from the reference's traced program.
 
 ${about}
@@ -341,10 +341,9 @@ def _channels_last(x0_ref, x1_ref, xs_ref, t_ref, h, last_halo):
         xa = jnp.concatenate([x0_ref[n], x1_ref[n]], axis=1)
         xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
-    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128] (the last may be narrower)
-        kk = min(128, r * c - k)
-        xs_ref[:, k : k + kk] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + kk]).reshape(w * nb, kk)
-
+'''
+    + INTERLEAVE
+    + '''
 
 def _stats_kernel(x0_ref, x1_ref, w_ref, ${chan1_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw, q, rn, h, ho, wc, last_halo):
     # pass 1. x0: [nb, C, th, W]; x1: [nb, C, hb, W] (the halo); w: [KW * rn * C, q * O]
@@ -554,6 +553,7 @@ def _padded(x, w):
         jnp.pad(w, ((0, 0), (0, cp - c), (0, 0), (0, 0))),
     )
 '''
+)
 
 _MAX_VMEM = 56 * MiB  # of 64 scoped: the count below runs ~1.4x over the compiler's (22k: 52 vs 40 MiB)
 _CLOCK_MXU = 918e12  # v6e bf16 MXU flop/s
@@ -637,8 +637,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     bind1 |= {v: f"c{i}_ref[...]  # [1, q * O]" for i, v in enumerate(norm.chan1)}
     f32 = narrow_vpu(program)  # no bf16 vector math on the target: the epilogues in f32, rounded on store
     kernel_eqns = in_f32(eqns) if f32 else eqns
-    widen = ".astype(jnp.float32)" if f32 else ""
-    epi1 = [f"{' ' * 8}{k_} = {v.split('  # ')[0]}{widen}" for k_, v in bind1.items()]
+    epi1 = [" " * 8 + bind(k_, v, f32) for k_, v in bind1.items()]
     in_kernel = _kernel_view(program, norm)
     epi1 += [
         " " * 8 + ln
@@ -653,7 +652,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     # pass 2: conv_rows' epilogue per group row, the statistics as tiles
     bind2 = {conv_out: f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
     bind2 |= {v: f"s{i}" for i, v in enumerate(norm.stat2)}
-    epi2 = [f"{' ' * 12}{k_} = {v.split('  # ')[0]}{widen}" for k_, v in bind2.items()]
+    epi2 = [" " * 12 + bind(k_, v, f32) for k_, v in bind2.items()]
     epi2 += [
         " " * 12 + ln
         for ln in body_lines({"equations": [kernel_eqns[i] for i in norm.pass2]}, extra=in_kernel)

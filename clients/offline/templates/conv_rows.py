@@ -32,7 +32,17 @@ from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import operand
 from maxkernel.tpu_tools.problem.safe_ast import literal_eval
 
-SOURCE = '''"""2-D convolution, channels-last in VMEM (offline template `conv_rows`), written from the reference's
+# The image interleave that ends each conv template's channels-last relayout (conv_rows, conv_stats, conv_norm,
+# conv_depth), inside its kernel: t [nb, W, R * C] -> xs [W * nb, R * C] in 128-lane blocks, the last narrower
+# where R * C is not a lane multiple (conv_stats at 8 rows a dot of 8 channels).
+INTERLEAVE = """\
+    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128] (the last may be narrower)
+        kk = min(128, r * c - k)
+        xs_ref[:, k : k + kk] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + kk]).reshape(w * nb, kk)
+"""
+
+SOURCE = (
+    '''"""2-D convolution, channels-last in VMEM (offline template `conv_rows`), written from the reference's
 traced program.
 
 ${about}
@@ -83,9 +93,9 @@ def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, *, kw, q, rw, 
         if keep is not None:
             xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
-    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128]
-        xs_ref[:, k : k + 128] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + 128]).reshape(w * nb, 128)
-    m = wo * nb
+'''
+    + INTERLEAVE
+    + """    m = wo * nb
     for i in range(0, th, q):  # q output rows: one dot over their run of rw input rows, KW shifts
         taps = [xs_ref[pl.ds(b * nb, m), pl.ds(i * c, rw * c)] for b in range(kw)]  # [Wo * nb, rw * C]
         acc = jnp.dot(jnp.concatenate(taps, axis=1), w_ref[...], preferred_element_type=jnp.float32)
@@ -165,7 +175,8 @@ ${chan_prep}
         name="offline_conv_rows",
     )(x, x, w2${c_args})
     return jnp.transpose(out, (2, 3, 0, 1))  # [N, O, Ho, Wo]: a bitcast into TPU's layout for it
-'''
+"""
+)
 
 _MAX_VMEM = 48 * MiB
 _CLOCK_MXU = 918e12  # v6e bf16 MXU flop/s

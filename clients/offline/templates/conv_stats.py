@@ -26,12 +26,13 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.subprogram import subprogram
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_rows import geometry, refusal
+from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, geometry, refusal
 from maxkernel.clients.offline.templates.op_families import CONV, check_config, core_of, epilogue_source
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
 
-SOURCE = '''"""2-D convolution summed over its output rows and columns in the same kernel (offline template
+SOURCE = (
+    '''"""2-D convolution summed over its output rows and columns in the same kernel (offline template
 `conv_stats`), written from the reference's traced program.
 
 ${about}
@@ -86,10 +87,9 @@ def _kernel(x0_ref, x1_ref, w_ref, ${c_refs}o_ref, xs_ref, t_ref, acc_ref, *, kw
         xa = jnp.concatenate([x0_ref[n], x1_ref[n]], axis=1)
         xa = jnp.where(keep, xa, jnp.zeros_like(xa))
         t_ref[n] = pltpu.einshape("chw->hcw", xa).reshape(r * c, w).T
-    for k in range(0, r * c, 128):  # interleave the images: [nb, W, 128] -> [W, nb, 128] (the last may be narrower)
-        kk = min(128, r * c - k)
-        xs_ref[:, k : k + kk] = pltpu.einshape("nwk->wnk", t_ref[:, :, k : k + kk]).reshape(w * nb, kk)
-    lane_row = lax.broadcasted_iota(jnp.int32, (1, q * o), 1) // o  # lane group g: output row i + g
+'''
+    + INTERLEAVE
+    + """    lane_row = lax.broadcasted_iota(jnp.int32, (1, q * o), 1) // o  # lane group g: output row i + g
 
     def columns(i, j, part):  # chunk j of wc columns (the last one moved back to end at Wo) of rows i ..
         start = jnp.minimum(j * wc, wo - wc)
@@ -184,7 +184,8 @@ ${chan_prep}
         interpret=False,
         name="offline_conv_stats",
     )(x, x, w2${c_args})
-'''
+"""
+)
 
 _MAX_VMEM = 56 * MiB  # of 64 scoped: the count below runs ~1.4x over the compiler's (39k: 51 vs 36 MiB)
 _CLOCK_MXU = 918e12  # v6e bf16 MXU flop/s

@@ -182,8 +182,7 @@ def epilogue_source(
     chip without bf16 vector math (narrow_vpu) every bound tile is widened to f32 once and the epilogue
     runs in f32 (in_f32); the store rounds once."""
     f32 = narrow_vpu(core.program)
-    lines = [f"{indent}{k} = {v}" + (".astype(jnp.float32)" if f32 else "") for k, v in names.items()]
-    lines = [_cast_before_comment(ln) for ln in lines] if f32 else lines
+    lines = [indent + bind(k, v, f32) for k, v in names.items()]
     for e in in_f32(core.epilogue) if f32 else core.epilogue:
         if e["primitive"] in LAYOUT and e["outputs"][0] in core.channel_layout:
             lines.append(f"{indent}{e['outputs'][0]} = {operand(e['inputs'][0])}  # [1, lanes]: per channel")
@@ -192,12 +191,11 @@ def epilogue_source(
     return lines, [operand(o) for o in core.program["outputs"]]
 
 
-def _cast_before_comment(line: str) -> str:
-    """`x = expr  # note.astype(...)` -> `x = expr.astype(...)  # note` (the cast belongs to the code)."""
-    code, sep, rest = line.partition("  # ")
-    if not sep or not rest.endswith(".astype(jnp.float32)"):
-        return line
-    return f"{code}.astype(jnp.float32)  # {rest.removesuffix('.astype(jnp.float32)')}"
+def bind(name: str, expr: str, f32: bool) -> str:
+    """`name = expr`, a tile bound into an epilogue, widened to f32 once where the epilogue runs in f32 (a
+    trailing `  # note` of `expr` stays the line's comment)."""
+    code, sep, note = expr.partition("  # ")
+    return f"{name} = {code}{'.astype(jnp.float32)' if f32 else ''}{sep}{note}"
 
 
 def check_config(legal: Mapping[str, Sequence[Any]]) -> Callable[[Mapping[str, Any], Any], list[str]]:
