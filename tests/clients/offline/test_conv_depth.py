@@ -11,19 +11,15 @@ reference's full size with the real Mosaic compiler for v6e (slow tier).
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
-from kernel_files import interpret, module
+from kernel_files import compiled_text, interpret, module
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
 from maxkernel.clients.offline.templates.conv_depth import build
 from maxkernel.clients.offline.templates.op_families import core_of
-from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.chips import get_chip
-from maxkernel.tpu_tools.hardware.targets import parse_target
-from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
 
 REF = '''"""3-D conv (VALID, NCDHW) + bias, Mish, tanh, all bf16: 33k's form at a test size."""
@@ -121,13 +117,5 @@ def test_the_first_kernel_compiles_at_full_for_v6e(built):
     source = first_kernel(program, get_chip("tpu-v6e"))
     assert "template=conv_depth" in source and "interpret=False" in source and "pl.CostEstimate" in source
     assert "conv_general_dilated" not in source
-    t = parse_target("tpu-v6e")
-    sharding = execution.aot_sharding(t)
-    args = [
-        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-        for a in jax.eval_shape(ref_mod.create_inputs)
-    ]
-    kernel = module(root / "first_v6e.py", source)
-    with trace_as_target(t):
-        text = jax.jit(kernel.workload).lower(*args).compile().as_text()
+    text = compiled_text(root / "first_v6e.py", source, ref_mod.create_inputs)
     assert "tpu_custom_call" in text and "bf16[16,32,4,22,14]" in text

@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from kernel_files import compiled_text
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
@@ -22,8 +23,6 @@ from maxkernel.clients.offline.templates.conv_rows import refusal
 from maxkernel.clients.offline.templates.op_families import core_of
 from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.chips import get_chip
-from maxkernel.tpu_tools.hardware.targets import parse_target
-from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
 
 REFS = Path(__file__).resolve().parents[2] / "refs" / "ops"
@@ -91,15 +90,7 @@ def test_a_valid_nchw_conv_gets_conv_rows_and_compiles_at_full_for_v6e(built):
     source = first_kernel(program, get_chip("tpu-v6e"))
     assert "template=conv_rows" in source and "interpret=False" in source and "pl.CostEstimate" in source
     assert "conv_general_dilated" not in source and "jnp.dot(" in source
-    t = parse_target("tpu-v6e")
-    sharding = execution.aot_sharding(t)
-    args = [
-        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-        for a in jax.eval_shape(ref_mod.create_inputs)
-    ]
-    kernel = _module(root / "first_v6e.py", source)
-    with trace_as_target(t):
-        text = jax.jit(kernel.workload).lower(*args).compile().as_text()
+    text = compiled_text(root / "first_v6e.py", source, ref_mod.create_inputs)
     assert "tpu_custom_call" in text
     # the output is written as [Ho, Wo, N, O]: going back to NCHW moves no data (no copy of the result)
     assert not [ln for ln in text.splitlines() if " copy(" in ln and "bf16[16,128,22,38]" in ln]

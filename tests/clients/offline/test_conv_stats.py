@@ -12,18 +12,14 @@ twice fail the same check.
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 import pytest
-from kernel_files import interpret, module
+from kernel_files import compiled_text, interpret, module
 
 from maxkernel.clients.offline.first_kernel import first_kernel
 from maxkernel.clients.offline.model import program_template
 from maxkernel.clients.offline.templates.conv_stats import pooled
-from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.chips import get_chip
-from maxkernel.tpu_tools.hardware.targets import parse_target
-from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
 
 REF = '''"""conv (VALID, NCHW) + bias, tanh-GELU, mean over (H, W), all bf16: 39k's form at a test size."""
@@ -77,15 +73,7 @@ def test_a_conv_then_a_spatial_mean_is_one_kernel_and_compiles_at_full_for_v6e(b
     source = first_kernel(program, get_chip("tpu-v6e"))
     assert "template=conv_stats" in source and "interpret=False" in source and "pl.CostEstimate" in source
     assert "conv_general_dilated" not in source and "sh[0][2]" in source  # the mean's count from the shapes
-    t = parse_target("tpu-v6e")
-    sharding = execution.aot_sharding(t)
-    args = [
-        jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-        for a in jax.eval_shape(ref_mod.create_inputs)
-    ]
-    kernel = module(root / "first_v6e.py", source)
-    with trace_as_target(t):
-        text = jax.jit(kernel.workload).lower(*args).compile().as_text()
+    text = compiled_text(root / "first_v6e.py", source, ref_mod.create_inputs)
     assert "tpu_custom_call" in text and "bf16[16,64]" in text
 
 
