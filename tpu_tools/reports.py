@@ -194,6 +194,12 @@ class Numerics(BaseModel):
     rule: str = Field(default="", description="the rule, in words")
 
 
+class Tolerance(BaseModel):
+    atol: float
+    rtol: float
+    source: str = Field(description="'reference CONFIG', 'caller', or 'default for <dtype>'")
+
+
 class SeedResult(BaseModel):
     seed: int
     ok: bool
@@ -204,6 +210,11 @@ class SeedResult(BaseModel):
     )
     inputs_note: str | None = Field(
         default=None, description="why the seed ran another regime than its place asked (a fallback)"
+    )
+    tolerance: Tolerance | None = Field(
+        default=None,
+        description="this seed's own tolerance where it differs from the report's: its regime's inputs are "
+        "ill-conditioned for the output dtype (the reference itself moves over the atol under a one-ulp nudge)",
     )
     max_abs_err: float | None = None
     max_rel_err: float | None = None
@@ -231,12 +242,6 @@ class SeedResult(BaseModel):
         default_factory=list,
         description="per output leaf: the errors against the oracle and the rule that decided",
     )
-
-
-class Tolerance(BaseModel):
-    atol: float
-    rtol: float
-    source: str = Field(description="'reference CONFIG', 'caller', or 'default for <dtype>'")
 
 
 class ValidationReport(SizesRecord):
@@ -332,4 +337,9 @@ class ReferenceSide(BaseModel):
     )
     input_regime_notes: dict[int, str] = Field(
         default_factory=dict, description="by seed: why it fell back to the reference's own draw"
+    )
+    seed_tolerances: dict[int, Tolerance] = Field(
+        default_factory=dict,
+        description="by seed: a regime seed's widened tolerance, where its inputs move the reference itself over "
+        "the atol under a one-ulp nudge",
     )

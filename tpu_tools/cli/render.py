@@ -103,6 +103,11 @@ def render_validation(r: ValidationReport) -> None:
                 str(s.nan_count),
             )
         console.print(table)
+        for s in r.per_seed:
+            if s.tolerance:
+                console.print(
+                    f"  seed {s.seed} tolerance atol={s.tolerance.atol:g} rtol={s.tolerance.rtol:g} ({s.tolerance.source})"
+                )
     for note in r.reference.notes if r.reference else []:
         console.print(f"  note: {note}")
     if r.shape_contract:

@@ -521,6 +521,7 @@ class Evaluator:
                 inputs,
                 side.cannot_tell,
                 oracle if len(oracle) == len(seed_list) else None,
+                seed_tols=side.seed_tolerances,
             )
             for result in j.per_seed:  # what ran: each seed's input regime, and why one fell back
                 result.inputs = side.input_regimes.get(result.seed, "reference")

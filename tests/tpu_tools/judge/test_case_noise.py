@@ -103,3 +103,22 @@ def test_a_well_conditioned_case_keeps_the_tasks_tolerance(tmp_path, evaluator):
     assert ok.ok and ok.tolerance.atol == 0.01 and ok.tolerance.source == "reference CONFIG"
     bad = evaluator.validate(str(drops), str(ref), "cpu", "small", seeds=2, case=PLAIN, allow_plain_jax=True)
     assert not bad.ok and bad.failure.kind == "output_mismatch"
+
+
+def test_a_rescaled_seed_widens_alone_and_still_catches_a_wrong_kernel(tmp_path, evaluator):
+    # Seeds 100..102: the reference's own draw, channel_scales and heavy_tails (input_regimes.py). The
+    # outlier channels make the same MLP ill-conditioned at bf16 (the reference moves by ~5 under a one-ulp
+    # nudge at seed 101): those seeds get their own widened atol, the reference's own draw keeps 0.01.
+    ref, honest, drops = _files(tmp_path)
+    ok = evaluator.validate(
+        str(honest), str(ref), "cpu", "small", seeds=3, seed_offset=100, allow_plain_jax=True
+    )
+    assert ok.ok, ok.failure and ok.failure.summary
+    assert ok.tolerance.atol == 0.01 and ok.per_seed[0].tolerance is None
+    widened = {s.seed: s.tolerance for s in ok.per_seed if s.tolerance is not None}
+    assert 101 in widened and widened[101].atol > 1.0
+    assert "101's channel_scales inputs" in widened[101].source
+    bad = evaluator.validate(
+        str(drops), str(ref), "cpu", "small", seeds=3, seed_offset=100, allow_plain_jax=True
+    )
+    assert not bad.ok and all(not s.ok for s in bad.per_seed), bad.failure
