@@ -671,6 +671,18 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             staged = None
         if staged is not None:
             return staged
+    if found.kind == "attention" and (template is None or template.name == "attention"):
+        # no flash kernel took it whole (the fused template holds every score and weight of a row block):
+        # an attention block with its projections (MLA) is cut, the attention a flash kernel, each other
+        # contraction its own matmul kernel, RoPE and the layout between them glue (staged.build_attention)
+        from maxkernel.clients.offline.templates.staged import build_attention
+
+        try:
+            chained = build_attention(program, _rest_template)
+        except ValueError as e:
+            chained, miss = None, e
+        if chained is not None:
+            return chained
     if template is None:
         raise NoTemplateFits(f"offline model: no template fits this reference ({miss})") from None
     return template, sym.target, {"R": plan.rows}

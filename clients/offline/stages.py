@@ -234,3 +234,125 @@ def cut(program: Program) -> list[Stage] | None:
     if tail is not None:
         stages.append(tail)
     return stages
+
+
+# ---------------------------------------------------------------------------------------------------
+# An attention block with its projections (MLA, a transformer layer's attention): every matmul a kernel
+
+
+def _users(program: Program) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, e in enumerate(program["equations"]):
+        for a in e["inputs"]:
+            out.setdefault(a, []).append(i)
+    return out
+
+
+def attention_region(program: Program, p: int, is_attention) -> list[int] | None:
+    """The equations of the attention whose scores contraction is equation `p`: from it through the next
+    contraction its softmax feeds (p·v), the equations that follow from no input (a causal mask from
+    iotas), and transposes that alone read its result; None unless `is_attention(subprogram)` says so."""
+    eqns = program["equations"]
+    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    after = {p}
+    for i in range(p + 1, len(eqns)):
+        if any(made_by.get(a) in after for a in eqns[i]["inputs"]):
+            after.add(i)
+    second = next((i for i in sorted(after) if i != p and eqns[i]["primitive"] == "dot_general"), None)
+    if second is None:
+        return None
+    region: set[int] = set()
+    todo = [second]
+    while todo:  # between the two contractions: what the second reads that follows from the first
+        i = todo.pop()
+        if i not in region:
+            region.add(i)
+            todo += [made_by[a] for a in eqns[i]["inputs"] if made_by.get(a) in after]
+    free: dict[int, bool] = {}
+
+    def input_free(i: int) -> bool:
+        if i not in free:
+            free[i] = all(
+                a.startswith("lit:") or (a in made_by and input_free(made_by[a])) for a in eqns[i]["inputs"]
+            )
+        return free[i]
+
+    todo = [made_by[a] for i in region for a in eqns[i]["inputs"] if a in made_by]
+    while todo:
+        i = todo.pop()
+        if i not in region and input_free(i):
+            region.add(i)
+            todo += [made_by[a] for a in eqns[i]["inputs"] if a in made_by]
+    users, out = _users(program), eqns[second]["outputs"][0]
+    while len(users.get(out, [])) == 1 and eqns[users[out][0]]["primitive"] == "transpose":
+        if out in program["outputs"]:
+            break
+        region.add(users[out][0])
+        out = eqns[users[out][0]]["outputs"][0]
+    idx = sorted(region)
+    if any(o in program["outputs"] for i in idx for o in eqns[i]["outputs"] if o != out):
+        return None
+    reads = _reads(program, idx)
+    if not is_attention(subprogram(program, idx, reads, [out])):
+        return None
+    return idx
+
+
+def attention_cut(program: Program, is_attention) -> list[Stage] | None:
+    """The program as kernels and glue, in an order that computes each value before it is read: each
+    attention (`attention_region`) one stage, every other dot_general one `matmul` stage, and what is left
+    (slices, RoPE, concatenates, reshapes) `glue` stages the caller writes in plain JAX; None without an
+    attention beside another contraction. For a block whose projections' weights no VMEM holds together
+    (DeepSeek-V3's MLA: 7168 x 1536, 1536 x 24576, ... at bf16), where one kernel of everything cannot."""
+    eqns = program["equations"]
+    p = pivot(program)
+    if p is None:
+        return None
+    region = attention_region(program, p, is_attention)
+    if region is None:
+        return None
+    dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general" and i not in region]
+    if not dots:
+        return None
+    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    unit = {i: ("attention", region[0]) for i in region}
+    unit.update({i: ("matmul", i) for i in dots})
+    unit.update({i: ("glue", i) for i in range(len(eqns)) if i not in unit})
+    members: dict[tuple[str, int], list[int]] = {}
+    for i in range(len(eqns)):
+        members.setdefault(unit[i], []).append(i)
+    needs = {
+        u: {unit[made_by[a]] for i in idx for a in eqns[i]["inputs"] if a in made_by} - {u}
+        for u, idx in members.items()
+    }
+    order: list[tuple[str, int]] = []
+    done: set[tuple[str, int]] = set()
+    while len(order) < len(members):  # Kahn's order, the unit whose first equation comes first
+        ready = [u for u in members if u not in done and needs[u] <= done]
+        u = min(ready, key=lambda v: members[v][0])
+        order.append(u)
+        done.add(u)
+    merged: list[tuple[str, list[int]]] = []
+    for u in order:  # neighbouring glue equations are one glue stage
+        if u[0] == "glue" and merged and merged[-1][0] == "glue":
+            merged[-1][1].extend(members[u])
+        else:
+            merged.append((u[0], list(members[u])))
+    read_later: list[set[str]] = []
+    later: set[str] = set(program["outputs"])
+    for _, idx in reversed(merged):
+        read_later.append(set(later))
+        later |= set(_reads(program, idx))
+    read_later.reverse()
+    stages = []
+    for (role, idx), needed in zip(merged, read_later, strict=True):
+        idx = sorted(idx)
+        outs = [o for i in idx for o in eqns[i]["outputs"] if o in needed]
+        if not outs:
+            continue
+        stages.append(
+            Stage(
+                role=role, program=subprogram(program, idx, _reads(program, idx), outs), outputs=tuple(outs)
+            )
+        )
+    return stages

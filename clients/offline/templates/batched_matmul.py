@@ -151,9 +151,13 @@ def k_checkable(block_k: int, k: int, check_ks: Sequence[int] = ()) -> bool:
     often as the target does (up to 3: first, middle, last): the judge's check sizes grow K only as far as
     their element budget allows (14p: 2048 of the target's 4096), and a kernel whose k steps no check size
     repeats is `shape_specialized` (its accumulate-across-k path never ran). With 4 steps, half the target
-    still has 2; 30k's check sizes keep the target's K=4096, so its 2 steps of 2048 run there too."""
-    if k <= 0 or block_k >= k or k // block_k >= 4:
+    still has 2; 30k's check sizes keep the target's K=4096, so its 2 steps of 2048 run there too. Where
+    the check sizes' K is far smaller (3p's projections: 512 against 7168), 4 or more steps at the target
+    still need one check size with 2 (both ends of the k walk), when the check sizes are known."""
+    if k <= 0 or block_k >= k:
         return True
+    if k // block_k >= 4:
+        return not check_ks or any(-(-kc // block_k) >= 2 for kc in check_ks)
     steps = min(-(-k // block_k), 3)
     return any(-(-kc // block_k) >= steps for kc in check_ks)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from string import Template as _StrTemplate
 from typing import Any
 
-from maxkernel.clients.offline.stages import Move, Stage, cut
+from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut
 from maxkernel.clients.offline.templates.base import Template
 from maxkernel.clients.offline.templates.fused import FOLDED
 from maxkernel.clients.offline.templates.op_families import LAYOUT
@@ -59,11 +59,17 @@ class Written:
     moves: tuple[Move, ...]  # done by the glue before the stage
     args: tuple[str, ...]  # the glue's values the stage is called with
     outputs: tuple[str, ...]  # the glue's names for what it returns
+    lines: tuple[str, ...] = ()  # a glue stage's plain-JAX lines (its template is None)
 
 
 def _call(k: int, w: Written) -> str:
-    """The glue's lines for stage `k`: its moves, its call, its outputs' unit axes dropped."""
+    """The glue's lines for stage `k`: its moves, its call, its outputs' unit axes dropped (a glue stage:
+    its own lines)."""
     st = w.stage
+    if w.template is None:
+        return "".join(
+            f"    {line}  # glue\n" if i == 0 else f"    {line}\n" for i, line in enumerate(w.lines)
+        )
     lines = [
         f"    {m.out} = jnp.transpose({m.src}, {m.perm})  # layout move: the {st.role} kernel's blocks\n"
         for m in w.moves
@@ -76,9 +82,20 @@ def _call(k: int, w: Written) -> str:
     return "".join(lines)
 
 
-def _about(k: int, st: Stage, t: Template) -> str:
+def _about(k: int, st: Stage, t: Template | None) -> str:
+    if t is None:
+        ops = sorted({e["primitive"] for e in st.program["equations"]})
+        return f"Stage {k}, glue in plain JAX ({', '.join(ops)}: XLA fuses them) -> {', '.join(st.outputs)}."
     ops = sorted({e["primitive"] for e in st.program["equations"]} - ELEMENTWISE - LAYOUT) or ["elementwise"]
     return f"Stage {k}, the {st.role} (`{t.name}` template: {', '.join(ops)}) -> {', '.join(st.outputs)}."
+
+
+def _glue_us(w: Written, target: str) -> float:
+    """A glue stage: one HBM read of what it reads and one write of what it returns, at the target size."""
+    program = w.stage.program
+    v = (program.get("variants") or {}).get(target) or {}
+    specs = (v.get("inputs") or program["inputs"]) + (v.get("out_specs") or program["out_specs"])
+    return sum(math.prod(s["shape"]) * itemsize(s["dtype"]) for s in specs) / HBM_BYTES_PER_US
 
 
 def _move_us(w: Written, target: str) -> float:
@@ -97,30 +114,37 @@ def _move_us(w: Written, target: str) -> float:
 def compose(program: Program, written: Sequence[Written], target: str) -> Template:
     """One template of every stage (see the module docstring)."""
     stages = [w.stage for w in written]
-    built = [(w.template, w.dims) for w in written]
-    keys = [_keys(k, t.tunables) for k, (t, _) in enumerate(built, 1)]
+    kernels = [(k, w) for k, w in enumerate(written, 1) if w.template is not None]
+    built = [(w.template, w.dims) for _, w in kernels]
+    keys = [_keys(k, w.template.tunables) for k, w in kernels]
     bodies, imports = [], ["import jax.numpy as jnp"]
-    for k, (t, _) in enumerate(built, 1):
-        body, more = stage_body(t, f"s{k}", keys[k - 1])
+    for (k, w), ks in zip(kernels, keys, strict=True):
+        body, more = stage_body(w.template, f"s{k}", ks)
         bodies.append(body)
         imports += more
+    if len(kernels) < len(written):
+        imports.append("from jax import lax")
     outs = list(program["outputs"])
+    shapes = ""
+    if len(kernels) < len(written):  # glue written from the input shapes (dims.py's `sh`)
+        shapes = f"    sh = tuple(jnp.shape(a) for a in ({', '.join(program['input_names'])},))\n"
     glue = (
         f"\n\ndef workload({', '.join(program['input_names'])}):\n"
         '    """The reference\'s signature: each stage\'s kernel in turn, layout moves between them."""\n'
+        + shapes
         + "".join(_call(k, w) for k, w in enumerate(written, 1))
         + f"    return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}\n"
     )
     fill = {
         "n": str(len(stages)),
-        "stages": "\n".join(
-            _about(k, st, t) for k, (st, (t, _)) in enumerate(zip(stages, built, strict=True), 1)
-        ),
+        "stages": "\n".join(_about(k, w.stage, w.template) for k, w in enumerate(written, 1)),
         "target": target,
         "imports": "\n".join(dict.fromkeys(imports)),
     }
     source = _StrTemplate(HEADER).safe_substitute(fill) + "".join(bodies) + glue
-    moves_us = sum(_move_us(w, target) for w in written)
+    moves_us = sum(_move_us(w, target) for w in written) + sum(
+        _glue_us(w, target) for w in written if w.template is None
+    )
 
     def parts(c: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [{t: c[new] for t, new in ks.items() if new in c} for ks in keys]
@@ -131,7 +155,7 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
         return [fn(t, part, dims) for (t, dims), part in zip(built, parts(c), strict=True)]
 
     tunables, initial, constraints = {}, {}, []
-    for k, ((t, _), ks) in enumerate(zip(built, keys, strict=True), 1):
+    for (k, _), (t, _), ks in zip(kernels, built, keys, strict=True):
         tunables.update({ks[n]: v for n, v in t.tunables.items()})
         initial.update({ks[n]: v for n, v in t.initial.items()})
         constraints += [f"stage {k}: {c}" for c in t.constraints]
@@ -143,7 +167,7 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
         dims_of=built[0][0].dims_of,
         problems=lambda c, d: [
             f"stage {k}: {p}"
-            for k, ps in enumerate(each(lambda t, a, dd: t.problems(a, dd), c), 1)
+            for (k, _), ps in zip(kernels, each(lambda t, a, dd: t.problems(a, dd), c), strict=True)
             for p in ps
         ],
         vmem_bytes=lambda c, d: max(each(lambda t, a, dd: t.vmem_bytes(a, dd), c)),
@@ -153,7 +177,7 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
         constraints=tuple(constraints),
         grid_axes=lambda c: [
             f"s{k}_{a}"
-            for k, ((t, _), a_) in enumerate(zip(built, parts(c), strict=True), 1)
+            for (k, _), (t, _), a_ in zip(kernels, built, parts(c), strict=True)
             for a in t.grid_axes(a_)
         ],
         semantics=lambda c: [s for (t, _), a in zip(built, parts(c), strict=True) for s in t.semantics(a)],
@@ -230,3 +254,48 @@ def build(program: Program, stage_template) -> tuple[Template, str, dict[str, in
         target = at
         written.append(Written(st, t, dims, tuple(moves), tuple(args), tuple(outs)))
     return compose(program, written, target), target, written[0].dims
+
+
+def _is_flash(stage_template):
+    def check(sub: Program) -> bool:
+        try:
+            t, _, _ = stage_template(sub)
+        except ValueError:
+            return False
+        return t.name == "flash_program"
+
+    return check
+
+
+def build_attention(program: Program, stage_template) -> tuple[Template, str, dict[str, int]] | None:
+    """(template, target, dims) of an attention block with its projections, every contraction a kernel
+    (stages.attention_cut: the attention a flash kernel, each other dot a matmul kernel, the rest glue in
+    plain JAX written from the input shapes); None when the program is not one; ValueError when a stage
+    has no template or the glue would hold a size no trace explains."""
+    from maxkernel.clients.offline.dims import Symbolic
+    from maxkernel.tpu_tools.problem.emit import body_lines
+
+    stages = attention_cut(program, _is_flash(stage_template))
+    if stages is None:
+        return None
+    sym = Symbolic(program)
+    written, target = [], None
+    for k, st in enumerate(stages, 1):
+        if st.role == "glue":
+            lines = tuple(body_lines(st.program, sym=sym, mosaic=False))
+            if sym.unsolved:
+                raise ValueError(f"stage {k} (glue): sizes no trace explains: {'; '.join(sym.unsolved[:3])}")
+            written.append(Written(st, None, {}, (), tuple(st.program["input_names"]), st.outputs, lines))
+            continue
+        try:
+            t, at, dims = stage_template(st.program)
+        except ValueError as e:
+            raise ValueError(f"stage {k} ({st.role}): {e}") from None
+        if dict(t.tunables) == {"block_rows": (1,)}:
+            raise ValueError(f"stage {k} ({st.role}) would be one untiled block")
+        if target not in (None, at):
+            raise ValueError(f"its stages target different sizes ({target}, {at})")
+        target = at
+        written.append(Written(st, t, dims, (), tuple(st.program["input_names"]), st.outputs))
+    first = next(w for w in written if w.template is not None)
+    return compose(program, written, target), target, first.dims
