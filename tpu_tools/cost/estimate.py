@@ -342,8 +342,9 @@ _MAX_REORDERED = 6  # calls whose dump orders are searched: 720 orders at most
 def match_kernels(
     calls: Sequence[PallasCallInfo], programs: Sequence[ProgramLLO], chip: str | None = None
 ) -> list[ProgramLLO | None]:
-    """Pair each pallas_call with its compiled kernel program: in order when every grid pairs (grids_pair),
-    else the one order of the dump that pairs them all. The dump's order is not always the trace's (9p's
+    """Pair each pallas_call with its compiled kernel program: by name where every call's name is on one
+    program whose grid pairs (grids_pair; a staged module names each stage's kernel apart), else in order
+    when every grid pairs, else the one order of the dump that pairs them all. The dump's order is not always the trace's (9p's
     expert: its down projection's kernel came first); where several orders pair, the in-order pairing stays."""
     kernels = [p for p in programs if p.is_kernel]
     if len(kernels) != len(calls):
@@ -353,8 +354,16 @@ def match_kernels(
         [grids_pair(call.grid, prog.iteration_bounds, call.dimension_semantics, cores) for prog in kernels]
         for call in calls
     ]
+    by_name = [
+        [j for j, prog in enumerate(kernels) if fits[i][j] and _named(call, prog)]
+        for i, call in enumerate(calls)
+    ]
+    if all(len(js) == 1 for js in by_name) and len({js[0] for js in by_name}) == len(calls):
+        return [kernels[js[0]] for js in by_name]  # every call's own name on one program whose grid pairs
     in_order = [prog if fits[i][i] else None for i, prog in enumerate(kernels)]
-    if all(p is not None for p in in_order) or len(calls) > _MAX_REORDERED:
+    if all(p is not None for p in in_order):
+        return in_order
+    if len(calls) > _MAX_REORDERED:
         return in_order
     pairing = (
         o for o in itertools.permutations(range(len(kernels))) if all(fits[i][j] for i, j in enumerate(o))

@@ -51,4 +51,7 @@ def stage(template: Template, prefix: str, keys: Mapping[str, str]) -> tuple[str
             else f"{prefix}_{name}"
         )
         body = re.sub(rf"(?<![\w.{{]){re.escape(name)}(?!\w)", new, body)
+    # each stage's kernel named apart (`s3_offline_matmul`): the estimate pairs a call with its compiled
+    # program by name where several stages' grids would pair either way (six matmul stages in 3p)
+    body = re.sub(r'(\bname=")(offline_\w+")', rf"\g<1>{prefix}_\g<2>", body)
     return body, imports

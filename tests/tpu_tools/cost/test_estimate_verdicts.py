@@ -121,6 +121,11 @@ def test_kernels_dumped_in_another_order_than_traced_pair_by_their_grids():
     # dumped before and after the matmul between them)
     named = [prog("b.1", [4, 4, 2]), prog("c.1", [2, 2, 2]), prog("a.1", [4, 4, 2])]
     assert [p.program for p in match_kernels(same, named, "tpu-v6e")] == ["a.1", "b.1", "c.1"]
+    # past the orders searched (7 calls: 3p's staged MLA, each stage's kernel named `s<k>_...`), a call
+    # still pairs with the one program carrying its name whose grid pairs
+    seven = [call(f"s{k}_mm", (4, 4, 2)) for k in range(7)]
+    dumped7 = [prog(f"s{k}_mm.1", [4, 4, 2]) for k in (3, 0, 1, 2, 6, 5, 4)]
+    assert [p.program for p in match_kernels(seven, dumped7, "tpu-v6e")] == [f"s{k}_mm.1" for k in range(7)]
 
 
 @pytest.mark.slow
