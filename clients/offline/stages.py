@@ -350,9 +350,9 @@ def attention_cut(program: Program, is_attention) -> list[Stage] | None:
         outs = [o for i in idx for o in eqns[i]["outputs"] if o in needed]
         if not outs:
             continue
-        stages.append(
-            Stage(
-                role=role, program=subprogram(program, idx, _reads(program, idx), outs), outputs=tuple(outs)
-            )
-        )
+        sub = {
+            **subprogram(program, idx, _reads(program, idx), outs),
+            "cut_stage": True,
+        }  # batched_matmul.k_strict
+        stages.append(Stage(role=role, program=sub, outputs=tuple(outs)))
     return stages

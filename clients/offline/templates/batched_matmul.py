@@ -146,20 +146,26 @@ def block_problems(
     ]
 
 
-def k_checkable(block_k: int, k: int, check_ks: Sequence[int] = ()) -> bool:
+def k_checkable(block_k: int, k: int, check_ks: Sequence[int] = (), strict: bool = False) -> bool:
     """One k step at the target, or at least 4, or a check size (K there in `check_ks`) that steps over K as
     often as the target does (up to 3: first, middle, last): the judge's check sizes grow K only as far as
     their element budget allows (14p: 2048 of the target's 4096), and a kernel whose k steps no check size
     repeats is `shape_specialized` (its accumulate-across-k path never ran). With 4 steps, half the target
-    still has 2; 30k's check sizes keep the target's K=4096, so its 2 steps of 2048 run there too. Where
-    the check sizes' K is far smaller (3p's projections: 512 against 7168), 4 or more steps at the target
-    still need one check size with 2 (both ends of the k walk), when the check sizes are known."""
+    still has 2; 30k's check sizes keep the target's K=4096, so its 2 steps of 2048 run there too (and a
+    whole program's K grown alone by the judge reaches the rest: 8p's 2048-deep blocks). `strict` (a stage
+    of a cut program, `k_strict`): 4 or more steps still need a check size with 2, both ends of the k walk;
+    the judge's grown sizes did not reach 3p's q_down (K 512 and 1024 at the check sizes, 7168 at full)."""
     if k <= 0 or block_k >= k:
         return True
     if k // block_k >= 4:
-        return not check_ks or any(-(-kc // block_k) >= 2 for kc in check_ks)
+        return not strict or any(-(-kc // block_k) >= 2 for kc in check_ks)
     steps = min(-(-k // block_k), 3)
     return any(-(-kc // block_k) >= steps for kc in check_ks)
+
+
+def k_strict(sym: Symbolic) -> bool:
+    """Whether the program is a stage of a cut program (stages.attention_cut marks them `cut_stage`)."""
+    return bool(sym.program.get("cut_stage"))
 
 
 def check_ks(sym: Symbolic, names: Sequence[str], lhs: str) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable
+from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable, k_strict
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, _folded, split
 from maxkernel.clients.offline.templates.row_blocks import block_align, itemsize
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, branch_us, flops_us
@@ -583,7 +583,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         for c in template.configs()
         if c["block_cols"] <= 2048
         and vmem(c, {}) <= _FIRST_VMEM
-        and k_checkable(int(c["block_k"]), k_t, check_ks(sym, names, sp.lhs))
+        and k_checkable(int(c["block_k"]), k_t, check_ks(sym, names, sp.lhs), k_strict(sym))
         and rows_checkable(int(c["block_rows"]), m_t)
         and rows_checkable(int(c["pass_rows"]), m_t)
     ]

@@ -24,7 +24,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable
+from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable, k_strict
 from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, flops_us
 from maxkernel.tpu_tools.problem.emit import (
@@ -423,7 +423,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         for bm in row_blocks
         for bn in col_blocks
         for bk in k_blocks
-        if (cols is None or bn <= 2048) and vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks)
+        if (cols is None or bn <= 2048) and vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks, k_strict(sym))
     ]  # fmt: skip
     first = (
         min(fits, key=lambda c: cost(c, {}))

@@ -27,7 +27,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable
+from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable, k_strict
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, Split, _folded, _k_blocks, split
 from maxkernel.clients.offline.templates.row_blocks import itemsize
 from maxkernel.clients.offline.templates.tile_cost import accumulator_us, branch_us, flops_us
@@ -682,7 +682,7 @@ def _costed(
         return {"block_rows": bm, "block_cols": bn, "block_k": bk}
 
     fits = [config(bm, bn, bk) for bm in row_blocks for bn in col_blocks for bk in k_blocks
-            if vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks)]  # fmt: skip
+            if vmem(config(bm, bn, bk), {}) <= _FIRST_VMEM and k_checkable(bk, k_t, ks, k_strict(sym))]  # fmt: skip
     first = (
         min(fits, key=lambda c: cost(c, {})) if fits else config(row_blocks[0], col_blocks[0], k_blocks[0])
     )

@@ -110,3 +110,16 @@ def test_mla_first_kernel_validates_and_compiles_at_full(tmp_path):
         report = Evaluator(pool, timeout_s=1500).validate(str(kernel), str(MLA), "tpu-v6e", "full", seeds=2)
     assert report.ok, report.failure and report.failure.summary
     assert [c.size for c in report.checks if c.what == "validate"] == ["small", "derived"]
+
+
+def test_a_cut_stage_takes_k_blocks_a_check_size_walks_and_a_whole_matmul_keeps_its_deep_ones():
+    from maxkernel.clients.offline.templates.batched_matmul import k_checkable
+
+    # 3p's q_down: K is 512 and 1024 at the check sizes, 7168 at full; the judge's grown sizes did not
+    # reach a 1024-deep block's k walk there, so a cut stage needs a check size with two k steps
+    assert not k_checkable(1024, 7168, [512, 1024], strict=True) and k_checkable(
+        512, 7168, [512, 1024], strict=True
+    )
+    assert k_checkable(2048, 8192, [256, 512])  # 8p, a whole program: its K grown alone reaches the k walk
+    source = first_kernel(_program(MLA), get_chip("tpu-v6e"))
+    assert "block_s1_k=512 " in source
