@@ -109,7 +109,11 @@ def test_mla_first_kernel_validates_and_compiles_at_full(tmp_path):
     with WorkerPool(max_workers=1) as pool:
         report = Evaluator(pool, timeout_s=1500).validate(str(kernel), str(MLA), "tpu-v6e", "full", seeds=2)
     assert report.ok, report.failure and report.failure.summary
-    assert [c.size for c in report.checks if c.what == "validate"] == ["small", "derived"]
+    validated = [c.size for c in report.checks if c.what == "validate" and c.ok]
+    assert validated[:2] == [
+        "small",
+        "derived",
+    ]  # then grown sizes, where the full program's k walks need them
 
 
 def test_a_cut_stage_takes_k_blocks_a_check_size_walks_and_a_whole_matmul_keeps_its_deep_ones():
