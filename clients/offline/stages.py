@@ -165,6 +165,11 @@ def _reads(program: Program, indices: Sequence[int]) -> list[str]:
     return out
 
 
+def _producers(program: Program) -> dict[str, int]:
+    """Each value an equation makes: that equation's index."""
+    return {o: i for i, e in enumerate(program["equations"]) for o in e["outputs"]}
+
+
 def _tail_stage(program: Program, indices: list[int], outputs: Sequence[str]) -> Stage:
     """The rest of the program; a transpose of a value it reads from outside is the glue's move."""
     eqns = program["equations"]
@@ -190,7 +195,7 @@ def cut(program: Program) -> list[Stage] | None:
     if p is None:
         return None
     eqns = program["equations"]
-    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    made_by = _producers(program)
     head: set[int] = set()
     todo = [a for a in eqns[p]["inputs"] if a in made_by]
     while todo:
@@ -253,7 +258,7 @@ def attention_region(program: Program, p: int, is_attention) -> list[int] | None
     contraction its softmax feeds (p·v), the equations that follow from no input (a causal mask from
     iotas), and transposes that alone read its result; None unless `is_attention(subprogram)` says so."""
     eqns = program["equations"]
-    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    made_by = _producers(program)
     after = {p}
     for i in range(p + 1, len(eqns)):
         if any(made_by.get(a) in after for a in eqns[i]["inputs"]):
@@ -314,7 +319,7 @@ def attention_cut(program: Program, is_attention) -> list[Stage] | None:
     dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general" and i not in region]
     if not dots:
         return None
-    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    made_by = _producers(program)
     unit = {i: ("attention", region[0]) for i in region}
     unit.update({i: ("matmul", i) for i in dots})
     unit.update({i: ("glue", i) for i in range(len(eqns)) if i not in unit})

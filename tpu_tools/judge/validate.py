@@ -323,32 +323,31 @@ def reference_job(
                 answers.append(outs)
         dtypes = [s.dtype for s in side.output_specs]
         side.tolerance, side.cannot_tell = constant_guard(answers, side.tolerance, dtypes, len(seeds))
-    if noise and NOISE_FACTOR * max(noise) > side.tolerance.atol:
-        t = side.tolerance
-        side.tolerance = Tolerance(
-            atol=t.atol + NOISE_FACTOR * max(noise),
-            rtol=t.rtol,
-            source=(
-                f"{t.source}, widened for this case: with every input one ulp away the reference itself moves by "
-                f"{max(noise):.3g} ({NOISE_QUANTILE:.0%} of elements, worst seed), over its atol={t.atol:g}; "
-                f"atol += {NOISE_FACTOR:g} x that"
-            ),
-        )
+    if noise and (wide := _widened(side.tolerance, max(noise), "this case", ", worst seed")) is not None:
+        side.tolerance = wide
     for seed, movement in regime_noise.items():
-        t = side.tolerance
-        if NOISE_FACTOR * movement > t.atol:
-            side.seed_tolerances[seed] = Tolerance(
-                atol=t.atol + NOISE_FACTOR * movement,
-                rtol=t.rtol,
-                source=(
-                    f"{t.source}, widened for seed {seed}'s {side.input_regimes[seed]} inputs: with every input "
-                    f"one ulp away the reference itself moves by {movement:.3g} ({NOISE_QUANTILE:.0%} of "
-                    f"elements), over its atol={t.atol:g}; atol += {NOISE_FACTOR:g} x that"
-                ),
-            )
+        whose = f"seed {seed}'s {side.input_regimes[seed]} inputs"
+        if (wide := _widened(side.tolerance, movement, whose)) is not None:
+            side.seed_tolerances[seed] = wide
     save_specs(Path(inputs_dir) / "input_specs.json", side.input_specs)
     side.numerics = runs.numerics() if runs is not None else None
     return side.model_dump(mode="json")
+
+
+def _widened(t: Tolerance, movement: float, whose: str, which: str = "") -> Tolerance | None:
+    """`t` with its atol grown by NOISE_FACTOR x the reference's own one-ulp `movement`, said in its source;
+    None where that stays within the atol (a well-conditioned case or seed keeps its tolerance)."""
+    if NOISE_FACTOR * movement <= t.atol:
+        return None
+    return Tolerance(
+        atol=t.atol + NOISE_FACTOR * movement,
+        rtol=t.rtol,
+        source=(
+            f"{t.source}, widened for {whose}: with every input one ulp away the reference itself moves by "
+            f"{movement:.3g} ({NOISE_QUANTILE:.0%} of elements{which}), over its atol={t.atol:g}; "
+            f"atol += {NOISE_FACTOR:g} x that"
+        ),
+    )
 
 
 def _nonfinite(outputs) -> int:

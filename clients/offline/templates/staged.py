@@ -122,11 +122,10 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
         body, more = stage_body(w.template, f"s{k}", ks)
         bodies.append(body)
         imports += more
-    if len(kernels) < len(written):
-        imports.append("from jax import lax")
     outs = list(program["outputs"])
     shapes = ""
-    if len(kernels) < len(written):  # glue written from the input shapes (dims.py's `sh`)
+    if len(kernels) < len(written):  # glue: lax calls written from the input shapes (dims.py's `sh`)
+        imports.append("from jax import lax")
         shapes = f"    sh = tuple(jnp.shape(a) for a in ({', '.join(program['input_names'])},))\n"
     glue = (
         f"\n\ndef workload({', '.join(program['input_names'])}):\n"
