@@ -152,10 +152,17 @@ class Walk:
                     d += 1.0
             return d
 
-        legal = [c for c in self.template.configs() if self.legal(c)]
-        if not legal:
-            raise UnknownTemplateError(f"template {self.template.name} has no legal config for these sizes")
-        return min(legal, key=distance)
+        def score(c: Config) -> tuple[int, float]:
+            return sum(len(self.template.check(c, d)) for d in self.dims.values()), distance(c)
+
+        # One pass over a plain template's configs; a composite's illegal parts are mended one per pass
+        # (its configs change one part at a time, and each part's rules are its own).
+        cur = merged
+        for _ in range(max(1, len(self.template.parts))):
+            cur = min(self.template.configs(around=cur), key=score)
+            if self.legal(cur):
+                return cur
+        raise UnknownTemplateError(f"template {self.template.name} has no legal config for these sizes")
 
     def neighbours(self, cfg: Config) -> list[Config]:
         out = []
@@ -188,7 +195,7 @@ class Walk:
             return min(near, key=rank), "greedy step: the cheapest untried neighbour" + (
                 f" ({hint})" if hint else ""
             )
-        rest = self.untried(self.template.configs())
+        rest = self.untried(self.template.configs(around=base))
         if rest:
             return min(rest, key=rank), "neighbourhood exhausted: best untried config"
         return base, "search exhausted: every legal config was tried; this is the best seen"
@@ -535,17 +542,26 @@ class OfflineModel(Model):
                 and (walk.records.get(key) is None or walk.records[key].status != "failed")
             ):
                 return c, why
-        for c in walk.untried(walk.template.configs()):
+        for c in walk.untried(walk.template.configs(around=walk.best() or cfg)):
             return c, "every targeted fix was already tried: moved to an untried legal config"
         return walk.snap(t.initial), "no untried config left: the conservative config"
 
     def _autotuner(self, walk: Walk, vmem_limit: int) -> str:
         t = walk.template
         fitting = t.space(list(walk.dims.values()), vmem_limit)  # none fits: the legal space, the tool prunes
+        tunables = fitting if all(fitting.values()) else t.space(list(walk.dims.values()))
+        swept = ""
+        if t.parts:  # the parts' product is no sweep: the costliest kernel's tunables, the others held
+            base = walk.snap(walk.best() or t.initial)
+            part = max(
+                t.parts, key=lambda p: p.template.cost_us({k: base[n] for k, n in p.keys.items()}, p.dims)
+            )
+            tunables = {k: (v if k in part.keys.values() else [base[k]]) for k, v in tunables.items()}
+            swept = f" (swept: the costliest kernel's {', '.join(part.keys.values())}; the others held)"
         space = {
-            "tunables": fitting if all(fitting.values()) else t.space(list(walk.dims.values())),
+            "tunables": tunables,
             "constraints": list(t.constraints),
-            "objective": "estimated_time_us (static estimate) to prune, then median_ms on the chip",
+            "objective": "estimated_time_us (static estimate) to prune, then median_ms on the chip" + swept,
         }
         source = t.placeholder_source(walk.operator, vmem_limit)
         return (

@@ -40,6 +40,9 @@ class Template:
     constraints: tuple[str, ...] = ()
     grid_axes: Callable[[Config], list[str]] = field(default=lambda c: [], repr=False)
     semantics: Callable[[Config], list[str]] = field(default=lambda c: [], repr=False)
+    # A composite's independent kernels (staged.compose): each part is checked at its own dims, so the
+    # composite's space is the parts' spaces side by side, never their product (4e15 configs for 3p's seven).
+    parts: tuple[Part, ...] = ()
 
     def check(self, config: Config, dims: Dims) -> list[str]:
         """Why `config` is illegal at `dims` (empty list: legal). Unknown or missing keys are errors."""
@@ -54,6 +57,11 @@ class Template:
         """Per tunable, the values that appear in at least one config legal at every dims (and, with
         `vmem_limit`, within it by the template's own VMEM count: a value no config can fit is no sweep
         point, only a compile that fails)."""
+        if self.parts:  # legality and VMEM are each part's own, at its own dims (`dims_list` is not read)
+            out: dict[str, list[Any]] = {}
+            for p in self.parts:
+                out.update({p.keys[k]: v for k, v in p.template.space([p.dims], vmem_limit).items()})
+            return {k: out[k] for k in self.tunables}
         keep: dict[str, set] = {k: set() for k in self.tunables}
         for cfg in self.configs():
             if self.legal(cfg, dims_list) and (
@@ -63,9 +71,20 @@ class Template:
                     keep[k].add(v)
         return {k: [v for v in vals if v in keep[k]] for k, vals in self.tunables.items()}
 
-    def configs(self) -> list[Config]:
-        keys = list(self.tunables)
-        return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*self.tunables.values())]
+    def configs(self, around: Config | None = None) -> list[Config]:
+        """Every config; for a composite, `around` (default: initial) with one part's config changed at a
+        time: the parts are independent, so a walk tunes them one by one and never lists their product."""
+        if not self.parts:
+            keys = list(self.tunables)
+            return [dict(zip(keys, v, strict=True)) for v in itertools.product(*self.tunables.values())]
+        base = {**self.initial, **(around or {})}
+        out = [dict(base)]
+        for p in self.parts:
+            for c in p.template.configs():
+                moved = {**base, **{p.keys[k]: v for k, v in c.items()}}
+                if moved != base:
+                    out.append(moved)
+        return out
 
     def params(self, operator: str, vmem_limit_bytes: int = DEFAULT_VMEM_LIMIT_BYTES) -> dict[str, str]:
         if operator not in self.operators:
@@ -90,6 +109,15 @@ class Template:
         values = {k: str(v) for k, v in config.items()}
         values["config_json"] = config_text(self.name, config)
         return _StrTemplate(self.source).substitute({**self.params(operator, vmem_limit_bytes), **values})
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kernel of a composite template: its own template, dims, and its tunables' names in the composite."""
+
+    template: Template
+    keys: Mapping[str, str]
+    dims: Dims
 
 
 def cheapest(*templates: Template | None, vmem_bytes: int = 40 * MiB) -> Template | None:

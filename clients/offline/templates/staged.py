@@ -17,7 +17,7 @@ from string import Template as _StrTemplate
 from typing import Any
 
 from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut
-from maxkernel.clients.offline.templates.base import Template
+from maxkernel.clients.offline.templates.base import Part, Template
 from maxkernel.clients.offline.templates.fused import FOLDED
 from maxkernel.clients.offline.templates.op_families import LAYOUT
 from maxkernel.clients.offline.templates.row_blocks import itemsize
@@ -180,6 +180,7 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
             for a in t.grid_axes(a_)
         ],
         semantics=lambda c: [s for (t, _), a in zip(built, parts(c), strict=True) for s in t.semantics(a)],
+        parts=tuple(Part(t, ks, dims) for (t, dims), ks in zip(built, keys, strict=True)),
     )
 
 

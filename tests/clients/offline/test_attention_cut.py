@@ -10,6 +10,7 @@ adversary: a mask that is not exactly causal (a sliding window) must not become 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -127,3 +128,40 @@ def test_a_cut_stage_takes_k_blocks_a_check_size_walks_and_a_whole_matmul_keeps_
     assert k_checkable(2048, 8192, [256, 512])  # 8p, a whole program: its K grown alone reaches the k walk
     source = first_kernel(_program(MLA), get_chip("tpu-v6e"))
     assert "block_s1_k=512 " in source
+
+
+def test_the_seven_kernels_are_tuned_side_by_side_never_as_their_product():
+    """3p's composite has 20 tunables, 4e15 configs in product: listing them was the search's (and a
+    second Auto iteration's) out-of-memory kill. Its parts are independent, so the space, the walk's
+    configs, a snap and the autotuner's sweep stay each part's own."""
+    import math
+    import resource
+
+    from maxkernel.clients.offline.model import OfflineModel, Walk
+    from maxkernel.tpu_tools.cost.autotune import MAX_SPACE
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tpl, _, dims = program_template(_program(MLA))
+    assert len(tpl.parts) == 7 and math.prod(len(v) for v in tpl.tunables.values()) > 10**15
+    space = tpl.space([dims])
+    for p in tpl.parts:  # side by side: each part's legal values, under its names in the composite
+        assert {p.keys[k]: v for k, v in p.template.space([p.dims]).items()}.items() <= space.items()
+    configs = tpl.configs()
+    assert len(configs) == 1 + sum(len(p.template.configs()) - 1 for p in tpl.parts)
+    walk = Walk(tpl, "program", {"full": dims})
+    bad = {**tpl.initial, "block_s1_rows": 3, "block_s2_k": 7}  # two parts illegal at once
+    assert not walk.legal(bad)
+    mended = walk.snap(bad)
+    assert walk.legal(mended) and {k for k in mended if mended[k] != tpl.initial[k]} <= {
+        "block_s1_rows",
+        "block_s2_k",
+    }
+    walk.record(tpl.initial).estimate_us, walk.last = 100.0, tpl.initial
+    nxt, why = walk.next_config("full")
+    assert walk.legal(nxt) and nxt != tpl.initial, why
+    text = OfflineModel()._autotuner(walk, 64 << 20)
+    swept = json.loads(text.rsplit("```json", 1)[1].split("```", 1)[0])["tunables"]
+    varied = {k for k, v in swept.items() if len(v) > 1}
+    assert varied and any(varied <= set(p.keys.values()) for p in tpl.parts)
+    assert math.prod(len(v) for v in swept.values()) <= MAX_SPACE
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 1 << 20  # KiB: under 1 GiB more
