@@ -647,6 +647,16 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
         return family
     found = classify(program)
     if found.kind == "none":
+        # a contraction reading a value made from the inputs alone (a transposed conv's input dilated with
+        # zeros and padded): that preparation as plain-JAX glue, the rest by its own template
+        from maxkernel.clients.offline.templates.staged import build_prep
+
+        try:
+            prepped = build_prep(program, _rest_template)
+        except ValueError as e:
+            prepped, family_miss = None, f"{family_miss}; with its operands' preparation as glue: {e}"
+        if prepped is not None:
+            return prepped
         raise NoTemplateFits(
             f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}{family_miss}); "
             "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"

@@ -361,3 +361,44 @@ def attention_cut(program: Program, is_attention) -> list[Stage] | None:
         }  # batched_matmul.k_strict
         stages.append(Stage(role=role, program=sub, outputs=tuple(outs)))
     return stages
+
+
+HEAVY = {"conv_general_dilated", "dot_general"}
+
+
+def prep_cut(program: Program) -> list[Stage] | None:
+    """The program as glue, then the rest: the glue is every equation a contraction's computed operand
+    comes from, when those read inputs alone and contract nothing (a transposed conv's input scattered into
+    zeros at its stride and padded, its kernel flipped: 28k); None when no contraction reads such a value.
+    The rest, whose contraction then reads its operands as inputs, is the template's program."""
+    eqns = program["equations"]
+    made_by = _producers(program)
+    heavy = [i for i, e in enumerate(eqns) if e["primitive"] in HEAVY]
+    if not heavy or not any(a in made_by for a in eqns[heavy[0]]["inputs"]):
+        return None
+    prep: set[int] = set()
+    todo = [made_by[a] for a in eqns[heavy[0]]["inputs"] if a in made_by]
+    while todo:
+        i = todo.pop()
+        if i in prep:
+            continue
+        if eqns[i]["primitive"] in HEAVY:
+            return None  # a contraction feeds it: not preparation of the inputs
+        prep.add(i)
+        todo += [made_by[a] for a in eqns[i]["inputs"] if a in made_by]
+    glue = sorted(prep)
+    rest = [i for i in range(len(eqns)) if i not in prep]
+    reads = _reads(program, rest)
+    outs = [o for i in glue for o in eqns[i]["outputs"] if o in reads or o in program["outputs"]]
+    if any(o in program["outputs"] for o in outs):
+        return None
+    return [
+        Stage(
+            role="glue", program=subprogram(program, glue, _reads(program, glue), outs), outputs=tuple(outs)
+        ),
+        Stage(
+            role="rest",
+            program=subprogram(program, rest, reads, list(program["outputs"])),
+            outputs=tuple(program["outputs"]),
+        ),
+    ]

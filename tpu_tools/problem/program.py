@@ -548,12 +548,27 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
     return out
 
 
+def _tied(leaves: list, variants: dict[str, SizeVariant]) -> bool:
+    """Whether two input dims take the same values at every traced size while some size changes them."""
+    sizes = [[tuple(s.shape) for s in leaves]] + [
+        [tuple(x.shape) for x in v.inputs] for v in variants.values() if not v.mismatch
+    ]
+    per_dim = [
+        tuple(shapes[i][j] for shapes in sizes)
+        for i in range(len(leaves))
+        for j in range(len(sizes[0][i]))
+        if all(len(shapes[i]) == len(sizes[0][i]) for shapes in sizes)
+    ]
+    moving = [d for d in per_dim if len(set(d)) > 1]
+    return len(set(moving)) < len(moving)
+
+
 def describe(reference: str, size: str | None = None) -> ProgramDescription:
     """Trace `reference`'s workload at `size` (default: small if it has one, else its first size), and at
     its other sizes and the derived check size for `variants` (tracing never allocates, so production
     sizes are cheap)."""
     from maxkernel.tpu_tools.problem.reference import load_reference
-    from maxkernel.tpu_tools.problem.sizes import DERIVED
+    from maxkernel.tpu_tools.problem.sizes import DERIVED, UNALIGNED
 
     ref = load_reference(reference)
     if size is None:
@@ -569,6 +584,15 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
     # when the kv heads grow alone), and a kernel read from these traces must follow it, or say it cannot
     if size != DERIVED and ref.derived_size().ok:
         variants[DERIVED] = _variant(flat, *_trace(ref, DERIVED)[:3])
+    if _tied(leaves, variants):
+        # two input dims equal at every size so far (28k's batch and channels, its height and width) are
+        # two numbers to a kernel written from these traces only where a size moves one of them alone:
+        # the shape-contract probe's sizes do, each dimension moved off its grain by itself
+        derived = ref.derived_size()
+        for dim in derived.unaligned.alone if derived.ok else {}:
+            name = f"{UNALIGNED}:{dim}"
+            if name != size and name not in variants:
+                variants[name] = _variant(flat, *_trace(ref, name)[:3])
     notes = []
     if nested:
         notes.append("inputs are nested pytrees; names follow their flattened leaves")

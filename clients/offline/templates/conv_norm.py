@@ -922,8 +922,11 @@ def _with_conv_shape(program: Program, conv: int) -> dict[str, Any]:
     spec = program["equations"][conv]["out_specs"][0]
     variants = {}
     for size, v in (program.get("variants") or {}).items():
-        shapes = (v.get("shapes") or {}).get(str(conv)) if not v.get("mismatch") else None
-        variants[size] = {**v, "inputs": [*v["inputs"], {**spec, "shape": list(shapes[0])}]} if shapes else v
+        if v.get("mismatch"):
+            variants[size] = v
+            continue
+        shapes = (v.get("shapes") or {}).get(str(conv)) or [spec["shape"]]  # unrecorded: as traced
+        variants[size] = {**v, "inputs": [*v["inputs"], {**spec, "shape": list(shapes[0])}]}
     return {
         **program,
         "inputs": [*program["inputs"], dict(spec)],

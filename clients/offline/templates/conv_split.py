@@ -260,7 +260,13 @@ def build(program: Program, rest_template) -> tuple[Template, str, dict[str, int
     found = split(program)
     if found is None:
         return None
-    conv, target, dims = build_window(core_of(found.head, "conv"))
+    core = core_of(found.head, "conv")
+    try:
+        conv, target, dims = build_window(core)
+    except ValueError:  # no window block fits (a 3-D conv's whole planes): conv_rows' or conv_depth's dot
+        from maxkernel.clients.offline.templates.op_dispatch import build_conv
+
+        conv, target, dims = build_conv(core)
     try:
         rest, tail_target, _ = rest_template(found.tail)
     except ValueError as e:

@@ -58,13 +58,21 @@ def build(program: Program, rest_template=None):
 def build_conv(core: Core):
     """window.py's convolution or conv_rows', whichever its own cost model puts cheaper at the target
     (conv_rows refuses 3-D, strided, dilated, grouped and padded convolutions: window.py keeps those; a
-    3-D one may be conv_depth's, conv_rows' dot with the depth taps stacked on the channels)."""
-    window = build_window(core)
+    3-D one may be conv_depth's, conv_rows' dot with the depth taps stacked on the channels). Where one
+    of them has no block that fits, the other; ValueError (window.py's) when neither does."""
+    try:
+        window, miss = build_window(core), None
+    except ValueError as e:
+        window, miss = None, e
     try:
         rows = build_conv_rows(core)
     except ValueError:
         try:  # a 3-D conv: conv_rows' dot with the depth taps stacked on the channels in VMEM
             rows = build_conv_depth(core)
         except ValueError:
-            return window
+            rows = None
+    if window is None or rows is None:
+        if window is None and rows is None:
+            raise miss
+        return window or rows
     return rows if cheapest(window[0], rows[0], vmem_bytes=48 * MiB) is rows[0] else window

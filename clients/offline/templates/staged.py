@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from string import Template as _StrTemplate
 from typing import Any
 
-from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut
+from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut, prep_cut
 from maxkernel.clients.offline.templates.base import Part, Template
 from maxkernel.clients.offline.templates.fused import FOLDED
 from maxkernel.clients.offline.templates.op_families import LAYOUT
@@ -272,12 +272,26 @@ def build_attention(program: Program, stage_template) -> tuple[Template, str, di
     (stages.attention_cut: the attention a flash kernel, each other dot a matmul kernel, the rest glue in
     plain JAX written from the input shapes); None when the program is not one; ValueError when a stage
     has no template or the glue would hold a size no trace explains."""
+    stages = attention_cut(program, _is_flash(stage_template))
+    return None if stages is None else _build_cut(program, stages, stage_template)
+
+
+def build_prep(program: Program, stage_template) -> tuple[Template, str, dict[str, int]] | None:
+    """(template, target, dims) of a program whose contraction reads a value made from its inputs alone
+    (stages.prep_cut: a transposed conv's dilated input, 28k): that preparation is glue in plain JAX,
+    the rest the template its own class picks; None when the program is not one; ValueError as above."""
+    stages = prep_cut(program)
+    return None if stages is None else _build_cut(program, stages, stage_template)
+
+
+def _build_cut(
+    program: Program, stages: Sequence[Stage], stage_template
+) -> tuple[Template, str, dict[str, int]]:
+    """Each stage written: glue by emit.body_lines with the whole program's sizes, a kernel stage by the
+    template `stage_template` picks for it."""
     from maxkernel.clients.offline.dims import Symbolic
     from maxkernel.tpu_tools.problem.emit import body_lines
 
-    stages = attention_cut(program, _is_flash(stage_template))
-    if stages is None:
-        return None
     sym = Symbolic(program)
     written, target = [], None
     for k, st in enumerate(stages, 1):

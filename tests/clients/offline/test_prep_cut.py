@@ -1,0 +1,95 @@
+"""A contraction whose operand is made from the inputs alone (stages.prep_cut, staged.build_prep).
+
+28k's transposed conv is traced as its input scattered into zeros at stride 2, padded, and its kernel
+flipped and transposed, then a stride-1 conv: the conv reads computed values, so no conv template took it
+and the offline model refused. Cut, the preparation is plain-JAX glue and the rest (conv, LayerNorm over
+W, GELU) is written by the template its own class picks. The glue's sizes must be the right input dims:
+28k's batch and channels are equal at every SIZES entry and at the derived size, as are its height and
+width, so `describe` adds the shape-contract probe's one-dim-moved sizes wherever two dims are tied.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.first_kernel import first_kernel
+from maxkernel.clients.offline.model import NoTemplateFits, program_template
+from maxkernel.clients.offline.stages import prep_cut
+from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.problem.program import describe
+
+TIED = """
+import jax
+import jax.numpy as jnp
+
+SIZES = {"full": {"rows": 1024, "cols": 1024}, "small": {"rows": 64, "cols": 64}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    s = SIZES[size] if isinstance(size, str) else size
+    k = jax.random.key(0 if key is None else key) if not isinstance(key, jax.Array) else key
+    a, b = jax.random.split(k)
+    return jax.random.normal(a, (s["rows"], s["cols"])), jax.random.normal(b, (s["cols"],))
+
+
+def workload(x, v):
+    return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))
+"""
+
+
+def _program(ref: str) -> dict:
+    return describe(ref).model_dump(mode="json")
+
+
+def test_two_dims_equal_at_every_size_are_told_apart_by_a_size_that_moves_one(tmp_path):
+    ref = tmp_path / "tied_ref.py"
+    ref.write_text(TIED)
+    p = _program(str(ref))
+    assert {"unaligned:rows", "unaligned:cols"} <= set(p["variants"])
+    e = next(e for e in p["equations"] if e["primitive"] == "broadcast_in_dim")
+    rows, cols = Symbolic(p).shape_elems(e, "shape")
+    assert rows == "sh[0][0]" and cols in ("sh[0][1]", "sh[1][0]")  # not the rows' dim twice
+
+
+def test_a_transposed_convs_dilation_is_glue_and_its_conv_a_kernel():
+    p = _program("28k")
+    stages = prep_cut(p)
+    assert [s.role for s in stages] == ["glue", "rest"]
+    glue_ops = {e["primitive"] for e in stages[0].program["equations"]}
+    assert {"scatter", "pad", "rev"} <= glue_ops and "conv_general_dilated" not in glue_ops
+    assert stages[1].program["equations"][0]["primitive"] == "conv_general_dilated"
+    tpl, target, _ = program_template(p)
+    assert tpl.name == "staged" and target == "full"
+    src = first_kernel(p, get_chip("tpu-v6e"))
+    zeros = next(line for line in src.splitlines() if "broadcast_in_dim(jnp.asarray(0.0" in line)
+    # the dilated extents from each input dim: batch, channels, 2D-1, 2H-1, 2W-1 (2W is ln_weight's length)
+    assert re.search(
+        r"\(sh\[0\]\[0\], sh\[0\]\[1\], sh\[0\]\[2\] \* 2 - 1, sh\[0\]\[3\] \* 2 - 1, ", zeros
+    ), zeros
+    assert "s2_conv_workload" in src and "conv_depth" in src  # a 3-D conv no window block holds at full
+
+
+def test_a_contraction_that_reads_its_inputs_is_not_cut():
+    """8p's dot reads its inputs as they are: nothing to prepare, no cut (its matmul template stands)."""
+    assert prep_cut(_program("8p")) is None
+    assert program_template(_program("8p"))[0].name == "matmul"
+
+
+@pytest.mark.parametrize("task", ["2p", "6p"])
+def test_a_grouped_attentions_group_size_is_written_from_the_shapes(task):
+    """GQA's heads per kv head (16 in 2p) is equal to no single dim; traced where the kv heads move alone
+    it is q heads // kv heads, not the literal 16 (right at every size, not only the SIZES entries)."""
+    src = first_kernel(_program(task), get_chip("tpu-v6e"))
+    assert re.search(r"sh\[0\]\[\d\] // sh\[1\]\[\d\]", src)
+
+
+def test_no_template_is_still_one_precise_refusal(tmp_path):
+    ref = tmp_path / "sort_ref.py"
+    ref.write_text(
+        TIED.replace("return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))", "return jnp.sort(x, axis=0)")
+    )
+    with pytest.raises(NoTemplateFits):
+        program_template(_program(str(ref)))
