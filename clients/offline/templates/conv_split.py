@@ -253,10 +253,11 @@ def compose(conv: Template, tail: Template, found: Split, program: Program, targ
     )
 
 
-def build(program: Program, rest_template) -> tuple[Template, str, dict[str, int]] | None:
+def build(program: Program, rest_template, conv_template=None) -> tuple[Template, str, dict[str, int]] | None:
     """(the template, its target size, its dims) of a conv followed by more than elementwise ops; None
     when the program is not that shape; ValueError when a stage has no template. `rest_template` writes
-    the program after the convolution (ValueError when none fits)."""
+    the program after the convolution (ValueError when none fits); `conv_template(core)` the convolution
+    where window.py's blocks do not fit (op_dispatch passes its `build_conv`: no import back up)."""
     found = split(program)
     if found is None:
         return None
@@ -264,9 +265,9 @@ def build(program: Program, rest_template) -> tuple[Template, str, dict[str, int
     try:
         conv, target, dims = build_window(core)
     except ValueError:  # no window block fits (a 3-D conv's whole planes): conv_rows' or conv_depth's dot
-        from maxkernel.clients.offline.templates.op_dispatch import build_conv
-
-        conv, target, dims = build_conv(core)
+        if conv_template is None:
+            raise
+        conv, target, dims = conv_template(core)
     try:
         rest, tail_target, _ = rest_template(found.tail)
     except ValueError as e:

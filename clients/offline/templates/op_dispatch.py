@@ -38,7 +38,7 @@ def build(program: Program, rest_template=None):
         except ValueError:
             norm = None
         try:  # or the conv written to HBM and read back by a kernel for the rest
-            split = build_conv_split(program, rest_template) if rest_template else None
+            split = build_conv_split(program, rest_template, build_conv) if rest_template else None
         except ValueError:
             if norm is None:
                 raise
