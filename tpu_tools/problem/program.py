@@ -549,18 +549,19 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
 
 
 def _tied(leaves: list, variants: dict[str, SizeVariant]) -> bool:
-    """Whether two input dims take the same values at every traced size while some size changes them."""
+    """Whether two axes of one input take the same values at every traced size while some size changes them
+    (28k's batch and channels, its height and width). Dims of different inputs that agree are nearly always
+    one dimension (a batch every input shares), which no trace would separate."""
     sizes = [[tuple(s.shape) for s in leaves]] + [
         [tuple(x.shape) for x in v.inputs] for v in variants.values() if not v.mismatch
     ]
-    per_dim = [
-        tuple(shapes[i][j] for shapes in sizes)
-        for i in range(len(leaves))
-        for j in range(len(sizes[0][i]))
-        if all(len(shapes[i]) == len(sizes[0][i]) for shapes in sizes)
-    ]
-    moving = [d for d in per_dim if len(set(d)) > 1]
-    return len(set(moving)) < len(moving)
+    for i, shape in enumerate(sizes[0]):
+        if any(len(other[i]) != len(shape) for other in sizes):
+            continue
+        moving = [d for d in zip(*(other[i] for other in sizes), strict=True) if len(set(d)) > 1]
+        if len(set(moving)) < len(moving):
+            return True
+    return False
 
 
 def describe(reference: str, size: str | None = None) -> ProgramDescription:
@@ -592,7 +593,10 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
         for dim in derived.unaligned.alone if derived.ok else {}:
             name = f"{UNALIGNED}:{dim}"
             if name != size and name not in variants:
-                variants[name] = _variant(flat, *_trace(ref, name)[:3])
+                try:
+                    variants[name] = _variant(flat, *_trace(ref, name)[:3])
+                except Exception:  # noqa: BLE001 - a size the model cannot take (heads not dividing width)
+                    continue  # is no evidence either way: the other sizes still tell
     notes = []
     if nested:
         notes.append("inputs are nested pytrees; names follow their flattened leaves")
