@@ -22,7 +22,7 @@ from maxkernel.clients.offline.stages import prep_cut
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.problem.program import describe
 
-TIED = """
+PLAIN = """
 import jax
 import jax.numpy as jnp
 
@@ -83,7 +83,7 @@ def test_a_contraction_that_reads_its_inputs_is_not_cut():
 def test_no_template_is_still_one_precise_refusal(tmp_path):
     ref = tmp_path / "sort_ref.py"
     ref.write_text(
-        TIED.replace("return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))", "return jnp.sort(x, axis=0)")
+        PLAIN.replace("return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))", "return jnp.sort(x, axis=0)")
     )
     with pytest.raises(NoTemplateFits):
         program_template(_program(str(ref)))
