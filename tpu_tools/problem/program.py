@@ -548,20 +548,16 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
     return out
 
 
-def _tied(leaves: list, variants: dict[str, SizeVariant]) -> bool:
-    """Whether two axes of one input take the same values at every traced size while some size changes them
-    (28k's batch and channels, its height and width). Dims of different inputs that agree are nearly always
-    one dimension (a batch every input shares), which no trace would separate."""
-    sizes = [[tuple(s.shape) for s in leaves]] + [
-        [tuple(x.shape) for x in v.inputs] for v in variants.values() if not v.mismatch
-    ]
-    for i, shape in enumerate(sizes[0]):
-        if any(len(other[i]) != len(shape) for other in sizes):
-            continue
-        moving = [d for d in zip(*(other[i] for other in sizes), strict=True) if len(set(d)) > 1]
-        if len(set(moving)) < len(moving):
-            return True
-    return False
+def _tied_keys(ref: Any) -> list[str]:
+    """SIZES keys that change with size yet equal another key at every size traced (SIZES and the derived
+    size): 28k's batch_size and in_channels, its height and width. A kernel written from input shapes cannot
+    tell such dims apart from these traces, so describe also traces each moved alone."""
+    derived = ref.derived_size()
+    tables = [dict(t) for t in ref.sizes_table.values()] + ([dict(derived.dims)] if derived.ok else [])
+    keys = [k for k in tables[0] if all(isinstance(t.get(k), int) for t in tables)] if tables else []
+    values = {k: tuple(t[k] for t in tables) for k in keys}
+    moving = [k for k in keys if len(set(values[k])) > 1]
+    return [k for k in moving if any(values[j] == values[k] for j in moving if j != k)]
 
 
 def describe(reference: str, size: str | None = None) -> ProgramDescription:
@@ -585,18 +581,18 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
     # when the kv heads grow alone), and a kernel read from these traces must follow it, or say it cannot
     if size != DERIVED and ref.derived_size().ok:
         variants[DERIVED] = _variant(flat, *_trace(ref, DERIVED)[:3])
-    if _tied(leaves, variants):
-        # two input dims equal at every size so far (28k's batch and channels, its height and width) are
-        # two numbers to a kernel written from these traces only where a size moves one of them alone:
-        # the shape-contract probe's sizes do, each dimension moved off its grain by itself
-        derived = ref.derived_size()
-        for dim in derived.unaligned.alone if derived.ok else {}:
-            name = f"{UNALIGNED}:{dim}"
-            if name != size and name not in variants:
-                try:
-                    variants[name] = _variant(flat, *_trace(ref, name)[:3])
-                except Exception:  # noqa: BLE001 - a size the model cannot take (heads not dividing width)
-                    continue  # is no evidence either way: the other sizes still tell
+    derived = ref.derived_size()
+    alone = derived.unaligned.alone if derived.ok else {}
+    for dim in (k for k in _tied_keys(ref) if k in alone):
+        # two dims equal at every size so far (28k's batch and channels) are two numbers to a kernel
+        # written from these traces only where a size moves one alone: the shape-contract probe's do
+        name = f"{UNALIGNED}:{dim}"
+        if name == size or name in variants:
+            continue
+        try:
+            variants[name] = _variant(flat, *_trace(ref, name)[:3])
+        except Exception:  # noqa: BLE001 - a size the model cannot take (heads not dividing width) is no
+            continue  # evidence either way: the other sizes still tell
     notes = []
     if nested:
         notes.append("inputs are nested pytrees; names follow their flattened leaves")

@@ -5,8 +5,7 @@ flipped and transposed, then a stride-1 conv: the conv reads computed values, so
 and the offline model refused. Cut, the preparation is plain-JAX glue and the rest (conv, LayerNorm over
 W, GELU) is written by the template its own class picks. The glue's sizes must be the right input dims:
 28k's batch and channels are equal at every SIZES entry and at the derived size, as are its height and
-width, so `describe` adds the shape-contract probe's one-dim-moved sizes wherever two axes of one input are
-tied.
+width, so `describe` adds the shape-contract probe's one-dim-moved sizes for SIZES keys tied that way.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ def test_two_dims_equal_at_every_size_are_told_apart_by_a_size_that_moves_one():
         e for e in p["equations"] if e["primitive"] == "broadcast_in_dim"
     )  # the zeros the input is set in
     assert Symbolic(p).shape_elems(e, "shape")[:2] == ["sh[0][0]", "sh[0][1]"]  # not the batch's dim twice
-    # inputs that share a dim (q, k and v's batch) are no tie: no more traces where no input's axes agree
+    # keys that differ somewhere are no tie: a square weight or a batch every input shares costs no trace
     assert not any(k.startswith("unaligned") for k in _program("1p")["variants"])
 
 
