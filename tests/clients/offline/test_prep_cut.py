@@ -82,7 +82,9 @@ def test_a_contraction_that_reads_its_inputs_is_not_cut():
 def test_no_template_is_still_one_precise_refusal(tmp_path):
     ref = tmp_path / "sort_ref.py"
     ref.write_text(
-        PLAIN.replace("return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))", "return jnp.sort(x, axis=0)")
+        PLAIN.replace(
+            "return x * jnp.broadcast_to(v, (x.shape[0], v.shape[0]))", "return jnp.sort(x, axis=0)"
+        )
     )
     with pytest.raises(NoTemplateFits):
         program_template(_program(str(ref)))
