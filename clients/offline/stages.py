@@ -170,6 +170,19 @@ def _producers(program: Program) -> dict[str, int]:
     return {o: i for i, e in enumerate(program["equations"]) for o in e["outputs"]}
 
 
+def _upstream(program: Program, values: Sequence[str], made_by: Mapping[str, int]) -> set[int]:
+    """The equations `values` are computed from, transitively (inputs and literals end the walk)."""
+    eqns = program["equations"]
+    found: set[int] = set()
+    todo = [a for a in values if a in made_by]
+    while todo:
+        i = made_by[todo.pop()]
+        if i not in found:
+            found.add(i)
+            todo += [a for a in eqns[i]["inputs"] if a in made_by]
+    return found
+
+
 def _tail_stage(program: Program, indices: list[int], outputs: Sequence[str]) -> Stage:
     """The rest of the program; a transpose of a value it reads from outside is the glue's move."""
     eqns = program["equations"]
@@ -196,13 +209,7 @@ def cut(program: Program) -> list[Stage] | None:
         return None
     eqns = program["equations"]
     made_by = _producers(program)
-    head: set[int] = set()
-    todo = [a for a in eqns[p]["inputs"] if a in made_by]
-    while todo:
-        i = made_by[todo.pop()]
-        if i not in head:
-            head.add(i)
-            todo += [a for a in eqns[i]["inputs"] if a in made_by]
+    head = _upstream(program, eqns[p]["inputs"], made_by)
     head_idx = sorted(head)
     rest = [i for i in range(len(eqns)) if i != p and i not in head]
     outputs = list(program["outputs"])
@@ -376,22 +383,15 @@ def prep_cut(program: Program) -> list[Stage] | None:
     heavy = [i for i, e in enumerate(eqns) if e["primitive"] in HEAVY]
     if not heavy or not any(a in made_by for a in eqns[heavy[0]]["inputs"]):
         return None
-    prep: set[int] = set()
-    todo = [made_by[a] for a in eqns[heavy[0]]["inputs"] if a in made_by]
-    while todo:
-        i = todo.pop()
-        if i in prep:
-            continue
-        if eqns[i]["primitive"] in HEAVY:
-            return None  # a contraction feeds it: not preparation of the inputs
-        prep.add(i)
-        todo += [made_by[a] for a in eqns[i]["inputs"] if a in made_by]
+    prep = _upstream(program, eqns[heavy[0]]["inputs"], made_by)
+    if any(eqns[i]["primitive"] in HEAVY for i in prep):
+        return None  # a contraction feeds it: not preparation of the inputs
     glue = sorted(prep)
+    if any(o in program["outputs"] for i in glue for o in eqns[i]["outputs"]):
+        return None  # the program returns a prepared value: the glue would be the whole answer
     rest = [i for i in range(len(eqns)) if i not in prep]
     reads = _reads(program, rest)
-    outs = [o for i in glue for o in eqns[i]["outputs"] if o in reads or o in program["outputs"]]
-    if any(o in program["outputs"] for o in outs):
-        return None
+    outs = [o for i in glue for o in eqns[i]["outputs"] if o in reads]
     return [
         Stage(
             role="glue", program=subprogram(program, glue, _reads(program, glue), outs), outputs=tuple(outs)

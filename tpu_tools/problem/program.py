@@ -548,12 +548,11 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
     return out
 
 
-def _tied_keys(ref: Any) -> list[str]:
+def _tied_keys(sizes_table: dict[str, dict], derived: Any) -> list[str]:
     """SIZES keys that change with size yet equal another key at every size traced (SIZES and the derived
     size): 28k's batch_size and in_channels, its height and width. A kernel written from input shapes cannot
     tell such dims apart from these traces, so describe also traces each moved alone."""
-    derived = ref.derived_size()
-    tables = [dict(t) for t in ref.sizes_table.values()] + ([dict(derived.dims)] if derived.ok else [])
+    tables = [dict(t) for t in sizes_table.values()] + ([dict(derived.dims)] if derived.ok else [])
     keys = [k for k in tables[0] if all(isinstance(t.get(k), int) for t in tables)] if tables else []
     values = {k: tuple(t[k] for t in tables) for k in keys}
     moving = [k for k in keys if len(set(values[k])) > 1]
@@ -579,11 +578,11 @@ def describe(reference: str, size: str | None = None) -> ProgramDescription:
             variants[other] = _variant(flat, *_trace(ref, other)[:3])
     # the derived check size too: a number the SIZES keep fixed may move there (GQA's group size does
     # when the kv heads grow alone), and a kernel read from these traces must follow it, or say it cannot
-    if size != DERIVED and ref.derived_size().ok:
-        variants[DERIVED] = _variant(flat, *_trace(ref, DERIVED)[:3])
     derived = ref.derived_size()
+    if size != DERIVED and derived.ok:
+        variants[DERIVED] = _variant(flat, *_trace(ref, DERIVED)[:3])
     alone = derived.unaligned.alone if derived.ok else {}
-    for dim in (k for k in _tied_keys(ref) if k in alone):
+    for dim in (k for k in _tied_keys(ref.sizes_table, derived) if k in alone):
         # two dims equal at every size so far (28k's batch and channels) are two numbers to a kernel
         # written from these traces only where a size moves one alone: the shape-contract probe's do
         name = f"{UNALIGNED}:{dim}"
