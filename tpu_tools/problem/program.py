@@ -551,12 +551,13 @@ def _variant(main: _Flattener, leaves: list, closed: Any, flat: _Flattener) -> S
 def _tied_keys(sizes_table: dict[str, dict], derived: Any) -> list[str]:
     """SIZES keys that change with size yet equal another key at every size traced (SIZES and the derived
     size): 28k's batch_size and in_channels, its height and width. A kernel written from input shapes cannot
-    tell such dims apart from these traces, so describe also traces each moved alone."""
+    tell such dims apart from these traces, so describe also traces the returned keys each moved alone."""
     tables = [dict(t) for t in sizes_table.values()] + ([dict(derived.dims)] if derived.ok else [])
     keys = [k for k in tables[0] if all(isinstance(t.get(k), int) for t in tables)] if tables else []
     values = {k: tuple(t[k] for t in tables) for k in keys}
     moving = [k for k in keys if len(set(values[k])) > 1]
-    return [k for k in moving if any(values[j] == values[k] for j in moving if j != k)]
+    # each key but the first of its tied group: moving those alone tells every one of the group apart
+    return [k for n, k in enumerate(moving) if any(values[j] == values[k] for j in moving[:n])]
 
 
 def describe(reference: str, size: str | None = None) -> ProgramDescription:
