@@ -647,6 +647,13 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
         return family
     found = classify(program)
     if found.kind == "none":
+        # one attention block per sequence slot scatter-added into zeros (vLLM's ragged paged attention):
+        # a structure that changes with the batch layout, served by one kernel reading the layout as values
+        from maxkernel.clients.offline.templates.ragged_paged import build as build_ragged
+
+        ragged = build_ragged(program)
+        if ragged is not None:
+            return ragged
         # a contraction reading a value made from the inputs alone (a transposed conv's input dilated with
         # zeros and padded): that preparation as plain-JAX glue, the rest by its own template
         from maxkernel.clients.offline.templates.staged import build_prep

@@ -31,7 +31,8 @@ FAMILIES = [
     "19k_Matmul_Subtract_Multiply_ReLU",
     "8p_GEMM",
     "11p_Megablox_GMM",
-]  # rowwise, matmul, grouped
+    "7p_Ragged_Paged_Attention",
+]  # rowwise, matmul, grouped, ragged paged
 SINGLE_CHIP = [t for t in list_task_ids() if not t.split("_")[0].endswith("m")]
 
 
