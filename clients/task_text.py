@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from maxkernel.clients.mcp_client import ServerToolError
-from maxkernel.clients.offline.program_text import HEADING, program_section
+from maxkernel.clients.offline.program_text import HEADING, lists_equations, program_section, smaller_size
 
 
 class TaskSource(Protocol):
@@ -46,6 +46,11 @@ async def task_text(
     if HEADING not in text:
         try:
             program = await server.describe_reference(reference, size)
+            smaller = None if lists_equations(program) else smaller_size(program)
+            if smaller is not None:  # too large to list at this size: the same reference at a smaller one
+                other = await server.describe_reference(reference, smaller)
+                if lists_equations(other):
+                    program = other
             text += "\n\n" + program_section(program)
         except ServerToolError as e:
             if note is not None:

@@ -15,6 +15,31 @@ MAX_CHARS = 200_000  # a larger program is summarised by its census only
 _RE = re.compile(re.escape(HEADING) + r"[^\n]*\n(?:[^\n`]*\n)?```json\n(.*?)\n```", re.S)
 
 
+def lists_equations(program: dict[str, Any]) -> bool:
+    """Whether `program`'s section lists its equations (a larger one is summarised by its census only)."""
+    return len(json.dumps(program, separators=(",", ":"))) <= MAX_CHARS
+
+
+def smaller_size(program: dict[str, Any]) -> str | None:
+    """The traced size (of `program`'s variants) with the fewest input elements, when it has fewer than
+    `program`'s own: where a program is too large to list, the same reference traced there may not be
+    (7p: one block per sequence slot, 56 at full, 7 at small)."""
+    import math
+
+    from maxkernel.tpu_tools.problem.sizes import DERIVED
+
+    def elements(inputs: list[dict[str, Any]]) -> int:
+        return sum(math.prod(t["shape"]) for t in inputs)
+
+    named = {
+        k: v["inputs"] for k, v in (program.get("variants") or {}).items() if ":" not in k and k != DERIVED
+    }  # the reference's own sizes, not the judge's generated ones
+    if not named:
+        return None
+    best = min(named, key=lambda k: elements(named[k]))
+    return best if elements(named[best]) < elements(program.get("inputs", [])) else None
+
+
 def program_section(program: dict[str, Any]) -> str:
     """The task-text section for `program` (inputs, equations, outputs, census)."""
     text = json.dumps(program, separators=(",", ":"))

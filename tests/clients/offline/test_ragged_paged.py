@@ -98,3 +98,18 @@ def test_a_different_program_is_not_served_as_ragged_paged_attention(edit, tmp_p
     path.write_text(text.replace(edit[0], edit[1]))
     other = describe(str(path)).model_dump(mode="json")
     assert recognise(other) is None
+
+
+def test_the_task_text_lists_a_program_too_large_at_full_as_traced_at_small():
+    """At full 7p traces 3865 equations (one block per slot), over the section's limit: the Auto loop's task
+    text then carries the same reference traced at small, so the offline model can read it."""
+    import asyncio
+
+    from maxkernel.clients.offline.program_text import find_program
+    from maxkernel.clients.task_text import LocalTaskSource, task_text
+
+    text = asyncio.run(task_text(LocalTaskSource(), TASK, "full"))
+    program = find_program(text)
+    assert program is not None and program["size"] == "small"
+    assert "full" in program["variants"]  # the target's shapes are still there
+    assert program_template(program)[0].name == "ragged_paged"
