@@ -545,6 +545,9 @@ def _cost_op(
     fixed_s = FUSION_OVERHEAD_US * 1e-6
     scalar = _is_scalar(ins)
     one = _is_one_element_copy(ins)
+    # an op on one element (7p's s32[1] offsets and bounds) that the top-level program's bundles name: it
+    # runs there, on the scalar unit, its operand's tile fetched by a DMA the TLP issues (read in its dump)
+    inline = tlp is not None and _is_one_element(ins) and ins.name in tlp.annotated_ops
     if prog is not None and c.clock_ghz:
         bundles = _llo_bundles(prog)
         if bundles:
@@ -556,12 +559,20 @@ def _cost_op(
             fallback = "LLO read, but its loop's trip count was not found"
     elif prog is not None:
         fallback = f"LLO read, but {c.name} has no clock to turn bundles into time"
-    elif kernel_prog is None and (scalar or one or ins.opcode in ASYNC_STARTS):
+    elif kernel_prog is None and (scalar or one or ins.opcode in ASYNC_STARTS or inline):
         # Not a program: the top-level program does it inline (scalar unit, or a DMA it issues).
         vpu_s = 0.0
         if scalar:  # its operands are scalars the program holds in registers and SMEM: no HBM traffic
             nbytes, hbm_s, fixed_s = 0.0, 0.0, 0.0
-        what = "a scalar op" if scalar else "a one-element copy" if one else "an async copy (a DMA)"
+        what = (
+            "a scalar op"
+            if scalar
+            else "a one-element copy"
+            if one
+            else "a one-element op"
+            if inline
+            else "an async copy (a DMA)"
+        )
         if tlp is not None:
             tier, fixed_s = "llo", 0.0  # an async DMA's round trip is hidden until its -done (see _overlap)
             notes.append(f"{what} the top-level program runs inline: no launch, its bundles counted there")
@@ -653,6 +664,15 @@ def _is_one_element_copy(ins: HloInstruction) -> bool:
     """A copy of one element (48k's bf16[1] bias re-laid out): where it has no program of its own, the
     top-level program moves it inline, one tile (1 KiB) charged at its bytes, no launch of its own."""
     return ins.opcode == "copy" and bool(ins.shapes) and all(math.prod(s.dims) == 1 for s in ins.shapes)
+
+
+def _is_one_element(ins: HloInstruction) -> bool:
+    """Every output one element (s32[1], pred[1]), not a loop or a kernel."""
+    return (
+        bool(ins.shapes)
+        and all(math.prod(s.dims) == 1 for s in ins.shapes)
+        and ins.opcode not in ("while", "custom-call", "fusion", "call", "conditional")
+    )
 
 
 def _is_scalar(ins: HloInstruction) -> bool:

@@ -48,6 +48,8 @@ _SMOV = re.compile(r"(%s\w+)\s*=\s*smov\s+" + _PRED + r"(\d+)\b")
 _EXIT_ANY = re.compile(r"scmp\.(ge|gt)\.s32\S*\s+" + _PRED + r"(%s\w+)\s*,\s*(\d+)\s*/\*[^*]*loop exit test")
 # The top-level program (TLP) runs every other program of an XLA module as an inlined call, named after its
 # HLO instruction: `%93 = inlined_call %s21_s0, %s669_s1 /* %copy.18 = copy(%cache.1) */`.
+_SCHEDULED_OP = re.compile(r"scheduled bundles\s*\([^)]*\):\s*%([\w.\-]+)\s*=")
+_HLO_NAME = re.compile(r"\bhlo:\s*%?([\w.\-]+)")
 _CALL = re.compile(r"inlined_call\b[^/]*/\*\s*%([\w.\-]+)\s*=")
 _ALLOC = re.compile(r"#allocation\d+(?=\s*\[)")
 _SIZE = re.compile(r"size\s*=\s*(0x[0-9a-fA-F]+|\d+)")
@@ -132,6 +134,11 @@ class ProgramLLO(BaseModel):
         default_factory=list,
         description="(HLO instruction, bundle index) of each program it runs as an inlined call (the TLP's)",
     )
+    annotated_ops: list[str] = Field(
+        default_factory=list,
+        description="the HLO instructions its bundles are annotated with (`hlo: NAME`): in the TLP, the "
+        "one-element ops it runs inline on the scalar unit",
+    )
     loops: list[InnerLoop] = Field(
         default_factory=list, description="every loop (LB: label) in the program, at any depth, in order"
     )
@@ -157,6 +164,8 @@ def _parse_schedule(text: str | None, out: ProgramLLO) -> None:
         out.total_bundles = int(m.group(1))
     if e:
         out.empty_bundles = int(e.group(1))
+    # the HLO ops the schedule attributes bundles to ("2.50 scheduled bundles (0.02%): %select_n.182 = ...")
+    out.annotated_ops = sorted(set(out.annotated_ops) | set(_SCHEDULED_OP.findall(text)))
 
 
 def _s32(x: str) -> int:
@@ -289,6 +298,7 @@ def _parse_bundles(text: str | None, out: ProgramLLO) -> list[int]:
         out.iteration_bounds = [int(x) for x in it.group(1).replace(" ", "").split(",") if x]
     depths = [d for _, d, _, _ in rows]
     out.calls = [(m.group(1), i) for i, (_, _, b, _) in enumerate(rows) for m in [_CALL.search(b)] if m]
+    out.annotated_ops = sorted(set(out.annotated_ops) | set(_HLO_NAME.findall(text)))
     out.loops = _inner_loops(rows, labels, 0, len(rows) - 1, 1)
     # A kernel with one grid step has no grid loop: its depth-1 loops are the body's own (a fori_loop).
     no_grid_loop = out.is_kernel and bool(out.iteration_bounds) and all(b == 1 for b in out.iteration_bounds)

@@ -1,4 +1,5 @@
-"""Regenerate the checked-in XLA-program dumps: `TPU_WORKER_HOSTNAMES=localhost python regenerate_xla.py OUT_DIR`.
+"""Regenerate the checked-in XLA-program dumps: `TPU_WORKER_HOSTNAMES=localhost python regenerate_xla.py OUT_DIR
+[CASE ...]` (every case when none is named).
 
 Each case is a plain-JAX program compiled for a v6e compile-only device with libtpu's LLO dump on; its
 HLO text goes to OUT_DIR/<case>/program.hlo.txt and each program's final bundles, schedule analysis and
@@ -48,6 +49,16 @@ def tiny_attention(q, k, v):
     return jnp.einsum("bhqk,bkhd->bqhd", p, v.astype(jnp.float32)).astype(q.dtype)
 
 
+def slot_offsets(x, cu):
+    """Rows of x at offsets read from cu, as 7p's per-sequence blocks do: s32[1] slices, adds, clamps and
+    selects outside any fusion, which the top-level program runs on its scalar unit."""
+    out = jnp.zeros_like(x)
+    for i in range(4):
+        rows = jnp.minimum(cu[i] + jnp.arange(1), x.shape[0] - 1)
+        out = out.at[rows].add(x[rows] * 2)
+    return out
+
+
 CASES = {
     "v6e_kv_loop": (
         kv_loop,
@@ -55,9 +66,12 @@ CASES = {
         [((8, 16384, 8, 128), jnp.bfloat16), ((8, 8, 128), jnp.float32), ((128, 128), jnp.float32)],
     ),  # fmt: skip
     "v6e_tiny_attention": (tiny_attention, (), [((1, 128, 4, 64), jnp.bfloat16)] * 3),
+    "v6e_slot_offsets": (slot_offsets, (), [((256, 128), jnp.float32), ((5,), jnp.int32)]),
 }
 KEEP = ("final_bundles.txt", "schedule-analysis_final_bundles.txt", "per-bundle-utilization.txt")
 for name, (fn, donate, shapes) in CASES.items():
+    if sys.argv[2:] and name not in sys.argv[2:]:
+        continue
     args = [shape(s, d) for s, d in shapes]
     traced = jax.jit(fn, donate_argnums=donate).trace(*args)
     compiled, programs, times = compile_with_dump(fn, args, DUMP, traced)

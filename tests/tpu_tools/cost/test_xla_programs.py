@@ -75,3 +75,25 @@ def test_an_op_whose_program_is_missing_falls_back_and_says_so():
     assert table.fallbacks == ["fusion.9 (fusion): no LLO program of its own in the dump"]
     assert "fusion.9" in table.note and "1 op(s) fell back" in table.note
     assert all(f.tier == "llo" for f in table.fusions if f.name != "fusion.9")
+
+
+def test_one_element_ops_the_top_level_program_schedules_are_its_bundles_not_launches():
+    """7p's XLA program computes each sequence's offsets as s32[1] ops outside any fusion (296 of them at
+    full); libtpu runs them in the top-level program, whose schedule names each one. Charged a launch each
+    (model tier) they added 296 us and made the whole baseline tier `model`."""
+    table, programs = _table("v6e_slot_offsets")
+    tlp = next(p for p in programs if p.program == "TLP")
+    ones = [
+        f
+        for f in table.fusions
+        if f.opcode in ("minimum", "add", "compare", "select")
+        and f.output_shapes in (["s32[1]"], ["pred[1]"])
+    ]
+    assert len(ones) == 16  # 4 blocks x (add, clamp, sign test, select)
+    assert all(f.name in tlp.annotated_ops for f in ones)
+    assert all(f.tier == "llo" and f.estimated_time_us < 0.01 for f in ones)
+    assert all("runs inline" in " ".join(f.notes) for f in ones)
+    # without the top-level program's dump nothing says where they run: the model tier, said so
+    bare, _ = _table("v6e_slot_offsets", drop="TLP")
+    again = [f for f in bare.fusions if f.name in {o.name for o in ones}]
+    assert len(again) == 16 and all(f.tier == "model" and f.fallback for f in again)
