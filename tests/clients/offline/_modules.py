@@ -18,3 +18,9 @@ def load(path: Path, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def written(path: Path, source: str):
+    """`source` written to `path` and loaded as a module (a template's rendered kernel, an edited one)."""
+    path.write_text(source)
+    return load(path, path.stem)

@@ -9,7 +9,6 @@ reads its halo from its own block, or one that forgets the kw shift, fails the s
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -24,6 +23,7 @@ from maxkernel.clients.offline.templates.op_families import core_of
 from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 REFS = Path(__file__).resolve().parents[2] / "refs" / "ops"
 
@@ -53,14 +53,6 @@ def workload(x, w, cb, b):
 '''
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _interpret(mod, inputs):
     with execution.tpu_interpret_mode():
         return jax.jit(mod.workload)(*inputs)
@@ -78,7 +70,7 @@ def built(tmp_path_factory):
     ref.write_text(REF)
     program = describe(str(ref)).model_dump(mode="json")
     template, target, _ = program_template(program)
-    ref_mod = _module(root / "convrelu_ref.py", REF)
+    ref_mod = written(root / "convrelu_ref.py", REF)
     small = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
     return root, program, template, target, ref_mod, small
 
@@ -103,7 +95,7 @@ def test_conv_rows_matches_the_reference_across_row_blocks(built, c):
     ref_mod.SIZES["check"] = {"n": 2, "c": c, "o": 128, "h": 40 if c == 8 else 24, "w": 12}
     inputs = ref_mod.create_inputs(size="check", key=3)
     want = ref_mod.workload(*inputs)
-    got = _interpret(_module(root / f"small_{c}.py", small), inputs)
+    got = _interpret(written(root / f"small_{c}.py", small), inputs)
     # bf16 output: about an ulp at |y| < 2 (a same-precision conv is no closer)
     assert _err(got, want) <= 2e-2
     del ref_mod.SIZES["check"]
@@ -121,7 +113,7 @@ def test_a_kernel_with_a_wrong_halo_or_tap_fails_the_check(built, good, bad):
     broken = small.replace(good, bad)
     assert broken != small
     inputs = ref_mod.create_inputs(size="small", key=3)  # 22 output rows: 3 blocks of 8
-    got = _interpret(_module(root / f"broken_{abs(hash(bad))}.py", broken), inputs)
+    got = _interpret(written(root / f"broken_{abs(hash(bad))}.py", broken), inputs)
     assert _err(got, ref_mod.workload(*inputs)) > 0.05
 
 

@@ -11,7 +11,6 @@ W) cannot tile the samples: its second kernel walks the channels instead.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -24,6 +23,7 @@ from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 REF = """
 import jax
@@ -60,14 +60,6 @@ def workload(x, w, b, s):
 INSTANCE, BATCH = "(2, 3)", "(0, 2, 3)"
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _smallest(template) -> dict:
     """The smallest legal blocks (many grid steps), 32 channels a step in the second kernel (4 steps)."""
     return {k: 32 if k == "block_tail_axis1" else v[0] for k, v in template.tunables.items()}
@@ -90,7 +82,7 @@ def _setup(tmp_path: Path, axes: str):
     path = tmp_path / "conv_norm_reference.py"
     path.write_text(text)
     program = describe(str(path)).model_dump(mode="json")
-    return program, _module(tmp_path / "conv_norm_ref.py", text)
+    return program, written(tmp_path / "conv_norm_ref.py", text)
 
 
 def test_the_cut_is_the_convs_biased_output_and_the_tail_reads_it_back(tmp_path):
@@ -119,7 +111,7 @@ def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path)
     full = [
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x in jax.eval_shape(ref.create_inputs)
     ]
-    kernel = _module(tmp_path / "first.py", source)
+    kernel = written(tmp_path / "first.py", source)
     with trace_as_target(t):
         text = jax.jit(kernel.workload).lower(*full).compile().as_text()
     assert text.count("tpu_custom_call") >= 2 or "custom-call" in text
@@ -129,7 +121,7 @@ def test_a_conv_then_instance_norm_is_two_kernels_that_compile_at_full(tmp_path)
 def test_a_conv_then_instance_norm_matches_the_reference_at_a_size_no_trace_saw(tmp_path):
     program, ref = _setup(tmp_path, INSTANCE)
     template, _, _ = build(program, _rest_template)
-    kernel = _module(tmp_path / "small.py", template.render(_smallest(template), "program"))  # many blocks
+    kernel = written(tmp_path / "small.py", template.render(_smallest(template), "program"))  # many blocks
     _matches(kernel, ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})  # W > H here, H > W in the traces
 
 
@@ -141,7 +133,7 @@ def test_a_batch_norm_after_a_conv_walks_the_channels_in_its_second_kernel(tmp_p
     assert template.name == "conv_split" and tail == {"block_tail_axis1"}  # samples mix, channels do not
     source = template.render(_smallest(template), "program")
     assert "x3.reshape((1, -1, 1, 1))" in source  # the scale as a [1, C, 1, 1] block along the channels
-    _matches(_module(tmp_path / "bn.py", source), ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})
+    _matches(written(tmp_path / "bn.py", source), ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})
 
 
 @pytest.mark.parametrize("axes", [pytest.param(INSTANCE, marks=pytest.mark.slow), BATCH])  # ~14 s each
@@ -149,7 +141,7 @@ def test_the_model_serves_a_conv_then_a_norm_with_conv_norm_which_matches_at_an_
     program, ref = _setup(tmp_path, axes)
     template, target, _ = program_template(program)
     assert template.name == "conv_norm" and target == "full"
-    kernel = _module(
+    kernel = written(
         tmp_path / "norm.py", template.render({k: v[0] for k, v in template.tunables.items()}, "program")
     )
     _matches(kernel, ref, {"n": 2, "c": 4, "o": 128, "h": 6, "w": 9})

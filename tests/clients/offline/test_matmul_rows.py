@@ -26,6 +26,7 @@ from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
 MAX_GELU = "42k_Gemm_Max_Subtract_GELU"  # a row max, then elementwise on [M, N]
@@ -34,14 +35,6 @@ GN_SWISH = "45k_Gemm_GroupNorm_Swish_Multiply_Swish"  # GroupNorm (groups of 32)
 UNIT_NORM = "26k_BMM_InstanceNorm_Sum_ResidualAdd_Multiply"  # InstanceNorm over [M, N, 1, 1]
 # two row blocks, three column blocks (the last past N: 320 = 2 x 128 + 64), two k-steps
 SMALL = {"block_rows": 32, "block_cols": 128, "block_k": 256}
-
-
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _template(task: str):
@@ -72,7 +65,7 @@ def test_a_whole_output_row_epilogue_keeps_n_whole_and_a_reduced_one_tiles_it():
 
 
 def _run(tmp_path: Path, name: str, source: str, inputs) -> np.ndarray:
-    mod = _module(tmp_path / f"{name}.py", source)
+    mod = written(tmp_path / f"{name}.py", source)
     with execution.tpu_interpret_mode():
         return np.asarray(jax.jit(mod.workload)(*inputs), dtype=np.float32)
 
@@ -151,7 +144,7 @@ def test_first_kernels_that_did_not_compile_compile_at_full(task, tmp_path):
     full = [
         jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in jax.eval_shape(ref.create_inputs)
     ]
-    mod = _module(tmp_path / "first.py", t.render(t.initial, "program"))
+    mod = written(tmp_path / "first.py", t.render(t.initial, "program"))
     with trace_as_target(target):
         assert jax.jit(mod.workload).lower(*full).compile() is not None
 

@@ -10,7 +10,6 @@ runs every reference in the folder the same way.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -25,6 +24,7 @@ from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 REFS = Path(__file__).resolve().parents[2] / "refs" / "ops"
 FAMILY = {  # reference -> (template, a size small enough for interpret mode, blocks that make several steps)
@@ -33,14 +33,6 @@ FAMILY = {  # reference -> (template, a size small enough for interpret mode, bl
     "maxpool2d": ("pool", {"n": 1, "c": 8, "h": 20, "w": 20}, {"block_rows": 4}),  # 3 steps, halo 1 row
     "conv2d_grouped": ("conv", {"n": 1, "c": 8, "o": 16, "h": 12, "w": 12}, {"block_rows": 2}),
 }
-
-
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _smallest(template, **blocks) -> dict:
@@ -60,7 +52,7 @@ def _compile_full(tmp_path: Path, source: str, ref_mod, target: str) -> None:
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
         for x in jax.eval_shape(ref_mod.create_inputs)
     ]
-    kernel = _module(tmp_path / f"first_{target.replace('-', '_')}.py", source)
+    kernel = written(tmp_path / f"first_{target.replace('-', '_')}.py", source)
     with trace_as_target(t):
         text = jax.jit(kernel.workload).lower(*full).compile().as_text()
     assert "tpu_custom_call" in text or "custom-call" in text
@@ -73,13 +65,13 @@ def _check(tmp_path: Path, name: str, size: dict, targets=("tpu-v6e",), blocks=N
     template, target, _ = program_template(program)
     assert target == "full" and f"template={template.name}" in source
     assert "interpret=False" in source and "dimension_semantics" in source and "pl.CostEstimate" in source
-    ref_mod = _module(tmp_path / f"{name}_ref.py", ref.read_text())
+    ref_mod = written(tmp_path / f"{name}_ref.py", ref.read_text())
     for t in targets:
         _compile_full(tmp_path, source, ref_mod, t)
     ref_mod.SIZES["check"] = size
     inputs = ref_mod.create_inputs(size="check", key=3)
     want = ref_mod.workload(*inputs)
-    small = _module(
+    small = written(
         tmp_path / f"{name}_small.py", template.render(_smallest(template, **(blocks or {})), "program")
     )
     got = _interpret(small, inputs)
@@ -102,7 +94,7 @@ def test_a_reverse_scan_walks_blocks_from_the_end_and_carries_between_them(tmp_p
         "y = _combine(_scan_tile(y, pos, block_l), carry_ref[...])", "y = _scan_tile(y, pos, block_l)"
     )
     assert forgetful != source
-    got = _interpret(_module(tmp_path / "forgetful.py", forgetful), inputs)
+    got = _interpret(written(tmp_path / "forgetful.py", forgetful), inputs)
     assert not np.allclose(np.asarray(got), np.asarray(want), atol=1e-3)
 
 
@@ -112,12 +104,12 @@ def test_argmax_over_a_middle_axis_keeps_the_first_index_across_blocks(tmp_path)
     assert template.name == "arg_reduce"
     # ties: every value equal, so the first index (0) must win over later blocks' first index
     flat = [jax.numpy.zeros_like(inputs[0])]
-    got = _interpret(_module(tmp_path / "ties.py", template.render(_smallest(template), "program")), flat)
+    got = _interpret(written(tmp_path / "ties.py", template.render(_smallest(template), "program")), flat)
     assert int(np.asarray(got).max()) == 0
     # a NaN is the max (jnp.argmax): the first NaN's index, also when a later block holds a larger number
     x = np.asarray(inputs[0]).copy()
     x[0, 17, 3], x[0, 30, 3], x[1, 5, 9] = np.nan, 1e30, np.nan
-    got = _interpret(_module(tmp_path / "nan.py", template.render(_smallest(template), "program")), [x])
+    got = _interpret(written(tmp_path / "nan.py", template.render(_smallest(template), "program")), [x])
     np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.numpy.argmax(x, axis=1)))
 
 
@@ -131,7 +123,7 @@ def test_a_padded_strided_max_pool_reads_its_halo_from_the_next_block(tmp_path):
         "(r + 1) * (rows_in // halo_rows)", "r * (rows_in // halo_rows)"
     )  # the "halo" is this block's start
     assert blind != source
-    got = _interpret(_module(tmp_path / "blind.py", blind), inputs)
+    got = _interpret(written(tmp_path / "blind.py", blind), inputs)
     assert not np.allclose(np.asarray(got), np.asarray(want))
 
 
@@ -176,7 +168,7 @@ def test_jaxbench_18k_conv_with_its_biases_gets_the_conv_kernel_biases_as_channe
     _compile_full(tmp_path, source, task, "tpu-v6e")
     task.SIZES["check"] = {**task.SIZES["small"], "batch_size": 2, "height": 10, "width": 12}
     inputs = task.create_inputs(size="check", key=5)
-    small = _module(tmp_path / "k18_small.py", template.render(_smallest(template), "program"))
+    small = written(tmp_path / "k18_small.py", template.render(_smallest(template), "program"))
     got, want = _interpret(small, inputs), task.workload(*inputs)
     np.testing.assert_allclose(
         np.asarray(got, np.float32), np.asarray(want, np.float32), atol=1e-2, rtol=1e-2
@@ -189,5 +181,5 @@ def test_jaxbench_18k_conv_with_its_biases_gets_the_conv_kernel_biases_as_channe
     "ref", sorted(p.name.removesuffix("_reference.py") for p in REFS.glob("*_reference.py"))
 )
 def test_every_op_reference_gets_a_kernel_that_compiles_at_full_and_matches_at_small(tmp_path, ref):
-    ref_mod = _module(tmp_path / "sizes.py", (REFS / f"{ref}_reference.py").read_text())
+    ref_mod = written(tmp_path / "sizes.py", (REFS / f"{ref}_reference.py").read_text())
     _check(tmp_path, ref, ref_mod.SIZES["small"])

@@ -10,7 +10,6 @@ is one position off must fail the comparison.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -22,6 +21,7 @@ from maxkernel.clients.offline.templates.ragged_paged import recognise
 from maxkernel.jaxbench.registry import load_task
 from maxkernel.tpu_tools.hardware import execution
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 TASK = "7p_Ragged_Paged_Attention"
 SOURCE = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks" / f"{TASK}.py"
@@ -30,14 +30,6 @@ SOURCE = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks" / f"{TASK}.p
 @pytest.fixture(scope="module")
 def program() -> dict:
     return describe(TASK).model_dump(mode="json")
-
-
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_7p_is_recognised_with_its_roles_and_scale(program):
@@ -70,7 +62,7 @@ def test_the_kernel_matches_the_reference_and_an_off_by_one_bound_does_not(progr
     want = np.asarray(ref.workload(*inputs), np.float32)
     errs = []
     for name, text in (("good", source), ("broken", broken)):
-        kernel = _module(tmp_path / f"{name}.py", text)
+        kernel = written(tmp_path / f"{name}.py", text)
         with execution.tpu_interpret_mode():
             got = jax.jit(kernel.workload)(*inputs)
         assert got.shape == want.shape and got.dtype == inputs[0].dtype

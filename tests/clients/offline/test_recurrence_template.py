@@ -9,7 +9,6 @@ the reason. Griffin's RG-LRU region (recurrentgemma, unmodified) is the slow tes
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -24,6 +23,7 @@ from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 EMA = """
 import jax
@@ -142,14 +142,6 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
     return path
 
 
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.slow  # a compile at full or an interpret run at a check size: `make test-slow`
 def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_at_full(tmp_path):
     ref = _write(tmp_path, "ema", EMA.replace("REVERSE", "False"))
@@ -160,8 +152,8 @@ def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_
     assert '"parallel", "parallel", "arbitrary"' in source  # T chunks last, carried in order
     # small blocks: 4 T chunks (the carry crosses them), 2 W blocks, 2 batch rows (each from its own h0)
     template, _, _ = program_template(program)
-    mod = _module(tmp_path / "small_blocks.py", template.render({"block_t": 8, "block_w": 128}, "program"))
-    ref_mod = _module(tmp_path / "ema_copy.py", ref.read_text())
+    mod = written(tmp_path / "small_blocks.py", template.render({"block_t": 8, "block_w": 128}, "program"))
+    ref_mod = written(tmp_path / "ema_copy.py", ref.read_text())
     inputs = ref_mod.create_inputs(size={"b": 2, "t": 32, "w": 256}, key=jax.random.key(3))
     want = ref_mod.workload(*inputs)
     with execution.tpu_interpret_mode():
@@ -170,7 +162,7 @@ def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_
     # a kernel that restarted the carry at each chunk would be off from row 8 on: the check sees it
     restart = source.replace("pl.program_id(2) == 0", "True")
     assert restart != source
-    bad = _module(tmp_path / "restart.py", restart.replace("BLOCK_T = ", "BLOCK_T = 8  #"))
+    bad = written(tmp_path / "restart.py", restart.replace("BLOCK_T = ", "BLOCK_T = 8  #"))
     with execution.tpu_interpret_mode():
         wrong = jax.jit(bad.workload)(*inputs)
     assert not np.allclose(np.asarray(wrong)[:, 8:], np.asarray(want)[:, 8:], atol=1e-3)
@@ -178,7 +170,7 @@ def test_a_gated_ema_gets_a_recurrence_kernel_right_across_chunks_that_compiles_
     target = parse_target("tpu-v5e")
     sharding = execution.aot_sharding(target)
     full = [jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x in ref_mod.create_inputs()]
-    first = _module(tmp_path / "first.py", source)
+    first = written(tmp_path / "first.py", source)
     with trace_as_target(target):
         compiled = jax.jit(first.workload).lower(*full).compile()
     assert compiled is not None
@@ -189,7 +181,7 @@ def test_a_carry_shaped_input_the_body_closes_over_is_read_per_batch_row(tmp_pat
     template, _, _ = program_template(describe(str(ref)).model_dump(mode="json"))
     source = template.render({"block_t": 8, "block_w": 128}, "program")
     assert "# loop-invariant in the body" in source
-    mod, ref_mod = _module(tmp_path / "k.py", source), _module(tmp_path / "r.py", CONST)
+    mod, ref_mod = written(tmp_path / "k.py", source), written(tmp_path / "r.py", CONST)
     inputs = ref_mod.create_inputs(size={"b": 2, "t": 16, "w": 128}, key=jax.random.key(1))
     with execution.tpu_interpret_mode():
         got = jax.jit(mod.workload)(*inputs)
@@ -201,7 +193,7 @@ def test_two_batch_axes_tile_and_an_input_on_two_of_them_is_read_per_head(tmp_pa
     source = template.render({"block_t": 8, "block_w": 128}, "program")
     assert '"parallel", "parallel", "parallel", "arbitrary"' in source
     assert "x1_ref[pl.ds(r1, b1), :]" in source  # [H, D]: the head is on sublanes, sliced at this step's head
-    mod, ref_mod = _module(tmp_path / "k.py", source), _module(tmp_path / "r.py", HEADS)
+    mod, ref_mod = written(tmp_path / "k.py", source), written(tmp_path / "r.py", HEADS)
     inputs = ref_mod.create_inputs(size={"b": 1, "h": 2, "t": 16, "d": 128}, key=jax.random.key(2))
     with execution.tpu_interpret_mode():
         got = jax.jit(mod.workload)(*inputs)

@@ -24,6 +24,7 @@ from maxkernel.clients.offline.templates import sparse_moe
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.execution import tpu_interpret_mode
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
 MOE = TASKS / "10p_Sparse_MoE.py"
@@ -33,14 +34,6 @@ SMALL = {"block_m": 128, "block_n": 128, "block_k": 128, "block_n_down": 128, "b
 @pytest.fixture(scope="module")
 def program():
     return describe(str(MOE)).model_dump(mode="json")
-
-
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:
@@ -123,7 +116,7 @@ def test_the_kernel_matches_the_dense_reference_with_tied_routes_and_a_maskless_
 ):
     t = sparse_moe.build(program, Symbolic(program))
     source = t.render(SMALL, "program")
-    mod = _module(tmp_path / "moe_kernel.py", source)
+    mod = written(tmp_path / "moe_kernel.py", source)
     ref = _reference()
     for tied in (False, True):
         inputs = _tiny_inputs(tied)
@@ -136,7 +129,7 @@ def test_the_kernel_matches_the_dense_reference_with_tied_routes_and_a_maskless_
     # without the group mask a row tile's rows take every overlapping expert's result: wrong
     broken = source.replace("+= jnp.where(keep, part, 0.0)", "+= part")
     assert broken != source
-    bad = _module(tmp_path / "moe_broken.py", broken)
+    bad = written(tmp_path / "moe_broken.py", broken)
     with tpu_interpret_mode():
         got = np.asarray(jax.jit(bad.workload)(*inputs))
     assert not np.allclose(got, want, atol=1e-2, rtol=1e-2)

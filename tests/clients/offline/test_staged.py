@@ -11,7 +11,6 @@ adversary: a contraction with its operands swapped (T[j, i], the shapes agree: N
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import jax
@@ -29,6 +28,7 @@ from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged.target_trace import trace_as_target
 from maxkernel.tpu_tools.problem.program import describe
+from tests.clients.offline._modules import written
 
 TASK = "17p_Triangle_Multiplication"
 TASKS = Path(__file__).resolve().parents[3] / "jaxbench" / "tasks"
@@ -53,14 +53,6 @@ def workload(x, y):
 @pytest.fixture(scope="module")
 def program() -> dict:
     return describe(str(TASKS / f"{TASK}.py")).model_dump(mode="json")
-
-
-def _module(path: Path, source: str):
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_17p_is_cut_into_projections_contraction_and_norm(program):
@@ -130,7 +122,7 @@ def test_17p_is_three_kernels_that_match_the_reference_and_swapped_operands_do_n
     assert broken != source
     errs = []
     for name, text in (("good", source), ("broken", broken)):
-        kernel = _module(tmp_path / f"{name}.py", text)
+        kernel = written(tmp_path / f"{name}.py", text)
         with execution.tpu_interpret_mode():
             got = jax.jit(kernel.workload)(*inputs)
         assert got.shape == want.shape and got.dtype == inputs[0].dtype
@@ -149,7 +141,7 @@ def test_17p_first_kernel_compiles_at_full(program, tmp_path):
     full = [
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding) for x in jax.eval_shape(ref.create_inputs)
     ]
-    kernel = _module(tmp_path / "first.py", source)
+    kernel = written(tmp_path / "first.py", source)
     with trace_as_target(t):
         text = jax.jit(kernel.workload).lower(*full).compile().as_text()
     assert "tpu_custom_call" in text or "custom-call" in text
