@@ -27,11 +27,12 @@ _MAX_STRIDE = 4  # a transposed convolution's stride (dilated extents: s * d - s
 _MAX_OFFSET = 8
 
 
-def target_size(program: Program) -> str:
+def target_size(program: Program, mismatched: bool = False) -> str:
     """The size the kernel is for: the description's `target_size` if it names one, else `full` when the
-    reference has it, else the largest by input element count."""
+    reference has it, else the largest by input element count. `mismatched`: sizes whose traced structure
+    differs count too (a template that writes no equations of the trace: ragged_paged)."""
     named = program.get("target_size")
-    sizes = {str(program.get("size")): program["inputs"], **_variant_inputs(program)}
+    sizes = {str(program.get("size")): program["inputs"], **_variant_inputs(program, mismatched)}
     if named in sizes:
         return str(named)
     if TARGET_DEFAULT in sizes:
@@ -39,8 +40,9 @@ def target_size(program: Program) -> str:
     return max(sizes, key=lambda s: sum(math.prod(t["shape"]) for t in sizes[s]))
 
 
-def _variant_inputs(program: Program) -> dict[str, list]:
-    return {k: v["inputs"] for k, v in (program.get("variants") or {}).items() if not v.get("mismatch")}
+def _variant_inputs(program: Program, mismatched: bool = False) -> dict[str, list]:
+    variants = (program.get("variants") or {}).items()
+    return {k: v["inputs"] for k, v in variants if mismatched or not v.get("mismatch")}
 
 
 class Symbolic:

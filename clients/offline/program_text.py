@@ -7,6 +7,7 @@ LLM reads the reference's shapes and ops and the offline model rebuilds the prog
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -24,8 +25,6 @@ def smaller_size(program: dict[str, Any]) -> str | None:
     """The traced size (of `program`'s variants) with the fewest input elements, when it has fewer than
     `program`'s own: where a program is too large to list, the same reference traced there may not be
     (7p: one block per sequence slot, 56 at full, 7 at small)."""
-    import math
-
     from maxkernel.tpu_tools.problem.sizes import DERIVED
 
     def elements(inputs: list[dict[str, Any]]) -> int:

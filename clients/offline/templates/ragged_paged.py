@@ -261,7 +261,7 @@ def _slices(g: Graph, eqns: set[int], vec: str) -> set[tuple[int, ...]]:
     }
 
 
-def _scale(g: Graph, dot: int) -> float | None:
+def _scale(g: Graph, dot: int) -> float:
     """The literal the scores are multiplied by (1.0 where none is), following the first dot's output."""
     name = g.eqns[dot]["outputs"][0]
     while True:
@@ -333,11 +333,12 @@ def recognise(program: Program) -> dict[str, Any] | None:
         if len(dots) != 2 or not any(g.eqns[j]["primitive"] == "exp" for j in anc):
             return None
         d1, d2 = dots
-        if sorted(h for a in g.eqns[d1]["inputs"] if (h := _half(g, a, kv, combined)) is not None) != [0]:
+        scores = {a: _half(g, a, kv, combined) for a in g.eqns[d1]["inputs"]}
+        if sorted(h for h in scores.values() if h is not None) != [0]:
             return None
         if sorted(h for a in g.eqns[d2]["inputs"] if (h := _half(g, a, kv, combined)) is not None) != [1]:
             return None
-        q_side = [a for a in g.eqns[d1]["inputs"] if _half(g, a, kv, combined) is None]
+        q_side = [a for a, h in scores.items() if h is None]
         grouped = [
             j
             for a in q_side
@@ -352,7 +353,7 @@ def recognise(program: Program) -> dict[str, Any] | None:
         if _slices(g, anc, table) != {(i, 0)} or not any(count in g.eqns[j]["inputs"] for j in anc):
             return None
         s = _scale(g, d1)
-        if s is None or (scale is not None and not math.isclose(s, scale, rel_tol=1e-6)):
+        if scale is not None and not math.isclose(s, scale, rel_tol=1e-6):
             return None
         scale = s
     return {"q": q, "kv": kv, "lens": lens, "table": table, "cu": cu, "count": count, "scale": scale,
@@ -364,12 +365,10 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]] | None:
     r = recognise(program)
     if r is None:
         return None
-    # every traced size counts, those whose structure differs too (dims.target_size drops them: their
-    # equations cannot be rewritten generically, which this template does not do)
-    sizes = {str(program.get("size")): program["inputs"]}
-    sizes |= {k: v["inputs"] for k, v in (program.get("variants") or {}).items()}
-    target = target_size({**program, "variants": {k: {"inputs": v} for k, v in sizes.items()}})
-    spec = dict(zip(program["input_names"], sizes[target], strict=True))
+    # sizes whose traced structure differs count too: this template writes none of the trace's equations
+    target = target_size(program, mismatched=True)
+    inputs = program["inputs"] if target == program.get("size") else program["variants"][target]["inputs"]
+    spec = dict(zip(program["input_names"], inputs, strict=True))
     n_tok, hq, d = spec[r["q"]]["shape"]
     _, page, combined, _ = spec[r["kv"]]["shape"]
     slots, pps = spec[r["table"]]["shape"]
