@@ -17,7 +17,7 @@ from recurrentgemma import jax as griffin_lib
 from maxkernel.jaxbench.model_params import draw_like_init
 
 SIZES = {
-    "full": {"batch": 2, "seq": 1024, "vocab": 8192, "width": 1024, "mlp": 3072},
+    "full": {"batch": 2, "seq": 256, "vocab": 8192, "width": 1024, "mlp": 3072},
     "small": {"batch": 1, "seq": 64, "vocab": 512, "width": 128, "mlp": 384},
 }
 CONFIG = {"name": "griffin", "dtype": "float32", "atol": 1e-4, "rtol": 1e-4}

@@ -347,6 +347,8 @@ def match_kernels(
     when every grid pairs, else the one order of the dump that pairs them all. The dump's order is not always the trace's (9p's
     expert: its down projection's kernel came first); where several orders pair, the in-order pairing stays."""
     kernels = [p for p in programs if p.is_kernel]
+    if len(kernels) < len(calls):
+        return _match_shared(calls, kernels, chip)
     if len(kernels) != len(calls):
         return [None] * len(calls)
     cores = cores_per_device(chip)
@@ -379,6 +381,26 @@ def match_kernels(
         if all(fits[i][j] and _named(calls[i], kernels[j]) for i, j in enumerate(o))
     ]
     return [kernels[j] for j in named[0]] if len(named) == 1 else in_order
+
+
+def _match_shared(
+    calls: Sequence[PallasCallInfo], kernels: Sequence[ProgramLLO], chip: str | None
+) -> list[ProgramLLO | None]:
+    """Fewer kernel programs than calls: the compiler keeps one program for identical kernels (a model's layers
+    calling the same kernel on the same shapes). Calls alike in everything but where they sit in the program
+    share one; when those classes are as many as the programs, they pair as distinct calls would."""
+    classes: dict[str, int] = {}
+    of_call = [classes.setdefault(_kernel_key(c), len(classes)) for c in calls]
+    if len(classes) != len(kernels):
+        return [None] * len(calls)
+    firsts = [calls[of_call.index(k)] for k in range(len(classes))]
+    paired = match_kernels(firsts, kernels, chip)
+    return [paired[k] for k in of_call]
+
+
+def _kernel_key(call: PallasCallInfo) -> str:
+    """What makes two calls one compiled kernel: all but the call's place in the traced program."""
+    return call.model_dump_json(exclude={"path"})
 
 
 def _named(call: PallasCallInfo, prog: ProgramLLO) -> bool:

@@ -174,3 +174,29 @@ def test_profile_refuses_the_same_body_before_any_compile(evaluator):
     r = evaluator.profile(kernel("value_over_vmem"), MATMUL_REF, "tpu-v6e", "small")
     assert not r.ok and r.failure.kind == "vmem_exhausted" and r.failure.stage == "trace", r.failure
     assert "float32[8192, 8192]" in r.failure.summary
+
+
+def test_identical_calls_the_compiler_kept_one_program_for_share_it():
+    """A model's layers calling one kernel on the same shapes (Griffin's RG-LRU scan, twice): the compiler
+    keeps one program for both, and each call is costed from it; calls that differ do not share."""
+    from maxkernel.tpu_tools.cost.estimate import match_kernels
+    from maxkernel.tpu_tools.cost.llo_parse import ProgramLLO
+    from maxkernel.tpu_tools.problem.pallas_info import PallasCallInfo
+
+    def call(name, grid, path):
+        return PallasCallInfo(
+            kernel_name=name, path=path, grid=grid, num_scalar_prefetch=0,
+            dimension_semantics=("parallel", "arbitrary"), inputs=[], outputs=[], scratch=[], interpret=False,
+        )  # fmt: skip
+
+    scan = ProgramLLO(program="scan.1", is_kernel=True, iteration_bounds=[2, 1])
+    layers = [
+        call("scan", (2, 1), "jit(f)/layer0/pallas_call"),
+        call("scan", (2, 1), "jit(f)/layer1/pallas_call"),
+    ]
+    assert [p.program for p in match_kernels(layers, [scan], "tpu-v5e")] == ["scan.1", "scan.1"]
+    other = [layers[0], call("scan", (4, 1), "jit(f)/layer1/pallas_call")]  # another grid: another kernel
+    assert match_kernels(other, [scan], "tpu-v5e") == [None, None]
+    mm = ProgramLLO(program="mm.1", is_kernel=True, iteration_bounds=[8, 8])
+    three = [*layers, call("mm", (8, 8), "jit(f)/head/pallas_call")]
+    assert [p.program for p in match_kernels(three, [mm, scan], "tpu-v5e")] == ["scan.1", "scan.1", "mm.1"]
