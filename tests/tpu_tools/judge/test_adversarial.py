@@ -240,6 +240,19 @@ def test_newton_rsqrt_from_one_passes_the_references_draw_and_fails_a_models(eva
     )
 
 
+@pytest.mark.slow  # two 32k validations at small: ~20-40 s on 2 shared cores
+def test_one_row_block_broadcast_passes_iid_inputs_and_fails_where_samples_differ(evaluator):
+    """32k's per-row logsumexp is the same number for every row to within one bf16 ulp on the task's own
+    draw: there the check cannot tell (weak_check, not a pass); seed 1's per-sample scales (channel_scales)
+    make rows differ, and the kernel that computed 8 rows and broadcast them is wrong there."""
+    small = ["small"]
+    own = evaluator.validate(adv("one_row_block_broadcast_32k"), "32k", "cpu", seeds=1, check_sizes=small)
+    assert own.failure is not None and own.failure.kind == "weak_check", own.failure
+    r = evaluator.validate(adv("one_row_block_broadcast_32k"), "32k", "cpu", check_sizes=small)
+    assert r.failure is not None and r.failure.kind == "output_mismatch", r.failure
+    assert ("channel_scales", False) in [(s.inputs, s.ok) for s in r.per_seed]
+
+
 @pytest.mark.slow  # four projection validations at small: ~40-75 s on 2 shared cores
 def test_int8_per_tensor_activations_fail_on_outlier_channels_and_an_honest_kernel_passes(evaluator):
     small = ["small"]

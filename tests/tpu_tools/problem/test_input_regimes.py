@@ -51,11 +51,15 @@ def test_factors_are_positive_reproducible_and_only_on_float_arrays(regime):
     assert np.isfinite(np.asarray(x, np.float32)).all()
 
 
-def test_channel_scales_have_outlier_channels():
+def test_channel_scales_have_outlier_channels_and_every_sample_its_own_scale():
     x = jnp.ones((4, 1024), jnp.float32)
     (y,) = apply_regime((x,), "channel_scales", 0)
-    per_channel = np.asarray(y)[0]
-    assert np.allclose(np.asarray(y), per_channel)  # one factor per channel (last axis)
+    f = np.asarray(y)
+    per_sample = f[:, :1] / f[0, 0]
+    assert np.allclose(f, per_sample * f[0])  # a factor per channel (last axis) times one per row
+    assert per_sample.max() / per_sample.min() > 1.5
+    (v,) = apply_regime((x[0],), "channel_scales", 0)
+    per_channel = np.asarray(v)  # a 1-D input: channel factors alone
     median = float(np.median(per_channel))
     assert (per_channel > OUTLIER_LO * median / 3).sum() >= 1024 // CHANNELS_PER_OUTLIER
     assert 0.5 < median < 2.0 and per_channel.std() > 0.5
@@ -71,3 +75,16 @@ def test_heavy_tails_move_the_scale_away_from_one_with_heavy_tails():
         assert f.max() / np.median(f) > 4.0 and f.max() <= MAX_FACTOR * 8.0 + 1e-3  # a tail, capped
     assert all(s > 4.0 or s < 0.4 for s in scales)  # the global scale is never ~1
     assert any(s > 4.0 for s in scales) and any(s < 0.4 for s in scales)  # up and down
+
+
+def test_sample_scales_make_each_sample_of_a_reduction_differ():
+    """A per-sample mean of a large i.i.d. volume is the same number for every sample to ~1e-3; the per-sample
+    scales (one per image and channel of an NCDHW input) move it by far more, so a kernel that computes one
+    sample and broadcasts it fails here, where it passes on the reference's own draw."""
+    x = jax.random.uniform(jax.random.key(0), (8, 3, 8, 16, 16), jnp.float32)
+    (y,) = apply_regime((x,), "channel_scales", 1)
+    own, scaled = np.asarray(x).mean(axis=(1, 2, 3, 4)), np.asarray(y).mean(axis=(1, 2, 3, 4))
+    assert own.std() / own.mean() < 0.01
+    assert scaled.std() / scaled.mean() > 0.2
+    f = np.asarray(y) / np.asarray(x)
+    assert np.allclose(f, f[:, :, :1, :1, :1] * f[:1, :1, :1, :1, :] / f[0, 0, 0, 0, 0], rtol=1e-5)
