@@ -605,6 +605,13 @@ class SuiteRunner:
             row.check_sizes.append(case_size(case, first))
             if r.get("ok"):
                 evidence.append(f"tester case {case.get('name')}")
+            elif kind == "weak_check" and ok:
+                # the case's own draw cannot tell a trivial output on as many seeds as could: it is no evidence
+                # either way (25k's per-sample mean on i.i.d. inputs), and the validation above, which could
+                # tell, stands. Said in the evidence, never counted as a check that passed.
+                evidence.append(
+                    f"tester case {case.get('name')} told nothing: {failure.get('summary') or 'weak check'}"
+                )
             elif kind != "case_unusable":  # a case the reference cannot run blames nobody
                 if ok:
                     row.failed = FailedCase(
