@@ -1,11 +1,12 @@
 """Which op-family template writes a program (op_families.py recognises the family; scan_reduce.py and
-window.py write the kernels, conv_rows.py a 2-D NCHW conv when its cost beats window.py's, conv_stats.py one summed over its rows and columns, conv_norm.py one normalised over its output in two passes, conv_split.py a convolution with more than an elementwise epilogue): its
+window.py write the kernels, conv_rows.py a 2-D NCHW conv when its cost beats window.py's, conv_stats.py one summed over its rows and columns, conv_norm.py one normalised over its output in two passes, conv_moments.py one only summed (its sums of y and y^2), conv_split.py a convolution with more than an elementwise epilogue): its
 own module, so the templates import op_families without a cycle."""
 
 from __future__ import annotations
 
 from maxkernel.clients.offline.templates.base import MiB, cheapest
 from maxkernel.clients.offline.templates.conv_depth import build as build_conv_depth
+from maxkernel.clients.offline.templates.conv_moments import build as build_conv_moments
 from maxkernel.clients.offline.templates.conv_norm import build as build_conv_norm
 from maxkernel.clients.offline.templates.conv_rows import build as build_conv_rows
 from maxkernel.clients.offline.templates.conv_stats import build as build_conv_stats
@@ -33,6 +34,10 @@ def build(program: Program, rest_template=None):
             pass
         from maxkernel.clients.offline.templates.conv_split import build as build_conv_split
 
+        try:  # conv whose output is only summed (degree <= 2 in it): one pass of its moments
+            moments = build_conv_moments(program)
+        except ValueError:
+            moments = None
         try:  # conv, then a norm over its output: two passes that recompute the conv
             norm = build_conv_norm(program)
         except ValueError:
@@ -40,14 +45,14 @@ def build(program: Program, rest_template=None):
         try:  # or the conv written to HBM and read back by a kernel for the rest
             split = build_conv_split(program, rest_template, build_conv) if rest_template else None
         except ValueError:
-            if norm is None:
+            if norm is None and moments is None:
                 raise
             split = None
-        if split is None and norm is None:
+        found = [p for p in (moments, norm, split) if p is not None]
+        if not found:
             raise
-        if split is None or norm is None:
-            return split or norm
-        return norm if cheapest(split[0], norm[0], vmem_bytes=56 * MiB) is norm[0] else split
+        best = cheapest(*(p[0] for p in found), vmem_bytes=56 * MiB)
+        return next(p for p in found if p[0] is best)
     if family in ("scan", "arg"):
         return build_scan_reduce(core)
     if family == "conv":

@@ -1,0 +1,420 @@
+"""A convolution whose output is only ever summed, through ops of degree <= 2 in it (a group or instance
+norm's statistics, an affine map, a mean over everything): one kernel takes each (image, channel)'s sum
+of y and of y^2 over the conv's output positions, and the program runs on those sums, never on y.
+
+Why: 25k (conv3d of 3 channels, GroupNorm, mean per image) writes 122 MB of conv output for a 128-value
+answer. Every value the program makes from the conv output y is c0 + c1 y + c2 y^2 per (image, channel)
+(c the statistics and per-channel vectors, y's dtype roundings not kept: closer to the upcast oracle),
+so a sum over the output positions is c0 P + c1 S1 + c2 S2. `plan` proves that from the traced program
+(refusing any other op on y) and the module evaluates the program on those forms (`_P` below), in plain
+JAX on [N, O]-sized values.
+
+The kernel: one image a step (NC(D)HW read as it lies: (h, w) flattened on lanes, so a tap (kh, kw) is
+a lane shift of kh * W + kw of the (c, d) rows), all taps stacked into K; the depth taps ride a weight
+matrix banded over the output depths ([D' * O, taps * C * D]: row (z, o) reads depths z .. z + KD - 1),
+so one dot gives every output depth. The output positions past W' in each row are masked by the 0/1
+column that sums them on the MXU (y, and y^2 as a bf16 high and low part, each one dot
+[D' * O, P] @ [P, 128]: a variance is S2 - S1^2 / P, so S2 is kept to ~16 bits, not bf16's 8). A 2-D conv is D = 1.
+The band costs D / KD times the conv's MXU work and its weight VMEM grows with D^2: `build` refuses what
+does not fit and op_dispatch weighs it against the other conv plans by their own cost models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from maxkernel.clients.offline.dims import Symbolic, program_at
+from maxkernel.clients.offline.templates.base import MiB, Template
+from maxkernel.clients.offline.templates.conv_norm import _with_conv_shape
+from maxkernel.clients.offline.templates.conv_rows import _specs, _t
+from maxkernel.clients.offline.templates.op_families import CONV, check_config
+from maxkernel.clients.offline.templates.row_blocks import itemsize
+from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
+from maxkernel.tpu_tools.problem.safe_ast import literal_eval
+
+LINEAR = {"add", "sub", "mul", "div", "neg", "convert_element_type", "square", "integer_pow", "reshape"}
+_MAX_VMEM = 40 * MiB
+_CLOCK_MXU = 918e12  # v6e bf16 MXU flop/s (conv_stats' unit: the cost models are compared)
+_HBM = 1.6e12
+
+
+def _mxu(v: int) -> int:
+    return -(-v // 256) * 256
+
+
+def plan(program: Program) -> dict[str, Any] | str:
+    """Which equations act on the conv output y (as forms of degree <= 2) and which on statistics; else
+    why not. Returns {"conv": index, "degree": {name: degree of each y-form}, "spatial": k}."""
+    eqns = program["equations"]
+    convs = [i for i, e in enumerate(eqns) if e["primitive"] in CONV]
+    if len(convs) != 1 or len(program["outputs"]) != 1:
+        return "not one convolution with one output"
+    c = convs[0]
+    conv = eqns[c]
+    if [operand(a) for a in conv["inputs"]] != program["input_names"][:2]:
+        return "not a convolution of the program's first two inputs"
+    out_shape = list(conv["out_specs"][0]["shape"])
+    k = len(out_shape) - 2
+    if k not in (2, 3):
+        return f"a {k}-D convolution"
+    spatial = out_shape[2:]
+    deg: dict[str, int] = {conv["outputs"][0]: 1}
+    shapes: dict[str, list[int]] = {}
+    for e in eqns:
+        for o_, s in zip(e["outputs"], e["out_specs"], strict=False):
+            shapes[o_] = list(s["shape"])
+    for i, e in enumerate(eqns[c + 1 :], start=c + 1):
+        ins = [a for a in e["inputs"] if not a.startswith("lit:")]
+        forms = [a for a in ins if a in deg]
+        shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
+        big = len(shp) >= k + 1 and shp[-k:] == spatial
+        if not forms:
+            if big and e["primitive"] != "broadcast_in_dim":
+                return f"{e['primitive']} makes a value of the convolution's size from statistics"
+            if big:  # a statistic broadcast over the positions: kept at size 1 there
+                src = shapes.get(ins[0]) if ins else []
+                dims = literal_eval(e["params"]["broadcast_dimensions"])
+                if any(d >= len(shp) - k and (src or [1])[j] != 1 for j, d in enumerate(dims)):
+                    return "a value broadcast over the positions varies along them"
+            continue
+        p = e["primitive"]
+        if p == "reduce_sum":
+            axes = literal_eval(e["params"]["axes"])
+            rank = len(shapes[forms[0]])
+            if not set(range(rank - k, rank)) <= set(axes):
+                return f"a sum over axes {axes} keeps some of the convolution's positions"
+            continue
+        if p not in LINEAR or not big:
+            return f"{p} on the convolution's output (not a sum, nor of degree <= 2 in it)"
+        if p == "reshape" and shp[-k:] != shapes[forms[0]][-k:]:
+            return "a reshape that moves the convolution's positions"
+        if p == "convert_element_type" and "float" not in e["out_specs"][0]["dtype"]:
+            return "a convert of the convolution's output to a non-float type"
+        if p == "integer_pow" and e["params"].get("y") != "2":
+            return f"a power {e['params'].get('y')} of the convolution's output"
+        if p == "div" and ins and ins[-1] in deg:
+            return "a division by a value made from the convolution's output"
+        d = [deg[a] for a in forms]
+        if p in ("mul",) and len(forms) == 2:
+            got = sum(d)
+        elif p in ("square", "integer_pow"):
+            got = 2 * d[0]
+        else:
+            got = max(d)
+        if got > 2:
+            return "a value of degree > 2 in the convolution's output"
+        deg[e["outputs"][0]] = got
+    if program["outputs"][0] in deg:
+        return "its output is the convolution's size (nothing sums it)"
+    if not any(e["primitive"] == "reduce_sum" and any(a in deg for a in e["inputs"]) for e in eqns):
+        return "no sum over the convolution's output"
+    return {"conv": c, "degree": deg, "spatial": k}
+
+
+def _form_line(e: Mapping[str, Any], deg: Mapping[str, int], sym: Symbolic, k: int) -> str:
+    """One equation on y-forms, as a call of the module's `_P` helpers."""
+    p = e["primitive"]
+    args = [sym.literal(e, j) if a.startswith("lit:") else operand(a) for j, a in enumerate(e["inputs"])]
+    out = operand(e["outputs"][0])
+    if p == "reduce_sum":
+        dt = e["out_specs"][0]["dtype"]
+        return f"{out} = _p_sum({args[0]}, {e['params']['axes']}, jnp.{dt})"
+    if p == "reshape":
+        return f"{out} = _p_reshape({args[0]}, {sym.param(e, 'new_sizes')}, {k})"
+    if p == "convert_element_type":
+        return f"{out} = {args[0]}  # dtype roundings of y-forms are not kept"
+    if p == "neg":
+        return f"{out} = _p_scale({args[0]}, -1.0)"
+    if p in ("square", "integer_pow"):
+        return f"{out} = _p_mul({args[0]}, {args[0]})"
+    if p == "add":
+        return f"{out} = _p_add({args[0]}, {args[1]}, 1.0)"
+    if p == "sub":
+        return f"{out} = _p_add({args[0]}, {args[1]}, -1.0)"
+    if p == "mul":
+        return f"{out} = _p_mul({args[0]}, {args[1]})"
+    if p == "div":
+        return f"{out} = _p_div({args[0]}, {args[1]})"
+    raise ValueError(f"{p} on a y-form")  # plan refused it already
+
+
+def _stat_line(e: Mapping[str, Any], sym: Symbolic, k: int, spatial_rank: int | None) -> list[str]:
+    """A statistics equation as traced; a broadcast over the conv's positions kept at size 1 there."""
+    lines = body_lines({"equations": [e]}, sym=sym, mosaic=False)
+    if spatial_rank is None:
+        return lines
+    out = operand(e["outputs"][0])
+    lead = f"{sym.param(e, 'shape')}[:-{k}] + (1,) * {k}"
+    dims = sym.param(e, "broadcast_dimensions")
+    return [f"{out} = lax.broadcast_in_dim({operand(e['inputs'][0])}, tuple({lead}), {dims})"]
+
+
+SOURCE = (
+    '''"""Convolution moments (offline template `conv_moments`), written from the reference's traced program.
+
+${about}
+
+Shape-generic: every shape is read from the inputs when traced; the block size was chosen for the
+target size (${target}).
+"""
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+${config_marker}${config_json}
+BLOCK_N = ${block_n}  # images per grid step
+VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
+'''
+    + r'''
+
+def _moments_kernel(x_ref, w_ref, m_ref, s1_ref, s2_ref, *, offs, lp, hwp, d_out, o):
+    # x_ref [nb, C * D, H * W]: rows (c, d), positions (h, w) on lanes; w_ref [D' * O, taps * C * D]
+    # banded over the output depths; m_ref [lp, 128]: column 0 is 1 at the valid output positions
+    w = w_ref[...]
+    mask = m_ref[...]
+    for i in range(x_ref.shape[0]):
+        xv = x_ref[i]
+        xv = jnp.concatenate([xv, jnp.zeros((xv.shape[0], hwp - xv.shape[1]), xv.dtype)], axis=1)
+        taps = jnp.concatenate([xv[:, off : off + lp] for off in offs], axis=0)  # [taps * C * D, lp]
+        y = jnp.dot(w, taps, preferred_element_type=jnp.float32).astype(x_ref.dtype)  # [D' * O, lp], rounded once
+        s1 = jnp.dot(y, mask, preferred_element_type=jnp.float32)  # [D' * O, 128]: column 0 the sum
+        sq = y.astype(jnp.float32) * y.astype(jnp.float32)  # exact for a bf16 y
+        hi = sq.astype(y.dtype)
+        lo = (sq - hi.astype(jnp.float32)).astype(y.dtype)  # y^2 to ~16 bits: a variance is S2 - S1^2 / P
+        s2 = jnp.dot(hi, mask, preferred_element_type=jnp.float32) + jnp.dot(lo, mask, preferred_element_type=jnp.float32)
+        s1_ref[i] = s1.reshape(d_out, o, 128).sum(axis=0)
+        s2_ref[i] = s2.reshape(d_out, o, 128).sum(axis=0)
+
+
+def conv_moments(x, w):
+    """Per (image, output channel): the sums of y and y^2 over the output positions, y = conv(x, w)
+    (stride 1, no padding) in x's dtype; and the positions' count."""
+    if x.ndim == 4:  # a 2-D convolution: one depth
+        x, w = x[:, :, None], w[:, :, None]
+    n, c, d, h, wd = x.shape
+    o, _, kd, kh, kw = w.shape
+    d_out, ho, wo = d - kd + 1, h - kh + 1, wd - kw + 1
+    lp = pl.cdiv(ho * wd, 128) * 128  # output positions over the whole input width, lane-padded
+    offs = [a * wd + b for a in range(kh) for b in range(kw)]
+    hwp = pl.cdiv(max(offs) + lp, 128) * 128
+    xf = x.reshape(n, c * d, h * wd)
+    # the band: row (z, o), column (tap, c, depth) holds w[o, c, depth - z, kh, kw] for 0 <= depth - z < kd
+    wt = w.transpose(0, 3, 4, 1, 2).reshape(o, kh * kw, c, kd)  # [O, tap, C, j]
+    j = jnp.arange(d)[None, :] - jnp.arange(d_out)[:, None]  # [D', D]
+    band = jnp.where(((j >= 0) & (j < kd))[None, None, None], wt[:, :, :, jnp.clip(j, 0, kd - 1)], 0)
+    band = band.transpose(3, 0, 1, 2, 4).reshape(d_out * o, kh * kw * c * d).astype(x.dtype)
+    pos = jnp.arange(lp)
+    keep = (pos < ho * wd) & (pos % wd < wo)
+    mask = (keep[:, None] & (jnp.arange(128) == 0)[None]).astype(x.dtype)
+    nb = min(BLOCK_N, n)
+    s1, s2 = pl.pallas_call(
+        functools.partial(_moments_kernel, offs=offs, lp=lp, hwp=hwp, d_out=d_out, o=o),
+        out_shape=[jax.ShapeDtypeStruct((n, o, 128), jnp.float32)] * 2,
+        grid=(pl.cdiv(n, nb),),
+        in_specs=[
+            pl.BlockSpec((nb, c * d, h * wd), lambda b: (b, 0, 0)),
+            pl.BlockSpec((d_out * o, kh * kw * c * d), lambda b: (0, 0)),
+            pl.BlockSpec((lp, 128), lambda b: (0, 0)),
+        ],
+        out_specs=[pl.BlockSpec((nb, o, 128), lambda b: (b, 0, 0))] * 2,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT_BYTES),
+        cost_estimate=pl.CostEstimate(
+            flops=int(2 * n * d_out * o * (kh * kw * c * d) * lp + 6 * n * d_out * o * lp * 128),  # the band, the sums
+            transcendentals=0,
+            bytes_accessed=int(x.size * x.dtype.itemsize + 2 * n * o * 128 * 4),
+        ),
+        interpret=False,
+        name="conv_offline_moments",
+    )(xf, band, mask)
+    return s1[..., 0], s2[..., 0], d_out * ho * wo
+
+
+class _P(NamedTuple):
+    """A value of the conv output's size, c0 + c1 y + c2 y^2 per leading index (coefficients [lead..., 1 x k],
+    f32); m1, m2: the sums of y and y^2 over the k position axes, the same shape; count: the positions."""
+
+    c0: Any
+    c1: Any
+    c2: Any
+    m1: Any
+    m2: Any
+    count: int
+
+
+def _f32(a):
+    return jnp.asarray(a).astype(jnp.float32)
+
+
+def _p_add(a, b, sign):
+    if isinstance(a, _P) and isinstance(b, _P):
+        return a._replace(c0=a.c0 + sign * b.c0, c1=a.c1 + sign * b.c1, c2=a.c2 + sign * b.c2)
+    if isinstance(a, _P):
+        return a._replace(c0=a.c0 + sign * _f32(b))
+    return b._replace(c0=_f32(a) + sign * b.c0, c1=sign * b.c1, c2=sign * b.c2)
+
+
+def _p_scale(a, s):
+    return a._replace(c0=a.c0 * s, c1=a.c1 * s, c2=a.c2 * s)
+
+
+def _p_mul(a, b):
+    if isinstance(a, _P) and isinstance(b, _P):  # plan proved the degree stays <= 2
+        return a._replace(c0=a.c0 * b.c0, c1=a.c0 * b.c1 + a.c1 * b.c0, c2=a.c0 * b.c2 + a.c1 * b.c1 + a.c2 * b.c0)
+    return _p_scale(a, _f32(b)) if isinstance(a, _P) else _p_scale(b, _f32(a))
+
+
+def _p_div(a, b):
+    if isinstance(a, _P):
+        b = _f32(b)
+        return a._replace(c0=a.c0 / b, c1=a.c1 / b, c2=a.c2 / b)
+    raise ValueError("a division by a value made from the convolution's output")
+
+
+def _p_reshape(a, shape, k):
+    lead = tuple(shape[:-k]) + (1,) * k
+    full = a.m1.shape
+
+    def r(v):
+        return jnp.broadcast_to(v, full).reshape(lead)
+
+    return _P(r(a.c0), r(a.c1), r(a.c2), r(a.m1), r(a.m2), a.count)
+
+
+def _p_sum(a, axes, dtype):
+    total = a.c0 * a.count + a.c1 * a.m1 + a.c2 * a.m2
+    return jnp.sum(jnp.broadcast_to(total, jnp.broadcast_shapes(total.shape, a.m1.shape)), axis=axes).astype(dtype)
+
+
+def workload(${args}):
+    """The reference's signature: the conv's moments in the kernel, then the program on [N, O] sums."""
+    s1, s2, count = conv_moments(${x}, ${w})
+    n, o = s1.shape
+    k = ${x}.ndim - 2
+    one = (n, o) + (1,) * k
+    ${conv_out} = _P(jnp.zeros((1, 1) + (1,) * k, jnp.float32), jnp.ones((1, 1) + (1,) * k, jnp.float32),
+        jnp.zeros((1, 1) + (1,) * k, jnp.float32), s1.reshape(one), s2.reshape(one), count)
+    sh = (${shapes})  # every input's shape, then the conv output's: the program's numbers read these
+${program}
+    return ${result}
+'''
+)
+
+
+def build(program: Program) -> tuple[Template, str, dict[str, int]]:
+    """(the template, its target size, its dims) of a conv whose output is only summed through ops of
+    degree <= 2 in it; ValueError with the reason otherwise."""
+    found = plan(program)
+    if isinstance(found, str):
+        raise ValueError(found)
+    c, deg, k = found["conv"], found["degree"], found["spatial"]
+    eqns = program["equations"]
+    conv = eqns[c]
+    prm = conv["params"]
+    if any(s != tuple(range(k + 2)) for s in _specs(prm["dimension_numbers"])):
+        raise ValueError("a convolution not in NC(D)HW / OI(D)HW layout")
+    if any(v != 1 for v in (*_t(prm["window_strides"]), *_t(prm["lhs_dilation"]), *_t(prm["rhs_dilation"]))):
+        raise ValueError("a strided or dilated convolution")
+    if int(prm["feature_group_count"]) != 1 or int(prm["batch_group_count"]) != 1:
+        raise ValueError("a grouped convolution")
+    if any(lo or hi for lo, hi in literal_eval(prm["padding"])):
+        raise ValueError("a padded convolution (not written yet)")
+    if conv["out_specs"][0]["dtype"] != program["inputs"][0]["dtype"]:
+        raise ValueError("a convolution whose output dtype is not its input's")
+    isz = itemsize(program["inputs"][0]["dtype"])
+    if isz not in (2, 4):
+        raise ValueError(f"{program['inputs'][0]['dtype']} inputs")
+    sym = Symbolic(_with_conv_shape(program, c))
+    if sym.mismatch:
+        raise ValueError("its traced program changes structure with size")
+    lines: list[str] = []
+    for e in eqns[:c]:
+        lines += body_lines({"equations": [e]}, sym=sym, mosaic=False)
+    if lines:
+        raise ValueError("equations before the convolution")
+    for e in eqns[c + 1 :]:
+        if any(a in deg for a in e["inputs"]):
+            lines.append(_form_line(e, deg, sym, k))
+            continue
+        shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
+        big = e["primitive"] == "broadcast_in_dim" and len(shp) >= k + 1 and shp[-k:] == conv["out_specs"][0]["shape"][2:]
+        lines += _stat_line(e, sym, k, k if big else None)
+    if sym.unsolved:
+        raise ValueError(f"its program has sizes not read from its inputs ({sym.unsolved[0]})")
+    at = program_at(program, sym.target)
+    xs, ws = at["inputs"][0]["shape"], at["inputs"][1]["shape"]
+    if k == 2:
+        xs, ws = [xs[0], xs[1], 1, *xs[2:]], [ws[0], ws[1], 1, *ws[2:]]
+    n, ch, d, h, wd = xs
+    o, _, kd, kh, kw = ws
+    d_out, ho, wo = d - kd + 1, h - kh + 1, wd - kw + 1
+    lp = -(-(ho * wd) // 128) * 128
+    kdim = kh * kw * ch * d
+    rows = d_out * o
+
+    def vmem(cfg: Mapping[str, Any], dims: Mapping[str, int]) -> int:
+        nb = min(int(cfg["block_n"]), n)
+        total = 2 * nb * ch * d * _lanes(h * wd) * isz + 2 * rows * _lanes(kdim) * isz + 2 * lp * 128 * isz
+        total += kdim * lp * isz + rows * lp * (4 + 2 * isz) + 4 * rows * 128 * 4 + 4 * nb * o * 128 * 4
+        return int(total)
+
+    def cost(cfg: Mapping[str, Any], dims: Mapping[str, int]) -> float:
+        """The MXU's 256-wide passes over the banded dot and the two sums, beside the input's HBM read."""
+        nb = min(int(cfg["block_n"]), n)
+        flops = 2 * n * rows * _mxu(kdim) * _mxu(lp) + 3 * 2 * n * rows * _mxu(lp) * 256
+        mxu = flops / _CLOCK_MXU * 1e6 * 1.3
+        hbm = n * ch * d * h * wd * isz / _HBM * 1e6
+        return max(mxu, hbm) + 0.35 * -(-n // nb) + (1e6 if vmem(cfg, dims) > _MAX_VMEM else 0.0)
+
+    legal_n = [b for b in (1, 2, 4) if b <= n]
+    fitting = [b for b in legal_n if vmem({"block_n": b}, {}) <= _MAX_VMEM]
+    if not fitting:
+        raise ValueError(
+            f"one image a step needs {vmem({'block_n': 1}, {}) / MiB:.0f} MiB of VMEM "
+            f"(> {_MAX_VMEM // MiB} MiB: the depth band grows with D^2; row blocks are not written)"
+        )
+    initial = {"block_n": min(fitting, key=lambda b: (cost({"block_n": b}, {}), b))}
+    names = program["input_names"]
+    fixed = {
+        "about": f"Convolution over a {at['inputs'][0]['dtype']} {at['inputs'][0]['shape']} input, stride 1, "
+        f"no padding, its output only summed: the kernel takes each (image, channel)'s sums of y and y^2 over "
+        f"its {d_out * ho * wo} positions and the program's {len(eqns) - c - 1} equations after the conv run "
+        "on them (y-forms c0 + c1 y + c2 y^2, `_P`).",
+        "target": sym.target,
+        "args": ", ".join(names),
+        "x": names[0],
+        "w": names[1],
+        "conv_out": operand(conv["outputs"][0]),
+        "shapes": "".join(f"{a}.shape, " for a in names) + f"{names[0]}.shape[:1] + (s1.shape[1],) + tuple("
+        f"a - b + 1 for a, b in zip({names[0]}.shape[2:], {names[1]}.shape[2:], strict=True)),",
+        "program": "\n".join(" " * 4 + ln for ln in lines),
+        "result": operand(program["outputs"][0]),
+    }
+    dims = {"N": n, "C": ch, "C_out": o, "D": d, "H": h, "W": wd}
+    template = Template(
+        name="conv_moments",
+        operators=("program",),
+        source=SOURCE,
+        tunables={"block_n": tuple(legal_n)},
+        dims_of=lambda sizes: dims,
+        problems=check_config({"block_n": legal_n}),
+        vmem_bytes=vmem,
+        cost_us=cost,
+        initial=initial,
+        fixed=lambda op: dict(fixed),
+        constraints=(f"block_n in {legal_n} (images per step)",),
+        grid_axes=lambda cfg: ["images"],
+        semantics=lambda cfg: ["parallel"],
+    )
+    return template, sym.target, dims
+
+
+def _lanes(v: int) -> int:
+    return -(-v // 128) * 128
+
