@@ -64,7 +64,7 @@ def plan(program: Program) -> dict[str, Any] | str:
     for e in eqns:
         for o_, s in zip(e["outputs"], e["out_specs"], strict=False):
             shapes[o_] = list(s["shape"])
-    for i, e in enumerate(eqns[c + 1 :], start=c + 1):
+    for e in eqns[c + 1 :]:
         ins = [a for a in e["inputs"] if not a.startswith("lit:")]
         forms = [a for a in ins if a in deg]
         shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
@@ -112,7 +112,7 @@ def plan(program: Program) -> dict[str, Any] | str:
     return {"conv": c, "degree": deg, "spatial": k}
 
 
-def _form_line(e: Mapping[str, Any], deg: Mapping[str, int], sym: Symbolic, k: int) -> str:
+def _form_line(e: Mapping[str, Any], sym: Symbolic, k: int) -> str:
     """One equation on y-forms, as a call of the module's `_P` helpers."""
     p = e["primitive"]
     args = [sym.literal(e, j) if a.startswith("lit:") else operand(a) for j, a in enumerate(e["inputs"])]
@@ -340,10 +340,14 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         raise ValueError("equations before the convolution")
     for e in eqns[c + 1 :]:
         if any(a in deg for a in e["inputs"]):
-            lines.append(_form_line(e, deg, sym, k))
+            lines.append(_form_line(e, sym, k))
             continue
         shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
-        big = e["primitive"] == "broadcast_in_dim" and len(shp) >= k + 1 and shp[-k:] == conv["out_specs"][0]["shape"][2:]
+        big = (
+            e["primitive"] == "broadcast_in_dim"
+            and len(shp) >= k + 1
+            and shp[-k:] == conv["out_specs"][0]["shape"][2:]
+        )
         lines += _stat_line(e, sym, k, k if big else None)
     if sym.unsolved:
         raise ValueError(f"its program has sizes not read from its inputs ({sym.unsolved[0]})")
@@ -417,4 +421,3 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
 
 def _lanes(v: int) -> int:
     return -(-v // 128) * 128
-

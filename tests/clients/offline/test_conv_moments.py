@@ -19,7 +19,7 @@ from maxkernel.clients.offline.templates.conv_moments import plan
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.problem.program import describe
 
-HEAD = '''import jax
+HEAD = """import jax
 import jax.numpy as jnp
 
 SIZES = {"full": SIZE_FULL, "small": SIZE_SMALL}
@@ -41,14 +41,14 @@ def conv(x, w):
     k = x.ndim - 2
     spec = ("NCDHW", "OIDHW", "NCDHW") if k == 3 else ("NCHW", "OIHW", "NCHW")
     return jax.lax.conv_general_dilated(x, w, (1,) * k, "VALID", dimension_numbers=spec)
-'''
+"""
 
 GROUPNORM_MEAN = (
     '"""conv3d + bias, GroupNorm (4 groups), mean per image: 25k\'s form at a test size, gamma random."""\n'
     + HEAD.replace("SIZE_FULL", '{"n": 16, "c": 3, "o": 8, "sp": (12, 20, 24)}').replace(
         "SIZE_SMALL", '{"n": 3, "c": 3, "o": 8, "sp": (5, 8, 12)}'
     )
-    + '''
+    + """
 
 def workload(x, w, b, g, beta):
     y = conv(x, w) + b.reshape(1, -1, 1, 1, 1)
@@ -59,7 +59,7 @@ def workload(x, w, b, g, beta):
     z = ((t - m) / jnp.sqrt(v + 1e-5)).reshape(y.shape).astype(y.dtype)
     z = z * g.reshape(1, -1, 1, 1, 1) + beta.reshape(1, -1, 1, 1, 1)
     return jnp.mean(z.astype(jnp.float32), axis=(1, 2, 3, 4)).astype(y.dtype)
-'''
+"""
 )
 
 CHANNEL_VARIANCE = (
@@ -67,12 +67,12 @@ CHANNEL_VARIANCE = (
     + HEAD.replace("SIZE_FULL", '{"n": 8, "c": 4, "o": 16, "sp": (40, 36)}').replace(
         "SIZE_SMALL", '{"n": 2, "c": 4, "o": 16, "sp": (9, 14)}'
     )
-    + '''
+    + """
 
 def workload(x, w, b, g, beta):
     y = (conv(x, w) + b.reshape(1, -1, 1, 1)).astype(jnp.float32) * g.reshape(1, -1, 1, 1).astype(jnp.float32)
     return jnp.var(y, axis=(2, 3)) + beta.astype(jnp.float32)
-'''
+"""
 )
 
 
@@ -113,7 +113,9 @@ def test_conv_moments_matches_a_groupnorm_mean_and_a_kernel_summing_masked_posit
     broken = source.replace("keep = (pos < ho * wd) & (pos % wd < wo)", "keep = pos < ho * wd")
     assert broken != source
     assert not np.all(np.abs(interpret(root, "gn_mean_broken", broken, inputs) - want) <= 5e-2)
-    text = compiled_text(root / "gn_full.py", first_kernel(program, get_chip("tpu-v6e")), ref_mod.create_inputs)
+    text = compiled_text(
+        root / "gn_full.py", first_kernel(program, get_chip("tpu-v6e")), ref_mod.create_inputs
+    )
     assert "tpu_custom_call" in text
 
 
