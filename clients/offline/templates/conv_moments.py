@@ -61,9 +61,12 @@ def plan(program: Program) -> dict[str, Any] | str:
     spatial = out_shape[2:]
     deg: dict[str, int] = {conv["outputs"][0]: 1}
     shapes: dict[str, list[int]] = {}
+    for name, spec in zip(program["input_names"], program["inputs"], strict=False):
+        shapes[name] = list(spec["shape"])
     for e in eqns:
         for o_, s in zip(e["outputs"], e["out_specs"], strict=False):
             shapes[o_] = list(s["shape"])
+    flat = set()  # statistics broadcast over the positions: kept at size 1 there
     for e in eqns[c + 1 :]:
         ins = [a for a in e["inputs"] if not a.startswith("lit:")]
         forms = [a for a in ins if a in deg]
@@ -77,7 +80,11 @@ def plan(program: Program) -> dict[str, Any] | str:
                 dims = literal_eval(e["params"]["broadcast_dimensions"])
                 if any(d >= len(shp) - k and (src or [1])[j] != 1 for j, d in enumerate(dims)):
                     return "a value broadcast over the positions varies along them"
+                flat.add(e["outputs"][0])
             continue
+        for a in ins:  # what a form meets must be one number per leading index, not per position
+            if a not in deg and a not in flat and any(v != 1 for v in shapes.get(a, [])[-k:]):
+                return f"{e['primitive']} meets {a} {shapes.get(a)}, which varies over the convolution's positions"
         p = e["primitive"]
         if p == "reduce_sum":
             axes = literal_eval(e["params"]["axes"])

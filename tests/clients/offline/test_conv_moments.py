@@ -4,7 +4,8 @@ through ops of degree <= 2 in it, is one kernel of per-(image, channel) sums of 
 25k's form (conv3d, bias, GroupNorm, mean per image) at a test size, with a random gamma and
 per-(image, channel) input offsets (so the answer is not mean(beta) for every image), and a 2-D conv
 whose per-channel variance is the output (degree 2 out) match their references in TPU interpret mode; a kernel that sums the masked positions too fails the
-same check. Programs with a nonlinear op on y, a full-size output or a cube are refused with the reason.
+same check. Programs with a nonlinear op on y, a full-size output, a cube, a sum keeping positions, or y times
+a value that varies over its positions are refused with the reason.
 """
 
 from __future__ import annotations
@@ -136,6 +137,11 @@ def test_a_2d_conv_whose_variance_is_the_output_matches(tmp_path):
         ("y = conv(x, w)\n    return y * g.reshape(1, -1, 1, 1, 1)", "its output is the convolution's size"),
         ("y = conv(x, w).astype(jnp.float32)\n    return jnp.sum(y * y * y, axis=(2, 3, 4))", "degree > 2"),
         ("return jnp.sum(conv(x, w), axis=(2, 3))", "keeps some of the convolution's positions"),
+        (
+            "y = conv(x, w)\n    return jnp.sum(y + y[:, ::-1], axis=(2, 3, 4))",
+            "rev on the convolution's output",
+        ),
+        ("return jnp.sum(conv(x, w) * x[:, :1, 2:, 2:, 2:], axis=(2, 3, 4))", "from statistics"),
     ],
 )
 def test_what_is_not_a_sum_of_degree_two_forms_is_refused_with_the_reason(tmp_path, body, reason):
@@ -154,3 +160,30 @@ def test_25k_first_kernel_is_conv_moments_and_never_writes_the_conv_output():
     assert "template=conv_moments" in source and "interpret=False" in source
     assert "conv_general_dilated" not in source  # the conv is the kernel's banded dot
     assert "sh[5][2] * sh[5][3] * sh[5][4]" in source  # the group's count read from the conv's shape
+
+
+def test_y_times_an_input_that_varies_over_the_positions_is_refused(tmp_path):
+    """A weighted sum of y by a full-size input is no form of y per (image, channel): c0 P would be wrong."""
+    ref = tmp_path / "weighted_reference.py"
+    ref.write_text(
+        """import jax
+import jax.numpy as jnp
+
+SIZES = {"full": {"n": 2}, "small": {"n": 1}}
+
+
+def create_inputs(dtype=None, *, key=None, size="full"):
+    n = SIZES[size]["n"]
+    ks = jax.random.split(jax.random.key(0 if key is None else key), 3)
+    x = jax.random.normal(ks[0], (n, 3, 8, 9), jnp.float32)
+    w = jax.random.normal(ks[1], (4, 3, 3, 3), jnp.float32)
+    return x, w, jax.random.normal(ks[2], (n, 4, 6, 7), jnp.float32)
+
+
+def workload(x, w, r):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return jnp.sum(y * r, axis=(2, 3))
+"""
+    )
+    found = plan(describe(str(ref)).model_dump(mode="json"))
+    assert isinstance(found, str) and "varies over the convolution's positions" in found, found
