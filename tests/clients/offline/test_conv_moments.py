@@ -93,6 +93,7 @@ def groupnorm(tmp_path_factory):
     return (root, *_built(root, "gn_mean", GROUPNORM_MEAN))
 
 
+@pytest.mark.slow  # the fixture traces a 3-D conv reference at its sizes (~6 s idle, 30 s beside a suite)
 def test_a_groupnorm_mean_is_planned_as_forms_of_degree_two_and_gets_conv_moments(groupnorm):
     _, program, *_ = groupnorm
     found = plan(program)
