@@ -4,19 +4,21 @@ of y and of y^2 over the conv's output positions, and the program runs on those 
 
 Why: 25k (conv3d of 3 channels, GroupNorm, mean per image) writes 122 MB of conv output for a 128-value
 answer. Every value the program makes from the conv output y is c0 + c1 y + c2 y^2 per (image, channel)
-(c the statistics and per-channel vectors, y's dtype roundings not kept: closer to the upcast oracle),
-so a sum over the output positions is c0 P + c1 S1 + c2 S2. `plan` proves that from the traced program
+(c the statistics and per-channel vectors; y in f32, its dtype roundings not kept: closer to the upcast
+oracle), so a sum over the output positions is c0 P + c1 S1 + c2 S2. `plan` proves that from the traced program
 (refusing any other op on y) and the module evaluates the program on those forms (`_P` below), in plain
 JAX on [N, O]-sized values.
 
-The kernel: one image a step (NC(D)HW read as it lies: (h, w) flattened on lanes, so a tap (kh, kw) is
-a lane shift of kh * W + kw of the (c, d) rows), all taps stacked into K; the depth taps ride a weight
-matrix banded over the output depths ([D' * O, taps * C * D]: row (z, o) reads depths z .. z + KD - 1),
-so one dot gives every output depth. The output positions past W' in each row are masked by the 0/1
-column that sums them on the MXU (y, and y^2 as a bf16 high and low part, each one dot
-[D' * O, P] @ [P, 128]: a variance is S2 - S1^2 / P, so S2 is kept to ~16 bits, not bf16's 8). A 2-D conv is D = 1.
-The band costs D / KD times the conv's MXU work and its weight VMEM grows with D^2: `build` refuses what
-does not fit and op_dispatch weighs it against the other conv plans by their own cost models.
+The kernel: `block_n` images a step, NC(D)HW turned (depth, channel) in one XLA copy with the channels
+padded to a sublane divisor, (h, w) flattened on lanes, so a tap (kh, kw) is a lane shift of kh * W + kw.
+A block of `block_depths` output depths is one dot: its window of input depths, every tap shifted and
+stacked into K (taps x window x channels), against a band ([block_depths * O, K]: row (z, o) reads window
+depths z .. z + KD - 1). One dot over every depth would be a band D / KD times the conv's MXU work. The
+dot's f32 result is summed as y and y^2 (f32: a variance is S2 - S1^2 / P) on the VPU, masked where a
+position is past W' in its row (25k, llo: one band over every depth with the sums on the MXU, v6e 305.5
+us, v5e 819; 4 depths a dot with the sums on the VPU, 174.2 and 276). A
+2-D conv is D = 1. `build` refuses what does not fit VMEM and op_dispatch weighs it against the other
+conv plans by their own cost models.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ LINEAR = {"add", "sub", "mul", "div", "neg", "convert_element_type", "square", "
 _MAX_VMEM = 40 * MiB
 _CLOCK_MXU = 918e12  # v6e bf16 MXU flop/s (conv_stats' unit: the cost models are compared)
 _HBM = 1.6e12
+_VREGS_PER_US = 4e3  # f32 vregs shifted or summed per us: ~2 VPU ops each at ~4 ops a bundle, ~1.75 GHz (a rough v6e rate)
 
 
 def _mxu(v: int) -> int:
@@ -177,70 +180,85 @@ from jax.experimental.pallas import tpu as pltpu
 
 ${config_marker}${config_json}
 BLOCK_N = ${block_n}  # images per grid step
+BLOCK_DEPTHS = ${block_depths}  # output depths one dot computes (its band's rows: BLOCK_DEPTHS x O)
 VMEM_LIMIT_BYTES = ${vmem_limit_bytes}
 '''
     + r'''
 
-def _moments_kernel(x_ref, w_ref, m_ref, s1_ref, s2_ref, *, offs, lp, hwp, d_out, o):
-    # x_ref [nb, C * D, H * W]: rows (c, d), positions (h, w) on lanes; w_ref [D' * O, taps * C * D]
-    # banded over the output depths; m_ref [lp, 128]: column 0 is 1 at the valid output positions
+def _moments_kernel(x_ref, w_ref, m_ref, s1_ref, s2_ref, y_ref, *, offs, lp, hwp, d_out, o, cp, kd):
+    # x_ref [nb, Dp * cp, H * W]: rows (depth, channel padded to cp), positions (h, w) on lanes;
+    # w_ref [ZB * O, taps * (ZB + kd - 1) * cp]: one block's band; m_ref [1, lp]: 1 at valid positions
     w = w_ref[...]
-    mask = m_ref[...]
+    win = (BLOCK_DEPTHS + kd - 1) * cp
     for i in range(x_ref.shape[0]):
-        xv = x_ref[i]
+        xv = x_ref[i].astype(jnp.float32)  # sublane slices and lane shifts on 32-bit rows
         xv = jnp.concatenate([xv, jnp.zeros((xv.shape[0], hwp - xv.shape[1]), xv.dtype)], axis=1)
-        taps = jnp.concatenate([xv[:, off : off + lp] for off in offs], axis=0)  # [taps * C * D, lp]
-        y = jnp.dot(w, taps, preferred_element_type=jnp.float32).astype(x_ref.dtype)  # [D' * O, lp], rounded once
-        s1 = jnp.dot(y, mask, preferred_element_type=jnp.float32)  # [D' * O, 128]: column 0 the sum
-        sq = y.astype(jnp.float32) * y.astype(jnp.float32)  # exact for a bf16 y
-        hi = sq.astype(y.dtype)
-        lo = (sq - hi.astype(jnp.float32)).astype(y.dtype)  # y^2 to ~16 bits: a variance is S2 - S1^2 / P
-        s2 = jnp.dot(hi, mask, preferred_element_type=jnp.float32) + jnp.dot(lo, mask, preferred_element_type=jnp.float32)
-        s1_ref[i] = s1.reshape(d_out, o, 128).sum(axis=0)
-        s2_ref[i] = s2.reshape(d_out, o, 128).sum(axis=0)
+        acc1 = jnp.zeros((o, 128), jnp.float32)
+        acc2 = jnp.zeros((o, 128), jnp.float32)
+        for b in range(-(-d_out // BLOCK_DEPTHS)):
+            xb = xv[b * BLOCK_DEPTHS * cp : b * BLOCK_DEPTHS * cp + win]  # the block's input depths
+            taps = jnp.concatenate([xb[:, off : off + lp] for off in offs], axis=0).astype(x_ref.dtype)
+            y_ref[...] = jnp.dot(w, taps, preferred_element_type=jnp.float32)  # [ZB * O, lp]: rows (z, o)
+            for t in range(lp // 128):
+                m = m_ref[:, pl.ds(t * 128, 128)]
+                for z in range(min(BLOCK_DEPTHS, d_out - b * BLOCK_DEPTHS)):
+                    c = y_ref[pl.ds(z * o, o), pl.ds(t * 128, 128)]
+                    cm = c * m
+                    acc1 = acc1 + cm
+                    acc2 = acc2 + cm * c
+        s1_ref[i] = acc1
+        s2_ref[i] = acc2
 
 
 def conv_moments(x, w):
     """Per (image, output channel): the sums of y and y^2 over the output positions, y = conv(x, w)
-    (stride 1, no padding) in x's dtype; and the positions' count."""
+    (stride 1, no padding) accumulated in f32; and the positions' count."""
     if x.ndim == 4:  # a 2-D convolution: one depth
         x, w = x[:, :, None], w[:, :, None]
     n, c, d, h, wd = x.shape
     o, _, kd, kh, kw = w.shape
     d_out, ho, wo = d - kd + 1, h - kh + 1, wd - kw + 1
+    cp = 1 << (c - 1).bit_length() if c <= 8 else -(-c // 8) * 8  # rows a depth takes: its channels, padded
+    if c < 8 and (BLOCK_DEPTHS * cp % 8 or (BLOCK_DEPTHS + kd - 1) * cp % 8):
+        cp = 8  # a block's first row and its window on 8-row tiles
     lp = pl.cdiv(ho * wd, 128) * 128  # output positions over the whole input width, lane-padded
     offs = [a * wd + b for a in range(kh) for b in range(kw)]
     hwp = pl.cdiv(max(offs) + lp, 128) * 128
-    xf = x.reshape(n, c * d, h * wd)
-    # the band: row (z, o), column (tap, c, depth) holds w[o, c, depth - z, kh, kw] for 0 <= depth - z < kd
-    wt = w.transpose(0, 3, 4, 1, 2).reshape(o, kh * kw, c, kd)  # [O, tap, C, j]
-    j = jnp.arange(d)[None, :] - jnp.arange(d_out)[:, None]  # [D', D]
-    band = jnp.where(((j >= 0) & (j < kd))[None, None, None], wt[:, :, :, jnp.clip(j, 0, kd - 1)], 0)
-    band = band.transpose(3, 0, 1, 2, 4).reshape(d_out * o, kh * kw * c * d).astype(x.dtype)
+    nblk = pl.cdiv(d_out, BLOCK_DEPTHS)
+    dp = nblk * BLOCK_DEPTHS + kd - 1  # input depths the blocks read (zeros past D)
+    xf = x.transpose(0, 2, 1, 3, 4).reshape(n, d, c, h * wd)
+    xf = jnp.pad(xf, ((0, 0), (0, dp - d), (0, cp - c), (0, 0))).reshape(n, dp * cp, h * wd)
+    # one block's band: row (z, o), column (tap, window depth j, channel) = w[o, c, j - z, kh, kw] for 0 <= j - z < kd
+    win_d = BLOCK_DEPTHS + kd - 1
+    wt = jnp.pad(w.transpose(0, 3, 4, 2, 1).reshape(o, kh * kw, kd, c), ((0, 0), (0, 0), (0, 0), (0, cp - c)))
+    jj = jnp.arange(win_d)[None, :] - jnp.arange(BLOCK_DEPTHS)[:, None]  # [ZB, win_d]
+    band = jnp.where(((jj >= 0) & (jj < kd))[None, None, :, :, None], wt[:, :, jnp.clip(jj, 0, kd - 1), :], 0)
+    band = band.transpose(2, 0, 1, 3, 4).reshape(BLOCK_DEPTHS * o, kh * kw * win_d * cp).astype(x.dtype)
     pos = jnp.arange(lp)
-    keep = (pos < ho * wd) & (pos % wd < wo)
-    mask = (keep[:, None] & (jnp.arange(128) == 0)[None]).astype(x.dtype)
+    mask = ((pos < ho * wd) & (pos % wd < wo)).astype(jnp.float32)[None]
     nb = min(BLOCK_N, n)
+    k_dim = kh * kw * win_d * cp
     s1, s2 = pl.pallas_call(
-        functools.partial(_moments_kernel, offs=offs, lp=lp, hwp=hwp, d_out=d_out, o=o),
+        functools.partial(_moments_kernel, offs=offs, lp=lp, hwp=hwp, d_out=d_out, o=o, cp=cp, kd=kd),
         out_shape=[jax.ShapeDtypeStruct((n, o, 128), jnp.float32)] * 2,
         grid=(pl.cdiv(n, nb),),
         in_specs=[
-            pl.BlockSpec((nb, c * d, h * wd), lambda b: (b, 0, 0)),
-            pl.BlockSpec((d_out * o, kh * kw * c * d), lambda b: (0, 0)),
-            pl.BlockSpec((lp, 128), lambda b: (0, 0)),
+            pl.BlockSpec((nb, dp * cp, h * wd), lambda b: (b, 0, 0)),
+            pl.BlockSpec((BLOCK_DEPTHS * o, k_dim), lambda b: (0, 0)),
+            pl.BlockSpec((1, lp), lambda b: (0, 0)),
         ],
         out_specs=[pl.BlockSpec((nb, o, 128), lambda b: (b, 0, 0))] * 2,
+        scratch_shapes=[pltpu.VMEM((BLOCK_DEPTHS * o, lp), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",), vmem_limit_bytes=VMEM_LIMIT_BYTES),
         cost_estimate=pl.CostEstimate(
-            flops=int(2 * n * d_out * o * (kh * kw * c * d) * lp + 6 * n * d_out * o * lp * 128),  # the band, the sums
+            flops=int(2 * n * nblk * BLOCK_DEPTHS * o * k_dim * lp + 4 * n * d_out * o * lp),  # the band, the sums
             transcendentals=0,
-            bytes_accessed=int(x.size * x.dtype.itemsize + 2 * n * o * 128 * 4),
+            bytes_accessed=int(xf.size * xf.dtype.itemsize + 2 * n * o * 128 * 4),
         ),
         interpret=False,
         name="conv_offline_moments",
     )(xf, band, mask)
-    return s1[..., 0], s2[..., 0], d_out * ho * wo
+    return s1.sum(-1), s2.sum(-1), d_out * ho * wo
 
 
 class _P(NamedTuple):
@@ -366,31 +384,46 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     o, _, kd, kh, kw = ws
     d_out, ho, wo = d - kd + 1, h - kh + 1, wd - kw + 1
     lp = -(-(ho * wd) // 128) * 128
-    kdim = kh * kw * ch * d
-    rows = d_out * o
+    hwp = -(-((kh - 1) * wd + kw - 1 + lp) // 128) * 128
+
+    def geo(zb: int) -> tuple[int, int, int, int]:
+        """(cp, k_dim, blocks, dp) as the kernel computes them for `zb` output depths a dot."""
+        cp = 1 << (ch - 1).bit_length() if ch <= 8 else -(-ch // 8) * 8
+        if ch < 8 and (zb * cp % 8 or (zb + kd - 1) * cp % 8):
+            cp = 8
+        blocks = -(-d_out // zb)
+        return cp, kh * kw * (zb + kd - 1) * cp, blocks, blocks * zb + kd - 1
 
     def vmem(cfg: Mapping[str, Any], dims: Mapping[str, int]) -> int:
-        nb = min(int(cfg["block_n"]), n)
-        total = 2 * nb * ch * d * _lanes(h * wd) * isz + 2 * rows * _lanes(kdim) * isz + 2 * lp * 128 * isz
-        total += kdim * lp * isz + rows * lp * (4 + 2 * isz) + 4 * rows * 128 * 4 + 4 * nb * o * 128 * 4
+        nb, zb = min(int(cfg["block_n"]), n), int(cfg["block_depths"])
+        cp, k_dim, _, dp = geo(zb)
+        total = 2 * nb * dp * cp * _lanes(h * wd) * isz  # the input block, double-buffered
+        total += 2 * zb * o * _lanes(k_dim) * isz + 2 * 8 * lp * 4  # the band, the mask
+        total += dp * cp * hwp * 4 + k_dim * lp * (4 + isz)  # the rows in f32, the taps (f32, then cast)
+        total += 2 * zb * o * lp * 4 + 4 * nb * o * 128 * 4  # the dot's result and its scratch, the sums
         return int(total)
 
     def cost(cfg: Mapping[str, Any], dims: Mapping[str, int]) -> float:
-        """The MXU's 256-wide passes over the banded dot and the two sums, beside the input's HBM read."""
-        nb = min(int(cfg["block_n"]), n)
-        flops = 2 * n * rows * _mxu(kdim) * _mxu(lp) + 3 * 2 * n * rows * _mxu(lp) * 256
-        mxu = flops / _CLOCK_MXU * 1e6 * 1.3
-        hbm = n * ch * d * h * wd * isz / _HBM * 1e6
-        return max(mxu, hbm) + 0.35 * -(-n // nb) + (1e6 if vmem(cfg, dims) > _MAX_VMEM else 0.0)
+        """The MXU's 256-wide passes over the blocks' banded dots, beside the input's HBM read and the
+        vector work (the lane shifts of each block's taps, the masked sums of y and y^2)."""
+        nb, zb = min(int(cfg["block_n"]), n), int(cfg["block_depths"])
+        cp, k_dim, blocks, dp = geo(zb)
+        mxu = 2 * n * blocks * zb * o * _mxu(k_dim) * _mxu(lp) / _CLOCK_MXU * 1e6 * 1.3
+        hbm = n * dp * cp * h * wd * isz / _HBM * 1e6
+        vregs = n * (blocks * k_dim * lp + 4 * d_out * o * lp) / 1024  # f32 vregs shifted or summed
+        vpu = vregs / _VREGS_PER_US
+        return max(mxu, hbm, vpu) + 0.35 * -(-n // nb) + (1e6 if vmem(cfg, dims) > _MAX_VMEM else 0.0)
 
     legal_n = [b for b in (1, 2, 4) if b <= n]
-    fitting = [b for b in legal_n if vmem({"block_n": b}, {}) <= _MAX_VMEM]
+    legal_zb = sorted({min(z, d_out) for z in (1, 2, 4, 8)})
+    configs = [{"block_n": b, "block_depths": z} for b in legal_n for z in legal_zb]
+    fitting = [cfg for cfg in configs if vmem(cfg, {}) <= _MAX_VMEM]
     if not fitting:
         raise ValueError(
-            f"one image a step needs {vmem({'block_n': 1}, {}) / MiB:.0f} MiB of VMEM "
-            f"(> {_MAX_VMEM // MiB} MiB: the depth band grows with D^2; row blocks are not written)"
+            f"one image a step needs {min(vmem(cfg, {}) for cfg in configs) / MiB:.0f} MiB of VMEM "
+            f"(> {_MAX_VMEM // MiB} MiB: a block of output rows is not written)"
         )
-    initial = {"block_n": min(fitting, key=lambda b: (cost({"block_n": b}, {}), b))}
+    initial = min(fitting, key=lambda cfg: (cost(cfg, {}), cfg["block_n"], -cfg["block_depths"]))
     names = program["input_names"]
     fixed = {
         "about": f"Convolution over a {at['inputs'][0]['dtype']} {at['inputs'][0]['shape']} input, stride 1, "
@@ -412,14 +445,17 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         name="conv_moments",
         operators=("program",),
         source=SOURCE,
-        tunables={"block_n": tuple(legal_n)},
+        tunables={"block_n": tuple(legal_n), "block_depths": tuple(legal_zb)},
         dims_of=lambda sizes: dims,
-        problems=check_config({"block_n": legal_n}),
+        problems=check_config({"block_n": legal_n, "block_depths": legal_zb}),
         vmem_bytes=vmem,
         cost_us=cost,
         initial=initial,
         fixed=lambda op: dict(fixed),
-        constraints=(f"block_n in {legal_n} (images per step)",),
+        constraints=(
+            f"block_n in {legal_n} (images per step)",
+            f"block_depths in {legal_zb} (output depths one dot computes: its band's rows)",
+        ),
         grid_axes=lambda cfg: ["images"],
         semantics=lambda cfg: ["parallel"],
     )
