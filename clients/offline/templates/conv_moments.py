@@ -28,8 +28,8 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_norm import _with_conv_shape
-from maxkernel.clients.offline.templates.conv_rows import _specs, _t
+from maxkernel.clients.offline.templates.conv_norm import _lanes, _mxu, _with_conv_shape
+from maxkernel.clients.offline.templates.conv_rows import params_refusal
 from maxkernel.clients.offline.templates.op_families import CONV, check_config
 from maxkernel.clients.offline.templates.row_blocks import itemsize
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
@@ -42,19 +42,18 @@ _HBM = 1.6e12
 _VREGS_PER_US = 4e3  # f32 vregs shifted or summed per us: ~2 VPU ops each at ~4 ops a bundle, ~1.75 GHz (a rough v6e rate)
 
 
-def _mxu(v: int) -> int:
-    return -(-v // 256) * 256
-
-
 def plan(program: Program) -> dict[str, Any] | str:
     """Which equations act on the conv output y (as forms of degree <= 2) and which on statistics; else
-    why not. Returns {"conv": index, "degree": {name: degree of each y-form}, "spatial": k}."""
+    why not. Returns {"conv": index, "degree": {name: degree of each y-form}, "spatial": k, "flat": names of
+    statistics broadcast over the positions}."""
     eqns = program["equations"]
     convs = [i for i, e in enumerate(eqns) if e["primitive"] in CONV]
     if len(convs) != 1 or len(program["outputs"]) != 1:
         return "not one convolution with one output"
     c = convs[0]
     conv = eqns[c]
+    if c:
+        return "equations before the convolution"
     if [operand(a) for a in conv["inputs"]] != program["input_names"][:2]:
         return "not a convolution of the program's first two inputs"
     out_shape = list(conv["out_specs"][0]["shape"])
@@ -106,7 +105,7 @@ def plan(program: Program) -> dict[str, Any] | str:
         if p == "div" and ins and ins[-1] in deg:
             return "a division by a value made from the convolution's output"
         d = [deg[a] for a in forms]
-        if p in ("mul",) and len(forms) == 2:
+        if p == "mul" and len(forms) == 2:
             got = sum(d)
         elif p in ("square", "integer_pow"):
             got = 2 * d[0]
@@ -119,7 +118,7 @@ def plan(program: Program) -> dict[str, Any] | str:
         return "its output is the convolution's size (nothing sums it)"
     if not any(e["primitive"] == "reduce_sum" and any(a in deg for a in e["inputs"]) for e in eqns):
         return "no sum over the convolution's output"
-    return {"conv": c, "degree": deg, "spatial": k}
+    return {"conv": c, "degree": deg, "spatial": k, "flat": flat}
 
 
 def _form_line(e: Mapping[str, Any], sym: Symbolic, k: int) -> str:
@@ -149,11 +148,10 @@ def _form_line(e: Mapping[str, Any], sym: Symbolic, k: int) -> str:
     raise ValueError(f"{p} on a y-form")  # plan refused it already
 
 
-def _stat_line(e: Mapping[str, Any], sym: Symbolic, k: int, spatial_rank: int | None) -> list[str]:
-    """A statistics equation as traced; a broadcast over the conv's positions kept at size 1 there."""
-    lines = body_lines({"equations": [e]}, sym=sym, mosaic=False)
-    if spatial_rank is None:
-        return lines
+def _stat_line(e: Mapping[str, Any], sym: Symbolic, k: int, flat: bool) -> list[str]:
+    """A statistics equation as traced; a broadcast over the conv's positions (`flat`) kept at size 1 there."""
+    if not flat:
+        return body_lines({"equations": [e]}, sym=sym, mosaic=False)
     out = operand(e["outputs"][0])
     lead = f"{sym.param(e, 'shape')}[:-{k}] + (1,) * {k}"
     dims = sym.param(e, "broadcast_dimensions")
@@ -338,18 +336,12 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     found = plan(program)
     if isinstance(found, str):
         raise ValueError(found)
-    c, deg, k = found["conv"], found["degree"], found["spatial"]
+    c, deg, k, flat = found["conv"], found["degree"], found["spatial"], found["flat"]
     eqns = program["equations"]
     conv = eqns[c]
-    prm = conv["params"]
-    if any(s != tuple(range(k + 2)) for s in _specs(prm["dimension_numbers"])):
-        raise ValueError("a convolution not in NC(D)HW / OI(D)HW layout")
-    if any(v != 1 for v in (*_t(prm["window_strides"]), *_t(prm["lhs_dilation"]), *_t(prm["rhs_dilation"]))):
-        raise ValueError("a strided or dilated convolution")
-    if int(prm["feature_group_count"]) != 1 or int(prm["batch_group_count"]) != 1:
-        raise ValueError("a grouped convolution")
-    if any(lo or hi for lo, hi in literal_eval(prm["padding"])):
-        raise ValueError("a padded convolution (not written yet)")
+    why = params_refusal(conv["params"], k)
+    if why:
+        raise ValueError(why)
     if conv["out_specs"][0]["dtype"] != program["inputs"][0]["dtype"]:
         raise ValueError("a convolution whose output dtype is not its input's")
     isz = itemsize(program["inputs"][0]["dtype"])
@@ -359,21 +351,11 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     if sym.mismatch:
         raise ValueError("its traced program changes structure with size")
     lines: list[str] = []
-    for e in eqns[:c]:
-        lines += body_lines({"equations": [e]}, sym=sym, mosaic=False)
-    if lines:
-        raise ValueError("equations before the convolution")
     for e in eqns[c + 1 :]:
         if any(a in deg for a in e["inputs"]):
             lines.append(_form_line(e, sym, k))
-            continue
-        shp = list(e["out_specs"][0]["shape"]) if e["out_specs"] else []
-        big = (
-            e["primitive"] == "broadcast_in_dim"
-            and len(shp) >= k + 1
-            and shp[-k:] == conv["out_specs"][0]["shape"][2:]
-        )
-        lines += _stat_line(e, sym, k, k if big else None)
+        else:
+            lines += _stat_line(e, sym, k, e["outputs"][0] in flat)
     if sym.unsolved:
         raise ValueError(f"its program has sizes not read from its inputs ({sym.unsolved[0]})")
     at = program_at(program, sym.target)
@@ -460,7 +442,3 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         semantics=lambda cfg: ["parallel"],
     )
     return template, sym.target, dims
-
-
-def _lanes(v: int) -> int:
-    return -(-v // 128) * 128

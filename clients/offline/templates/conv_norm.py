@@ -31,11 +31,10 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, _specs, _t, geometry
+from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, geometry, params_refusal
 from maxkernel.clients.offline.templates.op_families import CONV, bind, check_config, in_f32, narrow_vpu
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
-from maxkernel.tpu_tools.problem.safe_ast import literal_eval
 
 SQUARES = {"square"}
 
@@ -572,16 +571,9 @@ def _mxu(v: int) -> int:
 
 
 def _refusal(program: Program, norm: Norm) -> str | None:
-    e = program["equations"][norm.conv]
-    p = e["params"]
-    if any(s != (0, 1, 2, 3) for s in _specs(p["dimension_numbers"])):
-        return "a convolution not in NCHW / OIHW layout"
-    if any(v != 1 for v in (*_t(p["window_strides"]), *_t(p["lhs_dilation"]), *_t(p["rhs_dilation"]))):
-        return "a strided or dilated convolution"
-    if int(p["feature_group_count"]) != 1 or int(p["batch_group_count"]) != 1:
-        return "a grouped convolution"
-    if any(lo or hi for lo, hi in literal_eval(p["padding"])):
-        return "a padded convolution (not written yet)"
+    why = params_refusal(program["equations"][norm.conv]["params"], 2)
+    if why:
+        return why
     if itemsize(program["inputs"][0]["dtype"]) not in (2, 4):
         return f"{program['inputs'][0]['dtype']} inputs"
     return None

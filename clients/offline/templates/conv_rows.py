@@ -202,6 +202,20 @@ def geometry(c: int, kh: int, rows_per_dot: int = 128) -> tuple[int, int, int]:
     return q, rw, max(8, -(-(rw - q) // 8) * 8)
 
 
+def params_refusal(p: Mapping[str, Any], dims: int) -> str | None:
+    """Why a conv equation's params are not a plain conv of `dims` spatial dims (channels first, stride 1,
+    no dilation, padding or groups); None: they are. plain_refusal, conv_norm and conv_moments share it."""
+    if any(s != tuple(range(dims + 2)) for s in _specs(p["dimension_numbers"])):
+        return "a convolution not in " + ("NCHW / OIHW" if dims == 2 else "NCDHW / OIDHW") + " layout"
+    if any(v != 1 for v in (*_t(p["window_strides"]), *_t(p["lhs_dilation"]), *_t(p["rhs_dilation"]))):
+        return "a strided or dilated convolution"
+    if int(p["feature_group_count"]) != 1 or int(p["batch_group_count"]) != 1:
+        return "a grouped convolution"
+    if any(lo or hi for lo, hi in literal_eval(p["padding"])):
+        return "a padded convolution (not written yet)"
+    return None
+
+
 def plain_refusal(core: Core, dims: int, template: str) -> str | None:
     """Why this conv is not a plain one of `dims` spatial dims that `template` writes: channels first, stride
     1, no dilation, padding or groups, a 2- or 4-byte input, one output, an epilogue that does not read the
@@ -214,14 +228,9 @@ def plain_refusal(core: Core, dims: int, template: str) -> str | None:
     x = at["inputs"][at["input_names"].index(operand(e["inputs"][0]))]
     if len(x["shape"]) != dims + 2:
         return f"a {len(x['shape']) - 2}-D convolution ({template} writes {dims}-D)"
-    if any(s != tuple(range(dims + 2)) for s in _specs(p["dimension_numbers"])):
-        return "a convolution not in " + ("NCHW / OIHW" if dims == 2 else "NCDHW / OIDHW") + " layout"
-    if any(v != 1 for v in (*_t(p["window_strides"]), *_t(p["lhs_dilation"]), *_t(p["rhs_dilation"]))):
-        return "a strided or dilated convolution"
-    if int(p["feature_group_count"]) != 1 or int(p["batch_group_count"]) != 1:
-        return "a grouped convolution"
-    if any(lo or hi for lo, hi in literal_eval(p["padding"])):
-        return "a padded convolution (not written yet)"
+    why = params_refusal(p, dims)
+    if why:
+        return why
     if itemsize(x["dtype"]) not in (2, 4):
         return f"{x['dtype']} inputs"
     src = operand(e["inputs"][0])

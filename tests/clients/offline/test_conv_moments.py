@@ -44,11 +44,15 @@ def conv(x, w):
     return jax.lax.conv_general_dilated(x, w, (1,) * k, "VALID", dimension_numbers=spec)
 """
 
+
+def _head(full: str, small: str) -> str:
+    """HEAD with its SIZES filled in."""
+    return HEAD.replace("SIZE_FULL", full).replace("SIZE_SMALL", small)
+
+
 GROUPNORM_MEAN = (
     '"""conv3d + bias, GroupNorm (4 groups), mean per image: 25k\'s form at a test size, gamma random."""\n'
-    + HEAD.replace("SIZE_FULL", '{"n": 16, "c": 3, "o": 8, "sp": (12, 20, 24)}').replace(
-        "SIZE_SMALL", '{"n": 3, "c": 3, "o": 8, "sp": (5, 8, 12)}'
-    )
+    + _head('{"n": 16, "c": 3, "o": 8, "sp": (12, 20, 24)}', '{"n": 3, "c": 3, "o": 8, "sp": (5, 8, 12)}')
     + """
 
 def workload(x, w, b, g, beta):
@@ -65,9 +69,7 @@ def workload(x, w, b, g, beta):
 
 CHANNEL_VARIANCE = (
     '"""conv2d + bias, scaled by gamma: its variance per (image, channel) over the positions."""\n'
-    + HEAD.replace("SIZE_FULL", '{"n": 8, "c": 4, "o": 16, "sp": (40, 36)}').replace(
-        "SIZE_SMALL", '{"n": 2, "c": 4, "o": 16, "sp": (9, 14)}'
-    )
+    + _head('{"n": 8, "c": 4, "o": 16, "sp": (40, 36)}', '{"n": 2, "c": 4, "o": 16, "sp": (9, 14)}')
     + """
 
 def workload(x, w, b, g, beta):
@@ -160,9 +162,7 @@ def test_a_2d_conv_whose_variance_is_the_output_matches(tmp_path):
     ],
 )
 def test_what_is_not_a_sum_of_degree_two_forms_is_refused_with_the_reason(tmp_path, body, reason):
-    head = HEAD.replace("SIZE_FULL", '{"n": 2, "c": 3, "o": 8, "sp": (5, 6, 7)}').replace(
-        "SIZE_SMALL", '{"n": 1, "c": 3, "o": 8, "sp": (4, 5, 6)}'
-    )
+    head = _head('{"n": 2, "c": 3, "o": 8, "sp": (5, 6, 7)}', '{"n": 1, "c": 3, "o": 8, "sp": (4, 5, 6)}')
     ref = tmp_path / "other_reference.py"
     ref.write_text(f"{head}\n\ndef workload(x, w, b, g, beta):\n    {body}\n")
     found = plan(describe(str(ref)).model_dump(mode="json"))
