@@ -244,7 +244,7 @@ def estimate_one(
             if not any(p.is_kernel for p in programs) and calls:
                 note = "the compile wrote no readable kernel dump"
             if calls and (program.outside_flops or program.outside_vpu_ops or program.outside_bytes):
-                outside = _outside_table(compiled, spec, len(calls))
+                outside = _outside_table(compiled, spec, len(calls), programs)
         except Exception as e:
             msg = f"{type(e).__name__}: {e}"
             facts["error"] = msg[:4000]
@@ -289,18 +289,17 @@ def estimate_one(
     return est, programs, facts
 
 
-def _outside_table(compiled: Any, chip: Any, kernels: int | None = None) -> Any:
+def _outside_table(compiled: Any, chip: Any, kernels: int | None = None, programs: Any = None) -> Any:
     """The compiled program's XLA ops beside its kernels, fusion by fusion (None if its HLO cannot be read:
     the jaxpr's roofline count stands).
 
-    Costed from the HLO alone (tier model), as the XLA baseline and a model's hotspots are, so that a kernel's
-    program and the plain-JAX program it replaces are costed alike: the dump's per-fusion bundles are not
-    used here (on v5e they put XLA attention's division fusion at 97 ms against 19 ms from its HBM bytes,
-    and no published time here says which is right)."""
+    Each op from its own program in the dump where it has one (tier llo), as the XLA baseline's ops and a
+    model's hotspots are, so that an op costs the same beside a kernel as in the plain-JAX program it
+    replaces; an op the dump does not cover falls back to its HLO and the estimate says so."""
     from maxkernel.tpu_tools.cost.fusions import cost_fusions
 
     try:
-        return cost_fusions(compiled, chip, None, skip_kernels=True, kernels=kernels)
+        return cost_fusions(compiled, chip, programs, skip_kernels=True, kernels=kernels)
     except Exception:  # noqa: BLE001 - an HLO we cannot read
         return None
 

@@ -259,6 +259,16 @@ def _outside_from_fusions(table: FusionTable, program: ProgramCost | None) -> Ou
     )
 
 
+def _outside_model_ops(outside: OutsideKernelCost | None, table: FusionTable | None) -> list[str]:
+    """The ops beside the kernels that were not costed from the compiler's schedule ('name (opcode): why'):
+    each fallback of the fusion table, or the whole jaxpr count where no compiled HLO was read."""
+    if outside is None or outside.time_us <= 0:
+        return []
+    if outside.basis != "fusions" or table is None:
+        return [f"{len(outside.ops)} op kinds counted from the jaxpr (no compiled HLO read)"]
+    return [f"{f.name} ({f.opcode}): {f.fallback}" for f in table.fusions if f.tier == "model"]
+
+
 def _with_data(
     calls: Sequence[PallasCallInfo],
     scalar_prefetch: Sequence[Sequence[Any] | None] | None,
@@ -508,11 +518,26 @@ def estimate_pallas(
         est += outside.time_us
         notes += program.notes if program else []
     tiers = {p.tier for p in per}
-    tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} else "model"
+    # The ops beside the kernels are part of the figure: llo only when they were costed from the schedule
+    # too, by the rule the XLA baseline's table follows (llo only when every op is).
+    outside_model = _outside_model_ops(outside, outside_fusions)
+    tier: Literal["llo", "model"] = "llo" if tiers == {"llo"} and not outside_model else "model"
     if tier == "llo":
         tier_note = f"compute from the compiler's LLO schedule at {c.clock_ghz} GHz (clock: {c.clock_source})"
-    elif "llo" in tiers:
+        if outside is not None and outside.time_us > 0:
+            tier_note += (
+                f"; the {len(outside_fusions.fusions)} XLA ops beside the kernels from their own programs"
+            )
+    elif "llo" in tiers and tiers != {"llo"}:
         tier_note = "mixed: some kernels matched no compiled program, so the whole estimate is labeled model"
+    elif tiers == {"llo"}:
+        shown = "; ".join(outside_model[:3]) + (
+            f"; and {len(outside_model) - 3} more" if len(outside_model) > 3 else ""
+        )
+        tier_note = (
+            "model: the kernels from the compiler's LLO schedule, but "
+            f"{outside.time_us:.3g} us of XLA ops beside them from the HLO model ({shown})"
+        )
     elif llo and not c.clock_ghz:
         tier_note = (
             f"model: LLO dump read, but {c.name} has no clock figure we trust to turn bundles into time"

@@ -155,8 +155,9 @@ def test_griffin_composed_with_recurrentgemmas_own_pallas_rglru_matches_and_is_f
     """What a Griffin user would run first: the library's Pallas RG-LRU scan in the RG-LRU region. Measured
     (tpu-v5e, full = 2 x 256 tokens, estimate): the region 286.3 us x2 -> 28.9 us x2, the step 982.5 ->
     467.8 us (2.1x); one program 772 us (1.27x): both layers' scans are one compiled kernel (9.7 us a call,
-    llo), and the ops beside the kernels are costed from the HLO alone (model tier: 752 us, where the
-    hotspot table's schedule gives the same ops 410 us)."""
+    llo), and the ops beside the kernels were then costed from the HLO alone (752 us, where the hotspot
+    table's schedule gives the same ops 410 us). They are now costed from their own programs, as the
+    hotspot table's are, and the composed step is llo only when every one of them is."""
     _needs("recurrentgemma")
     from maxkernel.tpu_tools.judge.evaluate import Evaluator
     from maxkernel.tpu_tools.model.compose import compose
