@@ -32,7 +32,14 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, program_at
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, geometry, params_refusal
-from maxkernel.clients.offline.templates.op_families import CONV, bind, check_config, in_f32, narrow_vpu
+from maxkernel.clients.offline.templates.op_families import (
+    CONV,
+    accumulated,
+    bind,
+    check_config,
+    in_f32,
+    narrow_vpu,
+)
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
 
@@ -625,9 +632,9 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         return (_shape(at, v) or [1])[0] != 1
 
     # pass 1: the level-0 epilogue on the dot's whole result, channel vectors tiled over the group rows
-    bind1 = {conv_out: f"acc.astype(jnp.{conv_dt})  # [cols * nb, q * O]: rounded once"}
-    bind1 |= {v: f"c{i}_ref[...]  # [1, q * O]" for i, v in enumerate(norm.chan1)}
     f32 = narrow_vpu(program)  # no bf16 vector math on the target: the epilogues in f32, rounded on store
+    bind1 = {conv_out: accumulated("acc", conv_dt, f32, "[cols * nb, q * O]")}
+    bind1 |= {v: f"c{i}_ref[...]  # [1, q * O]" for i, v in enumerate(norm.chan1)}
     kernel_eqns = in_f32(eqns) if f32 else eqns
     epi1 = [" " * 8 + bind(k_, v, f32) for k_, v in bind1.items()]
     in_kernel = _kernel_view(program, norm)
@@ -642,7 +649,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         for v, sq in norm.sums
     ]
     # pass 2: conv_rows' epilogue per group row, the statistics as tiles
-    bind2 = {conv_out: f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
+    bind2 = {conv_out: accumulated("acc_g", conv_dt, f32, "[Wo * nb, O]")}
     bind2 |= {v: f"s{i}" for i, v in enumerate(norm.stat2)}
     epi2 = [" " * 12 + bind(k_, v, f32) for k_, v in bind2.items()]
     epi2 += [

@@ -27,7 +27,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.templates.base import MiB, Template
-from maxkernel.clients.offline.templates.op_families import Core, check_config, epilogue_source
+from maxkernel.clients.offline.templates.op_families import (
+    Core,
+    accumulated,
+    check_config,
+    epilogue_source,
+    narrow_vpu,
+)
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import operand
 from maxkernel.tpu_tools.problem.safe_ast import literal_eval
@@ -341,7 +347,9 @@ def _output_dtype(core: Core) -> str:
 def _source_parts(core: Core, out_dtype: str) -> dict[str, str]:
     e = core.cores[0]
     conv_dt = e["out_specs"][0]["dtype"]
-    names = {operand(e["outputs"][0]): f"acc_g.astype(jnp.{conv_dt})  # [Wo * nb, O]: rounded once"}
+    names = {
+        operand(e["outputs"][0]): accumulated("acc_g", conv_dt, narrow_vpu(core.program), "[Wo * nb, O]")
+    }
     names |= {ch: f"c{i}_ref[...]  # [1, O]" for i, ch in enumerate(core.channels)}
     epi, results = epilogue_source(core, names, indent=" " * 12)
     if len(results) != 1:

@@ -27,7 +27,14 @@ from maxkernel.clients.offline.dims import Symbolic
 from maxkernel.clients.offline.subprogram import subprogram
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.conv_rows import INTERLEAVE, geometry, refusal
-from maxkernel.clients.offline.templates.op_families import CONV, check_config, core_of, epilogue_source
+from maxkernel.clients.offline.templates.op_families import (
+    CONV,
+    accumulated,
+    check_config,
+    core_of,
+    epilogue_source,
+    narrow_vpu,
+)
 from maxkernel.clients.offline.templates.row_blocks import SUBLANES, itemsize
 from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program, body_lines, operand
 
@@ -328,7 +335,9 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         raise ValueError(f"its smallest block needs {least / MiB:.0f} MiB of VMEM (> {_MAX_VMEM // MiB} MiB)")
     initial = min(fitting, key=lambda cfg: (cost(cfg, {}), -cfg["rows_per_dot"]))  # ties: fewer, wider dots
     conv_dt = e["out_specs"][0]["dtype"]
-    names = {operand(e["outputs"][0]): f"acc.astype(jnp.{conv_dt})  # [cols * nb, q * O]: rounded once"}
+    names = {
+        operand(e["outputs"][0]): accumulated("acc", conv_dt, narrow_vpu(core.program), "[cols * nb, q * O]")
+    }
     names |= {ch: f"c{i}_ref[...]  # [1, q * O]" for i, ch in enumerate(core.channels)}
     epi, results = epilogue_source(core, names, indent=" " * 8)
     if [operand(a) for a in e["inputs"]] + core.channels != head_ins:
@@ -341,8 +350,11 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
         and last["primitive"] == "convert_element_type"
         and last["out_specs"][0]["dtype"] == "float32"
         and _dtype_of(core.program, last["inputs"][0]) == "bfloat16"
+        and not narrow_vpu(core.program)
     ):  # an f32 copy of a bf16 value: a 0/1 matrix on the MXU sums it exactly and masks the overlap for
-        # free (39k, LLO: 972 us; the same sum on the VPU behind a select, 1050)
+        # free (39k, LLO, v6e: 769 us; the same sum on the VPU behind a select, 904). Where the epilogue runs
+        # in f32 (narrow_vpu: v5e) the value is f32 and packing it to bf16 for the MXU costs more vector work
+        # than the adds: the VPU sums it, unrounded (39k on v5e: 1869 -> 1741 us)
         chunk_sum = (
             "        pos = lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 1)  # positions (w, n)\n"
             "        new = (pos % nb == lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 0)) & (start + pos // nb >= j * wc)\n"

@@ -91,6 +91,20 @@ def test_conv_norm_matches_the_reference_across_row_blocks(built):
     assert got.shape == want.shape and np.max(np.abs(got - want)) <= 2 * own
 
 
+def test_on_a_chip_without_bf16_vector_math_the_conv_result_stays_f32_and_matches(built):
+    """Where the epilogue runs in f32 (v5e's chip facts: no bf16 vector math), the dot's f32 result feeds it
+    unrounded in both passes: rounding it to the conv's bf16 first cost 3-4 vector ops an element (34k at
+    full on v5e, llo: 2691 -> 2479 us) and moved it away from the f32 oracle. v6e's render keeps the
+    rounding (bf16 epilogue). The f32 render matches the reference over the same row blocks."""
+    root, program, _, _, small, inputs, want, own = built
+    template, _, _ = build({**program, "bf16_vpu": False})
+    f32 = template.render({k: v[0] for k, v in template.tunables.items()}, "program")
+    assert f32.count("not rounded to bfloat16") == 2 and "astype(jnp.bfloat16).astype" not in f32
+    assert small.count("acc.astype(jnp.bfloat16)") + small.count("acc_g.astype(jnp.bfloat16)") == 2
+    got = interpret(root, "f32_epilogue", f32, inputs)
+    assert got.shape == want.shape and np.max(np.abs(got - want)) <= 2 * own
+
+
 @pytest.mark.slow  # interpret-mode runs of the kernel (12-18 s on 2 cores): make test stays under 7 min
 @pytest.mark.parametrize(
     "good, bad",

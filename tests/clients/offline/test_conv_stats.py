@@ -141,12 +141,24 @@ def test_only_elementwise_ops_on_the_sums_follow_them(built):
 
 def test_on_a_chip_without_bf16_vector_math_the_epilogue_runs_in_f32(built):
     """v5e's chip facts say its vector unit has no bf16 arithmetic (chips.py, from the compiler's schedule):
-    the first kernel widens the conv's rounded value and the bias once and runs GELU in f32 (39k at full,
-    v5e, llo: 2857 -> 1933 us), rounding only where the reference's mean reads it; v6e keeps bf16. Both
-    match the reference."""
+    the first kernel widens the bias once and runs GELU in f32 (39k at full, v5e, llo: 2857 -> 1933 us) on
+    the conv's f32 result, unrounded (-> 1869 us), and sums it on the VPU where v6e sums a bf16 copy with a
+    0/1 matrix on the MXU (packing f32 to bf16 for it costs v5e more than the adds: -> 1747 us; on v6e the
+    VPU sum is the slower, 769 -> 904 us). v6e keeps bf16. Both match the reference."""
     root, program, _, _, _, _, inputs, want = built
     v5e, v6e = (first_kernel(program, get_chip(c)) for c in ("tpu-v5e", "tpu-v6e"))
     assert "jnp.asarray(0.5, jnp.float32)" in v5e and "c0_ref[...].astype(jnp.float32)" in v5e
     assert "jnp.asarray(0.5, jnp.bfloat16)" in v6e and "c0_ref[...].astype(jnp.float32)" not in v6e
+    assert "acc.astype(jnp.float32)  # [cols * nb, q * O]: f32, not rounded to bfloat16" in v5e
+    assert "acc.astype(jnp.bfloat16)  # [cols * nb, q * O]: rounded once" in v6e
+    assert "jnp.dot(new.astype(jnp.bfloat16)" in v6e and "jnp.dot(new" not in v5e
+    assert ".reshape(wc, nb, q * o).sum(axis=0)" in v5e
+    got6 = interpret(root, "v6e_bf16", v6e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
+    assert np.max(np.abs(got6 - want)) <= 1.6e-2
+    # the VPU sum's own mask: without it the last chunk's overlap (columns 6-7) is summed twice
+    broken = v5e.replace("jnp.where(cols, ", "jnp.where(True, ")
+    assert broken != v5e
+    bad = interpret(root, "v5e_overlap", broken.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
+    assert np.max(np.abs(bad - want)) > 1.6e-2
     got = interpret(root, "v5e_f32", v5e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
     assert np.max(np.abs(got - want)) <= 1.6e-2
