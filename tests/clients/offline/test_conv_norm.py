@@ -91,6 +91,7 @@ def test_conv_norm_matches_the_reference_across_row_blocks(built):
     assert got.shape == want.shape and np.max(np.abs(got - want)) <= 2 * own
 
 
+@pytest.mark.slow  # an interpret-mode run of both passes (~12 s on 2 cores)
 def test_on_a_chip_without_bf16_vector_math_the_conv_result_stays_f32_and_matches(built):
     """Where the epilogue runs in f32 (v5e's chip facts: no bf16 vector math), the dot's f32 result feeds it
     unrounded in both passes: rounding it to the conv's bf16 first cost 3-4 vector ops an element (34k at
