@@ -357,7 +357,8 @@ async def estimate_kernel(
 
     Always an estimate, never a measurement, labeled with its tier: `llo` (compute from the TPU
     compiler's own schedule) or `model` (pipeline model of the grid and BlockSpecs). Work outside
-    the pallas_calls is costed too; an under-declared pl.CostEstimate is ignored and named.
+    the pallas_calls is costed too, op by op as the XLA baseline's is; the tier is `llo` only when the
+    kernels and every op beside them are. An under-declared pl.CostEstimate is ignored and named.
     """
     st, ref, tgt, kernel = resolve_call(ctx, reference, kernel_source, kernel_path, target)
     result = await run_blocking(
