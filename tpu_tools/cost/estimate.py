@@ -264,8 +264,12 @@ def _outside_model_ops(outside: OutsideKernelCost | None, table: FusionTable | N
     each fallback of the fusion table, or the whole jaxpr count where no compiled HLO was read."""
     if outside is None or outside.time_us <= 0:
         return []
-    if outside.basis != "fusions" or table is None:
+    if table is None:
         return [f"{len(outside.ops)} op kinds counted from the jaxpr (no compiled HLO read)"]
+    if outside.basis != "fusions":  # the compiled program has no op for the work the jaxpr counts beside them
+        return [
+            f"{len(outside.ops)} op kinds the jaxpr counts, with no op of their own in the compiled program"
+        ]
     return [f"{f.name} ({f.opcode}): {f.fallback}" for f in table.fusions if f.tier == "model"]
 
 

@@ -354,7 +354,7 @@ def build(program: Program) -> tuple[Template, str, dict[str, int]]:
     ):  # an f32 copy of a bf16 value: a 0/1 matrix on the MXU sums it exactly and masks the overlap for
         # free (39k, LLO, v6e: 769 us; the same sum on the VPU behind a select, 904). Where the epilogue runs
         # in f32 (narrow_vpu: v5e) the value is f32 and packing it to bf16 for the MXU costs more vector work
-        # than the adds: the VPU sums it, unrounded (39k on v5e: 1869 -> 1741 us)
+        # than the adds: the VPU sums it, unrounded (39k on v5e: 1869 -> 1747 us)
         chunk_sum = (
             "        pos = lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 1)  # positions (w, n)\n"
             "        new = (pos % nb == lax.broadcasted_iota(jnp.int32, (nb, wc * nb), 0)) & (start + pos // nb >= j * wc)\n"

@@ -195,18 +195,15 @@ def bind(name: str, expr: str, f32: bool) -> str:
     """`name = expr`, a tile bound into an epilogue, widened to f32 once where the epilogue runs in f32 (a
     trailing `  # note` of `expr` stays the line's comment)."""
     code, sep, note = expr.partition("  # ")
-    widen = f32 and not code.endswith(".astype(jnp.float32)")
-    return f"{name} = {code}{'.astype(jnp.float32)' if widen else ''}{sep}{note}"
+    return f"{name} = {code}{'.astype(jnp.float32)' if f32 else ''}{sep}{note}"
 
 
 def accumulated(expr: str, dtype: str, f32: bool, shape: str) -> str:
-    """A dot's f32 result bound as the traced op's `dtype` output: rounded once to it; where the epilogue runs in
-    f32 (narrow_vpu) kept f32, the rounding dropped as in_f32 drops the epilogue's own (nearer the f32 oracle,
-    and on v5e the rounding is 3-4 vector ops an element: 34k's kernel 2691 -> 2479 us)."""
+    """A dot's f32 result bound (by `bind`) as the traced op's `dtype` output: rounded once to it; where the
+    epilogue runs in f32 (narrow_vpu) left f32, the rounding dropped as in_f32 drops the epilogue's own (nearer
+    the f32 oracle, and on v5e the rounding is 3-4 vector ops an element: 34k's kernel 2691 -> 2479 us)."""
     if f32 and dtype != "float32":
-        return (
-            f"{expr}.astype(jnp.float32)  # {shape}: f32, not rounded to {dtype} (the epilogue runs in f32)"
-        )
+        return f"{expr}  # {shape}: f32, not rounded to {dtype} (the epilogue runs in f32)"
     return f"{expr}.astype(jnp.{dtype})  # {shape}: rounded once"
 
 
