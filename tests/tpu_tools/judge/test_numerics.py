@@ -237,25 +237,33 @@ def test_the_floor_is_not_added_to_twice_the_references_error(evaluator, kernel,
     assert "failed on 1" in r.error_summary, r.error_summary
 
 
+# the check sizes each verdict is decided at: "small" alone for time, or the judge's default (small, then
+# the derived size) where small alone cannot decide it
+SMALL, DEFAULT = ["small"], None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("kernel", "reference", "ok"),
+    ("kernel", "reference", "ok", "sizes"),
     [
-        ("bf16_accumulator_kernel", "f32_projection_reference", False),
-        ("right_where_exact_kernel", "relu_projection_reference", False),
-        ("relu_onepass_kernel", "relu_projection_reference", True),
-        ("taylor_softmax_kernel", "softmax_reference", False),
-        ("softmax_kernel", "softmax_reference", True),
-        ("reads_the_oracle_kernel", "f32_projection_reference", False),
-        ("attention_bf16_pass_kernel", "attention_highest_reference", False),
-        ("attention_bf16_pass_kernel", "attention_reference", True),
-        ("attention_f32_kernel", "attention_highest_reference", True),
-        ("f32_full_kernel", "f32_projection_reference", True),
-        ("bf16_long_k_kernel", "bf16_long_k_reference", True),
+        # a bf16 accumulator over small's 4 k-steps: mean error 1.6x the reference's, worst element 1.9-3.1x
+        # (measured over 16 seed offsets: 1 under 2x, a pass by the field's rule); over the derived size's 8
+        # k-steps 3.3-3.7x on the reference's own draw: the default sizes decide it, as they do for a user
+        ("bf16_accumulator_kernel", "f32_projection_reference", False, DEFAULT),
+        ("right_where_exact_kernel", "relu_projection_reference", False, SMALL),
+        ("relu_onepass_kernel", "relu_projection_reference", True, SMALL),
+        ("taylor_softmax_kernel", "softmax_reference", False, SMALL),
+        ("softmax_kernel", "softmax_reference", True, SMALL),
+        ("reads_the_oracle_kernel", "f32_projection_reference", False, SMALL),
+        ("attention_bf16_pass_kernel", "attention_highest_reference", False, SMALL),
+        ("attention_bf16_pass_kernel", "attention_reference", True, SMALL),
+        ("attention_f32_kernel", "attention_highest_reference", True, SMALL),
+        ("f32_full_kernel", "f32_projection_reference", True, SMALL),
+        ("bf16_long_k_kernel", "bf16_long_k_reference", True, SMALL),
     ],
 )
-def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, ok):
-    r = _validate(evaluator, kernel, reference)
+def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, ok, sizes):
+    r = evaluator.validate(k(kernel), k(reference), "tpu-v6e", seeds=2, check_sizes=sizes)
     assert r.ok is ok, r.failure
     if not ok:
         # the oracle-reader globs /tmp: from a checkout under /tmp (a `mktemp -d` clone) its walk reaches the
@@ -265,7 +273,9 @@ def test_every_numerics_fixture_gets_its_verdict(evaluator, kernel, reference, o
             if kernel == "reads_the_oracle_kernel"
             else ("output_mismatch",)
         )
-        assert r.failure.kind in kinds, r.failure
+        # right at small and wrong at the derived size is `shape_specialized`, its cause kept
+        f = r.failure
+        assert f.kind in kinds or (f.kind == "shape_specialized" and f.cause_kind in kinds), f
 
 
 def test_remat_custom_rules_and_control_flow_are_re_entered():
