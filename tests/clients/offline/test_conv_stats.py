@@ -46,8 +46,10 @@ def workload(x, w, b):
     return jnp.mean(jax.nn.gelu(y + b.reshape(1, -1, 1, 1), approximate=True), axis=(2, 3))
 '''
 
-# 2 images x 64 channels x 16 group rows of f32 per output column: 4 columns per dot (10: 0-3, 4-7, 6-9)
-SMALL_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 16 * 4"
+# 2 images x 64 channels x 8 group rows of f32 per output column: 8 columns per dot (10: 0-7, 2-9)
+SMALL_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 8 * 8"
+# v5e's VPU sum takes at most half the columns a dot (two chunks at least): 4 columns (0-3, 4-7, 6-9)
+V5E_CHUNKS = "CHUNK_BYTES = 4 * 2 * 64 * 8 * 4"
 
 
 @pytest.fixture(scope="module")
@@ -153,19 +155,25 @@ def test_on_a_chip_without_bf16_vector_math_the_epilogue_runs_in_f32(built):
     assert "acc.astype(jnp.bfloat16)  # [cols * nb, q * O]: rounded once" in v6e
     assert "jnp.dot(new.astype(jnp.bfloat16)" in v6e and "jnp.dot(new" not in v5e
     assert ".reshape(wc, nb, q * o).sum(axis=0)" in v5e
-    got = interpret(root, "v5e_f32", v5e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
+    got = interpret(root, "v5e_f32", v5e.replace("CHUNK_BYTES = 4 << 20", V5E_CHUNKS), inputs)
     assert np.max(np.abs(got - want)) <= 1.6e-2
 
 
-@pytest.mark.slow  # two interpret-mode runs (~15 s on 2 cores): make test stays under 7 min
+@pytest.mark.slow  # three interpret-mode runs (~20 s on 2 cores): make test stays under 7 min
 def test_v6es_mxu_sum_matches_and_v5es_vpu_sum_without_its_overlap_mask_fails(built):
     """The two sums of the chunk's columns: v6e's 0/1 matrix on the MXU matches the reference; v5e's VPU sum
-    with its own mask removed counts the last chunk's overlap (columns 6-7 of 10) twice and fails."""
+    with its own mask removed, or with the last chunk summed unmasked like those before it, counts the last
+    chunk's overlap (columns 6-7 of 10) twice and fails."""
     root, program, _, _, _, _, inputs, want = built
     v5e, v6e = (first_kernel(program, get_chip(c)) for c in ("tpu-v5e", "tpu-v6e"))
     got6 = interpret(root, "v6e_bf16", v6e.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
     assert np.max(np.abs(got6 - want)) <= 1.6e-2
-    broken = v5e.replace("jnp.where(cols, ", "jnp.where(True, ")
-    assert broken != v5e
-    bad = interpret(root, "v5e_overlap", broken.replace("CHUNK_BYTES = 4 << 20", SMALL_CHUNKS), inputs)
-    assert np.max(np.abs(bad - want)) > 1.6e-2
+    for name, old, new in [
+        ("v5e_overlap", "jnp.where(cols, ", "jnp.where(True, "),
+        # the chunks before the last are summed unmasked: the last one unmasked too overlaps
+        ("v5e_last_unmasked", "part = columns(i, last, part)", "part = columns(i, last, part, masked=False)"),
+    ]:
+        broken = v5e.replace(old, new)
+        assert broken != v5e
+        bad = interpret(root, name, broken.replace("CHUNK_BYTES = 4 << 20", V5E_CHUNKS), inputs)
+        assert np.max(np.abs(bad - want)) > 1.6e-2, name
