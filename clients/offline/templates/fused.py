@@ -19,6 +19,7 @@ from typing import Any
 from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.rows import RowPlan, analyse
 from maxkernel.clients.offline.templates.base import MiB, Template, cheapest
+from maxkernel.clients.offline.templates.op_families import f32_program
 from maxkernel.clients.offline.templates.row_blocks import legal_blocks, nbytes, row_body, tiled_axes
 from maxkernel.tpu_tools.problem.emit import Program, operand
 
@@ -171,7 +172,9 @@ def _inverse(perm: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(range(len(perm)), key=lambda d: perm[d]))
 
 
-def _source_parts(program: Program, plans: Sequence[RowPlan], sym: Symbolic, why: str) -> dict[str, str]:
+def _source_parts(
+    program: Program, plans: Sequence[RowPlan], sym: Symbolic, why: str, widen: bool = False
+) -> dict[str, str]:
     names = program["input_names"]
     ins = program["inputs"]
     if any(not s["shape"] for s in ins):
@@ -182,9 +185,15 @@ def _source_parts(program: Program, plans: Sequence[RowPlan], sym: Symbolic, why
     outs = [operand(o) for o in program["outputs"]]
     n_out = len(outs)
     refs = [f"{n}_ref" for n in names] + [f"o{i}_ref" for i in range(n_out)]
-    loads = ", ".join(
+    loads = [
         _vmem_transpose(f"{n}_ref[...]", in_perms[n]) if n in in_perms else f"{n}_ref[...]" for n in names
-    )
+    ]
+    if widen:  # the body computes in f32 (op_families.f32_program): each bf16 input widened once here
+        loads = [
+            f"{a}.astype(jnp.float32)" if s["dtype"] == "bfloat16" else a
+            for a, s in zip(loads, ins, strict=True)
+        ]
+    loads = ", ".join(loads)
     out_ranks = [len(s["shape"]) for s in program["out_specs"]]
     stores = "\n".join(
         f"    o{i}_ref[...] = jnp.transpose(outs[{i}], {out_perms[i]}).astype(o{i}_ref.dtype)"
@@ -403,7 +412,10 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         smallest = {BLOCK_NAMES[0]: min(legal_blocks(program, one, sym)[0])}
         if _vmem_fn(program, one, sym)(smallest, {}) <= _INITIAL_VMEM:
             plans = one
-    parts = _source_parts(program, plans, sym, plan.why or "rows are not separable")
+    wide = f32_program(program)  # no bf16 vector math on the target: the body in f32, each input widened once
+    if wide is not None:
+        program, sym = wide, Symbolic(wide)
+    parts = _source_parts(program, plans, sym, plan.why or "rows are not separable", widen=wide is not None)
     if sym.unsolved:
         raise ValueError(
             "numbers that follow the size in no way it can write: " + "; ".join(sym.unsolved[:3])

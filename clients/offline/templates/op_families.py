@@ -173,6 +173,31 @@ def in_f32(eqns: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# ops whose meaning changes when a bf16 value is computed in f32, or that hold their own equations
+_NOT_WIDENED = {"dot_general", "conv_general_dilated", "bitcast_convert_type", "reduce_precision"}
+
+
+def f32_program(program: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The program with its body in f32 (in_f32, and every size's literals to match) where its target has
+    no bf16 vector math (narrow_vpu) and it computes on bf16 values; None where not (a contraction keeps
+    its operands' dtype, a bitcast or control flow is left as traced). Its inputs and outputs keep their
+    dtypes: a kernel loads each bf16 input widened once and rounds each output once on store (28k's
+    LayerNorm-GELU tail on v5e, LLO: each bf16 op is widened and rounded again, chips.py)."""
+    eqns = program["equations"]
+    if not narrow_vpu(program) or any(e["primitive"] in _NOT_WIDENED or e.get("subprograms") for e in eqns):
+        return None
+    if not any(sp.get("dtype") == "bfloat16" for e in eqns for sp in e["out_specs"]):
+        return None
+    variants = {}
+    for size, v in (program.get("variants") or {}).items():
+        lits = {
+            i: {j: t.replace("jnp.bfloat16)", "jnp.float32)") for j, t in row.items()}
+            for i, row in (v.get("literals") or {}).items()
+        }
+        variants[size] = {**v, "literals": lits}
+    return {**program, "equations": in_f32(eqns), "variants": variants}
+
+
 def epilogue_source(
     core: Core, names: Mapping[str, str], indent: str = "    "
 ) -> tuple[list[str], list[str]]:
