@@ -280,6 +280,9 @@ def build_prep(program: Program, stage_template) -> tuple[Template, str, dict[st
     """(template, target, dims) of a program whose contraction reads a value made from its inputs alone
     (stages.prep_cut: a transposed conv's dilated input, 28k): that preparation is glue in plain JAX,
     the rest the template its own class picks; None when the program is not one; ValueError as above."""
+    from maxkernel.clients.offline.strided_scatter import as_interior_pad
+
+    program = as_interior_pad(program) or program  # zeros scattered at a stride: one interior pad
     stages = prep_cut(program)
     return None if stages is None else _build_cut(program, stages, stage_template)
 
