@@ -451,7 +451,13 @@ def build(program: Program, plan: RowPlan, kind: str, sym: Symbolic | None = Non
         **{k: v for k, v in parts.items() if k != "block_consts"},
         "name": kind,
         "title": TITLE[kind],
-        "about": ABOUT[kind],
+        "about": ABOUT[kind]
+        + (
+            " The body computes in f32 (the target has no bf16 vector math): each bf16 input is widened"
+            " once on load and each output rounded once on store."
+            if wide is not None
+            else ""
+        ),
         "target": f"{sym.target}: outputs {[tuple(s['shape']) for s in at['out_specs']]}",
     }
     return Template(

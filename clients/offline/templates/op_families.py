@@ -184,7 +184,10 @@ def f32_program(program: Mapping[str, Any]) -> dict[str, Any] | None:
     dtypes: a kernel loads each bf16 input widened once and rounds each output once on store (28k's
     LayerNorm-GELU tail on v5e, LLO: each bf16 op is widened and rounded again, chips.py)."""
     eqns = program["equations"]
-    if not narrow_vpu(program) or any(e["primitive"] in _NOT_WIDENED or e.get("subprograms") for e in eqns):
+    if not narrow_vpu(program) or any(
+        e["primitive"] in _NOT_WIDENED or e.get("subprograms") or e["params"].get("dtype") == "jnp.bfloat16"
+        for e in eqns
+    ):  # a bf16 iota's dtype is a parameter in_f32 does not rewrite: left as traced
         return None
     if not any(sp.get("dtype") == "bfloat16" for e in eqns for sp in e["out_specs"]):
         return None
