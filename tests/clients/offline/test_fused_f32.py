@@ -71,6 +71,7 @@ def _render(program, bf16_vpu: bool) -> str:
     return template.render({k: v[0] for k, v in template.tunables.items()}, "program")
 
 
+@pytest.mark.slow  # two interpret-mode runs and a describe (~20 s on 2 cores): make test stays near 7 min
 def test_without_bf16_vector_math_the_body_runs_in_f32_and_matches(built):
     root, program, inputs, oracle, own = built
     narrow, native = _render(program, False), _render(program, True)
