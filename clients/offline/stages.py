@@ -165,12 +165,12 @@ def _reads(program: Program, indices: Sequence[int]) -> list[str]:
     return out
 
 
-def _producers(program: Program) -> dict[str, int]:
+def producers(program: Program) -> dict[str, int]:
     """Each value an equation makes: that equation's index."""
     return {o: i for i, e in enumerate(program["equations"]) for o in e["outputs"]}
 
 
-def _upstream(program: Program, values: Sequence[str], made_by: Mapping[str, int]) -> set[int]:
+def upstream(program: Program, values: Sequence[str], made_by: Mapping[str, int]) -> set[int]:
     """The equations `values` are computed from, transitively (inputs and literals end the walk)."""
     eqns = program["equations"]
     found: set[int] = set()
@@ -208,8 +208,8 @@ def cut(program: Program) -> list[Stage] | None:
     if p is None:
         return None
     eqns = program["equations"]
-    made_by = _producers(program)
-    head = _upstream(program, eqns[p]["inputs"], made_by)
+    made_by = producers(program)
+    head = upstream(program, eqns[p]["inputs"], made_by)
     head_idx = sorted(head)
     rest = [i for i in range(len(eqns)) if i != p and i not in head]
     outputs = list(program["outputs"])
@@ -265,7 +265,7 @@ def attention_region(program: Program, p: int, is_attention) -> list[int] | None
     contraction its softmax feeds (p·v), the equations that follow from no input (a causal mask from
     iotas), and transposes that alone read its result; None unless `is_attention(subprogram)` says so."""
     eqns = program["equations"]
-    made_by = _producers(program)
+    made_by = producers(program)
     after = {p}
     for i in range(p + 1, len(eqns)):
         if any(made_by.get(a) in after for a in eqns[i]["inputs"]):
@@ -326,7 +326,7 @@ def attention_cut(program: Program, is_attention) -> list[Stage] | None:
     dots = [i for i, e in enumerate(eqns) if e["primitive"] == "dot_general" and i not in region]
     if not dots:
         return None
-    made_by = _producers(program)
+    made_by = producers(program)
     unit = {i: ("attention", region[0]) for i in region}
     unit.update({i: ("matmul", i) for i in dots})
     unit.update({i: ("glue", i) for i in range(len(eqns)) if i not in unit})
@@ -379,11 +379,11 @@ def prep_cut(program: Program) -> list[Stage] | None:
     zeros at its stride and padded, its kernel flipped: 28k); None when no contraction reads such a value.
     The rest, whose contraction then reads its operands as inputs, is the template's program."""
     eqns = program["equations"]
-    made_by = _producers(program)
+    made_by = producers(program)
     heavy = [i for i, e in enumerate(eqns) if e["primitive"] in HEAVY]
     if not heavy or not any(a in made_by for a in eqns[heavy[0]]["inputs"]):
         return None
-    prep = _upstream(program, eqns[heavy[0]]["inputs"], made_by)
+    prep = upstream(program, eqns[heavy[0]]["inputs"], made_by)
     if any(eqns[i]["primitive"] in HEAVY for i in prep):
         return None  # a contraction feeds it: not preparation of the inputs
     glue = sorted(prep)

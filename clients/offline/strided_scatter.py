@@ -14,18 +14,18 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from maxkernel.clients.offline.dims import program_at
+from maxkernel.clients.offline.stages import producers, upstream
 from maxkernel.clients.offline.subprogram import subprogram
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, operand
 
-_MAX_ELEMENTS = (
-    1 << 24
-)  # the index arithmetic evaluated at one size: at most 64 MiB of int32 (28k at full: about 10^5)
+# the index arithmetic evaluated at one size: at most 64 MiB of int32 (28k at full: about 10^5 elements)
+_MAX_ELEMENTS = 1 << 24
 _FIELD = re.compile(r"(\w+)=(\([^)]*\))")
 
 
@@ -51,18 +51,12 @@ def _zero_constant(program: Mapping[str, Any], name: str) -> bool:
 def _evaluate(program: Mapping[str, Any], name: str) -> np.ndarray | None:
     """The value `name` computes, when it reads no input (iotas and literals only); None otherwise."""
     eqns = program["equations"]
-    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
-    need, todo = set(), [name]
-    while todo:
-        v = todo.pop()
-        if v.startswith("lit:"):
-            continue
-        if v not in made_by:
-            return None  # an input of the program: not a constant
-        i = made_by[v]
-        if i not in need:
-            need.add(i)
-            todo += eqns[i]["inputs"]
+    made_by = producers(program)
+    need = upstream(program, [name], made_by)
+    if name not in made_by or any(
+        a not in made_by for i in need for a in eqns[i]["inputs"] if not a.startswith("lit:")
+    ):
+        return None  # it reads an input of the program: not a constant
     if any(eqns[i].get("subprograms") for i in need):
         return None
     if sum(math.prod(sp["shape"]) for i in need for sp in eqns[i]["out_specs"]) > _MAX_ELEMENTS:
@@ -119,13 +113,12 @@ def _padding(program: Mapping[str, Any], k: int) -> tuple[tuple[int, int, int], 
     return tuple(config)
 
 
-def _live(eqns: Sequence[Mapping[str, Any]], outputs: Sequence[str]) -> list[int]:
-    live, kept = set(outputs), []
-    for i in range(len(eqns) - 1, -1, -1):
-        if set(eqns[i]["outputs"]) & live:
-            kept.append(i)
-            live |= {a for a in eqns[i]["inputs"] if not a.startswith("lit:")}
-    return sorted(kept)
+def _varies(program: Program, k: int) -> bool:
+    """Equation k's parameters change with size (some traced size states its own)."""
+    return any(
+        k in (v.get("params") or {}) or str(k) in (v.get("params") or {})
+        for v in (program.get("variants") or {}).values()
+    )
 
 
 def _merge_edge_pad(program: Program, eqns: list[dict[str, Any]], k: int, config: tuple) -> None:
@@ -137,10 +130,7 @@ def _merge_edge_pad(program: Program, eqns: list[dict[str, Any]], k: int, config
     if out in program["outputs"] or len(readers) != 1 or eqns[readers[0]]["primitive"] != "pad":
         return
     q = readers[0]
-    if any(
-        q in (v.get("params") or {}) or str(q) in (v.get("params") or {})
-        for v in (program.get("variants") or {}).values()
-    ):
+    if _varies(program, q):
         return  # its edges change with size
     value = eqns[q]["inputs"][1]
     if not (_is_zero(value) if value.startswith("lit:") else _zero_constant(program, value)):
@@ -160,7 +150,7 @@ def as_interior_pad(program: Program) -> dict[str, Any] | None:
     """The program with each scatter of a value into zeros at a strided lattice written as `lax.pad` with
     interior padding, the index arithmetic and zeros it no longer reads dropped; None when it has none."""
     eqns = [dict(e) for e in program["equations"]]
-    made_by = {o: i for i, e in enumerate(eqns) for o in e["outputs"]}
+    made_by = producers(program)
     sizes = [program.get("size"), *(program.get("variants") or {})]
     changed = False
     for k, e in enumerate(eqns):
@@ -169,10 +159,7 @@ def as_interior_pad(program: Program) -> dict[str, Any] | None:
         z = made_by.get(e["inputs"][0])
         if z is None or eqns[z]["primitive"] != "broadcast_in_dim" or not _is_zero(eqns[z]["inputs"][0]):
             continue
-        if any(
-            k in (v.get("params") or {}) or str(k) in (v.get("params") or {})
-            for v in (program.get("variants") or {}).values()
-        ):
+        if _varies(program, k):
             continue  # the scatter's own parameters change with size
         configs = {_padding(program_at(program, s), k) if s else None for s in sizes}
         if len(configs) != 1 or None in configs:
@@ -189,4 +176,5 @@ def as_interior_pad(program: Program) -> dict[str, Any] | None:
     if not changed:
         return None
     rewritten = {**program, "equations": eqns}
-    return subprogram(rewritten, _live(eqns, program["outputs"]), program["input_names"], program["outputs"])
+    live = sorted(upstream(rewritten, program["outputs"], producers(rewritten)))  # the zeros and indices drop
+    return subprogram(rewritten, live, program["input_names"], program["outputs"])
