@@ -28,6 +28,8 @@ FailureKind = Literal[
     "shape_specialized",  # right (or compiles) at one size, fails at another: written for one shape only
     "output_mismatch",  # numbers differ beyond tolerance
     "race",  # TPU interpret mode's race detector fired
+    "revisited_output_block",  # an output block written again after the grid left it: the earlier write is lost
+    "out_of_bounds",  # a block index or an access (a DMA slice, a dynamic pl.ds) past its array or buffer
     "weak_check",  # a trivial output would pass too: the check cannot tell
     "case_unusable",  # the extra input case cannot be built or run by the reference itself - not the kernel
     "no_kernel",  # no pallas_call in the candidate (plain-JAX rewrites need allow_plain_jax)

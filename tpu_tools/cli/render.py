@@ -22,9 +22,18 @@ class _Console(Console):
 console = _Console()
 
 
+# The summary says all of it, built from the interpreter's own numbers: its traceback (jax's frames only)
+# stays in --json's failure.message.
+_SUMMARY_SAYS_IT = {"usage_error", "revisited_output_block", "out_of_bounds"}
+
+
 def _failure(f: Failure) -> None:
     console.print(f"[bold red]✗ {f.kind}[/]: {f.summary}")
-    if f.message and f.kind not in ("usage_error",):
+    if f.kind in _SUMMARY_SAYS_IT or f.cause_kind in _SUMMARY_SAYS_IT:
+        if f.message and f.kind != "usage_error":
+            console.print(Text("(the interpreter's traceback: --json, failure.message)", style="dim"))
+        return
+    if f.message:
         tail = f.message.strip().splitlines()[-6:]
         console.print(Text("\n".join(tail), style="dim"), highlight=False)
 

@@ -45,6 +45,8 @@ SIZE_DEPENDENT = {
     "shape_mismatch",
     "output_mismatch",
     "race",
+    "revisited_output_block",
+    "out_of_bounds",
     # pallas at one size, plain JAX at another: a dispatch on the shape (only after a size passed)
     "no_kernel",
     "work_outside_kernel",

@@ -7,7 +7,8 @@ the parent chose and writes every run's outputs. The verdict on the numbers is t
 
 Off the chip the candidate is traced as the target chip (target_trace.py) and that traced program is
 what TPU interpret mode runs; where jax's interpreter itself fails, the failure is `interpret_unsupported`
-(interpreter_limits.py), not the kernel's.
+(interpreter_limits.py), not the kernel's, unless what it raised is a check it makes on the kernel (a
+revisited output block, an out-of-bounds block or access: interpreter_findings.py), a negative verdict.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from maxkernel.tpu_tools.hardware.targets import parse_target
 from maxkernel.tpu_tools.judged import job_env
 from maxkernel.tpu_tools.judged.classify import classify_exception, unpartitioned_failure
 from maxkernel.tpu_tools.judged.integrity import Guard, static_patch_scan
+from maxkernel.tpu_tools.judged.interpreter_findings import KernelFinding, kernel_finding
 from maxkernel.tpu_tools.judged.interpreter_limits import (
     InterpreterFailure,
     interpreter_failure,
@@ -110,6 +112,25 @@ def interpret_unsupported(found: InterpreterFailure, exc: BaseException, stage: 
     )
 
 
+def interpreter_finding(finding: KernelFinding, exc: BaseException, stage: str) -> Failure:
+    """A fault of the kernel's that jax's interpreter checks for and raised (a revisited output block,
+    an out-of-bounds block or access): a negative verdict in one sentence, the traceback as evidence."""
+    return Failure(
+        kind=finding.kind,
+        summary=f"{finding.summary} (caught by TPU interpret mode {_STAGE_WORDS.get(stage, stage)})"[:1500],
+        message="".join(traceback.format_exception(exc))[-6000:],
+        stage=stage,
+    )
+
+
+def _calls(program) -> list:
+    """The program's pallas_calls, to name the kernel a finding is about ([]: unreadable)."""
+    try:
+        return find_pallas_calls(program)
+    except Exception:  # noqa: BLE001 - our reading of an unusual jaxpr must not hide the finding
+        return []
+
+
 def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=None) -> Failure:
     """`program`: the candidate's traced program where it was interpreted off the chip, so that the
     interpreter itself may be what failed (`interpret_unsupported`); `rules`: the lowering rules before
@@ -118,6 +139,8 @@ def _failure(exc: BaseException, stage: str, path: Path, *, program=None, rules=
         return _base_exception_failure(exc, stage, path)
     found = interpreter_failure(exc, path, program, rules or {}) if program is not None else None
     if found is not None and not found.vetoed:
+        if (finding := kernel_finding(found, _calls(program), str(exc))) is not None:
+            return interpreter_finding(finding, exc, stage)
         return interpret_unsupported(found, exc, stage)
     failure = classify_exception(exc, stage, path)
     failure.message = (
