@@ -26,10 +26,10 @@ from maxkernel.tpu_tools.errors import ReferenceFailure, UsageError
 from maxkernel.tpu_tools.judge.compare import compare_outputs, trivial_outputs_passing, within
 from maxkernel.tpu_tools.judge.error_rule import FACTOR, reference_error
 from maxkernel.tpu_tools.pool.handover import save_arrays, save_specs, specs_of
-from maxkernel.tpu_tools.problem import memory
+from maxkernel.tpu_tools.problem import chip_program, memory
 from maxkernel.tpu_tools.problem.input_cases import InputCase
 from maxkernel.tpu_tools.problem.input_regimes import Regime, apply_regime, regime_at
-from maxkernel.tpu_tools.problem.reference import load_reference, reference_failure
+from maxkernel.tpu_tools.problem.reference import Reference, load_reference, reference_failure
 from maxkernel.tpu_tools.problem.tolerances import choose_tolerance
 from maxkernel.tpu_tools.problem.work_check import census_of
 from maxkernel.tpu_tools.reports import Failure, ReferenceSide, SeedResult, Tolerance
@@ -182,21 +182,24 @@ def reference_specs_job(
     resolve_checks: bool = False,
     with_values: bool = False,
     derive_seed: int | None = None,
+    target: str | None = None,
 ) -> dict:
     """Pool job: shapes and dtypes of the reference's inputs and outputs (compile needs nothing more),
     with `resolve_checks` the check sizes validation will run at, and with `with_values` the values of
-    its small integer inputs (the estimate's data-dependent work)."""
+    its small integer inputs (the estimate's data-dependent work). A Pallas reference is traced for
+    `target` (chip_program.py)."""
     from maxkernel.tpu_tools.judged import job_env
 
     job_env.scrub()
-    _, side = reference_side(
-        reference,
-        size,
-        check_sizes=check_sizes,
-        resolve_checks=resolve_checks,
-        with_values=with_values,
-        derive_seed=derive_seed,
-    )
+    with chip_program.reference_target(target):
+        _, side = reference_side(
+            reference,
+            size,
+            check_sizes=check_sizes,
+            resolve_checks=resolve_checks,
+            with_values=with_values,
+            derive_seed=derive_seed,
+        )
     return side.model_dump(mode="json")
 
 
@@ -213,17 +216,41 @@ def reference_job(
     derive_seed: int | None = None,
 ) -> dict:
     """Pool job (judge side): inputs into `inputs_dir`; into `expected_dir`, per seed, the reference as
-    `target` computes it (`expected_<seed>`) and the upcast oracle (`oracle_<seed>`, numerics.py)."""
-    import jax
-
+    `target` computes it (`expected_<seed>`) and the upcast oracle (`oracle_<seed>`, numerics.py).
+    A Pallas reference is traced for `target` and run in TPU interpret mode off the chip (chip_program.py)."""
     from maxkernel.tpu_tools.judged import job_env
-    from maxkernel.tpu_tools.pool.workers import report_progress
 
     job_env.scrub()
     input_case = InputCase.model_validate(case) if case is not None else None
-    ref, side = reference_side(reference, size, input_case, derive_seed=derive_seed)
-    if not side.ok or ref is None or not memory.fits_host(ref, side):
-        return side.model_dump(mode="json")
+    with chip_program.reference_target(target):
+        ref, side = reference_side(reference, size, input_case, derive_seed=derive_seed)
+        if not side.ok or ref is None or not memory.fits_host(ref, side):
+            return side.model_dump(mode="json")
+        with chip_program.interpreted(ref.pallas):
+            return _reference_runs(ref, side, seeds, inputs_dir, expected_dir, input_case, atol, rtol, target)
+
+
+def _reference_runs(
+    ref: Reference,
+    side: ReferenceSide,
+    seeds: list[int],
+    inputs_dir: str,
+    expected_dir: str,
+    input_case: InputCase | None,
+    atol: float | None,
+    rtol: float | None,
+    target: str,
+) -> dict:
+    """reference_job's runs: per seed its inputs, the target's answer and the oracle's, then the tolerance."""
+    import jax
+
+    from maxkernel.tpu_tools.pool.workers import report_progress
+
+    if ref.pallas and side.reference is not None:
+        side.reference.notes.append(
+            f"the reference is a Pallas kernel: traced as the {target} chip, "
+            + ("run on the chip" if jax.default_backend() == "tpu" else "run in TPU interpret mode on CPU")
+        )
     path = Path(ref.info.path)
     path = path / "reference.py" if path.is_dir() else path
     fn = jax.jit(ref.workload)

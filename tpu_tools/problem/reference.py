@@ -21,10 +21,12 @@ from maxkernel.tpu_tools.errors import (
     UsageError,
 )
 from maxkernel.tpu_tools.hardware.mesh import mesh_of
+from maxkernel.tpu_tools.problem import chip_program, config_reference
 from maxkernel.tpu_tools.problem.source import (
     ReferenceInfo,
     ReferenceKind,
     import_file,
+    missing_package,
     user_frame_line,
 )
 
@@ -45,6 +47,9 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
     _derived: Any = None  # the derived check size, once computed
+    pallas: bool = (
+        False  # its source calls Pallas TPU kernels: traced as the target, run interpreted (chip_program.py)
+    )
     derive_seed: int | None = None  # validate's seed offset: the derived size is drawn from it
 
     def per_device_flops(self, size: str) -> float | None:
@@ -138,9 +143,10 @@ class Reference:
             else:
                 base = smallest_size(self.info.sizes, self.input_elements)
                 target = self.default_size()[0]  # the alignment kept is the one small and the target share
-                self._derived = derive_size(
-                    self.sizes_table, self.elements_at, base, target, draw=self.derive_seed
-                )
+                table = self.sizes_table
+                if self.info.kind == "jaxbench-config":  # named configs are sizes to pick, not a scale:
+                    table = {n: table[n] for n in (base, target)}  # the derived size grows small toward full
+                self._derived = derive_size(table, self.elements_at, base, target, draw=self.derive_seed)
         return self._derived
 
     def check_size(self, name: str):
@@ -255,6 +261,8 @@ def load_reference(spec: str) -> Reference:
     except Exception as e:
         line = user_frame_line(e.__traceback__, path)
         where = f" (line {line})" if line else ""
+        if (missing := missing_package(e)) is not None:
+            raise ReferenceLoadError(f"reference {path}{where}: {missing}") from None
         raise ReferenceFailure(
             f"reference {path} failed to import{where}: {type(e).__name__}: {e}",
             line=line,
@@ -348,6 +356,8 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
                 sizes_table.pop(name, None)
 
         kind: ReferenceKind = "maxkernel"
+    elif (style := config_reference.style_of(module)) is not None:
+        return _from_config_module(module, path, task_id, sha, style)
     else:
         sizes = ["full"]
         notes.append(
@@ -387,14 +397,110 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
         notes=notes,
         mesh=mesh,
     )
+    pallas = chip_program.uses_pallas(path.read_text(errors="replace"))
     return Reference(
         info=info,
-        workload=workload,
+        workload=chip_program.as_chip_program(workload) if pallas else workload,
         _create=create,
         _flops=flops,
         config=config,
         _create_sized=create_sized if seedable else None,
         sizes_table=dict(sizes_table) if seedable else {},
+        pallas=pallas,
+    )
+
+
+def _from_config_module(
+    module: ModuleType, path: Path, task_id: str | None, sha: str, style: config_reference.Style
+) -> Reference:
+    """A CONFIG-driven file (upstream JaxBench level 2, config_reference.py), read unmodified: every named
+    config a size, `full` the default, `small` derived by shrinking; seeds fold into the file's own draw."""
+    import jax
+
+    workload = getattr(module, "workload", None) or module.computation
+    table, default = config_reference.named_sizes(module, style)
+    params = inspect.signature(module.create_inputs).parameters
+    dtype = _bf16() if "dtype" in params else None
+    pallas = chip_program.uses_pallas(path.read_text(errors="replace"))
+    configs_of: dict[tuple, dict] = {}  # input signature -> the dims they were built at
+
+    def create_sized(dims: dict, seed: int | None) -> tuple:
+        d = dict(dims)
+        inputs = config_reference.create_at(module, style, d, seed, d.pop("dtype", dtype))
+        configs_of[config_reference.signature(jax.tree_util.tree_leaves(inputs))] = dict(dims)
+        return inputs
+
+    def config_workload(*args):
+        # the few files whose workload reads CONFIG (1p's head_dim) see the size their inputs were built at
+        dims = configs_of.get(config_reference.signature(jax.tree_util.tree_leaves(args)))
+        if dims is None:
+            return workload(*args)
+        with config_reference.config_as(module, style, dims):
+            return workload(*args)
+
+    run = chip_program.as_chip_program(config_workload) if pallas else config_workload
+    tuned = config_reference.tuned_values(module)
+
+    def probe(dims: dict) -> int:
+        import math
+
+        inputs = jax.eval_shape(lambda: create_sized(dims, 0))
+        jax.eval_shape(run, *inputs)  # the workload must trace at these dims
+        return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(inputs))
+
+    def shapes_of(dims: dict) -> list:
+        leaves = jax.tree_util.tree_leaves(jax.eval_shape(lambda: create_sized(dims, 0)))
+        return [(x.shape, x.dtype) for x in leaves]
+
+    notes = [
+        f"JAXBench level-2 style ({style}): sizes are its named configs; 'full' is {default!r}"
+        + (" (the first listed: the file names no default)" if style == "listed" else " (its default CONFIG)")
+    ]
+    try:
+        small, small_notes = config_reference.shrink(table["full"], tuned, probe, shapes_of)
+    except Exception as e:  # noqa: BLE001 - the default config itself does not trace: said, small is full
+        small, small_notes = (
+            dict(table["full"]),
+            [f"no smaller size: the default config fails to trace ({type(e).__name__}: {e})"[:400]],
+        )
+    table = {config_reference.SMALL: small, **table}
+    notes += small_notes
+    config = dict(module.CONFIG)
+    get_flops = getattr(module, "get_flops", None)
+
+    def flops(size: str) -> int | None:
+        if get_flops is None:
+            return None
+        try:
+            if "config" in inspect.signature(get_flops).parameters and style == "configs":
+                return int(get_flops(config=dict(table[size])))
+            with config_reference.config_as(module, style, table[size]):
+                return int(get_flops())
+        except Exception:  # noqa: BLE001 - a get_flops that breaks costs the estimate its flop count
+            return None
+
+    info = ReferenceInfo(
+        name=str(
+            task_id or (path.parent.name if path.name == "baseline.py" else config.get("name") or path.stem)
+        ),
+        path=str(path),
+        kind="jaxbench-config",
+        sha256=sha,
+        sizes=list(table),
+        seedable=True,
+        atol=config.get("atol", table["full"].get("atol")),
+        rtol=config.get("rtol", table["full"].get("rtol")),
+        notes=notes,
+    )
+    return Reference(
+        info=info,
+        workload=run,
+        _create=lambda size, seed: create_sized(table[size], seed),
+        _flops=flops,
+        config=config,
+        _create_sized=create_sized,
+        sizes_table=table,
+        pallas=pallas,
     )
 
 

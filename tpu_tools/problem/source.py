@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from maxkernel.tpu_tools.errors import UsageError
 from maxkernel.tpu_tools.hardware.mesh import MeshSpec
 
-ReferenceKind = Literal["maxkernel", "jaxbench-style", "maxkernel-task-dir"]
+ReferenceKind = Literal["maxkernel", "jaxbench-style", "jaxbench-config", "maxkernel-task-dir"]
 
 
 class ReferenceInfo(BaseModel):
@@ -73,6 +73,16 @@ def import_file(path: Path, prefix: str) -> tuple[ModuleType, str]:
     finally:
         sys.path.remove(str(path.parent))
     return module, sha
+
+
+def missing_package(exc: BaseException) -> str | None:
+    """One line for a file that imports a package not installed here: which, and how to install it."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    if top in ("jax", "jaxlib", "numpy"):  # part of jax itself: a version mismatch, not a missing package
+        return None
+    return f"it imports {top}, which is not installed here: pip install {top.replace('_', '-')}"
 
 
 def user_frame_line(tb, path: Path) -> int | None:
