@@ -42,6 +42,10 @@ ELEMENTWISE = set(UNARY) | set(BINARY) | {
     "reduce_precision",
 }  # fmt: skip
 SHAPE_PARAMS = {"broadcast_in_dim": "shape", "reshape": "new_sizes", "iota": "shape"}
+# 0-d equations Mosaic's scalar unit cannot legalize (math.powf on f32, libtpu compile-only v6e: an optimizer's
+# 1 - b1**step): computed on a (1, 1) vector and read back as element [0, 0]. exp, log, sqrt, rsqrt, tanh,
+# logistic, sin, cos, atan2, erf, erf_inv, rem, floor, round, div and the compares lower as scalars.
+SCALAR_ON_VECTOR = {"pow"}
 
 
 class Unsupported(ValueError):
@@ -398,6 +402,13 @@ def body_lines(
             ins = [operand(a) for a in e["inputs"]]
             ins[n:] = [f"lax.convert_element_type({a}, jnp.int32)" for a in ins[n:]]
             expr = f"lax.ne({_call(e['primitive'], ins, params)}, jnp.int32(0))"
+        elif (
+            e["primitive"] in SCALAR_ON_VECTOR
+            and e["out_specs"]
+            and not any(s["shape"] for s in e["out_specs"])
+        ):
+            vectors = [f"jnp.full((1, 1), {operand(a)})" for a in e["inputs"]]
+            expr = f"{_call(e['primitive'], vectors, params)}[0, 0]"
         elif e["primitive"] == "reduce_window" and (k := lane_window_sum(e, params)) is not None:
             # Mosaic has no reduce_window: a sum over windows of the last axis is a dot with a 0/1 matrix
             pre, expr = _window_sum_lines(e, k, dtypes.get(e["inputs"][0], out_dtype))

@@ -18,6 +18,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, program_at, shape_source
 from maxkernel.clients.offline.rows import RowPlan, analyse
+from maxkernel.clients.offline.templates import scalars
 from maxkernel.clients.offline.templates.base import MiB, Template, cheapest
 from maxkernel.clients.offline.templates.op_families import f32_program
 from maxkernel.clients.offline.templates.row_blocks import legal_blocks, nbytes, row_body, tiled_axes
@@ -72,7 +73,7 @@ ${maps}
         ),
         interpret=False,
         name="offline_${name}",
-    )(${args})
+    )(${call_args})
     return ${result}
 '''
 
@@ -177,8 +178,6 @@ def _source_parts(
 ) -> dict[str, str]:
     names = program["input_names"]
     ins = program["inputs"]
-    if any(not s["shape"] for s in ins):
-        raise ValueError("a rank-0 input (a scalar array) has no block form here")
     ngrid = len(plans)
     in_perms, out_perms = layout_of(program)
     body = row_body(program, plans, sym)
@@ -186,7 +185,12 @@ def _source_parts(
     n_out = len(outs)
     refs = [f"{n}_ref" for n in names] + [f"o{i}_ref" for i in range(n_out)]
     loads = [
-        _vmem_transpose(f"{n}_ref[...]", in_perms[n]) if n in in_perms else f"{n}_ref[...]" for n in names
+        scalars.load(f"{n}_ref", s)
+        if scalars.is_scalar(s)  # a 0-d input is one SMEM word (templates/scalars.py)
+        else _vmem_transpose(f"{n}_ref[...]", in_perms[n])
+        if n in in_perms
+        else f"{n}_ref[...]"
+        for n, s in zip(names, ins, strict=True)
     ]
     if widen:  # the body computes in f32 (op_families.f32_program): each bf16 input widened once here
         loads = [
@@ -204,6 +208,10 @@ def _source_parts(
     )
     maps, in_specs = [], []
     for i, (n, s) in enumerate(zip(names, ins, strict=True)):
+        if scalars.is_scalar(s):
+            maps.append(scalars.map_comment(n, s))
+            in_specs.append(scalars.SMEM_SPEC)
+            continue
         rank = len(s["shape"])
         axes = {p.input_axes[i]: k for k, p in enumerate(plans) if p.input_axes[i] is not None}
         perm = _inverse(in_perms[n]) if n in in_perms else None
@@ -256,6 +264,9 @@ def _source_parts(
         consts = [f"BLOCK_ROWS = ${{block_rows}}  # unused: not tiled ({why}), one block holds everything"]
     return {
         "args": ", ".join(names),
+        "call_args": ", ".join(
+            scalars.arg(n, s) if scalars.is_scalar(s) else n for n, s in zip(names, ins, strict=True)
+        ),
         "body": body,
         "outs": "(" + ", ".join(outs) + ("," if n_out == 1 else "") + ")",
         "refs": ", ".join(refs),

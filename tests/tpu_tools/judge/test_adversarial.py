@@ -22,6 +22,7 @@ from maxkernel.tpu_tools.problem.reference import load_reference
 from maxkernel.tpu_tools.problem.work_check import census_of, work_verdict
 
 ADV = KERNELS / "adversarial"
+ADAMW_REF = str(REFS / "scalar_inputs" / "adamw_step_reference.py")  # a 0-d int32 step count among its inputs
 SECRET = "s3cr3t-token-value-0042"
 
 
@@ -175,6 +176,25 @@ def test_memorized_answers_for_the_old_fixed_seeds_fail_on_random_seeds(evaluato
         check_sizes=small,
     )
     assert again.seeds == r.seeds and again.per_seed[0].max_abs_err == r.per_seed[0].max_abs_err
+
+
+@pytest.mark.slow  # three one-size validations: ~20-30 s on 2 shared cores
+def test_a_scalar_input_baked_as_a_constant_fails_on_fresh_seeds(evaluator):
+    """The step count is a 0-d input each seed's key draws (1..1000): a kernel that bakes the default key's
+    step in passes that seed alone; the judge's fresh seeds carry other steps, so it fails where the
+    honest kernel, reading the step from SMEM, passes."""
+    small = ["small"]
+    fixed = evaluator.validate(
+        adv("adamw_baked_step"), ADAMW_REF, "cpu", "small", seeds=1, seed_offset=0, check_sizes=small
+    )
+    assert fixed.ok, "the exploit must be real: it passes on seed 0 (the default key: step 605)"
+    r = evaluator.validate(adv("adamw_baked_step"), ADAMW_REF, "cpu", "small", check_sizes=small)
+    assert r.failure.kind == "output_mismatch", r.failure
+    assert r.seed_offset not in (None, 0)
+    honest = evaluator.validate(
+        adv("adamw_step_honest"), ADAMW_REF, "cpu", "small", seed_offset=r.seed_offset, check_sizes=small
+    )
+    assert honest.ok, honest.failure
 
 
 @pytest.mark.slow  # three validations at two check sizes each: ~30-40 s on 2 shared cores
