@@ -84,6 +84,12 @@ async def test_the_same_kernel_twice_is_evaluated_once(pool, workspace, tmp_path
         pool, workspace, store2, config("plus_one_reference", target="cpu"), script2.model
     )
     assert calls2.count("validate_kernel") == 1 and summary2["cache_hits"] == 0
+    # each validation that reaches the server runs seeds it draws fresh (a cache hit keeps its verdict's)
+    other_first = json.loads((store2.root / "iter-01" / "validate-0.json").read_text())
+    assert first["seed_offset"] != other_first["seed_offset"], (
+        "the Auto loop's seeds must be drawn, not fixed"
+    )
+    assert first["seeds"][0] == first["seed_offset"] and first["seed_offset"] != 0
 
 
 def test_autotune_evaluates_a_kernel_two_configs_render_identically_once(pool, tmp_path):
