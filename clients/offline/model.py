@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maxkernel.clients.models.base import Message, Model, ModelError, ModelResponse, ModelSettings, Usage
+from maxkernel.clients.offline.baseline import baseline_template, reference_source
 from maxkernel.clients.offline.program_text import find_program
 from maxkernel.clients.offline.templates import (
     DEFAULT_VMEM_LIMIT_BYTES,
@@ -181,6 +182,11 @@ class Walk:
     def next_config(self, size: str) -> tuple[Config, str]:
         """The next proposal and why; the first one is the template's conservative config."""
         if not self.records:
+            if self.template.name == "baseline":
+                return dict(self.template.initial), (
+                    "first proposal: the baseline as brought, its own tuned parameters (every later proposal "
+                    "must beat it; if none does, the baseline is kept)"
+                )
             return self.snap(self.template.initial), "first proposal: the template's conservative config"
         base = self.best() or self.last or self.template.initial
         near = self.untried(self.neighbours(base))
@@ -307,6 +313,8 @@ class OfflineModel(Model):
         )
 
     def _walk(self, prompt: Prompt) -> Walk:
+        if (walk := self._baseline_walk(prompt)) is not None:
+            return walk
         program = find_program(prompt.text) or find_program(prompt.conversation)
         if program is not None:
             if HOST_NUMERICS_RE.search(
@@ -337,6 +345,20 @@ class OfflineModel(Model):
             sizes = load_task(tid).SIZES
             dims = {s: template.dims_of(d) for s, d in sizes.items()}
             self.walks[key] = Walk(template=template, operator=operator, dims=dims)
+        return self.walks[key]
+
+    def _baseline_walk(self, prompt: Prompt) -> Walk | None:
+        """A Pallas reference (the kernel the user brought): its own file is the first kernel, then its own
+        tuned parameters are walked (baseline.py). None for any other reference."""
+        source = reference_source(prompt.conversation)
+        if source is None:
+            return None
+        key = "baseline:" + hashlib.sha256(source.encode()).hexdigest()[:16]
+        if key not in self.walks:
+            template = baseline_template(source)
+            if template is None:
+                return None
+            self.walks[key] = Walk(template=template, operator="program", dims={"full": {}})
         return self.walks[key]
 
     def _program_walk(self, program: dict[str, Any]) -> Walk:

@@ -1,0 +1,70 @@
+"""A Pallas reference is the offline model's starting point: its own file first, then its own tuned parameters
+(clients/offline/baseline.py). Fixtures are our own level-2-style files (tests/refs/level2/)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from maxkernel.clients.models.base import Message
+from maxkernel.clients.offline.baseline import baseline_template, reference_source, tunables_of
+from maxkernel.clients.offline.model import OfflineModel
+from maxkernel.clients.task_text import source_text
+from maxkernel.subagents.parse import parse_output
+from maxkernel.subagents.render import render_plan_prompt
+from maxkernel.subagents.roles import get_role
+from maxkernel.tpu_tools.hardware.chips import get_chip
+
+LEVEL2 = Path(__file__).resolve().parents[2] / "refs" / "level2"
+ROWSCALE = (LEVEL2 / "rowscale_config" / "baseline.py").read_text()
+
+WORKLOAD_LITERALS = """
+import jax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+
+def workload(x):
+    num_kv_pages_per_block = 4
+    quant_block = 64
+    return run(x, block_size=128, scale=3, num_kv_pages_per_block=num_kv_pages_per_block)
+"""
+
+
+def test_tunables_are_the_files_own_tuned_parameters():
+    assert [(t.name, t.value) for t in tunables_of(ROWSCALE)] == [("block_rows", 256)]
+    found = {t.name: t.value for t in tunables_of(WORKLOAD_LITERALS)}
+    # block-size names in the workload, by assignment or keyword; a quantization block is numerics, not tuning
+    assert found == {"num_kv_pages_per_block": 4, "block_size": 128}
+
+
+def test_the_initial_render_is_the_file_itself_with_a_marker():
+    template = baseline_template(ROWSCALE)
+    assert template is not None
+    assert template.tunables["block_rows"] == (128, 256, 512)
+    first = template.render(dict(template.initial), "program")
+    marker, rest = first.split("\n", 1)
+    assert marker == "# offline-config: template=baseline block_rows=256"
+    assert rest == ROWSCALE
+    moved = template.render({"block_rows": 512}, "program")
+    assert 'TUNED_PARAMS = {"block_rows": 512}' in moved
+
+
+def test_no_template_for_a_plain_jax_reference():
+    plain = (LEVEL2 / "lengths_configs" / "baseline.py").read_text()
+    assert baseline_template(plain) is None
+
+
+def test_the_planner_proposes_the_baseline_first_and_says_so():
+    spec = source_text(ROWSCALE)
+    assert reference_source(spec) == ROWSCALE
+    model = OfflineModel()
+    messages = [
+        Message.system(get_role("planner").system_prompt),
+        Message.user(render_plan_prompt(spec, get_chip("tpu-v6e"))),
+    ]
+    reply = asyncio.run(model.request(messages))
+    assert reply.finish_reason == "stop"
+    plan = parse_output("planner", reply.text)
+    assert "template=baseline block_rows=256" in plan.strategy
+    assert "the baseline as brought" in reply.text
