@@ -398,6 +398,7 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
         mesh=mesh,
     )
     pallas = chip_program.uses_pallas(path.read_text(errors="replace"))
+    info.pallas = pallas
     return Reference(
         info=info,
         workload=chip_program.as_chip_program(workload) if pallas else workload,
@@ -491,6 +492,7 @@ def _from_config_module(
         atol=config.get("atol", table["full"].get("atol")),
         rtol=config.get("rtol", table["full"].get("rtol")),
         notes=notes,
+        pallas=pallas,
     )
     return Reference(
         info=info,

@@ -37,6 +37,10 @@ class ReferenceInfo(BaseModel):
     mesh: MeshSpec | None = Field(
         default=None, description="the reference's MESH: a multi-chip kernel runs on this many devices"
     )
+    pallas: bool = Field(
+        default=False,
+        description="the reference is a Pallas kernel (a baseline): its program is what a candidate is scored against",
+    )
 
 
 def sha256_file(path: Path) -> str:

@@ -137,20 +137,27 @@ class VsXla(BaseModel):
     xla_tier: str
     ratio: float | None = Field(default=None, description="xla_us / kernel_us (> 1: the kernel is faster)")
     chip: str = Field(default="", description="the target both were timed or estimated for")
+    against: str = Field(
+        default="XLA", description="what the reference is: 'XLA' (plain JAX) or 'baseline' (a Pallas kernel)"
+    )
 
     def line(self) -> str:
-        """`kernel X µs vs XLA Y µs (Z×), estimate (tier)`: both figures, the ratio, the tiers."""
-        head = f"kernel {self.kernel_us:.4g} µs vs XLA {self.xla_us:.4g} µs"
+        """`kernel X µs vs XLA Y µs (Z×), estimate (tier)`: both figures, the ratio, the tiers (`vs baseline`
+        where the reference is itself a Pallas kernel)."""
+        head = f"kernel {self.kernel_us:.4g} µs vs {self.against} {self.xla_us:.4g} µs"
         k_top, _, k_sub = self.kernel_tier.partition("/")
         x_top, _, x_sub = self.xla_tier.partition("/")
         if self.ratio is None:
             return (
-                f"{head}: no ratio, kernel {_tier_words(self.kernel_tier)}, XLA {_tier_words(self.xla_tier)}"
+                f"{head}: no ratio, kernel {_tier_words(self.kernel_tier)}, "
+                f"{self.against} {_tier_words(self.xla_tier)}"
             )
         ratio = f"({self.ratio:.3g}×)"
         if k_top == "measured":
             return f"{head} {ratio}, measured"
-        tiers = k_sub if k_sub == x_sub else f"kernel {k_sub or 'unknown'}, XLA {x_sub or 'unknown'}"
+        tiers = (
+            k_sub if k_sub == x_sub else f"kernel {k_sub or 'unknown'}, {self.against} {x_sub or 'unknown'}"
+        )
         return f"{head} {ratio}, estimate ({tiers})"
 
 
@@ -178,13 +185,19 @@ def vs_xla(
 
 
 def profile_vs_xla(profile: dict | None, target: str) -> VsXla | None:
-    """A profile report's candidate beside its reference (the XLA baseline), for `target`."""
+    """A profile report's candidate beside its reference (the XLA baseline, or the Pallas baseline the
+    reference is), for `target`."""
     chip = target.removeprefix("tpu-")
-    return vs_xla(
+    vs = vs_xla(
         tier_time(profile, target),
         reference_tier_time(profile, target),
         f"tpu {chip}" if chip != target else target,
     )
+    if vs is not None and ((profile or {}).get("reference") or {}).get("pallas"):
+        vs.against = "baseline"
+        if vs.kernel_tier != vs.xla_tier:  # a kernel against a kernel: no ratio across estimator tiers
+            vs.ratio = None
+    return vs
 
 
 def row_vs_xla(row: TaskRow) -> VsXla | None:

@@ -141,3 +141,23 @@ def test_the_estimate_evaluator_costs_the_xla_baseline_once(evaluated):
     first = ev.xla_estimate()
     assert first is not None and first["chip"] == TARGET and ev.xla_estimate() is first
     assert asyncio.iscoroutinefunction(ev.evaluate)
+
+
+def _report(kernel: tuple[float, str], reference: tuple[float, str], pallas: bool) -> dict:
+    """A profile report's two estimates (off the chip) and its reference's kind."""
+    return {
+        "static_estimate": {"estimated_time_us": kernel[0], "tier": kernel[1], "chip": TARGET},
+        "reference_estimate": {"estimated_time_us": reference[0], "tier": reference[1], "chip": TARGET},
+        "reference": {"pallas": pallas},
+    }
+
+
+def test_a_pallas_reference_is_the_baseline_and_gets_no_ratio_across_tiers():
+    same = profile_vs_xla(_report((4370.0, "llo"), (4603.0, "llo"), pallas=True), TARGET)
+    assert same is not None and same.against == "baseline"
+    assert same.line() == "kernel 4370 µs vs baseline 4603 µs (1.05×), estimate (llo)"
+    across = profile_vs_xla(_report((4370.0, "llo"), (4603.0, "model"), pallas=True), TARGET)
+    assert across is not None and across.ratio is None
+    assert "no ratio" in across.line() and "baseline estimate (model)" in across.line()
+    plain = profile_vs_xla(_report((4370.0, "llo"), (4603.0, "llo"), pallas=False), TARGET)
+    assert plain is not None and plain.line().startswith("kernel 4370 µs vs XLA 4603 µs")
