@@ -121,11 +121,25 @@ def _port_sources(folder: str, suite_dir: Path, seeds: int, note: Any) -> dict[s
     return refs
 
 
+def jax_references(spec: str) -> dict[str, str]:
+    """A folder of JAX reference files, each a task named by its file (or, in level 2's layout
+    `<task>/baseline.py`, by its folder): level 2 as cloned, or a user's own set. Empty when it holds none."""
+    folder = Path(spec)
+    found = {p.parent.name: p for p in sorted(folder.glob("*/baseline.py"))}
+    for p in sorted(folder.glob("*.py")):
+        text = p.read_text(encoding="utf-8", errors="replace")
+        if "def create_inputs" in text and ("def workload" in text or "def computation" in text):
+            found.setdefault(p.stem, p)
+    return {name: str(p.resolve()) for name, p in found.items()}
+
+
 def _task_ids(spec: str) -> list[str]:
     from maxkernel.jaxbench import registry
     from maxkernel.tpu_tools.problem.reference import present
 
     if present(spec, folder=True):  # a folder of sources (35 task ids make a 1 KB name: not one)
+        if refs := jax_references(spec):
+            return list(refs)
         return [p.stem for p in _torch_sources(spec)]
     if spec == "all":
         return registry.list_task_ids()
@@ -243,6 +257,14 @@ async def run_suite(
             raise UsageError(f"{suite_dir} already holds a suite: continue it with --resume {suite_dir}")
         from maxkernel.tpu_tools.problem.reference import present
 
+        # a folder of JAX references (level 2 as cloned): each file is a task as it stands
+        if (
+            present(args.reference, folder=True)
+            and not settings.references
+            and jax_references(args.reference)
+        ):
+            refs = jax_references(args.reference)
+            settings = settings.model_copy(update={"tasks": list(refs), "references": refs})
         # a folder of PyTorch sources: port them first
         if present(args.reference, folder=True) and not settings.references:
             if args.server:
