@@ -65,6 +65,31 @@ class Failure(BaseModel):
     sizes_failed: list[str] = Field(default_factory=list, description="shape_specialized: where it failed")
 
 
+class Phase(BaseModel):
+    """One timed step of a verdict: where its seconds went (never evidence for the verdict itself)."""
+
+    job: Literal["reference_side", "compile", "reference", "candidate", "compare"] = Field(
+        description="reference_side: the reference-only child giving shapes and check sizes; compile: the "
+        "candidate's compile child; reference: the reference child writing inputs and expected outputs at "
+        "a size; candidate: the child running the candidate at a size; compare: this process's comparison"
+    )
+    step: str = Field(
+        default="",
+        description="'' for the whole job; else start (process start, imports, setup), load (the "
+        "candidate's import), trace, lower, compile, interpret_compile, run, reference_run, oracle, "
+        "ulp_nudge, calibration, or the child's own progress line",
+    )
+    size: str | None = Field(default=None, description="the size it ran at (small, derived, grown:M, ...)")
+    seed: int | None = None
+    call: int | None = Field(default=None, description="run: which call of the candidate's, from 1")
+    seconds: float
+    timed_by: Literal["parent", "child"] = Field(
+        default="parent",
+        description="parent: this process's clock, from the child's progress lines as they arrived; child: "
+        "the compile child's own stage times",
+    )
+
+
 class SizesRecord(BaseModel):
     """What every verdict says about sizes: the target size (`size`), the check sizes, what ran where."""
 
@@ -73,6 +98,10 @@ class SizesRecord(BaseModel):
         default_factory=list, description="the sizes validation interprets the kernel at (off the chip)"
     )
     checks: list[SizeCheck] = Field(default_factory=list, description="every check that ran, at its size")
+    phases: list[Phase] = Field(
+        default_factory=list,
+        description="where the time went: every job with its seconds, and the steps inside it",
+    )
 
 
 class Environment(BaseModel):

@@ -25,6 +25,7 @@ from maxkernel.tpu_tools.judge.outcomes import (
     outcome_failure,
     stamp_sandbox,
 )
+from maxkernel.tpu_tools.judge.phases import JobClock, compile_phases, timed
 from maxkernel.tpu_tools.judge.sizes import size_check
 from maxkernel.tpu_tools.judge.validate import f32, run_order
 from maxkernel.tpu_tools.pool.handover import HandoverError, load_arrays
@@ -107,7 +108,12 @@ class Evaluator:
         scratch_dir: str | None = None,
         hide_paths: tuple[str, ...] = (),
         host_devices: int = 1,
+        clock: JobClock | None = None,
     ) -> JobOutcome:
+        """`clock`: times the job and each progress line it sends (judge/phases.py)."""
+        if clock is not None:
+            clock.forward, on_progress = on_progress, clock
+            clock.started = time.perf_counter()
         spec = JobSpec(
             fn=fn,
             kwargs=kwargs,
@@ -121,6 +127,8 @@ class Evaluator:
         while True:
             outcome = handle.wait(0.1)
             if outcome is not None:
+                if clock is not None:
+                    clock.stop()
                 return outcome
             if cancel is not None and cancel.is_set():
                 handle.cancel()
@@ -230,6 +238,7 @@ class Evaluator:
         base = CompileReport(ok=False, target=target, size=size or "default", kernel_path=kernel_path)
         if on_progress:
             on_progress("compile")
+        t0 = time.perf_counter()
         side, failure = self.reference_side(
             reference,
             size,
@@ -240,8 +249,10 @@ class Evaluator:
             cancel=cancel,
             derive_seed=derive_seed,
         )
+        looked_up = timed("reference_side", side.size if side else size, time.perf_counter() - t0)
         if failure is not None or side is None:
             base.reference, base.failure = side.reference if side else None, failure
+            base.phases = [looked_up]
             base.wall_time_s = round(time.perf_counter() - started, 4)
             return base
         hidden = hide_paths_for(reference, kernel_path)
@@ -253,6 +264,7 @@ class Evaluator:
             "hide_paths": list(hidden),
         }
         mesh = side.reference.mesh if side.reference else None
+        t0 = time.perf_counter()
         report = self._report(
             CompileReport,
             "compile",
@@ -267,6 +279,7 @@ class Evaluator:
             host_devices=mesh.device_count if mesh and target == "cpu" else 1,
             needs_device=False if mesh else None,
         )
+        report.phases = [looked_up, *compile_phases(time.perf_counter() - t0, report.times, side.size)]
         report.size_note = side.size_note
         report.check_sizes = side.check_sizes
         report.checks = [size_check("compile", side.size, side.size_dims, report)]
@@ -381,10 +394,18 @@ class Evaluator:
         )
 
         outcomes: list[JobOutcome] = []  # the last one's sandbox (the candidate's, once it ran) is stamped
+        ref_clock, cand_clock = JobClock(), JobClock()
+        compared_s: list[float] = []
 
         def finish(failure: Failure | None = None) -> ValidationReport:
             if failure is not None:
                 report.failure, report.ok = failure, False
+            report.phases = ref_clock.phases("reference", size) if outcomes else []
+            if len(outcomes) > 1:
+                report.phases += cand_clock.phases(
+                    "candidate", size, interpreted="interpret" in report.execution
+                )
+            report.phases += [timed("compare", size, s) for s in compared_s]
             report.wall_time_s = round(time.perf_counter() - started, 4)
             return stamp_sandbox(report, outcomes[-1]) if outcomes else report
 
@@ -425,6 +446,7 @@ class Evaluator:
                 cancel=cancel,
                 needs_device=self._on_device(target),
                 scratch_dir=str(root),
+                clock=ref_clock,
             )
             outcomes.append(outcome)
             if outcome.status != "ok" or outcome.result is None:
@@ -477,6 +499,7 @@ class Evaluator:
                 scratch_dir=str(scratch),
                 hide_paths=hide_paths_for(reference, kernel_path) + (str(expected_dir),),
                 host_devices=mesh.device_count if mesh and not on_device else 1,
+                clock=cand_clock,
             )
             outcomes.append(outcome)
             if (failure := integrity_evidence(outcome.progress)) is not None:
@@ -497,6 +520,7 @@ class Evaluator:
             report.warnings += cand.warnings
             if not cand.ok:
                 return finish(cand.failure)
+            t0 = time.perf_counter()
             runs = []
             counts: dict[int, int] = {}
             for seed in order:
@@ -523,6 +547,7 @@ class Evaluator:
                 oracle if len(oracle) == len(seed_list) else None,
                 seed_tols=side.seed_tolerances,
             )
+            compared_s.append(time.perf_counter() - t0)
             for result in j.per_seed:  # what ran: each seed's input regime, and why one fell back
                 result.inputs = side.input_regimes.get(result.seed, "reference")
                 result.inputs_note = side.input_regime_notes.get(result.seed)

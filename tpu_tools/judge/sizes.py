@@ -142,7 +142,7 @@ def validate_at_sizes(
 
     def compile_at(name: str, doing: str) -> Any:
         """A compile-only look at another size (cheap: nothing is interpreted)."""
-        return ev.compile(
+        other = ev.compile(
             kernel_path,
             reference,
             target,
@@ -152,6 +152,8 @@ def validate_at_sizes(
             on_progress=say(doing),
             cancel=cancel,
         )
+        report.phases += other.phases
+        return other
 
     # 1. The target size: the real compiler for the target, before anything is interpreted.
     comp = ev.compile(
@@ -167,6 +169,7 @@ def validate_at_sizes(
         cancel=cancel,
     )
     report.size, report.size_note, report.reference = comp.size, comp.size_note, comp.reference
+    report.phases = list(comp.phases)
     report.kernel_sha256, report.environment = comp.kernel_sha256, comp.environment
     report.devices = comp.devices  # what it was compiled for; a run below says what it ran on
     report.check_sizes = comp.check_sizes
@@ -215,7 +218,7 @@ def validate_at_sizes(
     programs: dict[str, Any] = {}  # check size -> the kernel program its run traced
 
     # every run at a check size shares the caller's options; each call names its size, seeds and progress
-    check_at = functools.partial(
+    run_at = functools.partial(
         ev.validate_at,
         kernel_path,
         reference,
@@ -230,6 +233,11 @@ def validate_at_sizes(
         caller=caller,
         derive_seed=draw,
     )
+
+    def check_at(name: str, **kw: Any) -> Any:
+        run = run_at(name, **kw)
+        report.phases += run.phases  # where the time went, every size's runs in order
+        return run
 
     def validate_grown(name: str) -> Any:
         return check_at(

@@ -240,6 +240,7 @@ def candidate_job(
 
     def run() -> dict:
         rules = lowering_rules()  # before the candidate's import: the rules it brings are told apart
+        report_progress("candidate: load")
         try:
             cand = load_candidate(kernel_path)
         except UsageError as e:
@@ -284,6 +285,7 @@ def candidate_job(
                 with trace_as_target(tgt) if as_target else contextlib.nullcontext():
                     return jax.make_jaxpr(cand.workload, return_shape=True)(*shapes)
 
+            report_progress("candidate: trace")  # the parent's clock times each step (judge/phases.py)
             try:
                 jaxpr, out_shape = trace()
                 census = census_of(jaxpr)
@@ -361,6 +363,7 @@ def candidate_job(
                     f"{' and '.join(axes)}: traced length marked parallel, interpreted in sequential order "
                     "only (an interpreter limit, not a kernel fault; the order along it was not varied)"
                 )
+            report_progress("candidate: compile")
             try:
                 compiled = jit(workload, **jit_kw).lower(*run_inputs[order[0]]).compile()
             except SystemExit:
