@@ -167,6 +167,17 @@ async def test_validate_on_fresh_seeds(client):
     )
     assert not r.is_error, text(r)
     assert r.structured_content["ok"] and r.structured_content["seeds"] == [4242, 4243]
+    # where the time went, in the MCP result too: every job, and every interpreted call with its seed
+    phases = r.structured_content["phases"]
+    assert [p["job"] for p in phases if not p["step"]] == [
+        "reference_side",
+        "compile",
+        "reference",
+        "candidate",
+        "compare",
+    ]
+    runs = [p["seed"] for p in phases if p["job"] == "candidate" and p["step"] == "run"]
+    assert runs == r.structured_content["run_order"] and all(p["seconds"] >= 0 for p in phases)
 
 
 @pytest.mark.anyio
