@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from maxkernel.clients.models.base import Message, Model, ModelError, ModelResponse, ModelSettings, Usage
-from maxkernel.clients.offline.baseline import baseline_template, reference_source
+from maxkernel.clients.offline.baseline import baseline_template, recognised_tasks, reference_source
 from maxkernel.clients.offline.program_text import find_program
 from maxkernel.clients.offline.templates import (
     DEFAULT_VMEM_LIMIT_BYTES,
@@ -107,6 +107,7 @@ class Walk:
     failed_fixes: set[str] = field(default_factory=set)
     space: dict[str, list[Any]] = field(default_factory=dict)
     utilization: Utilization | None = None  # the compiler's latest view (utilization_moves.py)
+    self_ingested: bool = False  # a baseline group's walk: its feedback is attached by _baseline_walk
 
     def legal(self, cfg: Config) -> bool:
         return self.template.legal(cfg, list(self.dims.values()))
@@ -294,7 +295,8 @@ class OfflineModel(Model):
             walk = self._walk(prompt)
         except UnknownTemplateError as e:
             return str(e), "unsupported"
-        self._ingest(walk, prompt.text)
+        if not walk.self_ingested:
+            self._ingest(walk, prompt.text)
         size = (m.group(1) if (m := SIZE_RE.search(prompt.text)) else "small") if len(walk.dims) > 1 else ""
         size = size if size in walk.dims else next(iter(walk.dims))
         vmem_limit = self._vmem_limit(prompt.text)
@@ -349,7 +351,10 @@ class OfflineModel(Model):
 
     def _baseline_walk(self, prompt: Prompt) -> Walk | None:
         """A Pallas reference (the kernel the user brought): its own file is the first kernel, then its own
-        tuned parameters are walked (baseline.py). None for any other reference."""
+        tuned parameters are walked (baseline.py), and where a JaxBench task states the same computation in
+        plain JAX (same inputs and outputs at the target size) our template for it is offered once; after
+        that the walk whose best estimate is lower goes on. Other roles follow the kernel's config marker.
+        None for any other reference."""
         source = reference_source(prompt.conversation)
         if source is None:
             return None
@@ -359,7 +364,38 @@ class OfflineModel(Model):
             if template is None:
                 return None
             self.walks[key] = Walk(template=template, operator="program", dims={"full": {}})
-        return self.walks[key]
+            program = find_program(prompt.conversation)
+            for tid in recognised_tasks(program) if program else []:
+                try:  # a walk of its own (not the task's shared program walk): its feedback is ingested here
+                    template, target, dims = program_template(_task_program(tid))
+                    self.walks[key + ":ours"] = Walk(
+                        template=template, operator="program", dims={target: dims}
+                    )
+                    break
+                except Exception:  # noqa: BLE001 - no template of ours for it: the baseline walk alone
+                    continue
+        walks = [self.walks[key]] + ([self.walks[key + ":ours"]] if key + ":ours" in self.walks else [])
+        # feedback before any config marker is about the last kernel proposed: the walk chosen last time;
+        # the other walk takes only what follows its own markers (reply() leaves these walks to this)
+        prev = self.walks.get(key + ":chosen", walks[0])
+        marked = (
+            prompt.text[m.start() :] if (m := re.search(r"offline-config: template=", prompt.text)) else ""
+        )
+        for w in walks:
+            w.self_ingested = True
+            self._ingest(w, prompt.text if w is prev else marked)
+        if prompt.role != "planner":  # the kernel or plan in hand names its template
+            found = parse_config_text(prompt.text)
+            named = [w for w in walks if found and w.template.name == found[0]]
+            return named[0] if named else prev
+        if not walks[0].records or len(walks) == 1:
+            chosen = walks[0]
+        elif not walks[1].records:
+            chosen = walks[1]
+        else:
+            chosen = min(walks, key=_best_estimate)
+        self.walks[key + ":chosen"] = chosen
+        return chosen
 
     def _program_walk(self, program: dict[str, Any]) -> Walk:
         """The walk of a traced program: its class picks the template, its shapes size it."""
@@ -632,6 +668,23 @@ class OfflineModel(Model):
             "next_move": (advice(util) if util else None) or moves[bound],
         }
         return f"```json\n{json.dumps(out, indent=2)}\n```\n"
+
+
+def _task_program(task_id: str) -> dict[str, Any]:
+    """A JaxBench task's traced program, as the task text carries it (for a recognised baseline)."""
+    from maxkernel.clients.offline.program_text import lists_equations, smaller_size
+    from maxkernel.tpu_tools.problem.program import describe
+
+    program = describe(task_id, None).model_dump(mode="json")
+    if not lists_equations(program) and (smaller := smaller_size(program)) is not None:
+        program = describe(task_id, smaller).model_dump(mode="json")
+    return program
+
+
+def _best_estimate(walk: Walk) -> float:
+    best = walk.best()
+    rec = walk.records.get(config_key(best)) if best else None
+    return rec.estimate_us if rec and rec.estimate_us is not None else math.inf
 
 
 def _rest_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, int]]:

@@ -192,6 +192,7 @@ class Evaluator:
         on_progress: ProgressFn | None = None,
         cancel: threading.Event | None = None,
         derive_seed: int | None = None,
+        target: str | None = None,
     ) -> tuple[ReferenceSide | None, Failure | None]:
         """All a judged child may know of the reference (shapes, MESH, flops), from a reference-only child;
         with `resolve_checks`, the check sizes too (names and dims); with `with_values`, the values of its
@@ -205,6 +206,7 @@ class Evaluator:
                 "resolve_checks": resolve_checks,
                 "with_values": with_values,
                 "derive_seed": derive_seed,
+                "target": target,
             },
             timeout_s=timeout_s,
             on_progress=on_progress,
@@ -248,6 +250,7 @@ class Evaluator:
             on_progress=on_progress,
             cancel=cancel,
             derive_seed=derive_seed,
+            target=target,
         )
         looked_up = timed("reference_side", side.size if side else size, time.perf_counter() - t0)
         if failure is not None or side is None:
@@ -606,7 +609,7 @@ class Evaluator:
             on_progress("profile")
         if size is None:  # the target size: the reference's production size, resolved by a reference child
             side, failure = self.reference_side(
-                reference, None, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+                reference, None, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel, target=target
             )
             if failure is not None or side is None:
                 return ProfileReport(
@@ -751,7 +754,13 @@ class Evaluator:
         """A judged job that needs the reference's shapes: the reference-only child first (it resolves the
         target size), then the job with that ReferenceSide and the reference hidden."""
         side, failure = self.reference_side(
-            reference, size, with_values=True, timeout_s=timeout_s, on_progress=on_progress, cancel=cancel
+            reference,
+            size,
+            with_values=True,
+            timeout_s=timeout_s,
+            on_progress=on_progress,
+            cancel=cancel,
+            target=target,
         )
         if failure is not None or side is None:
             return side, None, failure

@@ -7,13 +7,20 @@ import asyncio
 from pathlib import Path
 
 from maxkernel.clients.models.base import Message
-from maxkernel.clients.offline.baseline import baseline_template, reference_source, tunables_of
+from maxkernel.clients.offline.baseline import (
+    baseline_template,
+    recognised_tasks,
+    reference_source,
+    tunables_of,
+)
 from maxkernel.clients.offline.model import OfflineModel
+from maxkernel.clients.offline.program_text import program_section
 from maxkernel.clients.task_text import source_text
 from maxkernel.subagents.parse import parse_output
 from maxkernel.subagents.render import render_plan_prompt
 from maxkernel.subagents.roles import get_role
 from maxkernel.tpu_tools.hardware.chips import get_chip
+from maxkernel.tpu_tools.problem.program import describe
 
 LEVEL2 = Path(__file__).resolve().parents[2] / "refs" / "level2"
 ROWSCALE = (LEVEL2 / "rowscale_config" / "baseline.py").read_text()
@@ -68,3 +75,29 @@ def test_the_planner_proposes_the_baseline_first_and_says_so():
     plan = parse_output("planner", reply.text)
     assert "template=baseline block_rows=256" in plan.strategy
     assert "the baseline as brought" in reply.text
+
+
+def _planner(model: OfflineModel, spec: str, feedback: str = "") -> str:
+    prompt = render_plan_prompt(spec, get_chip("tpu-v6e"), feedback=feedback or None)
+    reply = asyncio.run(
+        model.request([Message.system(get_role("planner").system_prompt), Message.user(prompt)])
+    )
+    assert reply.finish_reason == "stop", reply.text
+    return parse_output("planner", reply.text).strategy
+
+
+def test_a_recognised_baseline_is_offered_our_template_once_then_the_faster_walk_goes_on():
+    path = LEVEL2 / "gemm_config" / "baseline.py"
+    program = describe(str(path), None).model_dump(mode="json")
+    assert recognised_tasks(program) == ["8p_GEMM"]  # the same inputs and outputs at full as JaxBench 8p
+    spec = source_text(path.read_text()) + "\n\n" + program_section(program)
+    model = OfflineModel()
+    first = _planner(model, spec)
+    assert "template=baseline block_m=512 block_n=1024 block_k=1024" in first
+    marker = "offline-config: " + first.split("offline-config: ", 1)[1].split("\n")[0]
+    second = _planner(model, spec, f'## Feedback\n{marker}\nvalidation passed\n"estimated_time_us": 4600.0')
+    assert "template=baseline" not in second and "offline-config: template=" in second  # ours, once
+    ours = "offline-config: " + second.split("offline-config: ", 1)[1].split("\n")[0]
+    # ours estimated slower than the baseline: the baseline's walk goes on (its own tuned parameters)
+    third = _planner(model, spec, f'## Feedback\n{ours}\nvalidation passed\n"estimated_time_us": 5200.0')
+    assert "template=baseline" in third
