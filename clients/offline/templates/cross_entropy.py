@@ -4,7 +4,9 @@ Serves a program with one dot_general, hidden [B, H] x weight [H, V] (or [V, H]:
 logits go through a log-sum-exp over V (reduce_max, exp, reduce_sum, log) and have one entry per row
 picked at an integer label input [B] (a gather: take_along_axis, either from the log-softmax or from the
 logits), then, per row, that entry's difference from the log-sum-exp (either sign), then the mean or the
-sum over the rows, or nothing (per-token losses). At a production vocabulary (Llama 3's 128256) the
+sum over the rows, or nothing (per-token losses). The logits may be scaled first by a scalar: a
+temperature or a step-dependent factor (a 0-d input, read from SMEM: templates/scalars.py) or a constant,
+divided or multiplied in. At a production vocabulary (Llama 3's 128256) the
 logits are 2 GiB in bf16: the fused templates, which keep a row's columns whole, cannot hold one row
 block, so this is the kernel an expert writes instead (the online softmax over vocab tiles).
 
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.templates import scalars
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.flash_program import Graph, lit_value
 from maxkernel.clients.offline.templates.row_blocks import itemsize
@@ -59,7 +62,7 @@ SIGN = ${sign}  # a token's value: SIGN * (logit at its label - log-sum-exp of i
 ${mxu_dot}
 
 
-def _kernel(h_ref, w_ref, label_ref, o_ref, max_ref, sum_ref, picked_ref, *, v_total):
+def _kernel(h_ref, w_ref, label_ref, ${scale_ref}o_ref, max_ref, sum_ref, picked_ref, *, v_total):
     j = pl.program_id(1)
 
     @pl.when(j == 0)
@@ -71,7 +74,7 @@ def _kernel(h_ref, w_ref, label_ref, o_ref, max_ref, sum_ref, picked_ref, *, v_t
     dims = (((1,), (1,)), ((), ())) if WEIGHT_VH else (((1,), (0,)), ((), ()))
     logits = _mxu_dot(h_ref[...], w_ref[...], dims)  # [bt, bv] f32
     logits = logits.astype(jnp.${logit_dtype}).astype(jnp.float32)  # the reference's dot output dtype
-    cols = j * logits.shape[1] + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
+${scale_line}    cols = j * logits.shape[1] + lax.broadcasted_iota(jnp.int32, logits.shape, 1)
     logits = jnp.where(cols < v_total, logits, -jnp.inf)  # a tile past V: those columns count for nothing
     picked_ref[...] += jnp.sum(jnp.where(cols == label_ref[...], logits, 0.0), axis=1, keepdims=True)
     prev = max_ref[...]
@@ -85,7 +88,7 @@ def _kernel(h_ref, w_ref, label_ref, o_ref, max_ref, sum_ref, picked_ref, *, v_t
         o_ref[...] = SIGN * (picked_ref[...] - lse)
 
 
-def token_values(hidden, weight, labels):
+def token_values(hidden, weight, labels${scale_param}):
     """[B] f32: each token's SIGN * (logit at its label - log-sum-exp), one Pallas kernel."""
     b, h = hidden.shape
     v = weight.shape[0] if WEIGHT_VH else weight.shape[1]
@@ -100,19 +103,19 @@ def token_values(hidden, weight, labels):
         functools.partial(_kernel, v_total=v),
         out_shape=jax.ShapeDtypeStruct((b, 1), jnp.float32),
         grid=(pl.cdiv(b, bt), pl.cdiv(v, bv)),
-        in_specs=[pl.BlockSpec((bt, h), lambda i, j: (i, 0)), w_spec, pl.BlockSpec((bt, 1), lambda i, j: (i, 0))],
+        in_specs=[pl.BlockSpec((bt, h), lambda i, j: (i, 0)), w_spec, pl.BlockSpec((bt, 1), lambda i, j: (i, 0))${scale_spec}],
         out_specs=pl.BlockSpec((bt, 1), lambda i, j: (i, 0)),
         scratch_shapes=[pltpu.VMEM((bt, 1), jnp.float32) for _ in range(3)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "arbitrary"), vmem_limit_bytes=VMEM_LIMIT_BYTES
         ),
         name="offline_cross_entropy",
-    )(hidden, weight, labels)
+    )(hidden, weight, labels${scale_arg})
     return out[:, 0]
 
 
 def workload(${args}):
-    values = token_values(${hidden}, ${weight}, ${labels})
+    values = token_values(${hidden}, ${weight}, ${labels}${scale_call})
 ${reduce_lines}
 '''
 
@@ -167,6 +170,9 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
     if tuple(rc) not in ((0,), (1,)):
         return None
     weight_vh = (tuple(rc) == (1,)) != transposed
+    scale = _logit_scale(g, dot["outputs"][0], names, shapes, sym)
+    if scale is False:
+        return None
     b = shapes[hidden][0]
     v = shapes[weight][0] if weight_vh else shapes[weight][1]
     for e in eqns:  # the softmax's reductions run over the vocab axis of a [B, V] value
@@ -242,11 +248,71 @@ def recognise(program: Program, sym: Symbolic) -> dict[str, Any] | None:
         "dot": dots[0],
         "out_dtype": program["out_specs"][0]["dtype"],
         "logit_dtype": dot["out_specs"][0]["dtype"],
+        "scale": scale,
     }
+
+
+def _logit_scale(
+    g: Graph, logits: str, names: list[str], shapes: Mapping[str, list], sym: Symbolic
+) -> dict | None | bool:
+    """How the logits are scaled before the softmax: None (not at all), {"op": div|mul, "input": a 0-d
+    input's name | "value": a literal, "dtype"}, or False when the dot's result meets anything else first
+    (a scale this template would drop: the kernel would be wrong, so another template is tried)."""
+    users = g.users.get(logits, [])
+    scaling = [i for i in users if g.eqns[i]["primitive"] in ("div", "mul")]
+    if not scaling:
+        return None
+    if len(users) != 1:
+        return False
+    e = g.eqns[scaling[0]]
+    a, b = e["inputs"]
+    if e["primitive"] == "div" and a != logits:
+        return False  # c / logits is no scale
+    other = b if a == logits else a
+    out = {"op": e["primitive"], "dtype": e["out_specs"][0]["dtype"]}
+    if other in names and shapes[other] == []:
+        return {**out, "input": other}
+    if other.startswith("lit:"):
+        texts = set(sym.literal_texts(e, e["inputs"].index(other)))
+        return {**out, "value": lit_value(other)} if len(texts) == 1 else False  # one constant at every size
+    return False
 
 
 def _b_per_size(sym: Symbolic, hidden_index: int) -> list[int]:
     return [sym.at(s)["inputs"][hidden_index]["shape"][0] for s in sym.sizes]
+
+
+def _scale_parts(program: Program, scale: Mapping[str, Any] | None) -> dict[str, str]:
+    """The template's scale placeholders: empty without one; a 0-d input travels as one SMEM word."""
+    keys = ("scale_ref", "scale_line", "scale_param", "scale_spec", "scale_arg", "scale_call")
+    parts = dict.fromkeys(keys, "")
+    if scale is None:
+        return parts
+    sign = "/" if scale["op"] == "div" else "*"
+
+    def line(factor: str, why: str) -> str:
+        expr = f"logits {sign} {factor}"
+        if scale["dtype"] != "float32":  # rounded as the reference's scaled logits are
+            expr = f"({expr}).astype(jnp.{scale['dtype']}).astype(jnp.float32)"
+        return f"    logits = {expr}  # {why}\n"
+
+    if "input" not in scale:
+        parts["scale_line"] = line(f"jnp.float32({scale['value']!r})", "the reference's constant scale")
+        return parts
+    name = scale["input"]
+    spec = program["inputs"][list(program["input_names"]).index(name)]
+    value = scalars.load("scale_ref", spec)
+    if spec["dtype"] != "float32":
+        value = f"{value}.astype(jnp.float32)"
+    parts |= {
+        "scale_ref": "scale_ref, ",
+        "scale_line": line(value, f"the scalar {name} ({spec['dtype']}[]), one SMEM word"),
+        "scale_param": ", scale",
+        "scale_spec": f", {scalars.SMEM_SPEC}",
+        "scale_arg": f", {scalars.arg('scale', spec)}",
+        "scale_call": f", {name}",
+    }
+    return parts
 
 
 def _reduce_lines(found: Mapping[str, Any]) -> str:
@@ -328,6 +394,7 @@ def build(program: Program, sym: Symbolic) -> Template | None:
         "reduce_note": reduce_note,
         "reduce_lines": _reduce_lines(found),
         "target": f"{sym.target}: B={b}, H={h}, V={v}",
+        **_scale_parts(program, found["scale"]),
     }
     return Template(
         name="cross_entropy",

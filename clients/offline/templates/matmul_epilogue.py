@@ -23,6 +23,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
+from maxkernel.clients.offline.templates import scalars
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable, k_strict
 from maxkernel.clients.offline.templates.row_blocks import block_align, legal_blocks, nbytes, row_body
@@ -295,6 +296,10 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
     for n in others:
         i = names.index(n)
         s = program["inputs"][i]
+        if scalars.is_scalar(s):  # a step, a scale: one SMEM word (templates/scalars.py)
+            maps.append(scalars.map_comment(n, s))
+            in_specs.append(f", {scalars.SMEM_SPEC}")
+            continue
         rank = len(s["shape"])
         tiled = plan.input_axes[i] is not None
         col = None if cols is None else cols.get(i)
@@ -329,7 +334,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         "refs": ", ".join(["lhs_ref", "rhs_ref", *[f"{n}_ref" for n in others], "o0_ref"]),
         "dims": sp.dims,
         "dot_dtype": sp.dot_dtype,
-        "epi_loads": ", ".join(["dot", *[f"{n}_ref[...]" for n in others]]),
+        "epi_loads": ", ".join(["dot", *[scalars.load_input(program, n) for n in others]]),
         "stores": "        o0_ref[...] = outs[0].astype(o0_ref.dtype)",
         "args": ", ".join(names),
         "shapes": ", ".join(f"{n}.shape" for n in names) + ("," if len(names) == 1 else ""),
@@ -351,7 +356,7 @@ def build(program: Program, plan: RowPlan, sp: Split, sym: Symbolic) -> Template
         "in_specs": "".join(in_specs),
         "out_specs": f"pl.BlockSpec({shape_source(o_dims)}, o0_map)",
         "out_shapes": f"jax.ShapeDtypeStruct({shape_source(whole)}, jnp.{o_spec['dtype']})",
-        "call_args": "".join(f", {n}" for n in others),
+        "call_args": "".join(f", {scalars.call_arg(program, n)}" for n in others),
         "result": "out[0]",
     }
     if sym.unsolved:

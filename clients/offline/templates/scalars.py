@@ -64,3 +64,20 @@ def map_comment(name: str, spec: Mapping[str, Any]) -> str:
     carrier = _CARRIER.get(spec["dtype"])
     word = f", widened to {carrier}" if carrier else ""
     return f"    # {name} is a scalar ({spec['dtype']}[]): one SMEM word{word}, read as {name}_ref[0]\n"
+
+
+def _spec_of(program: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    return program["inputs"][list(program["input_names"]).index(name)]
+
+
+def load_input(program: Mapping[str, Any], name: str) -> str:
+    """How a template's body reads program input `name` from its ref `<name>_ref`: a block as it lies,
+    a scalar as its SMEM word."""
+    spec = _spec_of(program, name)
+    return load(f"{name}_ref", spec) if is_scalar(spec) else f"{name}_ref[...]"
+
+
+def call_arg(program: Mapping[str, Any], name: str) -> str:
+    """What a template hands `pallas_call` for program input `name`: the array, or a scalar's (1,) word."""
+    spec = _spec_of(program, name)
+    return arg(name, spec) if is_scalar(spec) else name

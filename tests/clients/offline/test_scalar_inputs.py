@@ -27,11 +27,13 @@ from maxkernel.tpu_tools.problem.emit import body_lines
 from tests.clients.offline._modules import program_of, written
 
 REFS = Path(__file__).resolve().parents[2] / "refs" / "scalar_inputs"
-# reference -> (its template, the scalar's argument name in the kernel, that scalar's dtype)
+# reference -> (its template, the scalar's name where pallas_call is given it, the scalar's dtype)
 CASES = {
     "adamw_step": ("elementwise", "x4", "int32"),
     "softmax_temperature": ("rowwise", "x1", "float32"),
     "masked_softmax_length": ("rowwise", "x1", "int32"),
+    "cross_entropy_temperature": ("cross_entropy", "scale", "float32"),  # the logits' scale
+    "scaled_projection": ("matmul", "x2", "float32"),  # the k-tiled matmul's epilogue operand
 }
 
 
@@ -45,7 +47,18 @@ def test_a_scalar_input_is_one_smem_word_read_as_ref0(name):
     source = first_kernel(program, get_chip("tpu-v6e"))
     assert f"{arg}.reshape(1)" in source and f"{arg}_ref[0]" in source
     assert source.count("pl.BlockSpec(memory_space=pltpu.SMEM)") == 1
-    assert f"# {arg} is a scalar ({dtype}[]): one SMEM word, read as {arg}_ref[0]" in source
+    assert f"({dtype}[])" in source  # the comment beside it names the scalar
+
+
+def test_cross_entropy_refuses_logits_scaled_by_a_value_it_would_drop(tmp_path):
+    """Logits divided by a computed value (not a 0-d input, not a constant) are not its program: before the
+    scale was read, the template took such a program and dropped the divide (a kernel validation failed)."""
+    src = (REFS / "cross_entropy_temperature_reference.py").read_text()
+    src = src.replace("/ temperature", "/ (temperature * temperature)")
+    ref = tmp_path / "ce_squared_temperature_reference.py"
+    ref.write_text(src)
+    template, _, _ = program_template(program_of(ref))
+    assert template.name != "cross_entropy"
 
 
 def test_a_scalar_pow_runs_on_a_one_by_one_vector_and_an_array_pow_as_traced():
