@@ -224,7 +224,8 @@ def _estimate_side(ref, size: str, target: str, side: ReferenceSide, why: str) -
         return side
     xla_flops = None
     try:  # a compile on abstract shapes (never executed): XLA's count where get_flops has none
-        xla_flops = cost_analysis_of(jax.jit(ref.workload).lower(*shapes).compile()).get("flops")
+        if not getattr(ref, "pallas", False):  # a Pallas baseline's flops come from its kernels' estimate
+            xla_flops = cost_analysis_of(jax.jit(ref.workload).lower(*shapes).compile()).get("flops")
     except Exception as e:
         side.warnings.append(f"no XLA cost analysis of the reference: {type(e).__name__}: {str(e)[:200]}")
     try:
@@ -272,6 +273,9 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         if chip is None:
             return
         shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
+        if getattr(ref, "pallas", False) and tgt.kind == "tpu" and ref.info.mesh is None:
+            _estimate_pallas_reference(ref, shapes, tgt, side)
+            return
         aot_tpu = tgt.kind == "tpu" and not execution.plan_for(tgt).native
         with execution.abstract_tpu_mesh(tgt) if aot_tpu else contextlib.nullcontext():
             jaxpr = jax.make_jaxpr(ref.workload)(*shapes)
@@ -312,6 +316,34 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
             )
     except Exception as e:
         side.warnings.append(f"no static estimate of the reference: {type(e).__name__}: {e}")
+
+
+def _estimate_pallas_reference(ref, shapes: list, tgt, side: ReferenceSide) -> None:
+    """A Pallas reference (a baseline) is a kernel: costed exactly as a candidate kernel is (cost/analyze.py's
+    estimate_one: traced as the target, compiled with the LLO dump where libtpu is here), so a candidate and
+    its baseline stand on the same tier; a baseline the compiler rejects gets no figure, and says why."""
+    import jax
+
+    from maxkernel.tpu_tools.cost.analyze import estimate_one
+    from maxkernel.tpu_tools.cost.llo_dump import active_dump
+    from maxkernel.tpu_tools.hardware import execution
+    from maxkernel.tpu_tools.hardware.chip_trace import trace_as_target
+    from maxkernel.tpu_tools.hardware.targets import estimate_chip
+    from maxkernel.tpu_tools.problem import chip_program
+    from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
+
+    with chip_program.reference_target(tgt.name), trace_as_target(tgt):
+        aot = [jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=execution.aot_sharding(tgt)) for s in shapes]
+        traced = jax.jit(ref.workload).trace(*aot)
+        calls = find_pallas_calls(traced.jaxpr)
+        est, _, facts = estimate_one(
+            ref.workload, aot, calls, estimate_chip(tgt.name), active_dump(), side.flops, traced=traced
+        )
+    if est is None or "error" in facts:
+        side.warnings.append(f"no static estimate of the baseline: {facts.get('error', 'none made')}"[:600])
+        return
+    est.assumptions.append("the reference is a Pallas kernel (a baseline): costed as a candidate kernel is")
+    side.static_estimate = est
 
 
 def time_job(
