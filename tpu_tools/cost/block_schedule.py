@@ -88,9 +88,10 @@ def _affine_deps(imap: IndexMap, grid: tuple[int, ...]) -> set[int] | None:
         pts.append(e)
     # Verification points: the last step, 2*e_d, and a few fixed pseudo-random steps.
     rng = np.random.default_rng(0)
-    checks = [np.array([g - 1 for g in grid], np.int64)]
-    checks += [np.array([min(2, g - 1) if i == d else 0 for i, g in enumerate(grid)]) for d in range(r)]
-    checks += [np.array([rng.integers(0, g) for g in grid], np.int64) for _ in range(4)]
+    top = [max(g, 1) for g in grid]  # an empty grid axis (0 steps, a dynamic extent at 0) has only index 0
+    checks = [np.array([g - 1 for g in top], np.int64)]
+    checks += [np.array([min(2, g - 1) if i == d else 0 for i, g in enumerate(top)]) for d in range(r)]
+    checks += [np.array([rng.integers(0, g) for g in top], np.int64) for _ in range(4)]
     vals = imap.evaluate(np.array(pts + checks).reshape(-1, r))
     base = vals[0]
     coef = vals[1 : r + 1] - base  # (r, nout)
