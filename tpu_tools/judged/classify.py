@@ -58,6 +58,28 @@ def _cause(text: str) -> str:
     )
 
 
+_SC_OP = re.compile(r'"(tpu\.[\w.]+)"\(.*?sc_(?:vector|scalar)_subcore', re.S)
+_SC_LOC = re.compile(r"\[(\w+)\]")
+
+
+def _sparse_core_limit(text: str) -> str:
+    """Where the compiler refused an op of a SparseCore kernel (memory on a SparseCore subcore): the limit
+    named, since no kernel edit makes this libtpu compile what it does not support for that chip."""
+    m = _SC_OP.search(text)
+    if m is None:
+        return ""
+    import jax
+
+    where = text.split("Suspected Python Code Location:", 1)[-1]
+    fn = _SC_LOC.search(where)
+    return (
+        f" (a SparseCore kernel{' ' + fn.group(1) if fn else ''}: the installed libtpu's compiler, jax "
+        f"{jax.__version__}, does not support its op {m.group(1)} for this chip; SparseCore kernels compile "
+        "off the chip only where this libtpu supports their ops, so this one has no compile, estimate or "
+        "validation for this target here)"
+    )
+
+
 _BLOCK_SPEC = re.compile(
     r"Block spec for (?P<arg>.+?) in pallas_call (?P<kernel>\S+) .*?has block shape \((?P<block>.*?)\), "
     r"array shape \((?P<array>.*?)\)",
@@ -199,7 +221,7 @@ def classify_exception(
     if stage == "compile":
         return Failure(
             kind="compile_error",
-            summary=f"compiler error: {_cause(text)}{where}",
+            summary=f"compiler error: {_cause(text)}{_sparse_core_limit(text)}{where}",
             message=full,
             stage=stage,
             line=line,
