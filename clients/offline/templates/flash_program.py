@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from maxkernel.clients.offline.dims import Symbolic
+from maxkernel.clients.offline.templates import scalars
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.tpu_tools.problem.emit import Program, body_lines, dot_kind, mxu_dots, operand
 
@@ -245,7 +246,7 @@ def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | Non
         right[b] = left[a] = ("B", a)
     lab = {e1["outputs"][0]: _dot_labels(e1, left, right, g)}
     scale, mask, cur, q_label, bias, ops, op_eqns = None, None, e1["outputs"][0], None, None, [], []
-    mask_in = None
+    mask_in, scalar_scales = None, []
     while True:  # the score chain: transposes, reshapes, casts, literal scales, tanh, one bias, one mask
         users = [u for u in g.users.get(cur, []) if u > d1]
         if len(users) == 2 and any(eqns[u]["primitive"] == "reduce_max" for u in users):
@@ -276,6 +277,20 @@ def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | Non
             scale = scale or (i, 1)  # scores / sqrt(d), as Flax and many users write it
             ops.append("scale_div")  # also a soft-cap's tanh(s / c) * c
             op_eqns.append((i, 1))
+            lab[out] = lab[cur]
+        elif (
+            prim in ("mul", "div")
+            and len(ins) == 2
+            and (ins[0] == cur if prim == "div" else cur in ins and ins[0] != ins[1])
+            and (other := ins[1 - ins.index(cur)]) in g.p["input_names"]
+            and g.shape(other) == []
+            and g.p["inputs"][g.p["input_names"].index(other)]["dtype"] == e["out_specs"][0]["dtype"]
+        ):
+            # a scale that is an input (a traced softmax scale or temperature): one SMEM word in the kernel
+            scale = scale or (i, 1 - ins.index(cur))
+            ops.append("scale_input" if prim == "mul" else "scale_div_input")
+            op_eqns.append((i, 1 - ins.index(cur)))
+            scalar_scales.append(other)
             lab[out] = lab[cur]
         elif prim == "tanh":  # a soft-cap (Gemma 2: tanh(s / 50) * 50)
             ops.append("tanh")
@@ -510,7 +525,7 @@ def recognise(program: Program, *, decode: bool = False) -> dict[str, Any] | Non
         "score_dtype": e1["out_specs"][0]["dtype"],
         "out_dtype": e2["out_specs"][0]["dtype"],
         "d1": d1, "d2": d2, "bias": bias_out, "ops": ops, "op_eqns": op_eqns, "two_pass": rounds_normalised,
-        "mask": mask_out, "mask_prefix": sorted(mask_prefix - prefix),
+        "mask": mask_out, "mask_prefix": sorted(mask_prefix - prefix), "scalars": scalar_scales,
         "q_perm_t": list(qb) + groups + [qc, q_seq],
         "k_perm_t": list(kb) + [kc, k_free[0]],
         "v_perm_t": v_batch + [v_free[0], vc[0]],
@@ -720,7 +735,7 @@ chosen for the target size (${target}) and clamp to smaller inputs; a partial la
 """
 '''
     + _PRELUDE
-    + '''def _scores(q, k, keep, qi, ki, s_kv):
+    + '''def _scores(q, k, keep, ${scalar_refs}qi, ki, s_kv):
     """The reference's masked f32 scores, transposed: [block_kv, block_q] of kv block ki against q block qi."""
     block_q, block_kv = q.shape[1], k.shape[1]
     s = ${qk_dot}(k, q, (((0,), (0,)), ((), ())))
@@ -763,7 +778,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
         def _statistics():  # pass 1: the column max and the sum of exp(s - max), per query head
             k, keep = k_ref[...], ${keep}
             for j in range(groups):
-                s = _scores(q_ref[j], k, keep, qi, ki, s_kv)
+                s = _scores(q_ref[j], k, keep, ${scalar_refs}qi, ki, s_kv)
                 m_prev = m_ref[j]  # [1, block_q]
                 m_new = jnp.maximum(m_prev, jnp.max(s, axis=0, keepdims=True))
                 l_ref[j] = jnp.exp(m_prev - m_new) * l_ref[j] + jnp.sum(jnp.exp(s - m_new), axis=0, keepdims=True)
@@ -773,7 +788,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
         def _weighted():  # pass 2: the normalised probabilities, rounded as the reference rounds them
             k, v, keep = k_ref[...], _v_block(v_ref, ki, s_kv), ${keep}
             for j in range(groups):
-                s = _scores(q_ref[j], k, keep, qi, ki, s_kv)
+                s = _scores(q_ref[j], k, keep, ${scalar_refs}qi, ki, s_kv)
                 p = jnp.exp(s - m_ref[j]) / l_ref[j]
                 acc_ref[j] += ${pv_dot}(v, p.astype(v.dtype), (((1,), (0,)), ((), ())))
 
@@ -787,7 +802,7 @@ def _kernel(q_ref, k_ref, v_ref, ${extra_refs}o_ref, m_ref, l_ref, acc_ref, *, s
         def _update():
             k, v, keep = k_ref[...], _v_block(v_ref, ki, s_kv), ${keep}
             for j in range(groups):
-                s = _scores(q_ref[j], k, keep, qi, ki, s_kv)  # [block_kv, block_q]
+                s = _scores(q_ref[j], k, keep, ${scalar_refs}qi, ki, s_kv)  # [block_kv, block_q]
                 m_prev = m_ref[j]  # [1, block_q]
                 m_new = jnp.maximum(m_prev, jnp.max(s, axis=0, keepdims=True))
                 alpha = jnp.exp(m_prev - m_new)
@@ -982,6 +997,13 @@ def score_chain_lines(program: Program, r: Mapping[str, Any], sym: Symbolic, kee
             out.append(
                 f"    s = s {sign} {lit}  # the reference's {'scale' if i == r['scale'][0] else 'cap'}, in its dtype"
             )
+        elif op in ("scale_input", "scale_div_input"):
+            name = eqns[i]["inputs"][pos]
+            spec = program["inputs"][program["input_names"].index(name)]
+            sign = "*" if op == "scale_input" else "/"
+            out.append(
+                f"    s = s {sign} {scalars.load(f'{name}_ref', spec)}  # the scalar {name}, one SMEM word"
+            )
         elif op == "tanh":
             out.append("    s = jnp.tanh(s)  # the reference's soft-cap")
         elif op == "mask":
@@ -1060,7 +1082,15 @@ def build(program: Program, sym: Symbolic) -> Template | None:
             f"    def mask_map(i, {'' if tr else 'j, '}qi, step):  # the mask tile of q block qi, kv block step % nk\n"
             f"        return mask_index(i), {tile + ', qi' if tr else 'qi, ' + tile}\n"
         )
+    for name in r["scalars"]:  # a traced scale: one SMEM word (templates/scalars.py), after the bias and mask
+        spec = program["inputs"][program["input_names"].index(name)]
+        parts["extra_refs"].append(f"{name}_ref, ")
+        parts["extra_spec"].append(f"\n            {scalars.SMEM_SPEC},")
+        parts["extra_arg"].append(f", {scalars.arg(name, spec)}")
+        parts["extra_map"].append(scalars.map_comment(name, spec))
     extra = {k: "".join(v) if k != "extra_prep" else "\n".join(v) for k, v in parts.items()}
+    # SOURCE_T's scores take values and the mask as `keep`: its traced scales' refs are passed on by name
+    extra["scalar_refs"] = "".join(f"{name}_ref, " for name in r["scalars"])
     outside = sorted(set(r["prefix"]) | set(r.get("mask_prefix", [])))
     prefix, tail = equation_lines(program, outside, sym), equation_lines(program, r["tail"], sym)
     if sym.unsolved:

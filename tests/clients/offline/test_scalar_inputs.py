@@ -34,6 +34,7 @@ CASES = {
     "masked_softmax_length": ("rowwise", "x1", "int32"),
     "cross_entropy_temperature": ("cross_entropy", "scale", "float32"),  # the logits' scale
     "scaled_projection": ("matmul", "x2", "float32"),  # the k-tiled matmul's epilogue operand
+    "attention_temperature": ("flash_program", "x3", "float32"),  # a scale in the flash score chain
 }
 
 
