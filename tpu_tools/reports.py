@@ -348,6 +348,11 @@ class ReferenceSide(BaseModel):
     size_dims: dict[str, Any] = Field(default_factory=dict, description="the size's dimensions")
     check_sizes: list[CheckSize] = Field(default_factory=list, description="resolved when asked")
     check_notes: list[str] = Field(default_factory=list, description="why a default check size is missing")
+    absent_inputs: list[int] = Field(
+        default_factory=list,
+        description="positions the reference's create_inputs fills with None (an optional argument left out): "
+        "not handed over, and put back as None in every call of the candidate's workload",
+    )
     input_specs: list[ArraySpec] = []
     output_specs: list[ArraySpec] = []
     census: WorkCensus | None = None

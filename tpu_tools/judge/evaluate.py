@@ -494,6 +494,7 @@ class Evaluator:
                     "reference_census": side.census.model_dump(mode="json") if side.census else None,
                     "allow_plain_jax": allow_plain_jax,
                     "mesh": mesh.model_dump(mode="json") if mesh else None,
+                    "absent_inputs": side.absent_inputs,
                 },
                 timeout_s=left(),
                 on_progress=on_progress,

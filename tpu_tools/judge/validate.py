@@ -160,6 +160,7 @@ def reference_side(
     except Exception:  # a get_flops that breaks costs the estimate its flop count, not the verdict
         side.flops = None
     side.input_specs = specs_of(_leaves(shapes))
+    side.absent_inputs = list(ref.absent_inputs)
     side.output_specs = specs_of(jaxpr.out_avals)
     side.census = census_of(jaxpr)
     if with_values:  # the small integer tables the estimate reads data-dependent work from (seed 0)

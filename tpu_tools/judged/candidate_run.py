@@ -184,6 +184,7 @@ def candidate_job(
     reference_census: dict | None = None,
     allow_plain_jax: bool = False,
     mesh: dict | None = None,
+    absent_inputs: list[int] | None = None,
 ) -> dict:
     """Pool job (judged side). Returns a partial ValidationReport; run outputs go to scratch/out_<seed>_<k>.
 
@@ -242,7 +243,7 @@ def candidate_job(
         rules = lowering_rules()  # before the candidate's import: the rules it brings are told apart
         report_progress("candidate: load")
         try:
-            cand = load_candidate(kernel_path)
+            cand = load_candidate(kernel_path, absent_inputs)
         except UsageError as e:
             return done(Failure(kind="usage_error", summary=str(e), stage="load"))
         except CandidateLoadError as e:

@@ -144,7 +144,7 @@ def compile_with_specs(kernel_path: str, target_name: str, size: str, side) -> C
     except UsageError as e:
         return finish(load_failure(e))
     try:
-        cand = load_candidate(kernel_path)
+        cand = load_candidate(kernel_path, side.absent_inputs)
     except (UsageError, CandidateLoadError) as e:
         return finish(load_failure(e))
     report.kernel_sha256 = cand.sha256

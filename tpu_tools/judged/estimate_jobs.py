@@ -88,7 +88,7 @@ def run_analyze(
         in_shapes = _shapes_of(side)
         if guard is not None:
             guard.arm()  # just before the candidate's code first runs
-        cand = load_candidate(kernel_path)
+        cand = load_candidate(kernel_path, side.absent_inputs)
     except (UsageError, CandidateLoadError) as e:
         report.failure = load_failure(e)
         return report
@@ -167,6 +167,7 @@ def _estimate_one(
     dump_root=None,
     allow_plain: bool = False,
     input_values: list | None = None,
+    absent: list[int] | None = None,
 ) -> dict:
     """Trace, then compile with the LLO dump where libtpu is here (tier llo + the compiler's VMEM verdict)."""
     import jax
@@ -176,7 +177,7 @@ def _estimate_one(
     from maxkernel.tpu_tools.problem.pallas_info import find_pallas_calls
 
     try:
-        cand = load_candidate(kernel_path)
+        cand = load_candidate(kernel_path, absent)
         traced = jax.jit(cand.workload).trace(*shapes)
         calls = find_pallas_calls(traced.jaxpr)
     except Exception as e:  # the candidate's own failure: data for the sweep
@@ -286,7 +287,14 @@ def estimate_batch_job(
             guard.arm()
             try:
                 result = _estimate_one(
-                    path, side.flops, shapes, chip, dump_root, allow_plain, _values_of(side)
+                    path,
+                    side.flops,
+                    shapes,
+                    chip,
+                    dump_root,
+                    allow_plain,
+                    _values_of(side),
+                    side.absent_inputs,
                 )
             finally:
                 changed, reached = guard.check()

@@ -103,6 +103,7 @@ def candidate_job(
     top: int = 15,
     hide_paths: list[str] | None = None,
     mesh: dict | None = None,
+    absent_inputs: list[int] | None = None,
     estimate_only: str | None = None,
     input_values: dict | None = None,
 ) -> dict:
@@ -149,6 +150,7 @@ def candidate_job(
             MeshSpec.model_validate(mesh) if mesh else None,
             estimate_only,
             input_values,
+            absent_inputs,
         )
     finally:
         changed = timed_loop.changed(before, timed_loop.clock_fingerprints())
@@ -204,6 +206,7 @@ def _run(
     mesh_spec=None,
     estimate_only=None,
     input_values=None,
+    absent_inputs=None,
 ) -> Failure | None:
     import jax
 
@@ -232,7 +235,7 @@ def _run(
     )
     try:
         tgt = parse_target(target)
-        cand = load_candidate(kernel_path)
+        cand = load_candidate(kernel_path, absent_inputs)
     except (UsageError, CandidateLoadError) as e:
         return load_failure(e)
     side.kernel_sha256 = cand.sha256

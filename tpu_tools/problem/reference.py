@@ -47,9 +47,9 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
     _derived: Any = None  # the derived check size, once computed
-    pallas: bool = (
-        False  # its source calls Pallas TPU kernels: traced as the target, run interpreted (chip_program.py)
-    )
+    # its source calls Pallas TPU kernels: traced as the target, run interpreted (chip_program.py)
+    pallas: bool = False
+    absent_inputs: list[int] = field(default_factory=list)  # None inputs left out (config_reference.absent)
     derive_seed: int | None = None  # validate's seed offset: the derived size is drawn from it
 
     def per_device_flops(self, size: str) -> float | None:
@@ -424,20 +424,24 @@ def _from_config_module(
     dtype = _bf16() if "dtype" in params else None
     pallas = chip_program.uses_pallas(path.read_text(errors="replace"))
     configs_of: dict[tuple, dict] = {}  # input signature -> the dims they were built at
+    absent: list[int] = []  # positions create_inputs fills with None (config_reference.absent)
 
     def create_sized(dims: dict, seed: int | None) -> tuple:
         d = dict(dims)
         inputs = config_reference.create_at(module, style, d, seed, d.pop("dtype", dtype))
+        absent[:] = config_reference.absent(inputs)
+        inputs = tuple(x for x in inputs if x is not None)
         configs_of[config_reference.signature(jax.tree_util.tree_leaves(inputs))] = dict(dims)
         return inputs
 
     def config_workload(*args):
         # the few files whose workload reads CONFIG (1p's head_dim) see the size their inputs were built at
         dims = configs_of.get(config_reference.signature(jax.tree_util.tree_leaves(args)))
+        full = config_reference.with_absent(args, absent)
         if dims is None:
-            return workload(*args)
+            return workload(*full)
         with config_reference.config_as(module, style, dims):
-            return workload(*args)
+            return workload(*full)
 
     run = chip_program.as_chip_program(config_workload) if pallas else config_workload
     tuned = config_reference.tuned_values(module)
@@ -503,6 +507,7 @@ def _from_config_module(
         _create_sized=create_sized,
         sizes_table=table,
         pallas=pallas,
+        absent_inputs=absent,
     )
 
 

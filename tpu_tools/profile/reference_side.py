@@ -44,6 +44,9 @@ class ReferenceSide(TimedSide):
     """The first reference process: the sets it built and what it knows about the reference's work."""
 
     info: ReferenceInfo | None = None
+    absent_inputs: list[int] = Field(
+        default_factory=list, description="None inputs left out (reports.ReferenceSide)"
+    )
     error: str | None = Field(default=None, description="why the reference could not be profiled")
     error_is_usage: bool = False
     input_specs: list[ArraySpec] = []
@@ -126,6 +129,7 @@ def build_and_time_job(
         warm = [ref.create_inputs(size, s) for s in warmup_seeds[:WARMUP_SETS]]
         first = timed_loop.to_numpy(warm[0])
         side.input_specs = handover.specs_of(first)
+        side.absent_inputs = list(ref.absent_inputs)
         side.set_bytes = _nbytes(first)
         if len(first) != len(jax.tree_util.tree_leaves(warm[0])) or len(first) != len(warm[0]):
             raise UsageError("profile needs a flat tuple of arrays as the reference's inputs")
@@ -213,6 +217,7 @@ def _estimate_side(ref, size: str, target: str, side: ReferenceSide, why: str) -
     try:
         shapes = list(jax.tree_util.tree_leaves(ref.input_shapes(size)))
         side.input_specs = [ArraySpec(shape=list(x.shape), dtype=str(x.dtype)) for x in shapes]
+        side.absent_inputs = list(ref.absent_inputs)
         outs = jax.tree_util.tree_leaves(jax.eval_shape(ref.workload, *shapes))
         side.output_specs = [ArraySpec(shape=list(x.shape), dtype=str(x.dtype)) for x in outs]
         side.set_bytes = int(sum(_spec_bytes(s) for s in side.input_specs))

@@ -655,6 +655,7 @@ def _candidate_args(ref, kernel_path, tgt, size, cand_dir: Path, hide: list[str]
         "io_bytes": _io_bytes(ref),
         "hide_paths": hide,
         "mesh": mesh.model_dump(mode="json") if mesh else None,
+        "absent_inputs": list(getattr(ref, "absent_inputs", [])),
     }
 
 

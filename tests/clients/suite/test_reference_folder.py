@@ -13,7 +13,14 @@ LEVEL2 = Path(__file__).resolve().parents[2] / "refs" / "level2"
 
 def test_a_level2_layout_names_each_task_by_its_folder():
     refs = jax_references(str(LEVEL2))
-    assert set(refs) == {"rowscale_config", "lengths_configs", "listed_configs", "missing_package"}
+    assert set(refs) == {
+        "rowscale_config",
+        "lengths_configs",
+        "listed_configs",
+        "missing_package",
+        "gemm_config",
+        "optional_none",
+    }
     assert refs["rowscale_config"] == str((LEVEL2 / "rowscale_config" / "baseline.py").resolve())
     assert _task_ids(str(LEVEL2)) == list(refs)
 

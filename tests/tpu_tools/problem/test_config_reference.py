@@ -144,3 +144,17 @@ def test_a_pallas_baseline_validates_against_itself_off_the_chip():
     assert report["ok"], report.get("failure")
     assert [c["name"] for c in report["check_sizes"]] == ["small", "derived"]
     assert "interpret" in report["execution"]
+
+
+def test_a_none_input_is_left_out_and_put_back_for_reference_and_candidate():
+    from maxkernel.tpu_tools.judged.candidate import load_candidate
+
+    path = LEVEL2 / "optional_none" / "baseline.py"
+    ref = load_reference(str(path))
+    x, scale = ref.create_inputs("small", 0)  # arrays only: the judge hands over arrays
+    assert ref.absent_inputs == [1]
+    want = np.asarray(x) * np.asarray(scale)
+    np.testing.assert_allclose(np.asarray(ref.workload(x, scale)), want, rtol=1e-6)
+    # the same file as the candidate is called as its own file calls it: workload(x, None, scale)
+    cand = load_candidate(str(path), ref.absent_inputs)
+    np.testing.assert_allclose(np.asarray(cand.workload(x, scale)), want, rtol=1e-6)
