@@ -63,19 +63,19 @@ def main() -> int:
         common = ["--reference", base, "--target", a.target]
         row: dict = {"task": task.name}
         if "compile" in steps:
-            r, note, s = run(["compile", base, *common], a.timeout)
+            r, note, s = run(["compile", base, *common, "--timeout", str(a.timeout)], a.timeout + 60)
             row["compile"] = {
                 "ok": bool(r and r.get("ok")),
                 "s": round(s, 1),
                 "why": "" if r and r.get("ok") else why(r, note),
             }
         if "validate" in steps:
-            r, note, s = run(["validate", base, *common], a.timeout)
+            r, note, s = run(["validate", base, *common, "--timeout", str(a.timeout)], a.timeout + 60)
             ok = bool(r and r.get("ok"))
             sizes = [c.get("name") for c in (r or {}).get("check_sizes", [])]
             row["validate"] = {"ok": ok, "s": round(s, 1), "sizes": sizes, "why": "" if ok else why(r, note)}
         if "estimate" in steps:
-            r, note, s = run(["estimate", base, *common], a.timeout)
+            r, note, s = run(["estimate", base, *common, "--timeout", str(a.timeout)], a.timeout + 60)
             est = (r or {}).get("estimate") or {}
             row["estimate"] = {
                 "ok": bool(r and r.get("ok")),

@@ -34,11 +34,13 @@ def estimate(kernel: Path, reference: Path, target: str, timeout: float) -> tupl
                 str(reference),
                 "--target",
                 target,
+                "--timeout",
+                str(timeout),
                 "--json",
             ],
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=timeout + 60,
         )
         report = json.loads(done.stdout)
     except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
