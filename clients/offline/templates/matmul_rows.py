@@ -26,6 +26,7 @@ from typing import Any
 
 from maxkernel.clients.offline.dims import Symbolic, shape_source
 from maxkernel.clients.offline.rows import RowPlan
+from maxkernel.clients.offline.templates import scalars
 from maxkernel.clients.offline.templates.base import MiB, Template
 from maxkernel.clients.offline.templates.batched_matmul import check_ks, k_checkable, k_strict
 from maxkernel.clients.offline.templates.matmul_epilogue import ELEMENTWISE, Split, _folded, _k_blocks, split
@@ -500,6 +501,10 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
     for nm in others:
         i = names.index(nm)
         s = program["inputs"][i]
+        if scalars.is_scalar(s):  # a temperature, a scale: one SMEM word (templates/scalars.py)
+            maps.append(scalars.map_comment(nm, s))
+            in_specs.append(f", {scalars.SMEM_SPEC}")
+            continue
         rank = len(s["shape"])
         col = st.col_inputs.get(i)
         tiled = i in st.row_inputs
@@ -571,7 +576,7 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
         "refs": ", ".join(["lhs_ref", "rhs_ref", *[f"{n}_ref" for n in others], *refs]),
         "dims": sp.dims,
         "dot_dtype": sp.dot_dtype,
-        "epi_loads": ", ".join(["dot", *[f"{n}_ref[...]" for n in others]]),
+        "epi_loads": ", ".join(["dot", *[scalars.load_input(program, n) for n in others]]),
         "stores": "\n".join(stores),
         "args": ", ".join(names),
         "shapes": ", ".join(f"{n}.shape" for n in names) + ("," if len(names) == 1 else ""),
@@ -588,7 +593,7 @@ def _template(program: Program, sp: Split, st: Stages, sym: Symbolic) -> Templat
         "in_specs": "".join(in_specs),
         "out_specs": ", ".join(out_specs),
         "out_shapes": ", ".join(out_shapes),
-        "call_args": "".join(f", {n}" for n in others),
+        "call_args": "".join(f", {scalars.call_arg(program, n)}" for n in others),
         "finish": "\n".join(finish),
     }
     if single:  # the kernel's one output is the program's: its own name and shape

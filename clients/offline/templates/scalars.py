@@ -1,8 +1,8 @@
 """Scalar (0-d) inputs as scalars: a step count, a temperature, a length reach a kernel through SMEM.
 
-A rank-0 array has no VMEM block form (a block is at least (8, 128) words of one tile), and a traced value
-must stay an input: a kernel that closed over one seed's step or temperature would be right for that seed
-only. So a template passes each 0-d input to `pallas_call` as a (1,)-shaped array in SMEM
+A rank-0 array has no VMEM block form (Mosaic refuses a () block: it breaks the (8, 128) tiling rule), and
+a traced value must stay an input: a kernel that closed over one seed's step or temperature would be right
+for that seed only. So a template passes each 0-d input to `pallas_call` as a (1,)-shaped array in SMEM
 (`pl.BlockSpec(memory_space=pltpu.SMEM)`, the whole array at every grid step) and its body reads it as
 `ref[0]`: a 0-d value that the reference's own equations use as traced. SMEM holds 32-bit words, so a
 narrower scalar (bf16, int8, bool) travels widened, exactly, and is narrowed back on load.
@@ -10,7 +10,7 @@ narrower scalar (bf16, int8, bool) travels widened, exactly, and is narrowed bac
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 SMEM_SPEC = "pl.BlockSpec(memory_space=pltpu.SMEM)"
@@ -30,11 +30,6 @@ _WORD = {"float32", "int32", "uint32"}
 def is_scalar(spec: Mapping[str, Any]) -> bool:
     """Whether an input spec ({"shape", "dtype"}) is a 0-d array."""
     return not spec["shape"]
-
-
-def scalar_positions(specs: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The positions of the 0-d inputs among `specs`."""
-    return [i for i, s in enumerate(specs) if is_scalar(s)]
 
 
 def check(spec: Mapping[str, Any]) -> None:

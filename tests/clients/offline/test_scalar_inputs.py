@@ -35,6 +35,7 @@ CASES = {
     "cross_entropy_temperature": ("cross_entropy", "scale", "float32"),  # the logits' scale
     "scaled_projection": ("matmul", "x2", "float32"),  # the k-tiled matmul's epilogue operand
     "attention_temperature": ("flash_program", "x3", "float32"),  # a scale in the flash score chain
+    "sampling_probs": ("matmul", "x2", "float32"),  # a softmax epilogue over whole rows
 }
 
 
@@ -135,6 +136,28 @@ def test_the_first_kernel_compiles_at_full_and_follows_the_scalar_across_seeds(t
     mod = written(tmp_path / f"{name}_baked.py", baked)
     assert _close(_interpret(mod, seeds[0]), ref_mod.workload(*seeds[0]), ref_mod)
     assert not _close(_interpret(mod, seeds[1]), ref_mod.workload(*seeds[1]), ref_mod)
+
+
+@pytest.mark.slow  # a compile at full and two interpret runs at small
+def test_the_column_tiled_matmul_reads_a_scalar_in_its_row_epilogue(tmp_path):
+    """matmul_rows (N tiled, the row softmax as per-block partials) takes the temperature from SMEM too."""
+    from maxkernel.clients.offline.dims import Symbolic, program_at
+    from maxkernel.clients.offline.rows import analyse
+    from maxkernel.clients.offline.templates import matmul_rows
+
+    ref = REFS / "sampling_probs_reference.py"
+    program = program_of(ref)
+    sym = Symbolic(program)
+    template = matmul_rows.build(program, analyse(program_at(program, sym.target)), sym)
+    assert template is not None
+    ref_mod = written(tmp_path / "sampling_ref.py", ref.read_text())
+    first = template.render(template.initial, "program")
+    assert "x2_ref[0]" in first and "x2.reshape(1)" in first
+    _compile_full(tmp_path, first, ref_mod)
+    small = written(tmp_path / "sampling_small.py", template.render(_smallest(template), "program"))
+    for s in (5, 6):
+        inputs = ref_mod.create_inputs(size="small", key=jax.random.key(s))
+        assert _close(_interpret(small, inputs), ref_mod.workload(*inputs), ref_mod)
 
 
 @pytest.mark.slow  # two interpret runs and a compile at a small size
