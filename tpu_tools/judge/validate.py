@@ -231,6 +231,33 @@ def reference_job(
             return _reference_runs(ref, side, seeds, inputs_dir, expected_dir, input_case, atol, rtol, target)
 
 
+def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: str) -> Failure | None:
+    """A Pallas reference that jax's TPU interpreter cannot run (the interpreter raised, not the kernel):
+    `interpret_unsupported`, naming jax's function and error. The baseline cannot be checked off the chip at
+    this size; that is neither its failure nor a pass. None for anything else."""
+    import traceback
+
+    import jax
+
+    from maxkernel.tpu_tools.judged.interpreter_limits import interpreter_raised
+
+    if not ref.pallas or jax.default_backend() == "tpu":
+        return None
+    found = interpreter_raised(exc, path)
+    if found is None or found.vetoed:
+        return None
+    return Failure(
+        kind="interpret_unsupported",
+        summary=(
+            f"TPU interpret mode cannot run the reference (a Pallas kernel) while {stage}: jax's "
+            f"{found.function} failed (entered through {found.entry}): {found.error}; the interpreter raised it, "
+            "not the reference, so no candidate can be checked against it off the chip (on the chip it runs)"
+        )[:1500],
+        message="".join(traceback.format_exception(exc))[-6000:],
+        stage="reference",
+    )
+
+
 def _reference_runs(
     ref: Reference,
     side: ReferenceSide,
@@ -298,7 +325,8 @@ def _reference_runs(
             side.failure = (
                 _case_failure(input_case, f"the reference fails on it: {type(e).__name__}: {e}")
                 if input_case
-                else _reference_error(reference_failure(e, path, stage[0]))
+                else _interpreter_limit(ref, e, path, stage[0])
+                or _reference_error(reference_failure(e, path, stage[0]))
             )
             return side.model_dump(mode="json")
         side.input_regimes[seed] = regime

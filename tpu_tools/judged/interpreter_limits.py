@@ -531,3 +531,15 @@ def interpreter_failure(
     if (own := own_host_code(program, rules_before)) is not None:
         return dataclasses.replace(found, vetoed=f"the program holds {own}, which may have raised it")
     return found
+
+
+def interpreter_raised(exc: BaseException, source: Path) -> InterpreterFailure | None:
+    """Whether jax's interpreter itself raised `exc` (the same reading of the traceback as
+    `interpreter_failure`), for a trusted program: a Pallas reference, whose host code is the user's own
+    and is not what is being judged."""
+    notes: list[str] = []
+    chain = _chain(exc)
+    found = next(
+        (f for e in chain if e.__traceback__ is not None and (f := _from_traceback(e, source, notes))), None
+    )
+    return found or next((f for e in chain if (f := _from_callback(e, source, notes)) is not None), None)

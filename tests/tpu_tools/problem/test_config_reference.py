@@ -158,3 +158,18 @@ def test_a_none_input_is_left_out_and_put_back_for_reference_and_candidate():
     # the same file as the candidate is called as its own file calls it: workload(x, None, scale)
     cand = load_candidate(str(path), ref.absent_inputs)
     np.testing.assert_allclose(np.asarray(cand.workload(x, scale)), want, rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_pallas_reference_the_interpreter_cannot_run_is_interpret_unsupported_not_its_fault():
+    ref = str(Path(__file__).resolve().parents[2] / "refs" / "pallas_reshape_dma_reference.py")
+    done = subprocess.run(
+        [sys.executable, "-m", "maxkernel.tpu_tools.cli.main", "validate", ref, "--reference", ref, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    failure = json.loads(done.stdout)["failure"]
+    assert failure["kind"] == "interpret_unsupported"
+    assert "cannot run the reference" in failure["summary"] and "ReshapeTransform" in failure["summary"]
+    assert "Traceback" not in failure["summary"]
