@@ -186,6 +186,54 @@ def ladder(key: str, v: int, dims: dict, tuned: set[int], roles: dict[str, str] 
     return sorted(out, reverse=True)
 
 
+def ties(full: dict, keys: list[str], movable: set[str] | None = None) -> list[list[str]]:
+    """Groups of values that must shrink by one factor: two counts of one thing where one is a whole multiple
+    of the other (GQA's 64 query heads over 8 KV heads), or two equal values (a decode batch equal to its
+    token count). Shrinking them apart would check a structure the target does not have (a GQA ratio of 1
+    for one of 8)."""
+    parent = {k: k for k in keys}
+
+    def root(k: str) -> str:
+        while parent[k] != k:
+            k = parent[k]
+        return k
+
+    for a in keys:
+        for b in keys:
+            # equal values move together only where both can move: an equality never freezes a value
+            equal = full[a] == full[b] and (movable is None or a in movable and b in movable)
+            equal = equal and not (a.lower().endswith("dim") or b.lower().endswith("dim"))
+            if a < b and (equal or _kin(a, b) and (full[a] % full[b] == 0 or full[b] % full[a] == 0)):
+                parent[root(a)] = root(b)
+    groups: dict[str, list[str]] = {}
+    for k in keys:
+        groups.setdefault(root(k), []).append(k)
+    return sorted(groups.values(), key=lambda g: -max(full[k] for k in g))
+
+
+_COUNTED = {"head", "expert"}  # counts whose ratio is the model's structure (GQA groups, experts per shard)
+
+
+def _words(key: str) -> set[str]:
+    return {w.rstrip("s") for w in key.lower().split("_") if w}
+
+
+def _kin(a: str, b: str) -> bool:
+    """Two counts of heads or of experts (num_query_heads, num_kv_heads); a `*_dim` is a width, not a count."""
+    if a.lower().endswith("dim") or b.lower().endswith("dim"):
+        return False
+    return bool(_words(a) & _words(b) & _COUNTED)
+
+
+def _factors(group: list[str], full: dict, ladders: dict[str, list[int]]) -> list[float]:
+    """The factors the whole group can shrink by (each member's full / a value on its ladder), ascending."""
+    common = None
+    for k in group:
+        mine = {full[k] / v for v in ladders[k]}
+        common = mine if common is None else common & mine
+    return sorted(common or {1.0})
+
+
 def shrink(
     full: dict,
     tuned: set[int],
@@ -197,35 +245,48 @@ def shrink(
     (element count; it raises where the reference refuses the dims); `shapes_of` gives the input shapes
     at dims (tile_roles).
 
-    First every value shrinks together, one halving a round (ratios between values held where their
-    ladders allow); then each value alone, largest first, as far as the reference accepts.
+    Tied values (`ties`) move as one group, by one factor. First every group shrinks together, one halving a
+    round; then each group alone, largest first, as far as the reference accepts.
     """
     roles = tile_roles(full, shapes_of)
     ladders = {
         k: ladder(k, v, full, tuned, roles) for k, v in full.items() if _is_int(v) and k not in _NOT_SIZES
     }
+    # a value at its alignment floor holds its kin (GQA's ratio is kept); a held parameter ties nothing
+    movable = {k for k in ladders if len(ladders[k]) > 1}
+    groups = ties(full, [k for k in ladders if held(k, full[k]) is None], movable)
+    groups += [[k] for k in ladders if held(k, full[k]) is not None]
+    factors = {tuple(g): _factors(g, full, ladders) for g in groups}
+
+    def at(chosen: dict[tuple, float]) -> dict:
+        return {**full, **{k: round(full[k] / f) for g, f in chosen.items() for k in g}}
+
+    chosen = {tuple(g): 1.0 for g in groups}
     dims, elements = dict(full), probe(full)
     refused: dict[str, str] = {}
     rounds = 0
     while elements > budget:
         rounds += 1
-        trial = {**dims, **{k: lad[min(rounds, len(lad) - 1)] for k, lad in ladders.items()}}
+        trial_f = {g: max(f for f in fs if f <= 2**rounds) for g, fs in factors.items()}
+        trial = at(trial_f)
         if trial == dims:
             break
         try:
-            elements, dims = probe(trial), trial
-        except Exception:  # noqa: BLE001 - a refusal: the values go on alone below
+            elements, dims, chosen = probe(trial), trial, trial_f
+        except Exception:  # noqa: BLE001 - a refusal: the groups go on alone below
             break
-    for k in sorted(ladders, key=lambda k: -dims[k]):
+    for g in [tuple(g) for g in groups]:
         if elements <= budget:
             break
-        for v in ladders[k]:
-            if v >= dims[k]:
+        for f in factors[g]:
+            if f <= chosen[g]:
                 continue
+            trial_f = {**chosen, g: f}
             try:
-                elements, dims = probe({**dims, k: v}), {**dims, k: v}
+                elements, dims, chosen = probe(at(trial_f)), at(trial_f), trial_f
             except Exception as e:  # noqa: BLE001 - the reference refuses this value: hold the last
-                refused[k] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                for k in g:
+                    refused[k] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
                 break
             if elements <= budget:
                 break
@@ -243,10 +304,18 @@ def shrink(
             kept.append(
                 f"{k} {full[k]} (its alignment: a multiple of {unit}, sizing a {roles.get(k, 'outer')} axis)"
             )
+        else:
+            partners = next((g for g in groups if k in g), [k])
+            kept.append(
+                f"{k} {full[k]} (tied to {', '.join(p for p in partners if p != k)}: one factor for all)"
+            )
+    tied = [g for g in groups if len(g) > 1]
     notes = [
         f"small derived from the default config by shrinking: {', '.join(moved) or 'nothing could move'}"
         + f" ({elements} input elements)"
     ]
+    if tied:
+        notes.append("tied (shrunk by one factor): " + "; ".join(" = ".join(g) for g in tied))
     if kept:
         notes.append("held: " + "; ".join(kept))
     return dims, notes

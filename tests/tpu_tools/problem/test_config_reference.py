@@ -173,3 +173,21 @@ def test_a_pallas_reference_the_interpreter_cannot_run_is_interpret_unsupported_
     assert failure["kind"] == "interpret_unsupported"
     assert "cannot run the reference" in failure["summary"] and "ReshapeTransform" in failure["summary"]
     assert "Traceback" not in failure["summary"]
+
+
+def test_counts_of_heads_shrink_by_one_factor_and_an_alignment_floor_holds_them():
+    def probe(dims):
+        return dims["q_heads"] * dims["seq"] * 128
+
+    def shapes_of(dims):
+        return [
+            ((dims["seq"], dims["q_heads"], 128), "bfloat16"),
+            ((dims["seq"], dims["kv_heads"], 128), "bfloat16"),
+        ]
+
+    full = {"seq": 4096, "q_heads": 64, "kv_heads": 8, "batch_size": 16, "num_tokens": 16}
+    small, notes = config_reference.shrink(full, set(), probe, shapes_of, budget=1 << 18)
+    # kv_heads sizes a sublane axis: at its floor of 8 it holds q_heads, so the GQA ratio 8 is kept
+    assert small["q_heads"] // small["kv_heads"] == 8
+    assert small["batch_size"] == small["num_tokens"]  # equal and both free: one factor
+    assert any("tied" in n and "q_heads" in n for n in notes)
