@@ -542,4 +542,15 @@ def interpreter_raised(exc: BaseException, source: Path) -> InterpreterFailure |
     found = next(
         (f for e in chain if e.__traceback__ is not None and (f := _from_traceback(e, source, notes))), None
     )
-    return found or next((f for e in chain if (f := _from_callback(e, source, notes)) is not None), None)
+    if found is not None:
+        return found
+    for e in chain:
+        # XLA's text may hold the callback's traceback twice, the second cut short of the interpreter's
+        # frames (51p's indexed DMA): each is read, innermost first
+        text = str(e)
+        parts = text.split("Traceback (most recent call last):")
+        for i in range(len(parts) - 1, 0, -1):
+            one = RuntimeError("Traceback (most recent call last):" + parts[i])
+            if (f := _from_callback(one, source, notes)) is not None:
+                return f
+    return None
