@@ -16,6 +16,7 @@ A reference that breaks on its own is `reference_error`; an extra case it cannot
 from __future__ import annotations
 
 import random
+import re
 import secrets
 from pathlib import Path
 
@@ -244,6 +245,18 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
     if not ref.pallas or jax.default_backend() == "tpu":
         return None
     found = interpreter_raised(exc, path)
+    no_cpu_rule = re.search(r"MLIR translation rule for primitive '(\w+)' not found for platform cpu", str(exc))
+    if (found is None or found.vetoed) and no_cpu_rule and isinstance(exc, NotImplementedError):
+        return Failure(
+            kind="interpret_unsupported",
+            summary=(
+                f"TPU interpret mode cannot run the reference (a Pallas kernel) while {stage}: its primitive "
+                f"{no_cpu_rule.group(1)!r} (a TPU-only one: SparseCore kernels use it) has no CPU lowering in "
+                f"jax {jax.__version__}, so no candidate can be checked against it off the chip (on the chip it runs)"
+            ),
+            message="".join(traceback.format_exception(exc))[-6000:],
+            stage="reference",
+        )
     if found is None or found.vetoed:
         return None
     return Failure(
