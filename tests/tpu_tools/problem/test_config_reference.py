@@ -191,3 +191,22 @@ def test_counts_of_heads_shrink_by_one_factor_and_an_alignment_floor_holds_them(
     assert small["q_heads"] // small["kv_heads"] == 8
     assert small["batch_size"] == small["num_tokens"]  # equal and both free: one factor
     assert any("tied" in n and "q_heads" in n for n in notes)
+
+
+def test_a_tpu_only_primitive_without_a_cpu_rule_is_an_interpreter_limit_not_the_references_fault():
+    from types import SimpleNamespace
+
+    from maxkernel.tpu_tools.judge.validate import _interpreter_limit
+
+    exc = NotImplementedError(
+        "MLIR translation rule for primitive 'parallel_loop' not found for platform cpu"
+    )
+    failure = _interpreter_limit(
+        SimpleNamespace(pallas=True), exc, Path("baseline.py"), "running its workload"
+    )
+    assert failure is not None and failure.kind == "interpret_unsupported"
+    assert "'parallel_loop'" in failure.summary
+    plain = _interpreter_limit(
+        SimpleNamespace(pallas=False), exc, Path("baseline.py"), "running its workload"
+    )
+    assert plain is None  # a plain-JAX reference's failure stays its own
