@@ -375,19 +375,26 @@ class OfflineModel(Model):
                 except Exception:  # noqa: BLE001 - no template of ours for it: the baseline walk alone
                     continue
         walks = [self.walks[key]] + ([self.walks[key + ":ours"]] if key + ":ours" in self.walks else [])
-        # feedback before any config marker is about the last kernel proposed: the walk chosen last time;
-        # the other walk takes only what follows its own markers (reply() leaves these walks to this)
+        # the planner's prompt carries the last iteration's feedback: text before any config marker is about
+        # the walk chosen last time, the other walk takes only what follows its own markers; a debugger's
+        # failing kernel is its own walk's (reply() leaves these walks to this)
         prev = self.walks.get(key + ":chosen", walks[0])
-        marked = (
-            prompt.text[m.start() :] if (m := re.search(r"offline-config: template=", prompt.text)) else ""
-        )
         for w in walks:
             w.self_ingested = True
-            self._ingest(w, prompt.text if w is prev else marked)
+            if prompt.role == "planner":
+                self._ingest(w, prompt.text, own_last=w is prev)
         if prompt.role != "planner":  # the kernel or plan in hand names its template
-            found = parse_config_text(prompt.text)
+            text = prompt.text
+            if prompt.role == "implementer":  # the plan's marker, not the previous version's
+                text = text.split("## Plan to implement", 1)[-1]
+                for heading in ("## Previous version", "## Feedback", "## Rules for the module"):
+                    text = text.split(heading, 1)[0]
+            found = parse_config_text(text)
             named = [w for w in walks if found and w.template.name == found[0]]
-            return named[0] if named else prev
+            chosen = named[0] if named else prev
+            if prompt.role == "debugger":
+                self._ingest(chosen, prompt.text)
+            return chosen
         if not walks[0].records or len(walks) == 1:
             chosen = walks[0]
         elif not walks[1].records:
@@ -411,8 +418,9 @@ class OfflineModel(Model):
         m = VMEM_RE.search(text)
         return min(DEFAULT_VMEM_LIMIT_BYTES, int(m.group(1)) * 3 // 4) if m else DEFAULT_VMEM_LIMIT_BYTES
 
-    def _ingest(self, walk: Walk, text: str) -> None:
-        """Attach each estimate / verdict in `text` to the config whose marker precedes it.
+    def _ingest(self, walk: Walk, text: str, own_last: bool = True) -> None:
+        """Attach each estimate / verdict in `text` to the config whose marker precedes it (`own_last`: text
+        before any marker is about the walk's last config).
 
         Only the kernel and feedback sections are read: the embedded Pallas guide talks about errors too.
         """
@@ -425,7 +433,7 @@ class OfflineModel(Model):
         for i, part in enumerate(parts):
             found = parse_config_text(part) if i or part.startswith("offline-config") else None
             if found is None and i == 0:
-                cfg = walk.last
+                cfg = walk.last if own_last else None
             elif found is not None and found[0] == walk.template.name:
                 cfg = walk.snap(found[1]) if set(found[1]) == set(walk.template.tunables) else None
             else:

@@ -17,7 +17,7 @@ from maxkernel.clients.offline.model import OfflineModel
 from maxkernel.clients.offline.program_text import program_section
 from maxkernel.clients.task_text import source_text
 from maxkernel.subagents.parse import parse_output
-from maxkernel.subagents.render import render_plan_prompt
+from maxkernel.subagents.render import render_implement_prompt, render_plan_prompt
 from maxkernel.subagents.roles import get_role
 from maxkernel.tpu_tools.hardware.chips import get_chip
 from maxkernel.tpu_tools.problem.program import describe
@@ -98,6 +98,16 @@ def test_a_recognised_baseline_is_offered_our_template_once_then_the_faster_walk
     second = _planner(model, spec, f'## Feedback\n{marker}\nvalidation passed\n"estimated_time_us": 4600.0')
     assert "template=baseline" not in second and "offline-config: template=" in second  # ours, once
     ours = "offline-config: " + second.split("offline-config: ", 1)[1].split("\n")[0]
+    # the implementer renders the plan's template, not the previous version's (the baseline's marker)
+    plan = {"strategy": second, "block_sizes": {}}
+    previous = baseline_template(path.read_text()).render(
+        {"block_m": 512, "block_n": 1024, "block_k": 1024}, "program"
+    )
+    prompt = render_implement_prompt(plan, spec, get_chip("tpu-v6e"), previous_source=previous)
+    reply = asyncio.run(
+        model.request([Message.system(get_role("implementer").system_prompt), Message.user(prompt)])
+    )
+    assert "template=baseline" not in reply.text.split("```python", 1)[1].split("\n", 2)[1]
     # ours estimated slower than the baseline: the baseline's walk goes on (its own tuned parameters)
     third = _planner(model, spec, f'## Feedback\n{ours}\nvalidation passed\n"estimated_time_us": 5200.0')
     assert "template=baseline" in third
