@@ -307,6 +307,8 @@ def _print_summary(summary: dict) -> None:
             lines.insert(1, f"at the target size {best['target_size']!r}: {timed}; validated at {checked}")
         if best.get("numerics"):
             lines.insert(2, f"numerics: {best['numerics']}")
+        if best.get("parts"):
+            lines.insert(3, f"parts: {best['parts']}")
     else:
         lines.insert(0, "best: no kernel compiled and validated")
     if summary.get("port"):

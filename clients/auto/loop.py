@@ -575,6 +575,7 @@ class AutoLoop(RoleSteps):
                     if c.get("what") == "validate" and c.get("ok")
                 ],
                 numerics=(cur.validation or {}).get("error_summary") or "",
+                parts=parts_line((cur.validation or {}).get("work")),
                 vs_xla=profile_vs_xla(cur.profile, self.config.target),
             )
             self.store.write_text("best_kernel.py", cur.source or "")
@@ -645,6 +646,7 @@ class AutoLoop(RoleSteps):
                 "target_size": best.target_size,
                 "validated_at": best.validated_at,
                 "numerics": best.numerics,
+                "parts": best.parts,
                 "vs_xla": best.vs_xla.model_dump() if best.vs_xla else None,
                 "vs_xla_line": best.vs_xla.line() if best.vs_xla else None,
                 "why_best": why,
@@ -688,6 +690,24 @@ class AutoLoop(RoleSteps):
         summary = self.summary()
         self.store.write_json("summary.json", summary)
         return summary
+
+
+def parts_line(work: dict | None) -> str:
+    """Which parts of the validated program are kernels and which XLA runs beside them, from the judge's
+    work census (flops counted inside and outside the pallas_calls): a composite that leaves an op no
+    Pallas TPU body lowers to XLA says so, with that op's share of the counted flops."""
+    if not work:
+        return ""
+    kernels = work.get("data_flow_pallas_calls") or []
+    n = work.get("num_pallas_calls", len(kernels))
+    names = ", ".join(k.split("(", 1)[-1].rstrip(")") for k in kernels)
+    line = f"{n} kernel{'s' if n != 1 else ''}" + (f" ({names})" if names else "")
+    outside = work.get("outside_flops") or {}
+    total = sum(outside.values()) + sum((work.get("inside_flops") or {}).values())
+    if not sum(outside.values()):
+        return f"{line}; nothing left to XLA"
+    share = sum(outside.values()) / total if total else 0.0
+    return f"{line}; left to XLA: {', '.join(sorted(outside))} ({share:.0%} of the counted flops)"
 
 
 def _validate_detail(report: dict | None) -> str:

@@ -112,6 +112,9 @@ class Best(BaseModel):
     target_size: str | None = Field(default=None, description="the size it was compiled and scored at")
     validated_at: list[str] = Field(default_factory=list, description="the check sizes its validation passed")
     numerics: str = Field(default="", description="its validation's error rule line (error_summary)")
+    parts: str = Field(
+        default="", description="which parts are kernels and which XLA runs (its validation's work census)"
+    )
     vs_xla: VsXla | None = Field(
         default=None,
         description="its time beside XLA's for the same reference (its profile), with their tiers",

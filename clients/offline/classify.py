@@ -15,7 +15,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, REDUCE, Program, unsupported_ops
+from maxkernel.tpu_tools.problem.emit import (
+    ELEMENTWISE,
+    REDUCE,
+    Program,
+    top_k_in_kernel,
+    unsupported_ops,
+    var_dtypes,
+)
 
 SOFTMAX = ("reduce_max", "exp", "reduce_sum")
 SHAPE_OPS = {"broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "iota", "slice",
@@ -67,6 +74,12 @@ def _recurrence(program: Program) -> bool:
 
 def classify(program: Program) -> Classification:
     bad = unsupported_ops(program)
+    dtypes = var_dtypes(program)
+    if any(
+        e["primitive"] == "top_k" and not top_k_in_kernel(e, dtypes.get(e["inputs"][0], ""))
+        for e in program["equations"]
+    ):  # no max-and-mask rounds for it (k too large, an int row, not the last axis): no body writes it
+        bad = sorted({*bad, "top_k"})
     if bad == ["scan"] and _recurrence(program):
         return Classification("recurrence", [], "a scan over time with an elementwise body and a carry")
     if bad:

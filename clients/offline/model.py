@@ -747,6 +747,16 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             prepped, family_miss = None, f"{family_miss}; with its operands' preparation as glue: {e}"
         if prepped is not None:
             return prepped
+        # equations no Pallas TPU body lowers as traced (sort, scatter-add, a top_k too wide for rounds):
+        # left to XLA as plain-JAX glue, the rest in kernels by their own templates
+        from maxkernel.clients.offline.templates.staged import build_held
+
+        try:
+            held = build_held(program, _rest_template)
+        except ValueError as e:
+            held, family_miss = None, f"{family_miss}; with them left to XLA: {e}"
+        if held is not None:
+            return held
         raise NoTemplateFits(
             f"offline model: no template fits this reference (ops: {', '.join(found.unsupported)}{family_miss}); "
             "use --model gemini-2.5-pro (or another LLM) or write a first kernel yourself"
@@ -799,6 +809,19 @@ def program_template(program: dict[str, Any]) -> tuple[Template, str, dict[str, 
             chained, miss = None, e
         if chained is not None:
             return chained
+    if template is None or set(template.tunables) <= set(BLOCK_NAMES):
+        # the program in one body would hold a scan no Pallas TPU body lowers (cumsum): cut around it, the
+        # scan by its family's kernel (or XLA), the rest by the templates their classes pick
+        from maxkernel.clients.offline.templates.staged import build_held
+
+        try:
+            held = build_held(program, _rest_template)
+        except ValueError as e:
+            held = None
+            if template is None:
+                miss = f"{miss}; with its scans cut apart: {e}"
+        if held is not None:
+            return held
     if template is None:
         raise NoTemplateFits(f"offline model: no template fits this reference ({miss})") from None
     return template, sym.target, {"R": plan.rows}

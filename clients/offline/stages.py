@@ -14,7 +14,7 @@ done by the glue too, so the tail reads the value as its rows lie.
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -402,3 +402,74 @@ def prep_cut(program: Program) -> list[Stage] | None:
             outputs=tuple(program["outputs"]),
         ),
     ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Equations no kernel writes as traced (sort, scatter-add, a top_k too wide for rounds): held apart
+
+
+def held_cut(program: Program, held: Callable[[Mapping[str, Any]], bool]) -> list[Stage] | None:
+    """The program in the order its values are made: `kernel` stages of the equations a Pallas body can
+    write, and `held` stages of those `held(eqn)` says it cannot (the caller writes a held stage as a kernel
+    where a template of its own serves it, else as plain-JAX glue XLA runs); None when nothing is held.
+
+    A held equation's depth is how many held equations lie on its longest path from the inputs; a kernel
+    equation's is the least of its readers' (the last depth when none reads it), never less than that count:
+    the kernel equations at one depth are one stage, run before the held equations of that depth, which run
+    before the next depth's kernel stage. Each stage reads only values made before it, the kernel stages are
+    as few and as large as the held equations allow, and a value goes to HBM only where a held one needs it."""
+    eqns = program["equations"]
+    hold = [bool(held(e)) for e in eqns]
+    if not any(hold):
+        return None
+    made_by = producers(program)
+    if any(o not in made_by for o in program["outputs"]):
+        return None  # an input returned as it is
+    # equations that read no input (a zeros fill, an iota): made again in each stage that reads them, never
+    # a stage's output written to HBM
+    free: set[int] = set()
+    for i, e in enumerate(eqns):
+        if not hold[i] and all(a.startswith("lit:") or made_by.get(a) in free for a in e["inputs"]):
+            free.add(i)
+    depth: list[int] = []
+    for e in eqns:
+        ds = [depth[made_by[a]] + hold[made_by[a]] for a in e["inputs"] if a in made_by]
+        depth.append(max(ds, default=0))
+    # a kernel equation no held one waits on runs as late as its readers allow: in the stage that reads it
+    # (a scale's cast beside the norm that uses it, not an HBM value from the first stage)
+    readers: dict[int, list[int]] = {}
+    for j, e in enumerate(eqns):
+        for a in e["inputs"]:
+            if a in made_by:
+                readers.setdefault(made_by[a], []).append(j)
+    last = max(depth)
+    for i in reversed(range(len(eqns))):
+        if not hold[i] and i not in free:
+            depth[i] = min((depth[j] for j in readers.get(i, ()) if j not in free), default=last)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, d in enumerate(depth):
+        if i not in free:
+            groups.setdefault((d, hold[i]), []).append(i)
+    groups = {
+        g: sorted(set(idx) | (upstream(program, _reads(program, idx), made_by) & free))
+        for g, idx in groups.items()
+    }
+    order = sorted(groups)  # (0, kernel), (0, held), (1, kernel), ...
+    later: set[str] = set(program["outputs"])
+    needed: dict[tuple[int, int], set[str]] = {}
+    for g in reversed(order):
+        needed[g] = set(later)
+        later |= set(_reads(program, groups[g]))
+    stages = []
+    for g in order:
+        idx = groups[g]
+        outs = [o for i in idx for o in eqns[i]["outputs"] if o in needed[g]]
+        if not outs:
+            continue
+        role = "held" if g[1] else "kernel"
+        stages.append(
+            Stage(
+                role=role, program=subprogram(program, idx, _reads(program, idx), outs), outputs=tuple(outs)
+            )
+        )
+    return stages

@@ -352,6 +352,47 @@ def _window_sum_lines(e: Mapping[str, Any], k: int, dtype: str) -> tuple[list[st
     return pre, f"lax.convert_element_type({dot}, jnp.{dtype})"
 
 
+# top_k in a kernel body (Mosaic has no top_k): k rounds of max-and-mask over the row, for k up to this many
+TOP_K_ROUNDS_MAX = 128
+_FLOATS = ("float32", "bfloat16", "float16")
+
+
+def top_k_in_kernel(e: Mapping[str, Any], dtype: str) -> bool:
+    """Whether a top_k equation is written as max-and-mask rounds in a kernel: over the last axis of a
+    float row, k at most TOP_K_ROUNDS_MAX (each round reads the whole row once more)."""
+    if e["primitive"] != "top_k" or dtype not in _FLOATS or not e.get("out_specs"):
+        return False
+    rank = len(e["out_specs"][0]["shape"])
+    axis = int(safe_ast.literal_eval(e["params"].get("axis", str(rank - 1))))
+    return axis in (-1, rank - 1) and 0 < int(safe_ast.literal_eval(e["params"]["k"])) <= TOP_K_ROUNDS_MAX
+
+
+def _top_k_lines(e: Mapping[str, Any], k: str, dtype: str) -> tuple[list[str], str]:
+    """lax.top_k as k rounds over the row in VMEM: the largest untaken value, its first index, then that
+    entry taken. Values are compared as order-preserving int32 keys of their f32 bits, so a taken entry
+    sits below every value (-inf included) and ties go to the lowest index, as lax.top_k's do."""
+    x, v = operand(e["inputs"][0]), e["outputs"][0]
+    out_dtype = e["out_specs"][0]["dtype"]
+    pre = [
+        f"{v}_b = lax.bitcast_convert_type(lax.convert_element_type({x}, jnp.float32), jnp.int32)",
+        f"{v}_key = lax.bitwise_xor({v}_b, lax.bitwise_and(lax.shift_right_arithmetic({v}_b, jnp.int32(31)), "
+        "jnp.int32(0x7FFFFFFF)))  # int order = float order",
+        f"{v}_n = lax.broadcasted_iota(jnp.int32, {v}_key.shape, {v}_key.ndim - 1)  # each entry's index",
+        f"{v}_j = lax.broadcasted_iota(jnp.int32, {v}_key.shape[:-1] + ({k},), {v}_key.ndim - 1)  # each pick's slot",
+        f"def {v}_round(j, c):  # one round: the largest untaken key, its first index, that entry taken",
+        "    key, top, at = c",
+        "    m = jnp.max(key, axis=-1, keepdims=True)  # [rows, 1]",
+        f"    i = jnp.min(jnp.where(key == m, {v}_n, jnp.int32({v}_key.shape[-1])), axis=-1, keepdims=True)",
+        f"    key = jnp.where({v}_n == i, jnp.int32(-(2**31)), key)",
+        f"    return key, jnp.where({v}_j == j, m, top), jnp.where({v}_j == j, i, at)",
+        f"_, {v}_t, {v}_i = lax.fori_loop(0, {k}, {v}_round, ({v}_key, jnp.zeros_like({v}_j), jnp.zeros_like({v}_j)))",
+        f"{v}_tb = lax.bitwise_xor({v}_t, lax.bitwise_and(lax.shift_right_arithmetic({v}_t, jnp.int32(31)), "
+        "jnp.int32(0x7FFFFFFF)))",
+    ]
+    val = f"lax.convert_element_type(lax.bitcast_convert_type({v}_tb, jnp.float32), jnp.{out_dtype})"
+    return pre, f"({val}, {v}_i)"
+
+
 def body_lines(
     program: Program,
     shape_of: Callable[[dict, str], str] | None = None,
@@ -412,6 +453,13 @@ def body_lines(
         elif e["primitive"] == "reduce_window" and (k := lane_window_sum(e, params)) is not None:
             # Mosaic has no reduce_window: a sum over windows of the last axis is a dot with a 0/1 matrix
             pre, expr = _window_sum_lines(e, k, dtypes.get(e["inputs"][0], out_dtype))
+            lines.extend(pre)
+        elif (
+            mosaic
+            and e["primitive"] == "top_k"
+            and top_k_in_kernel(e, dtypes.get(operand(e["inputs"][0]), ""))
+        ):
+            pre, expr = _top_k_lines(e, params["k"], dtypes[e["inputs"][0]])
             lines.extend(pre)
         elif e["primitive"] == "dot_general" and dot_kind(program, e, dtypes) != "narrow":
             # f32 operands: the numerics XLA gives this dot on a TPU (one bf16 pass at DEFAULT, not Mosaic's f32)

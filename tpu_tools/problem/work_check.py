@@ -198,6 +198,12 @@ class _Walker:
                 steps = _grid_size(eqn, self.census.dynamic_grids)
                 self.walk(getattr(body, "jaxpr", body), mult * steps, True)
                 continue
+            if name in _REDUCTION:  # counted by its operands: a scatter-add's update_jaxpr is one scalar add
+                bucket, flops = _eqn_flops(eqn)
+                self.add(
+                    self.census.inside_flops if inside else self.census.outside_flops, bucket, flops * mult
+                )
+                continue
             subs = _subjaxprs(eqn)
             if name == "cond" and not inside:
                 self._walk_cond(eqn, mult)

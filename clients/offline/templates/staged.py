@@ -16,22 +16,29 @@ from dataclasses import dataclass
 from string import Template as _StrTemplate
 from typing import Any
 
-from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut, prep_cut
+from maxkernel.clients.offline.stages import Move, Stage, attention_cut, cut, held_cut, prep_cut
 from maxkernel.clients.offline.templates.base import Part, Template
-from maxkernel.clients.offline.templates.fused import FOLDED
+from maxkernel.clients.offline.templates.fused import BLOCK_NAMES, FOLDED
 from maxkernel.clients.offline.templates.op_families import LAYOUT
 from maxkernel.clients.offline.templates.row_blocks import itemsize
 from maxkernel.clients.offline.templates.staging import stage as stage_body
-from maxkernel.tpu_tools.problem.emit import ELEMENTWISE, Program
+from maxkernel.tpu_tools.problem.emit import (
+    CONTROL,
+    CUMULATIVE,
+    ELEMENTWISE,
+    EMITTABLE,
+    PLAIN_ONLY,
+    Program,
+    top_k_in_kernel,
+    var_dtypes,
+)
 
 HBM_BYTES_PER_US = 1.6e6  # v6e's ~1.6 TB/s: what a layout move between kernels costs, read and write
 
 HEADER = '''"""A program in ${n} stages (offline template `staged`), written from the reference's traced program.
 
 ${stages}
-Values between stages go to HBM (they would whatever wrote them: the contraction needs all of both
-operands for every output block); the glue moves their layout in plain JAX where the next kernel reads
-them otherwise. Shape-generic: each kernel reads its shapes from its inputs when traced; block sizes
+${why} Shape-generic: each kernel reads its shapes from its inputs when traced; block sizes
 were chosen for the target size (${target}).
 """
 
@@ -71,13 +78,15 @@ def _call(k: int, w: Written) -> str:
             f"    {line}  # glue\n" if i == 0 else f"    {line}\n" for i, line in enumerate(w.lines)
         )
     lines = [
-        f"    {m.out} = jnp.transpose({m.src}, {m.perm})  # layout move: the {st.role} kernel's blocks\n"
+        f"    {m.out} = jnp.transpose({m.src}, {m.perm})  # layout move: {_ROLE.get(st.role, 'the ' + st.role)} kernel's blocks\n"
         for m in w.moves
     ]
     outs = list(w.outputs)
     got = [f"{o}_u" if i in st.unit else o for i, o in enumerate(outs)]
     lhs = got[0] if len(got) == 1 else ", ".join(got)
-    lines.append(f"    {lhs} = s{k}_workload({', '.join(w.args)})  # the {st.role} kernel\n")
+    lines.append(
+        f"    {lhs} = s{k}_workload({', '.join(w.args)})  # {_ROLE.get(st.role, 'the ' + st.role)} kernel\n"
+    )
     lines += [f"    {outs[i]} = {got[i]}.reshape({got[i]}.shape[:-2])\n" for i in st.unit]
     return "".join(lines)
 
@@ -85,9 +94,15 @@ def _call(k: int, w: Written) -> str:
 def _about(k: int, st: Stage, t: Template | None) -> str:
     if t is None:
         ops = sorted({e["primitive"] for e in st.program["equations"]})
+        if st.role == "held":
+            return (
+                f"Stage {k}, left to XLA in plain JAX ({', '.join(ops)}: no Pallas TPU kernel body lowers it "
+                f"as traced) -> {', '.join(st.outputs)}."
+            )
         return f"Stage {k}, glue in plain JAX ({', '.join(ops)}: XLA fuses them) -> {', '.join(st.outputs)}."
     ops = sorted({e["primitive"] for e in st.program["equations"]} - ELEMENTWISE - LAYOUT) or ["elementwise"]
-    return f"Stage {k}, the {st.role} (`{t.name}` template: {', '.join(ops)}) -> {', '.join(st.outputs)}."
+    who = f"{_ROLE[st.role]} kernel" if st.role in _ROLE else f"the {st.role}"
+    return f"Stage {k}, {who} (`{t.name}` template: {', '.join(ops)}) -> {', '.join(st.outputs)}."
 
 
 def _glue_us(w: Written, target: str) -> float:
@@ -111,7 +126,17 @@ def _move_us(w: Written, target: str) -> float:
     )
 
 
-def compose(program: Program, written: Sequence[Written], target: str) -> Template:
+WHY_CONTRACTION = """Values between stages go to HBM (they would whatever wrote them: the contraction needs all of both
+operands for every output block); the glue moves their layout in plain JAX where the next kernel reads
+them otherwise."""
+WHY_HELD = """Values between stages go to HBM: the stages left to XLA are the ops no Pallas TPU kernel body lowers as
+traced, and the elementwise ops XLA fuses into them."""
+_ROLE = {"kernel": "a", "held": "the held op's"}  # how the module's comments name a stage's kernel
+
+
+def compose(
+    program: Program, written: Sequence[Written], target: str, why: str = WHY_CONTRACTION
+) -> Template:
     """One template of every stage (see the module docstring)."""
     stages = [w.stage for w in written]
     kernels = [(k, w) for k, w in enumerate(written, 1) if w.template is not None]
@@ -138,6 +163,7 @@ def compose(program: Program, written: Sequence[Written], target: str) -> Templa
         "n": str(len(stages)),
         "stages": "\n".join(_about(k, w.stage, w.template) for k, w in enumerate(written, 1)),
         "target": target,
+        "why": why,
         "imports": "\n".join(dict.fromkeys(imports)),
     }
     source = _StrTemplate(HEADER).safe_substitute(fill) + "".join(bodies) + glue
@@ -288,31 +314,114 @@ def build_prep(program: Program, stage_template) -> tuple[Template, str, dict[st
 
 
 def _build_cut(
-    program: Program, stages: Sequence[Stage], stage_template
+    program: Program, stages: Sequence[Stage], stage_template, why: str = WHY_CONTRACTION
 ) -> tuple[Template, str, dict[str, int]]:
     """Each stage written: glue by emit.body_lines with the whole program's sizes, a kernel stage by the
-    template `stage_template` picks for it."""
+    template `stage_template` picks for it. A `held` stage (equations no Pallas body writes as traced) is a
+    kernel where a template of its own takes it whole (a scan's), else glue. A `kernel` stage of layout ops
+    alone is glue (a kernel would only copy), and so is one of elementwise ops on values only XLA's glue
+    reads or made (a cast or an index wrap before a scatter, a negation after a sort): XLA fuses them into
+    its own loop where a kernel would add an HBM round trip."""
     from maxkernel.clients.offline.dims import Symbolic
     from maxkernel.tpu_tools.problem.emit import body_lines
 
     sym = Symbolic(program)
+    chosen: dict[int, tuple[Template, str, dict[str, int]]] = {}
+    for k, st in enumerate(stages):
+        if st.role == "held":
+            try:
+                t, at, dims = stage_template(st.program)
+            except ValueError:
+                continue
+            if not set(t.tunables) <= set(BLOCK_NAMES):  # the generic fused body would write it as traced
+                chosen[k] = (t, at, dims)
+    glue = {k for k, st in enumerate(stages) if st.role in ("glue", "held") and k not in chosen}
+    readers = {
+        o: [j for j, s in enumerate(stages) if o in s.program["input_names"]]
+        for s in stages
+        for o in s.outputs
+    }
+    for k, st in enumerate(stages):
+        if st.role != "kernel":
+            continue
+        made_by_glue = any(a in stages[j].outputs for j in glue for a in st.program["input_names"])
+        read_by_glue = all(
+            o not in program["outputs"] and readers[o] and set(readers[o]) <= glue for o in st.outputs
+        )
+        if _layout_only(st.program) or (made_by_glue or read_by_glue) and _elementwise_only(st.program):
+            glue.add(k)
     written, target = [], None
-    for k, st in enumerate(stages, 1):
-        if st.role == "glue":
+    for k, st in enumerate(stages):
+        if k in glue:
             lines = tuple(body_lines(st.program, sym=sym, mosaic=False))
             if sym.unsolved:
-                raise ValueError(f"stage {k} (glue): sizes no trace explains: {'; '.join(sym.unsolved[:3])}")
+                raise ValueError(
+                    f"stage {k + 1} (glue): sizes no trace explains: {'; '.join(sym.unsolved[:3])}"
+                )
             written.append(Written(st, None, {}, (), tuple(st.program["input_names"]), st.outputs, lines))
             continue
-        try:
-            t, at, dims = stage_template(st.program)
-        except ValueError as e:
-            raise ValueError(f"stage {k} ({st.role}): {e}") from None
+        if k in chosen:
+            t, at, dims = chosen[k]
+        else:
+            try:
+                t, at, dims = stage_template(st.program)
+            except ValueError as e:
+                raise ValueError(f"stage {k + 1} ({st.role}): {e}") from None
         if dict(t.tunables) == {"block_rows": (1,)}:
-            raise ValueError(f"stage {k} ({st.role}) would be one untiled block")
+            raise ValueError(f"stage {k + 1} ({st.role}) would be one untiled block")
         if target not in (None, at):
             raise ValueError(f"its stages target different sizes ({target}, {at})")
         target = at
         written.append(Written(st, t, dims, (), tuple(st.program["input_names"]), st.outputs))
-    first = next(w for w in written if w.template is not None)
-    return compose(program, written, target), target, first.dims
+    first = next((w for w in written if w.template is not None), None)
+    if first is None:
+        raise ValueError("no stage is left for a kernel: every equation is glue")
+    return compose(program, written, target, why), target, first.dims
+
+
+def _elementwise_only(program: Program) -> bool:
+    return all(e["primitive"] in ELEMENTWISE | LAYOUT | NO_WORK for e in program["equations"])
+
+
+def _layout_only(program: Program) -> bool:
+    """Whether a stage only moves, casts or makes index values (no arithmetic a kernel would carry)."""
+    return all(e["primitive"] in LAYOUT | NO_WORK for e in program["equations"])
+
+
+NO_WORK = {"convert_element_type", "copy", "copy_p", "stop_gradient", "iota", "transpose", "slice", "concatenate",
+           "pad", "rev"}  # fmt: skip
+
+
+def unlowerable(program: Program) -> Callable[[Mapping[str, Any]], bool]:
+    """held_cut's predicate: an equation no Pallas TPU kernel body lowers as traced (sort, scatter, control
+    flow, a top_k too wide for max-and-mask rounds, a scan: the scan family's template takes one alone)."""
+    dtypes = var_dtypes(program)
+    bad = set(program.get("unrenderable") or ())
+
+    def held(e: Mapping[str, Any]) -> bool:
+        prim = e["primitive"]
+        if prim == "top_k":
+            return not top_k_in_kernel(e, dtypes.get(e["inputs"][0], ""))
+        return prim in PLAIN_ONLY | CONTROL | CUMULATIVE or prim not in EMITTABLE or prim in bad
+
+    return held
+
+
+def build_held(program: Program, stage_template) -> tuple[Template, str, dict[str, int]] | None:
+    """(template, target, dims) of a program holding equations no Pallas TPU body lowers as traced
+    (stages.held_cut): the rest in kernels by the templates their classes pick, each held stage a kernel
+    where a family template takes it whole (a lone cumsum), else glue in plain JAX that XLA runs beside
+    the kernels; None when nothing is held (or the program is itself a held stage); ValueError when a
+    kernel stage has no template or no stage is left for a kernel."""
+    if program.get("held_stage"):
+        return None  # a held stage asking for a template of its own: never cut again
+    stages = held_cut(program, unlowerable(program))
+    if stages is None:
+        return None
+    stages = [
+        Stage(s.role, {**s.program, "held_stage": True}, s.moves, s.outputs, s.unit)
+        if s.role == "held"
+        else s
+        for s in stages
+    ]
+    return _build_cut(program, stages, stage_template, WHY_HELD)
