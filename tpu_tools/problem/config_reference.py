@@ -134,6 +134,23 @@ def tile_roles(full: dict, shapes_of: Callable[[dict], list]) -> dict[str, str]:
     return roles
 
 
+def sizes_anything(full: dict, shapes_of: Callable[[dict], list]) -> bool:
+    """Whether the inputs follow CONFIG at all: some integer value, halved alone, changes an input's shape
+    (a file whose create_inputs writes its shapes itself has fixed inputs, one size)."""
+    try:
+        base = [tuple(s) for s, _ in shapes_of(full)]
+    except Exception:  # noqa: BLE001 - the default config itself does not build: the loader says so later
+        return True
+    for k, v in full.items():
+        if _is_int(v) and v >= 2 and k not in _NOT_SIZES:
+            try:
+                if [tuple(s) for s, _ in shapes_of({**full, k: v // 2})] != base:
+                    return True
+            except Exception:  # noqa: BLE001 - refused halved: it is read, so it sizes something
+                return True
+    return False
+
+
 def _unit(key: str, v: int, dims: dict, tuned: set[int], roles: dict[str, str] | None = None) -> int:
     """What a shrunk `v` stays a multiple of: its tile grain (128 on lanes, 8 on sublanes, where the value
     sizes such an axis and was a multiple of it) and every block that divided it."""
@@ -225,6 +242,23 @@ def _kin(a: str, b: str) -> bool:
     return bool(_words(a) & _words(b) & _COUNTED)
 
 
+def fit_sequences(full: dict, dims: dict) -> dict:
+    """Per-sequence config values follow a count that shrank (61p: `active_kv_lens`, one length per
+    sequence, and `distribution` (64, 64, 64) when `max_num_seqs` 64 becomes 8): a tuple as long as a
+    shrunk count is cut to its new value, and an entry equal to a shrunk count's old value takes its new one."""
+    moved = {full[k]: dims[k] for k in dims if _is_int(full.get(k)) and dims[k] != full[k]}
+    out = dict(dims)
+    for k, v in full.items():
+        if not isinstance(v, list | tuple) or not v or not all(_is_int(x) for x in v):
+            continue
+        seq = list(v)
+        if len(seq) in moved:
+            seq = seq[: moved[len(seq)]]
+        seq = [moved.get(x, x) for x in seq] if len(set(seq)) < len(seq) or len(seq) <= 4 else seq
+        out[k] = type(v)(seq)
+    return out
+
+
 def _factors(group: list[str], full: dict, ladders: dict[str, list[int]]) -> list[float]:
     """The factors the whole group can shrink by (each member's full / a value on its ladder), ascending."""
     common = None
@@ -259,7 +293,7 @@ def shrink(
     factors = {tuple(g): _factors(g, full, ladders) for g in groups}
 
     def at(chosen: dict[tuple, float]) -> dict:
-        return {**full, **{k: round(full[k] / f) for g, f in chosen.items() for k in g}}
+        return fit_sequences(full, {**full, **{k: round(full[k] / f) for g, f in chosen.items() for k in g}})
 
     chosen = {tuple(g): 1.0 for g in groups}
     dims, elements = dict(full), probe(full)

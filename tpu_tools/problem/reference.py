@@ -356,8 +356,10 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
                 sizes_table.pop(name, None)
 
         kind: ReferenceKind = "maxkernel"
-    elif (style := config_reference.style_of(module)) is not None:
-        return _from_config_module(module, path, task_id, sha, style)
+    elif (style := config_reference.style_of(module)) is not None and (
+        configured := _from_config_module(module, path, task_id, sha, style)
+    ) is not None:
+        return configured
     else:
         sizes = ["full"]
         notes.append(
@@ -413,7 +415,7 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
 
 def _from_config_module(
     module: ModuleType, path: Path, task_id: str | None, sha: str, style: config_reference.Style
-) -> Reference:
+) -> Reference | None:
     """A CONFIG-driven file (upstream JaxBench level 2, config_reference.py), read unmodified: every named
     config a size, `full` the default, `small` derived by shrinking; seeds fold into the file's own draw."""
     import jax
@@ -456,6 +458,9 @@ def _from_config_module(
     def shapes_of(dims: dict) -> list:
         leaves = jax.tree_util.tree_leaves(jax.eval_shape(lambda: create_sized(dims, 0)))
         return [(x.shape, x.dtype) for x in leaves]
+
+    if style != "listed" and not config_reference.sizes_anything(table["full"], shapes_of):
+        return None  # its inputs do not follow CONFIG (shapes written in create_inputs): fixed inputs
 
     notes = [
         f"JAXBench level-2 style ({style}): sizes are its named configs; 'full' is {default!r}"

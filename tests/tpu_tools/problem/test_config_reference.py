@@ -210,3 +210,9 @@ def test_a_tpu_only_primitive_without_a_cpu_rule_is_an_interpreter_limit_not_the
         SimpleNamespace(pallas=False), exc, Path("baseline.py"), "running its workload"
     )
     assert plain is None  # a plain-JAX reference's failure stays its own
+
+
+def test_per_sequence_values_follow_the_count_that_shrank():
+    full = {"max_num_seqs": 8, "lens": (5, 9, 13, 17, 21, 25, 29, 33), "distribution": (8, 8, 8), "k": 4}
+    fitted = config_reference.fit_sequences(full, {**full, "max_num_seqs": 2})
+    assert fitted["lens"] == (5, 9) and fitted["distribution"] == (2, 2, 2) and fitted["k"] == 4
