@@ -245,7 +245,9 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
     if not ref.pallas or jax.default_backend() == "tpu":
         return None
     found = interpreter_raised(exc, path)
-    no_cpu_rule = re.search(r"MLIR translation rule for primitive '(\w+)' not found for platform cpu", str(exc))
+    no_cpu_rule = re.search(
+        r"MLIR translation rule for primitive '(\w+)' not found for platform cpu", str(exc)
+    )
     if (found is None or found.vetoed) and no_cpu_rule and isinstance(exc, NotImplementedError):
         return Failure(
             kind="interpret_unsupported",
