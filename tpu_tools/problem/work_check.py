@@ -126,6 +126,11 @@ def _eqn_flops(eqn) -> tuple[str, float] | None:
     return None
 
 
+# Kernels written with pl.kernel / pl.core_map (64p's cross entropy): jax 0.10.2 traces them as these, not as
+# pallas_call; each is one Mosaic kernel whose body runs on the mesh's cores.
+KERNEL_MAPS = ("mpmd_map", "core_map")
+
+
 def _subjaxprs(eqn) -> list[tuple[Any, float]]:
     """(jaxpr, repeat count) for every sub-program of a structural equation."""
     from jax.extend import core as jex_core
@@ -198,6 +203,11 @@ class _Walker:
                 steps = _grid_size(eqn, self.census.dynamic_grids)
                 self.walk(getattr(body, "jaxpr", body), mult * steps, True)
                 continue
+            if name in KERNEL_MAPS:  # pl.kernel / pl.core_map: a Mosaic kernel over the cores, no grid
+                self.census.num_pallas_calls += 1
+                for sub, times in _subjaxprs(eqn):
+                    self.walk(sub, mult * times, True)
+                continue
             if name in _REDUCTION:  # counted by its operands: a scatter-add's update_jaxpr is one scalar add
                 bucket, flops = _eqn_flops(eqn)
                 self.add(
@@ -268,7 +278,7 @@ def _data_flow(jaxpr, census: WorkCensus) -> None:
         kernels: list[tuple[str, list]] = []
         for eqn in jx.eqns:
             ins = [False if isinstance(v, literal_t) else depends.get(v, False) for v in eqn.invars]
-            if eqn.primitive.name == "pallas_call":
+            if eqn.primitive.name == "pallas_call" or eqn.primitive.name in KERNEL_MAPS:
                 counter[0] += 1
                 label = _kernel_name(eqn, counter[0])
                 census.data_flow_pallas_calls.append(label)

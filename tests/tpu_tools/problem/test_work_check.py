@@ -47,3 +47,35 @@ def test_a_token_kernel_beside_a_scatter_add_doing_the_work_is_refused():
         census_of(jax.make_jaxpr(candidate)(*_specs())), census_of(jax.make_jaxpr(reference)(*_specs()))
     )
     assert verdict is not None and "scatter-add" in verdict and "outside the pallas_calls" in verdict
+
+
+def test_a_kernel_written_with_pl_kernel_is_a_kernel_and_its_work_is_inside():
+    """pl.kernel (mpmd_map in jax 0.10.2) is a Mosaic kernel as pallas_call is: a baseline written with it
+    (level 2's 64p) is no `no_kernel`, and the dot in its body is not work outside the kernels."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    from maxkernel.tpu_tools.problem.work_check import census_of
+
+    def workload(x, w):
+        @pl.kernel(
+            out_type=jax.ShapeDtypeStruct((128, 128), jnp.float32),
+            mesh=pltpu.create_tensorcore_mesh(axis_name="core"),
+            scratch_types=(pltpu.VMEM((128, 128), jnp.float32),),
+        )
+        def matmul(x_ref, w_ref, o_ref, acc):
+            acc[...] = jnp.dot(x_ref[...], w_ref[...], preferred_element_type=jnp.float32)
+            o_ref[...] = acc[...]
+
+        return matmul(x, w)
+
+    from maxkernel.tpu_tools.hardware.chip_trace import trace_as_target
+    from maxkernel.tpu_tools.hardware.targets import parse_target
+
+    spec = jax.ShapeDtypeStruct((128, 128), jnp.float32)
+    with trace_as_target(parse_target("tpu-v6e")):  # the tensorcore mesh asks the chip for its cores
+        census = census_of(jax.make_jaxpr(workload)(spec, spec))
+    assert census.num_pallas_calls == 1
+    assert sum(census.outside_flops.values()) == 0 and sum(census.inside_flops.values()) > 0
