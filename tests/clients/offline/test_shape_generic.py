@@ -199,7 +199,7 @@ def test_a_dilated_extent_is_written_as_a_stride_times_the_dim_plus_an_offset(tm
     zeros = next(e for e in program["equations"] if e["primitive"] == "broadcast_in_dim")
     assert sym.shape_elems(zeros, "shape") == ["sh[0][0]", "sh[0][1] * 2 - 1"] and not sym.unsolved
     # what stops the model now is the scatter, which no Pallas TPU (TensorCore) lowering takes, not the size
-    with pytest.raises(NoTemplateFits, match=r"\(ops: scatter\)"):
+    with pytest.raises(NoTemplateFits, match=r"\(ops: scatter[;)]"):
         first_kernel(program, CHIP)
 
 
