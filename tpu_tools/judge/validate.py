@@ -260,6 +260,8 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
             stage="reference",
         )
     if found is None or found.vetoed:
+        found = _jax_only_callback(exc)
+    if found is None or found.vetoed:
         return None
     return Failure(
         kind="interpret_unsupported",
@@ -270,6 +272,28 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
         )[:1500],
         message="".join(traceback.format_exception(exc))[-6000:],
         stage="reference",
+    )
+
+
+def _jax_only_callback(exc: BaseException):
+    """A host-callback error of the interpreted reference whose every frame is jax's, where XLA's message
+    kept only the innermost frames (51p's indexed DMA: the interpreter's own frames went to the log, not the
+    exception). The reference is trusted, and interpret mode's callbacks are the interpreter's: jax's."""
+    from maxkernel.tpu_tools.judged.interpreter_limits import (
+        InterpreterFailure,
+        _is_jax,
+        _short,
+        callback_error,
+    )
+
+    parsed = callback_error(str(exc))
+    if parsed is None or not parsed[0] or not all(_is_jax(f) for f, _, _ in parsed[0]):
+        return None
+    frames, error = parsed
+    return InterpreterFailure(
+        function=f"{_short(frames[-1][0])}.{frames[-1][2]}",
+        entry="a host callback of the interpreted kernel (XLA's message kept only its innermost frames)",
+        error=error,
     )
 
 

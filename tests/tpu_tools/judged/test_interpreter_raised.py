@@ -44,3 +44,22 @@ def test_a_failure_through_the_references_own_code_is_not_the_interpreters():
     )
     exc = RuntimeError("INTERNAL: CpuCallback error calling callback:\n" + own)
     assert interpreter_raised(exc, Path("/refs/baseline.py")) is None
+
+
+def test_a_reference_callback_error_cut_to_jaxs_frames_is_the_interpreters():
+    """XLA kept only the innermost frames (all jax's): for a trusted Pallas reference run interpreted, that is
+    the interpreter's callback failing, said as interpret_unsupported."""
+    from types import SimpleNamespace
+
+    from maxkernel.tpu_tools.judge.validate import _interpreter_limit
+
+    exc = RuntimeError("INTERNAL: CpuCallback error calling callback: " + SHORT)
+    failure = _interpreter_limit(SimpleNamespace(pallas=True), exc, Path("/refs/baseline.py"), "running it")
+    assert failure is not None and failure.kind == "interpret_unsupported"
+    own = SHORT.replace(
+        _frame(JAX / "core.py", 917, "check_scalar_conversion"), _frame(Path("/refs/b.py"), 3, "f")
+    )
+    exc = RuntimeError("INTERNAL: CpuCallback error calling callback: " + own)
+    assert (
+        _interpreter_limit(SimpleNamespace(pallas=True), exc, Path("/refs/baseline.py"), "running it") is None
+    )
