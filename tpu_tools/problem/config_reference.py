@@ -13,8 +13,11 @@ Every named config is a size; the default is also `full`. The check size `small`
 shrinking the integer values the code reads (`shrink`), keeping the kernel's alignment: a value that is a
 multiple of 128 (lanes) or 8 (sublanes) stays one, and a value stays a multiple of every tuned parameter
 (`TUNED_PARAMS`) and every other config value that divided it (block sizes, page sizes, head counts).
-Each step is tried: a value the reference refuses (its `create_inputs` or its workload's trace raises) is
-held. The derived check size is then built from `small` and `full` as for any reference (sizes.py).
+Block sizes, top-k counts, ratios, windows and values under 8 are held; counts of heads or experts where one
+divides the other, and equal values that can both move, shrink by one factor (`ties`: GQA's ratio is kept);
+per-sequence tuples follow the count that shrank (`fit_sequences`). Each step is tried: a value the reference
+refuses (its `create_inputs` or its workload's trace raises) is held. The derived check size is then built from
+`small` and `full` as for any reference (sizes.py).
 
 Seeds: the files draw from fixed keys (`jax.random.key(42)`). Seed 0 is the file's own draw; any other
 seed folds into every key and generator the file makes while it builds its inputs, so the reference's own
