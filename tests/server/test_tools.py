@@ -333,7 +333,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, or exiting as we read (ESRCH)
         return False
 
 
@@ -353,7 +353,8 @@ async def test_cancel_mid_evaluation_kills_the_child(client, tmp_path):
                 )
 
             tg.start_soon(call)
-            while not (found := host_pids_running(["sleep", marker])):
+            # the `sh -c "sleep ... &"` that starts it matches too, and exits at once: wait for a live one
+            while not (found := [p for p in host_pids_running(["sleep", marker]) if _alive(p)]):
                 await anyio.sleep(0.1)
             pid = found[0]
             assert _alive(pid)
