@@ -16,7 +16,6 @@ A reference that breaks on its own is `reference_error`; an extra case it cannot
 from __future__ import annotations
 
 import random
-import re
 import secrets
 from pathlib import Path
 
@@ -245,22 +244,6 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
     if not ref.pallas or jax.default_backend() == "tpu":
         return None
     found = interpreter_raised(exc, path)
-    no_cpu_rule = re.search(
-        r"MLIR translation rule for primitive '(\w+)' not found for platform cpu", str(exc)
-    )
-    if (found is None or found.vetoed) and no_cpu_rule and isinstance(exc, NotImplementedError):
-        return Failure(
-            kind="interpret_unsupported",
-            summary=(
-                f"TPU interpret mode cannot run the reference (a Pallas kernel) while {stage}: its primitive "
-                f"{no_cpu_rule.group(1)!r} (a TPU-only one: SparseCore kernels use it) has no CPU lowering in "
-                f"jax {jax.__version__}, so no candidate can be checked against it off the chip (on the chip it runs)"
-            ),
-            message="".join(traceback.format_exception(exc))[-6000:],
-            stage="reference",
-        )
-    if found is None or found.vetoed:
-        found = _jax_only_callback(exc)
     if found is None or found.vetoed:
         return None
     return Failure(
@@ -272,28 +255,6 @@ def _interpreter_limit(ref: Reference, exc: BaseException, path: Path, stage: st
         )[:1500],
         message="".join(traceback.format_exception(exc))[-6000:],
         stage="reference",
-    )
-
-
-def _jax_only_callback(exc: BaseException):
-    """A host-callback error of the interpreted reference whose every frame is jax's, where XLA's message
-    kept only the innermost frames (51p's indexed DMA: the interpreter's own frames went to the log, not the
-    exception). The reference is trusted, and interpret mode's callbacks are the interpreter's: jax's."""
-    from maxkernel.tpu_tools.judged.interpreter_limits import (
-        InterpreterFailure,
-        _is_jax,
-        _short,
-        callback_error,
-    )
-
-    parsed = callback_error(str(exc))
-    if parsed is None or not parsed[0] or not all(_is_jax(f) for f, _, _ in parsed[0]):
-        return None
-    frames, error = parsed
-    return InterpreterFailure(
-        function=f"{_short(frames[-1][0])}.{frames[-1][2]}",
-        entry="a host callback of the interpreted kernel (XLA's message kept only its innermost frames)",
-        error=error,
     )
 
 

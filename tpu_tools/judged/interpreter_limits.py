@@ -546,11 +546,46 @@ def interpreter_raised(exc: BaseException, source: Path) -> InterpreterFailure |
         return found
     for e in chain:
         # XLA's text may hold the callback's traceback twice, the second cut short of the interpreter's
-        # frames (51p's indexed DMA): each is read, innermost first
+        # frames: each is read, innermost first
         text = str(e)
         parts = text.split("Traceback (most recent call last):")
         for i in range(len(parts) - 1, 0, -1):
             one = RuntimeError("Traceback (most recent call last):" + parts[i])
             if (f := _from_callback(one, source, notes)) is not None:
                 return f
+    for e in chain:
+        if (f := _cut_callback(e) or _no_cpu_rule(e)) is not None:
+            return f
     return None
+
+
+def _cut_callback(exc: BaseException) -> InterpreterFailure | None:
+    """A host-callback error whose every frame is jax's, where XLA's message kept only the innermost frames
+    (51p's indexed DMA: the interpreter's own frames went to the log, not the exception). For a trusted
+    program run interpreted, its callbacks are the interpreter's."""
+    parsed = callback_error(str(exc))
+    if parsed is None or not parsed[0] or not all(_is_jax(f) for f, _, _ in parsed[0]):
+        return None
+    frames, error = parsed
+    return InterpreterFailure(
+        function=f"{_short(frames[-1][0])}.{frames[-1][2]}",
+        entry="a host callback of the interpreted kernel (XLA's message kept only its innermost frames)",
+        error=error,
+    )
+
+
+_NO_CPU_RULE = re.compile(r"MLIR translation rule for primitive '(\w+)' not found for platform cpu")
+
+
+def _no_cpu_rule(exc: BaseException) -> InterpreterFailure | None:
+    """A TPU-only primitive (55p's SparseCore parallel_loop) that jax cannot lower for the CPU it interprets on."""
+    m = _NO_CPU_RULE.search(str(exc)) if isinstance(exc, NotImplementedError) else None
+    if m is None:
+        return None
+    import jax
+
+    return InterpreterFailure(
+        function=f"CPU lowering (jax {jax.__version__})",
+        entry="the interpreted program's lowering",
+        error=f"its primitive {m.group(1)!r} (TPU-only: SparseCore kernels use it) has no CPU lowering",
+    )

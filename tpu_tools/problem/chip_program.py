@@ -44,10 +44,6 @@ def reference_target(target: str | None) -> Iterator[None]:
         _TARGET.reset(token)
 
 
-def traced_target() -> str:
-    return _TARGET.get()
-
-
 @contextlib.contextmanager
 def interpreted(pallas: bool) -> Iterator[None]:
     """Within: a Pallas reference's kernels run in TPU interpret mode, off the chip (no race detection:
@@ -78,10 +74,11 @@ def as_chip_program(workload: Callable[..., Any]) -> Callable[..., Any]:
             return workload(*args)
         from maxkernel.tpu_tools.hardware.chip_trace import trace_as_target
         from maxkernel.tpu_tools.hardware.targets import parse_target
+        from maxkernel.tpu_tools.problem.config_reference import signature
 
         target = parse_target(_TARGET.get())
         leaves, tree = jax.tree_util.tree_flatten(args)
-        key = (target.name, _INTERPRETED.get(), tree, tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
+        key = (target.name, _INTERPRETED.get(), tree, signature(leaves))
         if key not in cache:
             shapes = [jax.ShapeDtypeStruct(tuple(x.shape), x.dtype) for x in leaves]
 

@@ -434,5 +434,6 @@ def with_absent(args: tuple, positions: list[int]) -> tuple:
 
 
 def signature(leaves: list) -> tuple:
-    """Shapes and dtypes of a call's array arguments: which size's CONFIG a workload call belongs to."""
+    """Shapes and dtypes of a call's array arguments: which size's CONFIG a workload call belongs to (and
+    which chip trace it reuses, chip_program.py)."""
     return tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__))) for x in leaves)

@@ -47,10 +47,13 @@ class Reference:
     _create_sized: Callable[[dict, int | None], tuple] | None = None
     sizes_table: dict[str, dict] = field(default_factory=dict)
     _derived: Any = None  # the derived check size, once computed
-    # its source calls Pallas TPU kernels: traced as the target, run interpreted (chip_program.py)
-    pallas: bool = False
     absent_inputs: list[int] = field(default_factory=list)  # None inputs left out (config_reference.absent)
     derive_seed: int | None = None  # validate's seed offset: the derived size is drawn from it
+
+    @property
+    def pallas(self) -> bool:
+        """Its source calls Pallas TPU kernels: traced as the target, run interpreted (chip_program.py)."""
+        return self.info.pallas
 
     def per_device_flops(self, size: str) -> float | None:
         """The flops one chip does: all of get_flops, or a 1/N share over an N-device MESH."""
@@ -409,7 +412,6 @@ def _from_module(module: ModuleType, path: Path, task_id: str | None, sha: str) 
         config=config,
         _create_sized=create_sized if seedable else None,
         sizes_table=dict(sizes_table) if seedable else {},
-        pallas=pallas,
     )
 
 
@@ -511,7 +513,6 @@ def _from_config_module(
         config=config,
         _create_sized=create_sized,
         sizes_table=table,
-        pallas=pallas,
         absent_inputs=absent,
     )
 

@@ -229,7 +229,7 @@ def _estimate_side(ref, size: str, target: str, side: ReferenceSide, why: str) -
         return side
     xla_flops = None
     try:  # a compile on abstract shapes (never executed): XLA's count where get_flops has none
-        if not getattr(ref, "pallas", False):  # a Pallas baseline's flops come from its kernels' estimate
+        if not ref.pallas:  # a Pallas baseline's flops come from its kernels' estimate
             xla_flops = cost_analysis_of(jax.jit(ref.workload).lower(*shapes).compile()).get("flops")
     except Exception as e:
         side.warnings.append(f"no XLA cost analysis of the reference: {type(e).__name__}: {str(e)[:200]}")
@@ -278,7 +278,7 @@ def _estimate_reference(ref, args, target: str, side: ReferenceSide, xla_flops: 
         if chip is None:
             return
         shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-        if getattr(ref, "pallas", False) and tgt.kind == "tpu" and ref.info.mesh is None:
+        if ref.pallas and tgt.kind == "tpu" and ref.info.mesh is None:
             _estimate_pallas_reference(ref, shapes, tgt, side)
             return
         aot_tpu = tgt.kind == "tpu" and not execution.plan_for(tgt).native
